@@ -1,0 +1,364 @@
+//! Everything that speaks gRPC to the CSI driver.
+//!
+//! In:  `--csi-address`, `--timeout`. Out: a [`Client`] whose calls carry their
+//! own deadline, report errors in Go's format ([`RpcStatus`]) and record
+//! `csi_sidecar_operations_seconds`; a [`ConnectionLoss`] that resolves when
+//! the driver goes away.
+//!
+//! # Startup (UPSTREAM-BEHAVIOR §2)
+//! [`Client::connect`] dials for up to 30 s; [`Client::probe_until_ready`]
+//! retries `Probe` every second on DeadlineExceeded or `ready=false` only;
+//! [`Client::plugin_info`] and [`Client::capabilities`] each get a fixed 1 s.
+
+mod connection;
+mod error;
+pub mod proto;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tonic::transport::Channel;
+use tonic::Code;
+
+pub use connection::{parse_address, ConnectionLoss, DIAL_TIMEOUT};
+pub use error::{go_code_name, Error, RpcStatus};
+
+use crate::metrics::CsiCallMetrics;
+use proto::controller_client::ControllerClient;
+use proto::identity_client::IdentityClient;
+use proto::{controller_service_capability, plugin_capability};
+
+/// Deadline of the short startup calls (GetPluginInfo; the two capability calls share one).
+pub const STARTUP_CALL_TIMEOUT: Duration = Duration::from_secs(1);
+/// Pause between two probes.
+const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The CSI methods this sidecar calls; `path()` is the metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// `Identity/Probe`
+    Probe,
+    /// `Identity/GetPluginInfo`
+    GetPluginInfo,
+    /// `Identity/GetPluginCapabilities`
+    GetPluginCapabilities,
+    /// `Controller/ControllerGetCapabilities`
+    ControllerGetCapabilities,
+    /// `Controller/ControllerPublishVolume`
+    ControllerPublishVolume,
+    /// `Controller/ControllerUnpublishVolume`
+    ControllerUnpublishVolume,
+    /// `Controller/ListVolumes`
+    ListVolumes,
+}
+
+impl Method {
+    /// Full gRPC method path, e.g. `/csi.v1.Identity/Probe`.
+    pub fn path(self) -> &'static str {
+        match self {
+            Self::Probe => "/csi.v1.Identity/Probe",
+            Self::GetPluginInfo => "/csi.v1.Identity/GetPluginInfo",
+            Self::GetPluginCapabilities => "/csi.v1.Identity/GetPluginCapabilities",
+            Self::ControllerGetCapabilities => "/csi.v1.Controller/ControllerGetCapabilities",
+            Self::ControllerPublishVolume => "/csi.v1.Controller/ControllerPublishVolume",
+            Self::ControllerUnpublishVolume => "/csi.v1.Controller/ControllerUnpublishVolume",
+            Self::ListVolumes => "/csi.v1.Controller/ListVolumes",
+        }
+    }
+}
+
+/// What the driver can do, as far as the attacher cares (UPSTREAM-BEHAVIOR §2.1).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Plugin capability CONTROLLER_SERVICE.
+    pub controller_service: bool,
+    /// PUBLISH_UNPUBLISH_VOLUME: real attach/detach instead of the trivial handler.
+    pub publish_unpublish: bool,
+    /// PUBLISH_READONLY: `readonly` may be sent as true.
+    pub publish_readonly: bool,
+    /// LIST_VOLUMES.
+    pub list_volumes: bool,
+    /// LIST_VOLUMES_PUBLISHED_NODES.
+    pub list_volumes_published_nodes: bool,
+    /// SINGLE_NODE_MULTI_WRITER: changes the access-mode mapping.
+    pub single_node_multi_writer: bool,
+}
+
+impl Capabilities {
+    /// Whether ControllerPublish/Unpublish are used at all (else: trivial handler).
+    pub fn attach_required(&self) -> bool {
+        self.controller_service && self.publish_unpublish
+    }
+
+    /// Whether the ListVolumes reconciler can run.
+    pub fn can_reconcile(&self) -> bool {
+        self.controller_service && self.list_volumes && self.list_volumes_published_nodes
+    }
+}
+
+/// Name and version the driver reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginInfo {
+    /// Driver name: matched against `VolumeAttachment.spec.attacher`.
+    pub name: String,
+    /// Free-form vendor version.
+    pub vendor_version: String,
+}
+
+/// One page of `ListVolumes`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VolumePage {
+    /// volume ID → node IDs it is published to.
+    pub published: HashMap<String, Vec<String>>,
+    /// Entries without `volume` or `status`, skipped (upstream v4.5 #508).
+    pub skipped: usize,
+    /// Token for the next page; empty on the last one.
+    pub next_token: String,
+}
+
+/// A CSI client over one connection. Cheap to clone.
+#[derive(Clone)]
+pub struct Client {
+    identity: IdentityClient<Channel>,
+    controller: ControllerClient<Channel>,
+    metrics: Arc<CsiCallMetrics>,
+    timeout: Duration,
+}
+
+impl Client {
+    /// Dials `address` (see [`parse_address`]) for up to `dial_timeout`.
+    ///
+    /// `timeout` is the deadline of Probe, Publish, Unpublish and ListVolumes calls.
+    pub async fn connect(
+        address: &Path,
+        dial_timeout: Duration,
+        timeout: Duration,
+        metrics: Arc<CsiCallMetrics>,
+    ) -> Result<(Self, ConnectionLoss), Error> {
+        let (channel, loss) = connection::connect(address, dial_timeout).await?;
+        let client = Self {
+            identity: IdentityClient::new(channel.clone()),
+            controller: ControllerClient::new(channel),
+            metrics,
+            timeout,
+        };
+        Ok((client, loss))
+    }
+
+    /// The per-call deadline (`--timeout`).
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Probes until the driver says it is ready.
+    ///
+    /// Retries every second on DeadlineExceeded or `ready=false`; any other
+    /// error is returned (upstream exits on it). Never gives up otherwise.
+    pub async fn probe_until_ready(&self) -> Result<(), Error> {
+        loop {
+            let deadline = Instant::now() + self.timeout;
+            let mut identity = self.identity.clone();
+            let result = self
+                .invoke(Method::Probe, deadline, false, |req| async move {
+                    identity.probe(req).await
+                }, proto::ProbeRequest {})
+                .await;
+            match result {
+                // An absent `ready` means ready.
+                Ok(resp) if resp.ready != Some(false) => return Ok(()),
+                Ok(_) => tracing::info!("CSI driver is not ready"),
+                Err(status) if status.code == Code::DeadlineExceeded => {
+                    tracing::info!(error = %status, "CSI driver probe timed out, retrying");
+                }
+                Err(status) => return Err(status.into()),
+            }
+            tokio::time::sleep(PROBE_INTERVAL).await;
+        }
+    }
+
+    /// `GetPluginInfo` with a 1 s deadline; an empty name is an error.
+    pub async fn plugin_info(&self) -> Result<PluginInfo, Error> {
+        let deadline = Instant::now() + STARTUP_CALL_TIMEOUT;
+        let mut identity = self.identity.clone();
+        let resp = self
+            .invoke(Method::GetPluginInfo, deadline, false, |req| async move {
+                identity.get_plugin_info(req).await
+            }, proto::GetPluginInfoRequest {})
+            .await?;
+        if resp.name.is_empty() {
+            return Err(Error::EmptyDriverName);
+        }
+        Ok(PluginInfo {
+            name: resp.name,
+            vendor_version: resp.vendor_version,
+        })
+    }
+
+    /// Plugin and controller capabilities, sharing one 1 s deadline.
+    ///
+    /// `ControllerGetCapabilities` is only asked when the plugin has CONTROLLER_SERVICE.
+    pub async fn capabilities(&self) -> Result<Capabilities, Error> {
+        use controller_service_capability::rpc::Type as Rpc;
+        use plugin_capability::service::Type as Service;
+
+        let deadline = Instant::now() + STARTUP_CALL_TIMEOUT;
+        let mut identity = self.identity.clone();
+        let plugin = self
+            .invoke(Method::GetPluginCapabilities, deadline, false, |req| async move {
+                identity.get_plugin_capabilities(req).await
+            }, proto::GetPluginCapabilitiesRequest {})
+            .await?;
+        let mut caps = Capabilities {
+            controller_service: plugin.capabilities.iter().any(|c| {
+                matches!(&c.r#type, Some(plugin_capability::Type::Service(s))
+                    if s.r#type == Service::ControllerService as i32)
+            }),
+            ..Capabilities::default()
+        };
+        if !caps.controller_service {
+            return Ok(caps);
+        }
+        let mut controller = self.controller.clone();
+        let resp = self
+            .invoke(Method::ControllerGetCapabilities, deadline, false, |req| async move {
+                controller.controller_get_capabilities(req).await
+            }, proto::ControllerGetCapabilitiesRequest {})
+            .await?;
+        for cap in resp.capabilities {
+            let Some(controller_service_capability::Type::Rpc(rpc)) = cap.r#type else {
+                continue;
+            };
+            match Rpc::try_from(rpc.r#type) {
+                Ok(Rpc::PublishUnpublishVolume) => caps.publish_unpublish = true,
+                Ok(Rpc::PublishReadonly) => caps.publish_readonly = true,
+                Ok(Rpc::ListVolumes) => caps.list_volumes = true,
+                Ok(Rpc::ListVolumesPublishedNodes) => caps.list_volumes_published_nodes = true,
+                Ok(Rpc::SingleNodeMultiWriter) => caps.single_node_multi_writer = true,
+                _ => {}
+            }
+        }
+        Ok(caps)
+    }
+
+    /// `ControllerPublishVolume` with the `--timeout` deadline; returns the publish context.
+    ///
+    /// `migrated` only labels the metric (a translated in-tree PV).
+    pub async fn publish(
+        &self,
+        request: proto::ControllerPublishVolumeRequest,
+        migrated: bool,
+    ) -> Result<HashMap<String, String>, RpcStatus> {
+        let deadline = Instant::now() + self.timeout;
+        let mut controller = self.controller.clone();
+        let resp = self
+            .invoke(Method::ControllerPublishVolume, deadline, migrated, |req| async move {
+                controller.controller_publish_volume(req).await
+            }, request)
+            .await?;
+        Ok(resp.publish_context)
+    }
+
+    /// `ControllerUnpublishVolume` with the `--timeout` deadline.
+    pub async fn unpublish(
+        &self,
+        request: proto::ControllerUnpublishVolumeRequest,
+        migrated: bool,
+    ) -> Result<(), RpcStatus> {
+        let deadline = Instant::now() + self.timeout;
+        let mut controller = self.controller.clone();
+        self.invoke(Method::ControllerUnpublishVolume, deadline, migrated, |req| async move {
+            controller.controller_unpublish_volume(req).await
+        }, request)
+        .await?;
+        Ok(())
+    }
+
+    /// One `ListVolumes` page with the `--timeout` deadline; paging is the caller's.
+    pub async fn list_volumes(
+        &self,
+        max_entries: i32,
+        starting_token: String,
+    ) -> Result<VolumePage, RpcStatus> {
+        let deadline = Instant::now() + self.timeout;
+        let mut controller = self.controller.clone();
+        let request = proto::ListVolumesRequest {
+            max_entries,
+            starting_token,
+        };
+        let resp = self
+            .invoke(Method::ListVolumes, deadline, false, |req| async move {
+                controller.list_volumes(req).await
+            }, request)
+            .await?;
+        let mut page = VolumePage {
+            next_token: resp.next_token,
+            ..VolumePage::default()
+        };
+        for entry in resp.entries {
+            match (entry.volume, entry.status) {
+                (Some(volume), Some(status)) => {
+                    page.published
+                        .entry(volume.volume_id)
+                        .or_default()
+                        .extend(status.published_node_ids);
+                }
+                _ => page.skipped += 1,
+            }
+        }
+        Ok(page)
+    }
+
+    /// Runs one call under `deadline`, mapping errors to Go's view and recording metrics.
+    ///
+    /// Tonic reports its own deadline as `Cancelled`; Go reports a passed context
+    /// deadline as `DeadlineExceeded`. We enforce the deadline here, and any
+    /// failure observed at or after it is DeadlineExceeded, as in Go.
+    async fn invoke<Req, Resp, F, Fut>(
+        &self,
+        method: Method,
+        deadline: Instant,
+        migrated: bool,
+        call: F,
+        message: Req,
+    ) -> Result<Resp, RpcStatus>
+    where
+        Req: std::fmt::Debug,
+        Resp: std::fmt::Debug,
+        F: FnOnce(tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+    {
+        let started = Instant::now();
+        tracing::trace!(method = method.path(), request = ?message, "GRPC call");
+        let mut request = tonic::Request::new(message);
+        // Tell the driver the deadline too, as Go's client does (grpc-timeout header).
+        request.set_timeout(deadline.saturating_duration_since(started));
+        let result = match tokio::time::timeout_at(deadline, call(request)).await {
+            Ok(Ok(resp)) => Ok(resp.into_inner()),
+            Ok(Err(status)) if Instant::now() >= deadline => {
+                tracing::debug!(method = method.path(), error = %status, "call failed at its deadline");
+                Err(RpcStatus::deadline_exceeded())
+            }
+            Ok(Err(status)) => Err(RpcStatus::from(status)),
+            Err(_elapsed) => Err(RpcStatus::deadline_exceeded()),
+        };
+        let code = match &result {
+            Ok(_) => Code::Ok,
+            Err(status) => status.code,
+        };
+        self.metrics.observe(
+            method.path(),
+            go_code_name(code),
+            migrated,
+            started.elapsed().as_secs_f64(),
+        );
+        match &result {
+            Ok(resp) => tracing::trace!(method = method.path(), response = ?resp, "GRPC response"),
+            Err(status) => tracing::trace!(method = method.path(), error = %status, "GRPC error"),
+        }
+        result
+    }
+}

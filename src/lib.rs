@@ -1,0 +1,21 @@
+//! csi-attacher: the Kubernetes CSI external-attacher sidecar, in Rust.
+//!
+//! ```text
+//!  kube-apiserver ──watch──▶ reflectors (VA, PV, CSINode; own-driver objects only)
+//!                                │
+//!                          work queues (attach, detach, PV lanes)
+//!                                │
+//!             attach flow / detach flow / PV finalizer flow
+//!                                │
+//!        CSI client (tonic over UDS; per-call deadline; metrics) ──▶ driver socket
+//! ```
+//!
+//! `../shared/DESIGN.md` has the whole picture; this crate grows into it.
+
+pub mod config;
+pub mod csi;
+pub mod metrics;
+pub mod migration;
+pub mod run;
+
+pub use run::run;
