@@ -1,5 +1,6 @@
 //! Entry point: flags → `Config`, logging, `run`, exit code.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use csi_attacher::config::Config;
@@ -50,6 +51,7 @@ fn init_logging(config: &Config) {
     });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     if config.logging_format == "json" {
         builder.json().init();
