@@ -1,0 +1,270 @@
+//! A real control plane for tests: etcd + kube-apiserver on loopback.
+//!
+//! Started once per test binary (on first use) with random free ports, a temp
+//! dir, its own CA, serving and client certificates, and `--authorization-mode=RBAC`.
+//! Binaries come from `hack/build-controlplane.sh` (built once, cached).
+//! Everything is killed and removed when the test process exits, also after a
+//! panic (see `procs`). Tests share it, so each must use unique object names.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
+    ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose, SanType,
+};
+
+use super::procs::{self, Guard};
+
+/// How long etcd + kube-apiserver may take to become ready.
+const START_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A running etcd + kube-apiserver pair.
+pub struct ControlPlane {
+    /// Scratch directory (certs, data, logs, kubeconfigs).
+    pub dir: PathBuf,
+    /// `https://127.0.0.1:<port>`.
+    pub server: String,
+    /// Admin kubeconfig (user in `system:masters`).
+    pub kubeconfig: PathBuf,
+    /// Directory holding the built tools (kube-apiserver, etcd, csi-test-driver).
+    pub tools: PathBuf,
+    ca: CertifiedIssuer<'static, KeyPair>,
+    _etcd: Guard,
+    _apiserver: Guard,
+}
+
+static SHARED: OnceLock<std::result::Result<ControlPlane, String>> = OnceLock::new();
+
+/// The control plane of this test binary, started on first use.
+///
+/// Safe to call from inside a tokio runtime: the start runs on its own thread.
+pub fn shared() -> &'static ControlPlane {
+    let result = SHARED.get_or_init(|| {
+        std::thread::spawn(|| ControlPlane::start().map_err(|e| format!("{e:#}")))
+            .join()
+            .unwrap_or_else(|_| Err("control plane start panicked".into()))
+    });
+    match result {
+        Ok(cp) => cp,
+        Err(err) => panic!("cannot start the test control plane: {err}"),
+    }
+}
+
+/// Builds (or finds in the cache) the pinned tools and returns their directory.
+pub fn tools_dir() -> Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("CSI_ATTACHER_TOOLS_BIN") {
+        return Ok(PathBuf::from(dir));
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("hack/build-controlplane.sh");
+    let output = Command::new("bash")
+        .arg(&script)
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    if !output.status.success() {
+        bail!("{} failed ({})", script.display(), output.status);
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let dir = stdout.lines().last().context("build script printed no directory")?;
+    Ok(PathBuf::from(dir.trim()))
+}
+
+/// A free TCP port on 127.0.0.1 (bound, then released).
+pub fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+impl ControlPlane {
+    fn start() -> Result<Self> {
+        let tools = tools_dir()?;
+        let dir = tempfile::Builder::new()
+            .prefix("csi-attacher-cp-")
+            .tempdir()?
+            .keep();
+        procs::remove_at_exit(dir.clone());
+
+        // Certificates: one CA signs the serving cert and every client cert.
+        let mut ca_params = CertificateParams::default();
+        ca_params.distinguished_name = dn("csi-attacher-test-ca", &[]);
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate()?)?;
+        std::fs::write(dir.join("ca.crt"), ca.pem())?;
+
+        let mut serving = CertificateParams::new(vec!["localhost".to_string()])?;
+        serving
+            .subject_alt_names
+            .push(SanType::IpAddress([127, 0, 0, 1].into()));
+        serving.distinguished_name = dn("kube-apiserver", &[]);
+        serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let serving_key = KeyPair::generate()?;
+        let serving_cert = serving.signed_by(&serving_key, &ca)?;
+        std::fs::write(dir.join("apiserver.crt"), serving_cert.pem())?;
+        std::fs::write(dir.join("apiserver.key"), serving_key.serialize_pem())?;
+
+        let sa_key = KeyPair::generate()?;
+        std::fs::write(dir.join("sa.key"), sa_key.serialize_pem())?;
+        std::fs::write(dir.join("sa.pub"), sa_key.public_key_pem())?;
+
+        // etcd
+        let etcd_port = free_port()?;
+        let peer_port = free_port()?;
+        let etcd_log = std::fs::File::create(dir.join("etcd.log"))?;
+        let mut etcd = Command::new(tools.join("etcd"));
+        etcd.args([
+            "--name=test",
+            &format!("--data-dir={}", dir.join("etcd").display()),
+            &format!("--listen-client-urls=http://127.0.0.1:{etcd_port}"),
+            &format!("--advertise-client-urls=http://127.0.0.1:{etcd_port}"),
+            &format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"),
+            &format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"),
+            &format!("--initial-cluster=test=http://127.0.0.1:{peer_port}"),
+            "--unsafe-no-fsync=true",
+            "--log-level=warn",
+        ])
+        .stdout(etcd_log.try_clone()?)
+        .stderr(etcd_log);
+        let etcd = Guard(Some(procs::spawn(etcd).context("starting etcd")?));
+
+        // kube-apiserver
+        let port = free_port()?;
+        let api_log = std::fs::File::create(dir.join("kube-apiserver.log"))?;
+        let p = |name: &str| dir.join(name).display().to_string();
+        let mut apiserver = Command::new(tools.join("kube-apiserver"));
+        apiserver
+            .args([
+                format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                format!("--secure-port={port}"),
+                format!("--cert-dir={}", p("certs")),
+                format!("--tls-cert-file={}", p("apiserver.crt")),
+                format!("--tls-private-key-file={}", p("apiserver.key")),
+                format!("--client-ca-file={}", p("ca.crt")),
+                format!("--service-account-key-file={}", p("sa.pub")),
+                format!("--service-account-signing-key-file={}", p("sa.key")),
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+                "--authorization-mode=RBAC".into(),
+                "--service-cluster-ip-range=10.0.0.0/24".into(),
+                "--endpoint-reconciler-type=none".into(),
+                "--enable-priority-and-fairness=false".into(),
+                "--profiling=false".into(),
+                "--v=1".into(),
+            ])
+            .stdout(api_log.try_clone()?)
+            .stderr(api_log);
+        let apiserver = Guard(Some(
+            procs::spawn(apiserver).context("starting kube-apiserver")?,
+        ));
+
+        let mut cp = Self {
+            server: format!("https://127.0.0.1:{port}"),
+            kubeconfig: dir.join("admin.kubeconfig"),
+            dir,
+            tools,
+            ca,
+            _etcd: etcd,
+            _apiserver: apiserver,
+        };
+        cp.kubeconfig = cp.write_kubeconfig("admin", "admin", &["system:masters"])?;
+        cp.wait_ready().map_err(|e| {
+            let tail = |name: &str| {
+                let text = std::fs::read_to_string(cp.dir.join(name)).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                lines[lines.len().saturating_sub(30)..].join("\n")
+            };
+            e.context(format!(
+                "etcd.log:\n{}\nkube-apiserver.log:\n{}",
+                tail("etcd.log"),
+                tail("kube-apiserver.log")
+            ))
+        })?;
+        Ok(cp)
+    }
+
+    /// Writes a kubeconfig for a client-certificate user and returns its path.
+    ///
+    /// For a service account use `system:serviceaccount:<ns>:<name>` with groups
+    /// `system:serviceaccounts` and `system:serviceaccounts:<ns>`: RBAC bindings to
+    /// the ServiceAccount subject then apply.
+    pub fn write_kubeconfig(&self, file_stem: &str, user: &str, groups: &[&str]) -> Result<PathBuf> {
+        let mut params = CertificateParams::default();
+        params.distinguished_name = dn(user, groups);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &self.ca)?;
+        let b64 = |s: String| base64_encode(s.as_bytes());
+        let config = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "test", "cluster": {
+                "server": self.server,
+                "certificate-authority-data": b64(self.ca.pem()),
+            }}],
+            "users": [{"name": user, "user": {
+                "client-certificate-data": b64(cert.pem()),
+                "client-key-data": b64(key.serialize_pem()),
+            }}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": user}}],
+            "current-context": "test",
+        });
+        let path = self.dir.join(format!("{file_stem}.kubeconfig"));
+        std::fs::write(&path, serde_json::to_vec_pretty(&config)?)?;
+        Ok(path)
+    }
+
+    /// An admin client.
+    pub async fn client(&self) -> kube::Client {
+        self.client_for(&self.kubeconfig).await
+    }
+
+    /// A client from a kubeconfig written by [`Self::write_kubeconfig`].
+    pub async fn client_for(&self, kubeconfig: &Path) -> kube::Client {
+        let kubeconfig = Kubeconfig::read_from(kubeconfig).expect("read kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .expect("kubeconfig to config");
+        kube::Client::try_from(config).expect("build kube client")
+    }
+
+    fn wait_ready(&self) -> Result<()> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        runtime.block_on(async {
+            let client = self.client().await;
+            let deadline = Instant::now() + START_TIMEOUT;
+            let mut last = String::new();
+            while Instant::now() < deadline {
+                let req = http::Request::get("/readyz").body(Vec::new())?;
+                match client.request_text(req).await {
+                    Ok(body) if body.trim() == "ok" => return Ok(()),
+                    Ok(body) => last = body,
+                    Err(err) => last = err.to_string(),
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            bail!("kube-apiserver not ready after {START_TIMEOUT:?}: {last}")
+        })
+    }
+}
+
+fn dn(common_name: &str, organizations: &[&str]) -> DistinguishedName {
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, common_name);
+    for o in organizations {
+        dn.push(DnType::OrganizationName, *o);
+    }
+    dn
+}
+
+fn base64_encode(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}

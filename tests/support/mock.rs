@@ -1,0 +1,143 @@
+//! The project's mock CSI driver as a child process, with a client for its admin API.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context, Result};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+
+use super::procs::{self, Guard};
+
+/// A running `csi-mock-driver` on a temp socket.
+pub struct MockDriver {
+    /// The socket path.
+    pub socket: PathBuf,
+    /// The JSON-lines ledger file.
+    pub ledger_path: PathBuf,
+    /// Admin API address.
+    pub admin: SocketAddr,
+    /// The process.
+    pub process: Guard,
+    _dir: tempfile::TempDir,
+}
+
+impl MockDriver {
+    /// Starts the mock with extra flags (e.g. `--name=x`, `--capabilities=...`).
+    pub fn start(extra_args: &[&str]) -> Result<Self> {
+        let dir = tempfile::Builder::new().prefix("csi-mock-").tempdir()?;
+        let socket = dir.path().join("csi.sock");
+        let ledger_path = dir.path().join("ledger.jsonl");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_csi-mock-driver"));
+        command
+            .arg(format!("--endpoint={}", socket.display()))
+            .arg(format!("--ledger={}", ledger_path.display()))
+            .arg("--admin-addr=127.0.0.1:0")
+            .args(extra_args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = procs::spawn(command).context("starting csi-mock-driver")?;
+        let stdout = child.stdout.take().context("mock stdout")?;
+        let mut process = Guard(Some(child));
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line)?;
+        let banner: Value = match serde_json::from_str(&line) {
+            Ok(v) => v,
+            Err(_) => {
+                let status = process.wait()?;
+                bail!("csi-mock-driver did not start ({status}): {line:?}");
+            }
+        };
+        let admin = banner["admin"]
+            .as_str()
+            .context("no admin address in banner")?
+            .parse()?;
+        Ok(Self {
+            socket,
+            ledger_path,
+            admin,
+            process,
+            _dir: dir,
+        })
+    }
+
+    /// `--csi-address` value for this mock.
+    pub fn address(&self) -> String {
+        self.socket.display().to_string()
+    }
+
+    /// Sets a fault on `method` (body: the mock's `Fault` JSON).
+    pub async fn set_fault(&self, method: &str, fault: Value) {
+        self.admin_call("PUT", &format!("/faults/{method}"), Some(fault)).await;
+    }
+
+    /// Clears all faults (releases hung calls).
+    pub async fn clear_faults(&self) {
+        self.admin_call("DELETE", "/faults", None).await;
+    }
+
+    /// Sets what Probe answers.
+    pub async fn set_ready(&self, ready: bool) {
+        self.admin_call("PUT", "/ready", Some(serde_json::json!({ "ready": ready })))
+            .await;
+    }
+
+    /// The published table `{volume: [node, ...]}`.
+    pub async fn published(&self) -> Value {
+        self.admin_call("GET", "/published", None).await
+    }
+
+    /// Replaces the published table.
+    pub async fn set_published(&self, table: Value) {
+        self.admin_call("PUT", "/published", Some(table)).await;
+    }
+
+    /// All ledger entries.
+    pub async fn ledger(&self) -> Vec<Value> {
+        match self.admin_call("GET", "/ledger", None).await {
+            Value::Array(entries) => entries,
+            other => panic!("ledger is not an array: {other}"),
+        }
+    }
+
+    /// Ledger entries of one method.
+    pub async fn calls(&self, method: &str) -> Vec<Value> {
+        self.ledger()
+            .await
+            .into_iter()
+            .filter(|e| e["method"] == method)
+            .collect()
+    }
+
+    async fn admin_call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let stream = tokio::net::TcpStream::connect(self.admin)
+            .await
+            .expect("connect to mock admin API");
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .expect("admin handshake");
+        tokio::spawn(conn);
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        let request = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", self.admin.to_string())
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .expect("admin request");
+        let response = sender.send_request(request).await.expect("admin response");
+        let status = response.status();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .expect("admin body")
+            .to_bytes();
+        assert!(status.is_success(), "admin {method} {path}: {status} {bytes:?}");
+        serde_json::from_slice(&bytes).expect("admin JSON")
+    }
+}

@@ -1,0 +1,39 @@
+//! Test harness shared by the behaviour tests: control plane, mock driver,
+//! child processes and small helpers.
+//!
+//! Each test binary compiles this module on its own and uses a part of it.
+#![allow(dead_code)]
+
+pub mod controlplane;
+pub mod mock;
+pub mod procs;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// A DNS-1123 name unique within this test run: `<prefix>-<pid>-<n>`.
+pub fn unique(prefix: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Polls `check` until it yields `Some`, or panics with `what` after `timeout`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
