@@ -108,10 +108,9 @@ pub fn normalize_args(command: &clap::Command, args: Vec<OsString>) -> Vec<OsStr
             Some((n, v)) => (n, Some(v.to_string())),
             None => (body, None),
         };
-        let Some(flag) = command
-            .get_arguments()
-            .find(|a| a.get_long() == Some(name) || (name.len() == 1 && a.get_short() == name.chars().next()))
-        else {
+        let Some(flag) = command.get_arguments().find(|a| {
+            a.get_long() == Some(name) || (name.len() == 1 && a.get_short() == name.chars().next())
+        }) else {
             out.push(arg); // unknown: clap prints usage and exits 2
             continue;
         };
@@ -202,7 +201,10 @@ mod tests {
         let c = parse(&[]).expect("defaults parse");
         assert_eq!(c.csi_address, "/run/csi/socket");
         assert_eq!(c.timeout, Duration::from_secs(15));
-        assert_eq!(c.termination_log_path, PathBuf::from(DEFAULT_TERMINATION_LOG));
+        assert_eq!(
+            c.termination_log_path,
+            PathBuf::from(DEFAULT_TERMINATION_LOG)
+        );
         assert!(!c.version);
     }
 
@@ -228,7 +230,10 @@ mod tests {
         let c = parse(&["--version", "false", "--timeout=1s"]).expect("stops at non-flag");
         assert!(c.version);
         assert_eq!(c.timeout, Duration::from_secs(15));
-        assert_eq!(c.rest, vec!["false".to_string(), "--timeout=1s".to_string()]);
+        assert_eq!(
+            c.rest,
+            vec!["false".to_string(), "--timeout=1s".to_string()]
+        );
     }
 
     #[test]

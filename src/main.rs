@@ -17,7 +17,9 @@ fn main() -> ExitCode {
     };
     init_logging(&config);
     if config.version {
-        let program = std::env::args().next().unwrap_or_else(|| "csi-attacher".into());
+        let program = std::env::args()
+            .next()
+            .unwrap_or_else(|| "csi-attacher".into());
         println!("{program} {}", env!("CARGO_PKG_VERSION"));
         return ExitCode::SUCCESS;
     }
@@ -47,7 +49,9 @@ fn init_logging(config: &Config) {
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        EnvFilter::new(format!("{level},h2=info,hyper=info,hyper_util=info,tower=info,rustls=info"))
+        EnvFilter::new(format!(
+            "{level},h2=info,hyper=info,hyper_util=info,tower=info,rustls=info"
+        ))
     });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -189,9 +189,12 @@ mod tests {
             .csi
             .observe("/csi.v1.Identity/Probe", "OK", false, 0.01);
         metrics.csi.set_driver_name("csi.example.com");
-        metrics
-            .csi
-            .observe("/csi.v1.Controller/ControllerPublishVolume", "ResourceExhausted", false, 0.2);
+        metrics.csi.observe(
+            "/csi.v1.Controller/ControllerPublishVolume",
+            "ResourceExhausted",
+            false,
+            0.2,
+        );
         let text = metrics.render();
         assert!(text.contains(
             r#"csi_sidecar_operations_seconds_count{driver_name="unknown-driver",grpc_status_code="OK",method_name="/csi.v1.Identity/Probe"} 1"#
@@ -207,9 +210,12 @@ mod tests {
     fn migration_drivers_get_the_migrated_label() {
         let metrics = Metrics::new();
         metrics.csi.set_driver_name("pd.csi.storage.gke.io");
-        metrics
-            .csi
-            .observe("/csi.v1.Controller/ControllerPublishVolume", "OK", true, 0.2);
+        metrics.csi.observe(
+            "/csi.v1.Controller/ControllerPublishVolume",
+            "OK",
+            true,
+            0.2,
+        );
         let text = metrics.render();
         assert!(text.contains(
             r#"csi_sidecar_operations_seconds_count{driver_name="pd.csi.storage.gke.io",grpc_status_code="OK",method_name="/csi.v1.Controller/ControllerPublishVolume",migrated="true"} 1"#

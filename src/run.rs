@@ -42,9 +42,10 @@ pub async fn run(config: Config) -> Result<(), RunError> {
 
     // Driver connection, probe and identity (UPSTREAM-BEHAVIOR §2 steps 5-10).
     let address = csi::parse_address(&csi_address).map_err(RunError::Startup)?;
-    let (client, mut loss) = Client::connect(&address, DIAL_TIMEOUT, timeout, Arc::clone(&metrics.csi))
-        .await
-        .map_err(RunError::Startup)?;
+    let (client, mut loss) =
+        Client::connect(&address, DIAL_TIMEOUT, timeout, Arc::clone(&metrics.csi))
+            .await
+            .map_err(RunError::Startup)?;
     let startup = async {
         client.probe_until_ready().await?;
         let info = client.plugin_info().await?;

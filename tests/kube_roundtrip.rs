@@ -30,7 +30,9 @@ async fn persistent_volume_round_trip_with_json_patch_finalizer() {
         }
     }))
     .expect("pv json");
-    pvs.create(&PostParams::default(), &pv).await.expect("create pv");
+    pvs.create(&PostParams::default(), &pv)
+        .await
+        .expect("create pv");
 
     let got = pvs.get(&name).await.expect("get pv");
     assert_eq!(
@@ -53,7 +55,10 @@ async fn persistent_volume_round_trip_with_json_patch_finalizer() {
         .patch(&name, &PatchParams::default(), &Patch::<()>::Json(stale))
         .await
         .expect_err("test op must fail");
-    assert!(matches!(err, kube::Error::Api(ref s) if s.code == 422), "{err:?}");
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 422),
+        "{err:?}"
+    );
     let append: json_patch::Patch = serde_json::from_value(json!([
         {"op": "add", "path": "/metadata/finalizers/-", "value": "external-attacher/csi-example-com"},
     ]))
@@ -64,14 +69,22 @@ async fn persistent_volume_round_trip_with_json_patch_finalizer() {
         .expect("json patch pv");
     assert_eq!(
         patched.metadata.finalizers,
-        Some(vec![protection.clone(), "external-attacher/csi-example-com".to_string()])
+        Some(vec![
+            protection.clone(),
+            "external-attacher/csi-example-com".to_string()
+        ])
     );
 
     // Delete: the finalizers hold the PV in Terminating until removed.
-    pvs.delete(&name, &DeleteParams::default()).await.expect("delete pv");
+    pvs.delete(&name, &DeleteParams::default())
+        .await
+        .expect("delete pv");
     let terminating = pvs.get(&name).await.expect("pv still there");
     assert!(terminating.metadata.deletion_timestamp.is_some());
-    for (index, finalizer) in [(1, "external-attacher/csi-example-com"), (0, protection.as_str())] {
+    for (index, finalizer) in [
+        (1, "external-attacher/csi-example-com"),
+        (0, protection.as_str()),
+    ] {
         let remove: json_patch::Patch = serde_json::from_value(json!([
             {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": finalizer},
             {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
@@ -82,7 +95,11 @@ async fn persistent_volume_round_trip_with_json_patch_finalizer() {
             .expect("remove finalizer");
     }
     support::eventually("PV gone", Duration::from_secs(10), || async {
-        pvs.get_opt(&name).await.expect("get pv").is_none().then_some(())
+        pvs.get_opt(&name)
+            .await
+            .expect("get pv")
+            .is_none()
+            .then_some(())
     })
     .await;
 }
@@ -129,7 +146,9 @@ async fn volume_attachment_status_patch_and_watch_events() {
         },
     }))
     .expect("va json");
-    vas.create(&PostParams::default(), &va).await.expect("create va");
+    vas.create(&PostParams::default(), &va)
+        .await
+        .expect("create va");
 
     // Metadata merge patch: finalizer + node-id annotation.
     let meta = json!({"metadata": {
@@ -141,7 +160,8 @@ async fn volume_attachment_status_patch_and_watch_events() {
         .expect("metadata patch");
 
     // Status merge patch on the subresource.
-    let status = json!({"status": {"attached": true, "attachmentMetadata": {"devicePath": "/dev/x"}}});
+    let status =
+        json!({"status": {"attached": true, "attachmentMetadata": {"devicePath": "/dev/x"}}});
     let patched = vas
         .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
         .await
@@ -149,7 +169,8 @@ async fn volume_attachment_status_patch_and_watch_events() {
     let st = patched.status.expect("status");
     assert!(st.attached);
     assert_eq!(
-        st.attachment_metadata.and_then(|m| m.get("devicePath").cloned()),
+        st.attachment_metadata
+            .and_then(|m| m.get("devicePath").cloned()),
         Some("/dev/x".to_string())
     );
     // errorCode is typed (k8s-openapi v1_34) and accepted by the 1.36 API server.
@@ -158,7 +179,10 @@ async fn volume_attachment_status_patch_and_watch_events() {
         .patch_status(&name, &PatchParams::default(), &Patch::Merge(&error))
         .await
         .expect("error patch");
-    let attach_error = patched.status.and_then(|s| s.attach_error).expect("attachError");
+    let attach_error = patched
+        .status
+        .and_then(|s| s.attach_error)
+        .expect("attachError");
     assert_eq!(attach_error.error_code, Some(5));
 
     // The watch saw the object arrive with attached=true at some point.
@@ -182,7 +206,9 @@ async fn volume_attachment_status_patch_and_watch_events() {
     );
 
     // Deleting keeps it until the finalizer goes; then the watch reports Delete.
-    vas.delete(&name, &DeleteParams::default()).await.expect("delete va");
+    vas.delete(&name, &DeleteParams::default())
+        .await
+        .expect("delete va");
     vas.patch(
         &name,
         &PatchParams::default(),

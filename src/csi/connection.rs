@@ -100,7 +100,11 @@ pub async fn connect(path: &Path, timeout: Duration) -> Result<(Channel, Connect
     let mut last_log = started;
     let dial = || endpoint.connect_with_connector(connector.clone());
     let attempt = dial
-        .retry(ConstantBuilder::default().with_delay(DIAL_RETRY).without_max_times())
+        .retry(
+            ConstantBuilder::default()
+                .with_delay(DIAL_RETRY)
+                .without_max_times(),
+        )
         .sleep(tokio::time::sleep)
         .notify(|err, _| {
             if last_log.elapsed() >= DIAL_LOG_EVERY {
@@ -120,9 +124,7 @@ pub async fn connect(path: &Path, timeout: Duration) -> Result<(Channel, Connect
         }
         Err(_) => {
             // The dial itself reports why: try once more without waiting to say it.
-            if let Ok(Err(err)) =
-                tokio::time::timeout(Duration::from_millis(100), dial()).await
-            {
+            if let Ok(Err(err)) = tokio::time::timeout(Duration::from_millis(100), dial()).await {
                 last_error = format!("{err}: {}", source_chain(&err));
             }
             Err(connect_timeout(path, timeout, last_error))
@@ -235,7 +237,13 @@ mod tests {
 
     #[test]
     fn other_addresses_are_rejected_with_a_reason() {
-        for bad in ["tcp://127.0.0.1:10000", "relative/socket", "unix://", "", "unix://relative"] {
+        for bad in [
+            "tcp://127.0.0.1:10000",
+            "relative/socket",
+            "unix://",
+            "",
+            "unix://relative",
+        ] {
             let err = parse_address(bad).expect_err(bad);
             assert!(err.to_string().starts_with("invalid CSI address"), "{err}");
         }

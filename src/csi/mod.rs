@@ -163,9 +163,13 @@ impl Client {
             let deadline = Instant::now() + self.timeout;
             let mut identity = self.identity.clone();
             let result = self
-                .invoke(Method::Probe, deadline, false, |req| async move {
-                    identity.probe(req).await
-                }, proto::ProbeRequest {})
+                .invoke(
+                    Method::Probe,
+                    deadline,
+                    false,
+                    |req| async move { identity.probe(req).await },
+                    proto::ProbeRequest {},
+                )
                 .await;
             match result {
                 // An absent `ready` means ready.
@@ -185,9 +189,13 @@ impl Client {
         let deadline = Instant::now() + STARTUP_CALL_TIMEOUT;
         let mut identity = self.identity.clone();
         let resp = self
-            .invoke(Method::GetPluginInfo, deadline, false, |req| async move {
-                identity.get_plugin_info(req).await
-            }, proto::GetPluginInfoRequest {})
+            .invoke(
+                Method::GetPluginInfo,
+                deadline,
+                false,
+                |req| async move { identity.get_plugin_info(req).await },
+                proto::GetPluginInfoRequest {},
+            )
             .await?;
         if resp.name.is_empty() {
             return Err(Error::EmptyDriverName);
@@ -208,9 +216,13 @@ impl Client {
         let deadline = Instant::now() + STARTUP_CALL_TIMEOUT;
         let mut identity = self.identity.clone();
         let plugin = self
-            .invoke(Method::GetPluginCapabilities, deadline, false, |req| async move {
-                identity.get_plugin_capabilities(req).await
-            }, proto::GetPluginCapabilitiesRequest {})
+            .invoke(
+                Method::GetPluginCapabilities,
+                deadline,
+                false,
+                |req| async move { identity.get_plugin_capabilities(req).await },
+                proto::GetPluginCapabilitiesRequest {},
+            )
             .await?;
         let mut caps = Capabilities {
             controller_service: plugin.capabilities.iter().any(|c| {
@@ -224,9 +236,13 @@ impl Client {
         }
         let mut controller = self.controller.clone();
         let resp = self
-            .invoke(Method::ControllerGetCapabilities, deadline, false, |req| async move {
-                controller.controller_get_capabilities(req).await
-            }, proto::ControllerGetCapabilitiesRequest {})
+            .invoke(
+                Method::ControllerGetCapabilities,
+                deadline,
+                false,
+                |req| async move { controller.controller_get_capabilities(req).await },
+                proto::ControllerGetCapabilitiesRequest {},
+            )
             .await?;
         for cap in resp.capabilities {
             let Some(controller_service_capability::Type::Rpc(rpc)) = cap.r#type else {
@@ -255,9 +271,13 @@ impl Client {
         let deadline = Instant::now() + self.timeout;
         let mut controller = self.controller.clone();
         let resp = self
-            .invoke(Method::ControllerPublishVolume, deadline, migrated, |req| async move {
-                controller.controller_publish_volume(req).await
-            }, request)
+            .invoke(
+                Method::ControllerPublishVolume,
+                deadline,
+                migrated,
+                |req| async move { controller.controller_publish_volume(req).await },
+                request,
+            )
             .await?;
         Ok(resp.publish_context)
     }
@@ -270,9 +290,13 @@ impl Client {
     ) -> Result<(), RpcStatus> {
         let deadline = Instant::now() + self.timeout;
         let mut controller = self.controller.clone();
-        self.invoke(Method::ControllerUnpublishVolume, deadline, migrated, |req| async move {
-            controller.controller_unpublish_volume(req).await
-        }, request)
+        self.invoke(
+            Method::ControllerUnpublishVolume,
+            deadline,
+            migrated,
+            |req| async move { controller.controller_unpublish_volume(req).await },
+            request,
+        )
         .await?;
         Ok(())
     }
@@ -290,9 +314,13 @@ impl Client {
             starting_token,
         };
         let resp = self
-            .invoke(Method::ListVolumes, deadline, false, |req| async move {
-                controller.list_volumes(req).await
-            }, request)
+            .invoke(
+                Method::ListVolumes,
+                deadline,
+                false,
+                |req| async move { controller.list_volumes(req).await },
+                request,
+            )
             .await?;
         let mut page = VolumePage {
             next_token: resp.next_token,

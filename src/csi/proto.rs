@@ -50,7 +50,8 @@ mod tests {
 
     #[test]
     fn debug_of_requests_never_shows_secret_values() {
-        let secrets: HashMap<String, String> = [("password".to_string(), "hunter2".to_string())].into();
+        let secrets: HashMap<String, String> =
+            [("password".to_string(), "hunter2".to_string())].into();
         let publish = ControllerPublishVolumeRequest {
             volume_id: "vol-1".into(),
             secrets: secrets.clone(),
@@ -61,7 +62,11 @@ mod tests {
             secrets,
             ..Default::default()
         };
-        for text in [format!("{publish:?}"), format!("{unpublish:?}"), format!("{publish:#?}")] {
+        for text in [
+            format!("{publish:?}"),
+            format!("{unpublish:?}"),
+            format!("{publish:#?}"),
+        ] {
             assert!(!text.contains("hunter2"), "secret leaked: {text}");
             assert!(text.contains("password"), "key should be visible: {text}");
             assert!(text.contains("vol-1"));

@@ -71,7 +71,10 @@ pub fn tools_dir() -> Result<PathBuf> {
         bail!("{} failed ({})", script.display(), output.status);
     }
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let dir = stdout.lines().last().context("build script printed no directory")?;
+    let dir = stdout
+        .lines()
+        .last()
+        .context("build script printed no directory")?;
     Ok(PathBuf::from(dir.trim()))
 }
 
@@ -193,7 +196,12 @@ impl ControlPlane {
     /// For a service account use `system:serviceaccount:<ns>:<name>` with groups
     /// `system:serviceaccounts` and `system:serviceaccounts:<ns>`: RBAC bindings to
     /// the ServiceAccount subject then apply.
-    pub fn write_kubeconfig(&self, file_stem: &str, user: &str, groups: &[&str]) -> Result<PathBuf> {
+    pub fn write_kubeconfig(
+        &self,
+        file_stem: &str,
+        user: &str,
+        groups: &[&str],
+    ) -> Result<PathBuf> {
         let mut params = CertificateParams::default();
         params.distinguished_name = dn(user, groups);
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
@@ -227,9 +235,10 @@ impl ControlPlane {
     /// A client from a kubeconfig written by [`Self::write_kubeconfig`].
     pub async fn client_for(&self, kubeconfig: &Path) -> kube::Client {
         let kubeconfig = Kubeconfig::read_from(kubeconfig).expect("read kubeconfig");
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .expect("kubeconfig to config");
+        let config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .expect("kubeconfig to config");
         kube::Client::try_from(config).expect("build kube client")
     }
 

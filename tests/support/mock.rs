@@ -72,7 +72,8 @@ impl MockDriver {
 
     /// Sets a fault on `method` (body: the mock's `Fault` JSON).
     pub async fn set_fault(&self, method: &str, fault: Value) {
-        self.admin_call("PUT", &format!("/faults/{method}"), Some(fault)).await;
+        self.admin_call("PUT", &format!("/faults/{method}"), Some(fault))
+            .await;
     }
 
     /// Clears all faults (releases hung calls).
@@ -137,7 +138,10 @@ impl MockDriver {
             .await
             .expect("admin body")
             .to_bytes();
-        assert!(status.is_success(), "admin {method} {path}: {status} {bytes:?}");
+        assert!(
+            status.is_success(),
+            "admin {method} {path}: {status} {bytes:?}"
+        );
         serde_json::from_slice(&bytes).expect("admin JSON")
     }
 }

@@ -75,11 +75,16 @@ async fn handle(req: Request<Incoming>, driver: &Driver) -> Response<Full<Bytes>
         (Method::GET, ["faults"]) => reply(StatusCode::OK, json!(driver.faults.snapshot())),
         (Method::PUT, ["faults", name]) => {
             if !METHODS.contains(name) {
-                return reply(StatusCode::NOT_FOUND, json!({"error": format!("unknown method {name}; one of {METHODS:?}")}));
+                return reply(
+                    StatusCode::NOT_FOUND,
+                    json!({"error": format!("unknown method {name}; one of {METHODS:?}")}),
+                );
             }
             let fault: Fault = match serde_json::from_slice(&body) {
                 Ok(f) => f,
-                Err(err) => return reply(StatusCode::BAD_REQUEST, json!({"error": err.to_string()})),
+                Err(err) => {
+                    return reply(StatusCode::BAD_REQUEST, json!({"error": err.to_string()}))
+                }
             };
             if let Err(err) = fault.validate() {
                 return reply(StatusCode::BAD_REQUEST, json!({"error": err}));
@@ -113,9 +118,15 @@ async fn handle(req: Request<Incoming>, driver: &Driver) -> Response<Full<Bytes>
                 driver.ready.store(ready, Ordering::SeqCst);
                 reply(StatusCode::OK, json!({"ready": ready}))
             }
-            None => reply(StatusCode::BAD_REQUEST, json!({"error": "body must be {\"ready\": bool}"})),
+            None => reply(
+                StatusCode::BAD_REQUEST,
+                json!({"error": "body must be {\"ready\": bool}"}),
+            ),
         },
-        _ => reply(StatusCode::NOT_FOUND, json!({"error": format!("no route for {path}")})),
+        _ => reply(
+            StatusCode::NOT_FOUND,
+            json!({"error": format!("no route for {path}")}),
+        ),
     }
 }
 

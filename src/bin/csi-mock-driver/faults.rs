@@ -101,7 +101,10 @@ impl Faults {
         match &fault.code {
             Some(code) => {
                 let code = parse_code(code).unwrap_or(Code::Unknown);
-                let message = fault.message.clone().unwrap_or_else(|| "mock rpc error".into());
+                let message = fault
+                    .message
+                    .clone()
+                    .unwrap_or_else(|| "mock rpc error".into());
                 Err(Status::new(code, message))
             }
             None => Ok(()),
@@ -159,5 +162,7 @@ pub fn parse_code(text: &str) -> Result<Code, String> {
     codes
         .into_iter()
         .find(|c| csi_attacher::csi::go_code_name(*c) == text)
-        .ok_or_else(|| format!("unknown gRPC code {text:?} (use Go names such as ResourceExhausted)"))
+        .ok_or_else(|| {
+            format!("unknown gRPC code {text:?} (use Go names such as ResourceExhausted)")
+        })
 }

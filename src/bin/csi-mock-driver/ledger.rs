@@ -17,7 +17,10 @@ impl Ledger {
     pub fn open(path: Option<&Path>) -> std::io::Result<Self> {
         let file = match path {
             Some(p) => Some(Mutex::new(
-                std::fs::OpenOptions::new().create(true).append(true).open(p)?,
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)?,
             )),
             None => None,
         };
@@ -39,7 +42,10 @@ impl Ledger {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or_default();
-        let took = received.elapsed().map(|d| d.as_secs_f64() * 1e3).unwrap_or_default();
+        let took = received
+            .elapsed()
+            .map(|d| d.as_secs_f64() * 1e3)
+            .unwrap_or_default();
         fields.insert("method".into(), method.into());
         fields.insert("time_unix_nanos".into(), nanos.into());
         fields.insert("duration_ms".into(), took.into());

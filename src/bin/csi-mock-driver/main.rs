@@ -34,7 +34,11 @@ use crate::state::Published;
 
 /// Flags of the mock driver.
 #[derive(Debug, Parser)]
-#[command(name = "csi-mock-driver", version, about = "Mock CSI controller plugin for tests")]
+#[command(
+    name = "csi-mock-driver",
+    version,
+    about = "Mock CSI controller plugin for tests"
+)]
 struct Args {
     /// Unix socket to serve on (path or unix:///path).
     #[arg(long)]
@@ -137,7 +141,9 @@ fn parse_capabilities(list: &str) -> anyhow::Result<(Vec<PluginService>, Vec<Rpc
     let mut controller = Vec::new();
     for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let upper = name.to_ascii_uppercase().replace('-', "_");
-        if let Some(p) = PluginService::from_str_name(&upper).filter(|p| *p != PluginService::Unknown) {
+        if let Some(p) =
+            PluginService::from_str_name(&upper).filter(|p| *p != PluginService::Unknown)
+        {
             plugin.push(p);
         } else if let Some(c) = Rpc::from_str_name(&upper).filter(|c| *c != Rpc::Unknown) {
             controller.push(c);

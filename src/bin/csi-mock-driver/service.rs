@@ -32,24 +32,57 @@ pub struct Driver {
 
 impl Driver {
     pub fn published(&self) -> MutexGuard<'_, Published> {
-        self.published.lock().unwrap_or_else(PoisonError::into_inner)
+        self.published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Runs one call: fault first, then `body`; records the outcome in the ledger.
+    ///
+    /// A call the client abandons (deadline, cancel) is dropped by the server
+    /// mid-flight; the guard still records it, as `Canceled`.
     async fn call<T>(
         &self,
-        method: &str,
+        method: &'static str,
         fields: Map<String, Value>,
         body: impl FnOnce() -> Result<T, Status>,
     ) -> Result<Response<T>, Status> {
-        let received = SystemTime::now();
+        let mut guard = LedgerGuard {
+            driver: self,
+            method,
+            received: SystemTime::now(),
+            fields: Some(fields),
+        };
         let result = match self.faults.apply(method).await {
             Ok(()) => body(),
             Err(status) => Err(status),
         };
-        let outcome = result.as_ref().map(|_| ()).map_err(Clone::clone);
-        self.ledger.record(method, received, fields, &outcome);
+        guard.finish(result.as_ref().map(|_| ()).map_err(Clone::clone));
         result.map(Response::new)
+    }
+}
+
+/// Writes the ledger entry of one call exactly once, even if the call is dropped.
+struct LedgerGuard<'a> {
+    driver: &'a Driver,
+    method: &'static str,
+    received: SystemTime,
+    fields: Option<Map<String, Value>>,
+}
+
+impl LedgerGuard<'_> {
+    fn finish(&mut self, outcome: Result<(), Status>) {
+        if let Some(fields) = self.fields.take() {
+            self.driver
+                .ledger
+                .record(self.method, self.received, fields, &outcome);
+        }
+    }
+}
+
+impl Drop for LedgerGuard<'_> {
+    fn drop(&mut self) {
+        self.finish(Err(Status::cancelled("call abandoned by the client")));
     }
 }
 
@@ -101,9 +134,11 @@ impl Identity for Service {
     ) -> Result<Response<proto::ProbeResponse>, Status> {
         let ready = self.0.ready.load(Ordering::SeqCst);
         self.0
-            .call("Probe", Map::from_iter([("ready".into(), ready.into())]), || {
-                Ok(proto::ProbeResponse { ready: Some(ready) })
-            })
+            .call(
+                "Probe",
+                Map::from_iter([("ready".into(), ready.into())]),
+                || Ok(proto::ProbeResponse { ready: Some(ready) }),
+            )
             .await
     }
 }
@@ -119,7 +154,10 @@ impl Controller for Service {
             ("volume_id".into(), req.volume_id.clone().into()),
             ("node_id".into(), req.node_id.clone().into()),
             ("readonly".into(), req.readonly.into()),
-            ("capability".into(), capability_json(req.volume_capability.as_ref())),
+            (
+                "capability".into(),
+                capability_json(req.volume_capability.as_ref()),
+            ),
             ("secrets".into(), json!(sorted(&req.secrets))),
             ("volume_context".into(), json!(sorted(&req.volume_context))),
         ]);
@@ -178,8 +216,10 @@ impl Controller for Service {
         ]);
         self.0
             .call("ListVolumes", fields, || {
-                let (entries, next_token) =
-                    self.0.published().page(req.max_entries, &req.starting_token)?;
+                let (entries, next_token) = self
+                    .0
+                    .published()
+                    .page(req.max_entries, &req.starting_token)?;
                 let entries = entries
                     .into_iter()
                     .map(|(volume_id, nodes)| list_volumes_response::Entry {

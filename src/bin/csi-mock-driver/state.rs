@@ -14,6 +14,9 @@ pub struct Publication {
     pub context: HashMap<String, String>,
 }
 
+/// One ListVolumes page: (volume ID, node IDs) entries and the next token.
+pub type Page = (Vec<(String, Vec<String>)>, String);
+
 /// volume ID → node ID → publication.
 #[derive(Debug, Default)]
 pub struct Published {
@@ -25,7 +28,10 @@ pub struct Published {
 impl Published {
     /// An empty table with a per-node volume limit (0 = unlimited).
     pub fn with_limit(max_volumes_per_node: usize) -> Self {
-        Self { max_volumes_per_node, ..Self::default() }
+        Self {
+            max_volumes_per_node,
+            ..Self::default()
+        }
     }
 
     /// Publishes `volume` on `node`, idempotently.
@@ -48,7 +54,10 @@ impl Published {
                 ))
             };
         }
-        let mode = capability.access_mode.map(|m| m.mode()).unwrap_or(Mode::Unknown);
+        let mode = capability
+            .access_mode
+            .map(|m| m.mode())
+            .unwrap_or(Mode::Unknown);
         let single_node = matches!(
             mode,
             Mode::SingleNodeWriter
@@ -65,7 +74,11 @@ impl Published {
             }
         }
         if self.max_volumes_per_node > 0 {
-            let on_node = self.volumes.values().filter(|n| n.contains_key(node)).count();
+            let on_node = self
+                .volumes
+                .values()
+                .filter(|n| n.contains_key(node))
+                .count();
             if on_node >= self.max_volumes_per_node {
                 return Err(Status::new(
                     Code::ResourceExhausted,
@@ -105,7 +118,7 @@ impl Published {
         &self,
         max_entries: i32,
         starting_token: &str,
-    ) -> Result<(Vec<(String, Vec<String>)>, String), Status> {
+    ) -> Result<Page, Status> {
         if max_entries < 0 {
             return Err(Status::invalid_argument("max_entries must not be negative"));
         }
@@ -121,7 +134,11 @@ impl Published {
                 }
             }
         };
-        let take = if max_entries == 0 { usize::MAX } else { max_entries as usize };
+        let take = if max_entries == 0 {
+            usize::MAX
+        } else {
+            max_entries as usize
+        };
         let entries: Vec<(String, Vec<String>)> = self
             .volumes
             .iter()
@@ -130,7 +147,11 @@ impl Published {
             .map(|(v, nodes)| (v.clone(), nodes.keys().cloned().collect()))
             .collect();
         let end = start + entries.len();
-        let next = if end < self.volumes.len() { end.to_string() } else { String::new() };
+        let next = if end < self.volumes.len() {
+            end.to_string()
+        } else {
+            String::new()
+        };
         Ok((entries, next))
     }
 
@@ -184,28 +205,42 @@ mod tests {
     #[test]
     fn republish_is_idempotent_and_incompatible_republish_is_already_exists() {
         let mut p = Published::default();
-        let first = p.publish("v", "n1", &cap(Mode::SingleNodeWriter), false).expect("publish");
-        let again = p.publish("v", "n1", &cap(Mode::SingleNodeWriter), false).expect("again");
+        let first = p
+            .publish("v", "n1", &cap(Mode::SingleNodeWriter), false)
+            .expect("publish");
+        let again = p
+            .publish("v", "n1", &cap(Mode::SingleNodeWriter), false)
+            .expect("again");
         assert_eq!(first, again);
-        let err = p.publish("v", "n1", &cap(Mode::SingleNodeWriter), true).expect_err("ro differs");
+        let err = p
+            .publish("v", "n1", &cap(Mode::SingleNodeWriter), true)
+            .expect_err("ro differs");
         assert_eq!(err.code(), Code::AlreadyExists);
     }
 
     #[test]
     fn single_node_volume_elsewhere_is_failed_precondition_multi_node_is_fine() {
         let mut p = Published::default();
-        p.publish("v", "n1", &cap(Mode::SingleNodeWriter), false).expect("publish");
-        let err = p.publish("v", "n2", &cap(Mode::SingleNodeWriter), false).expect_err("n2");
+        p.publish("v", "n1", &cap(Mode::SingleNodeWriter), false)
+            .expect("publish");
+        let err = p
+            .publish("v", "n2", &cap(Mode::SingleNodeWriter), false)
+            .expect_err("n2");
         assert_eq!(err.code(), Code::FailedPrecondition);
-        p.publish("m", "n1", &cap(Mode::MultiNodeMultiWriter), false).expect("m n1");
-        p.publish("m", "n2", &cap(Mode::MultiNodeMultiWriter), false).expect("m n2");
+        p.publish("m", "n1", &cap(Mode::MultiNodeMultiWriter), false)
+            .expect("m n1");
+        p.publish("m", "n2", &cap(Mode::MultiNodeMultiWriter), false)
+            .expect("m n2");
     }
 
     #[test]
     fn node_limit_is_resource_exhausted() {
         let mut p = Published::with_limit(1);
-        p.publish("a", "n1", &cap(Mode::SingleNodeWriter), false).expect("a");
-        let err = p.publish("b", "n1", &cap(Mode::SingleNodeWriter), false).expect_err("b");
+        p.publish("a", "n1", &cap(Mode::SingleNodeWriter), false)
+            .expect("a");
+        let err = p
+            .publish("b", "n1", &cap(Mode::SingleNodeWriter), false)
+            .expect_err("b");
         assert_eq!(err.code(), Code::ResourceExhausted);
     }
 
@@ -213,7 +248,8 @@ mod tests {
     fn pages_follow_tokens_and_reject_bad_ones() {
         let mut p = Published::default();
         for v in ["a", "b", "c"] {
-            p.publish(v, "n", &cap(Mode::MultiNodeMultiWriter), false).expect("publish");
+            p.publish(v, "n", &cap(Mode::MultiNodeMultiWriter), false)
+                .expect("publish");
         }
         let (first, next) = p.page(2, "").expect("page 1");
         assert_eq!(first.len(), 2);
@@ -228,8 +264,10 @@ mod tests {
     fn unpublish_of_unknown_is_ok_and_empty_node_means_all() {
         let mut p = Published::default();
         p.unpublish("nothing", "n1");
-        p.publish("m", "n1", &cap(Mode::MultiNodeMultiWriter), false).expect("n1");
-        p.publish("m", "n2", &cap(Mode::MultiNodeMultiWriter), false).expect("n2");
+        p.publish("m", "n1", &cap(Mode::MultiNodeMultiWriter), false)
+            .expect("n1");
+        p.publish("m", "n2", &cap(Mode::MultiNodeMultiWriter), false)
+            .expect("n2");
         p.unpublish("m", "");
         assert!(p.table().is_empty());
     }
