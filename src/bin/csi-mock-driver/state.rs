@@ -114,11 +114,7 @@ impl Published {
     }
 
     /// One ListVolumes page: `(entries, next_token)`; the token is an index.
-    pub fn page(
-        &self,
-        max_entries: i32,
-        starting_token: &str,
-    ) -> Result<Page, Status> {
+    pub fn page(&self, max_entries: i32, starting_token: &str) -> Result<Page, Status> {
         if max_entries < 0 {
             return Err(Status::invalid_argument("max_entries must not be negative"));
         }
