@@ -33,6 +33,38 @@ pub struct Config {
     #[arg(long, default_value = "15s", value_parser = parse_go_duration)]
     pub timeout: Duration,
 
+    /// Absolute path to the kubeconfig file; empty: in-cluster configuration.
+    #[arg(long, default_value = "")]
+    pub kubeconfig: String,
+
+    /// Resync period for the VolumeAttachment, PersistentVolume and CSINode caches.
+    #[arg(long, default_value = "10m", value_parser = parse_go_duration)]
+    pub resync: Duration,
+
+    /// Initial retry interval of a failed attach or detach; doubles per failure.
+    #[arg(long, default_value = "1s", value_parser = parse_go_duration)]
+    pub retry_interval_start: Duration,
+
+    /// Maximum retry interval of a failed attach or detach.
+    #[arg(long, default_value = "5m", value_parser = parse_go_duration)]
+    pub retry_interval_max: Duration,
+
+    /// Number of attacher worker threads (per lane).
+    #[arg(long, default_value_t = 10)]
+    pub worker_threads: u32,
+
+    /// fsType of mount volumes whose PV does not set one.
+    #[arg(long, default_value = "")]
+    pub default_fstype: String,
+
+    /// QPS to use while communicating with the Kubernetes API server.
+    #[arg(long, default_value_t = 5.0)]
+    pub kube_api_qps: f32,
+
+    /// Burst to use while communicating with the Kubernetes API server.
+    #[arg(long, default_value_t = 10)]
+    pub kube_api_burst: u32,
+
     /// Number for the log level verbosity (0-1 info, 2-4 debug, 5+ trace).
     #[arg(long, default_value_t = 0)]
     pub v: u8,
@@ -206,6 +238,14 @@ mod tests {
             PathBuf::from(DEFAULT_TERMINATION_LOG)
         );
         assert!(!c.version);
+        assert_eq!(c.kubeconfig, "");
+        assert_eq!(c.resync, Duration::from_secs(600));
+        assert_eq!(c.retry_interval_start, Duration::from_secs(1));
+        assert_eq!(c.retry_interval_max, Duration::from_secs(300));
+        assert_eq!(c.worker_threads, 10);
+        assert_eq!(c.default_fstype, "");
+        assert_eq!(c.kube_api_qps, 5.0);
+        assert_eq!(c.kube_api_burst, 10);
     }
 
     #[test]

@@ -13,7 +13,9 @@
 //! `../shared/DESIGN.md` has the whole picture; this crate grows into it.
 
 pub mod config;
+pub mod controller;
 pub mod csi;
+pub mod kube_client;
 pub mod metrics;
 pub mod migration;
 pub mod run;

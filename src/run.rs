@@ -1,4 +1,5 @@
-//! Wiring: connect to the driver, learn what it is, then run until told to stop.
+//! Wiring: API client, driver connection and identity, then the controller
+//! until told to stop.
 //!
 //! # Exit
 //! Like upstream, a lost driver connection is fatal: the reason goes to the
@@ -8,7 +9,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::config::Config;
+use crate::controller::{self, queue::Backoff};
 use crate::csi::{self, Client, DIAL_TIMEOUT};
+use crate::kube_client;
 use crate::metrics::Metrics;
 
 /// Message upstream writes to the termination log when the driver goes away.
@@ -20,6 +23,12 @@ pub enum RunError {
     /// Connecting to or probing the driver failed at startup.
     #[error("CSI driver startup failed: {0}")]
     Startup(#[source] csi::Error),
+    /// A flag value is not usable.
+    #[error("{0}")]
+    Config(String),
+    /// No Kubernetes API client.
+    #[error(transparent)]
+    Kube(#[from] kube_client::Error),
     /// The driver connection broke after startup.
     #[error("{CONNECTION_LOST_MESSAGE}")]
     ConnectionLost,
@@ -31,17 +40,38 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         csi_address,
         timeout,
         termination_log_path,
+        kubeconfig,
+        resync,
+        retry_interval_start,
+        retry_interval_max,
+        worker_threads,
+        default_fstype,
+        kube_api_qps,
+        kube_api_burst,
         v: _,
         logging_format: _,
         version: _,
         rest: _,
     } = config;
+    if worker_threads == 0 {
+        return Err(RunError::Config(
+            "Option -worker-threads must be greater than zero".into(),
+        ));
+    }
+
+    let address = csi::parse_address(&csi_address).map_err(RunError::Startup)?;
+
+    // Kubernetes API client (throttled like client-go).
+    let kube_config = kube_client::load_config(&kubeconfig)
+        .await
+        .map_err(RunError::Kube)?;
+    let kube = kube_client::build(kube_config, kube_api_qps, kube_api_burst)
+        .map_err(RunError::Kube)?;
 
     // Metrics registry: owned here, handed to everything that records.
     let metrics = Metrics::new();
 
     // Driver connection, probe and identity (UPSTREAM-BEHAVIOR §2 steps 5-10).
-    let address = csi::parse_address(&csi_address).map_err(RunError::Startup)?;
     let (client, mut loss) =
         Client::connect(&address, DIAL_TIMEOUT, timeout, Arc::clone(&metrics.csi))
             .await
@@ -64,12 +94,25 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         "CSI driver ready"
     );
 
-    // Run until a signal or the driver connection goes away.
+    // The controller, until a signal or the driver connection goes away.
+    let settings = controller::Settings {
+        driver_name: info.name,
+        capabilities,
+        default_fs_type: default_fstype,
+        workers: worker_threads as usize,
+        backoff: Backoff {
+            start: retry_interval_start,
+            max: retry_interval_max,
+        },
+        resync,
+        drain_timeout: timeout,
+    };
+    let stop = async {
+        shutdown_signal().await;
+        tracing::info!("Shutting down");
+    };
     tokio::select! {
-        () = shutdown_signal() => {
-            tracing::info!("Shutting down");
-            Ok(())
-        }
+        () = controller::run(kube, client, settings, stop) => Ok(()),
         () = loss.lost() => Err(connection_lost(&termination_log_path)),
     }
 }

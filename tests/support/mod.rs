@@ -5,6 +5,8 @@
 #![allow(dead_code)]
 
 pub mod controlplane;
+pub mod env;
+pub mod objects;
 pub mod mock;
 pub mod procs;
 

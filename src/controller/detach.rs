@@ -1,0 +1,85 @@
+//! Detach flow: unpublish a deleted VolumeAttachment, then let it go
+//! (UPSTREAM-BEHAVIOR §4.3).
+//!
+//! # Order
+//! `ControllerUnpublishVolume` first; only after it succeeded is our finalizer
+//! removed, and removing it comes *before* `attached=false` (upstream v4.9
+//! #624): a deleting VA without our finalizer counts as detached.
+//!
+//! # API writes
+//! VA metadata merge patch (finalizer), then `/status` merge patch — skipped
+//! when the finalizer patch shows the VA is gone (ours was the last
+//! finalizer), where it could only 404. Upstream sends it anyway.
+
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use kube::ResourceExt;
+
+use super::error::FlowError;
+use super::names::NODE_ID_ANNOTATION;
+use super::{patches, source, Ctx};
+use crate::csi::proto::ControllerUnpublishVolumeRequest;
+
+/// One detach attempt; any failure is recorded in `detachError` and retried.
+pub async fn detach(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), FlowError> {
+    if !va.finalizers().iter().any(|f| *f == ctx.finalizer) {
+        return Ok(()); // already detached, or never attached by us
+    }
+    match unpublish_and_release(ctx, va).await {
+        Ok(()) => {
+            tracing::info!(va = %va.name_any(), "Detached");
+            Ok(())
+        }
+        Err(err) => {
+            ctx.record_detach_error(va, &err).await;
+            Err(err)
+        }
+    }
+}
+
+async fn unpublish_and_release(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), FlowError> {
+    let source = source::resolve(va, &ctx.stores)?;
+    let volume = source.csi_volume()?;
+    let secrets = ctx.publish_secrets(volume.csi).await?;
+    // The node may be gone (CSINode deleted or without our driver): fall back
+    // to the node ID recorded on the VA at attach time (upstream v3.2 #299).
+    let node_id = match ctx.stores.node_id(&va.spec.node_name, &ctx.driver_name) {
+        Ok(id) => id,
+        Err(err) => va
+            .annotations()
+            .get(NODE_ID_ANNOTATION)
+            .cloned()
+            .ok_or(err)?,
+    };
+    let request = ControllerUnpublishVolumeRequest {
+        volume_id: volume.csi.volume_handle.clone(),
+        node_id,
+        secrets: secrets.into_iter().collect(),
+    };
+    ctx.driver()?.unpublish(request, volume.migrated).await?;
+
+    let name = va.name_any();
+    let mut current = None;
+    if let Some(patch) = patches::remove_va_finalizer(va, &ctx.finalizer) {
+        let written = ctx.api.patch_va(&name, &patch).await;
+        match written {
+            Ok(written) => current = Some(written),
+            Err(err) if err.is_not_found() => return Ok(()),
+            Err(err) => return Err(FlowError::MarkDetached(err)),
+        }
+    }
+    // Our finalizer was the last one: the API server has deleted the VA.
+    if current.as_ref().is_some_and(|v| {
+        v.metadata.deletion_timestamp.is_some() && v.finalizers().is_empty()
+    }) {
+        return Ok(());
+    }
+    let status = current.as_ref().map_or(va.status.as_ref(), |v| v.status.as_ref());
+    if let Some(patch) = patches::detached_status(status) {
+        match ctx.api.patch_va_status(&name, &patch).await {
+            Ok(_) => {}
+            Err(err) if err.is_not_found() => {}
+            Err(err) => return Err(FlowError::MarkDetached(err)),
+        }
+    }
+    Ok(())
+}

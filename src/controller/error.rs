@@ -1,0 +1,114 @@
+//! Why one attach, detach or PV-finalizer attempt did not finish.
+//!
+//! Display texts are upstream's where upstream writes them into
+//! `attachError`/`detachError` (UPSTREAM-BEHAVIOR §4.2–4.3).
+
+use std::fmt;
+
+use super::capability::CapabilityError;
+use crate::csi::RpcStatus;
+
+/// A Kubernetes API error, shown like Go's `err.Error()`: the Status message.
+#[derive(Debug)]
+pub struct ApiError(pub kube::Error);
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            kube::Error::Api(status) if !status.message.is_empty() => f.write_str(&status.message),
+            other => write!(f, "{other}"),
+        }
+    }
+}
+
+impl std::error::Error for ApiError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
+impl ApiError {
+    /// Whether the server said 404.
+    pub fn is_not_found(&self) -> bool {
+        matches!(&self.0, kube::Error::Api(s) if s.code == 404)
+    }
+}
+
+/// One failed step of a flow; the variant names the step.
+#[derive(Debug, thiserror::Error)]
+pub enum FlowError {
+    /// The VA names both a PV and an inline spec.
+    #[error("both InlineCSIVolumeSource and PersistentVolumeName specified in VA source")]
+    BothSources,
+    /// The VA names neither.
+    #[error("neither InlineCSIVolumeSource nor PersistentVolumeName specified in VA source")]
+    NoSource,
+    /// The inline spec has no CSI source.
+    #[error("inline volume spec contains nil CSI source")]
+    InlineWithoutCsi,
+    /// The PV is not in the cache (yet).
+    #[error("persistentvolume {0:?} not found")]
+    PvNotFound(String),
+    /// Attaching a PV that is being deleted is refused.
+    #[error("PersistentVolume {0:?} is marked for deletion")]
+    PvDeleting(String),
+    /// Adding our finalizer to the PV failed.
+    #[error("could not add PersistentVolume finalizer: {0}")]
+    AddPvFinalizer(#[source] ApiError),
+    /// An in-tree PV that this build cannot translate to CSI.
+    #[error("failed to translate in tree pv to CSI: {0}")]
+    Translate(String),
+    /// The PV has no CSI source.
+    #[error("pv spec contained non-csi source that was not migrated")]
+    NotCsi,
+    /// Access modes that no CSI capability expresses.
+    #[error(transparent)]
+    Capability(#[from] CapabilityError),
+    /// The controller-publish secret could not be read.
+    #[error("failed to load secret \"{namespace}/{name}\": {source}")]
+    Secret {
+        /// Secret namespace.
+        namespace: String,
+        /// Secret name.
+        name: String,
+        /// The API error.
+        #[source]
+        source: ApiError,
+    },
+    /// No CSINode object for the node.
+    #[error("csinode.storage.k8s.io {0:?} not found")]
+    CsiNodeNotFound(String),
+    /// The CSINode has no entry for our driver.
+    #[error("CSINode {node} does not contain driver {driver}")]
+    DriverNotOnNode {
+        /// Node name.
+        node: String,
+        /// Driver name.
+        driver: String,
+    },
+    /// Adding our finalizer / node-id annotation to the VA failed.
+    #[error("could not save VolumeAttachment: {0}")]
+    SaveVolumeAttachment(#[source] ApiError),
+    /// The driver failed; the text is kept verbatim.
+    #[error(transparent)]
+    Driver(#[from] RpcStatus),
+    /// Writing `attached=true` failed (logged, not saved on the VA).
+    #[error("could not mark as attached: {0}")]
+    MarkAttached(#[source] ApiError),
+    /// Removing our finalizer or writing `attached=false` failed.
+    #[error("could not mark as detached: {0}")]
+    MarkDetached(#[source] ApiError),
+    /// Removing our finalizer from a PV failed.
+    #[error("could not remove PersistentVolume finalizer: {0}")]
+    RemovePvFinalizer(#[source] ApiError),
+}
+
+impl FlowError {
+    /// The numeric gRPC code for `attachError.errorCode`: driver errors only.
+    pub fn grpc_code(&self) -> Option<i32> {
+        match self {
+            Self::Driver(status) => Some(status.code_number()),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,307 @@
+//! Watches → caches → work queues (UPSTREAM-BEHAVIOR §3, event handlers).
+//!
+//! Each watch runs with kube-runtime's default backoff. Events are trimmed and
+//! filtered before they reach a cache; enqueue decisions compare the new
+//! object with the cached one. Keys seen during a (re-)list are enqueued only
+//! after the list is complete and in the cache, so a worker never reads a
+//! cache that lags behind the event that woke it.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
+use kube::api::Api;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Resource, ResourceExt};
+
+use super::names::{MIGRATED_TO_ANNOTATION, NODE_ID_ANNOTATION};
+use super::queue::WorkQueue;
+use super::store::{serves_pv, PvRefs};
+use super::{lane_of, PV_LANE};
+use crate::migration;
+
+/// Keeps the VA cache and the PV reference index, and feeds both queues.
+pub async fn run_va_informer(
+    api: Api<VolumeAttachment>,
+    mut writer: Writer<VolumeAttachment>,
+    pv_refs: PvRefs,
+    driver: String,
+    finalizer: String,
+    va_queue: Arc<WorkQueue>,
+    pv_queue: Arc<WorkQueue>,
+) {
+    let reader = writer.as_reader();
+    let mut listed: Vec<(String, usize)> = Vec::new();
+    let mut events = watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    while let Some(event) = events.next().await {
+        let event = match event {
+            Ok(event) => event,
+            Err(err) => {
+                tracing::warn!(error = %err, "VolumeAttachment watch failed; retrying");
+                continue;
+            }
+        };
+        match event {
+            Event::Init => {
+                pv_refs.begin_relist();
+                listed.clear();
+                writer.apply_watcher_event(&Event::Init);
+            }
+            Event::InitApply(mut va) => {
+                let name = va.name_any();
+                pv_refs.relisted(&name, pv_name(&va));
+                if va.spec.attacher == driver {
+                    trim(&mut va);
+                    listed.push((name, lane_of(&va)));
+                    writer.apply_watcher_event(&Event::InitApply(va));
+                }
+            }
+            Event::InitDone => {
+                writer.apply_watcher_event(&Event::InitDone);
+                for pv in pv_refs.finish_relist() {
+                    pv_queue.add(&pv, PV_LANE);
+                }
+                // A re-list is upstream's resync: every VA is looked at again.
+                for (name, lane) in listed.drain(..) {
+                    va_queue.add(&name, lane);
+                }
+            }
+            Event::Apply(mut va) => {
+                let name = va.name_any();
+                pv_refs.upsert(&name, pv_name(&va));
+                if va.spec.attacher != driver {
+                    continue;
+                }
+                trim(&mut va);
+                let enqueue = match reader.get(&kube::runtime::reflector::ObjectRef::from_obj(&va)) {
+                    Some(old) => should_enqueue_change(&old, &va, &finalizer),
+                    None => true,
+                };
+                let lane = lane_of(&va);
+                writer.apply_watcher_event(&Event::Apply(va));
+                if enqueue {
+                    va_queue.add(&name, lane);
+                }
+            }
+            Event::Delete(va) => {
+                let name = va.name_any();
+                pv_refs.remove(&name);
+                if let Some(pv) = pv_name(&va) {
+                    pv_queue.add(pv, PV_LANE);
+                }
+                if va.spec.attacher == driver {
+                    writer.apply_watcher_event(&Event::Delete(va));
+                }
+            }
+        }
+    }
+}
+
+/// Keeps the PV cache (this driver's PVs only) and feeds the PV queue.
+pub async fn run_pv_informer(
+    api: Api<PersistentVolume>,
+    mut writer: Writer<PersistentVolume>,
+    driver: String,
+    finalizer: String,
+    pv_queue: Arc<WorkQueue>,
+) {
+    let mut listed: Vec<String> = Vec::new();
+    let mut events = watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    while let Some(event) = events.next().await {
+        let event = match event {
+            Ok(event) => event,
+            Err(err) => {
+                tracing::warn!(error = %err, "PersistentVolume watch failed; retrying");
+                continue;
+            }
+        };
+        match event {
+            Event::Init => {
+                listed.clear();
+                writer.apply_watcher_event(&Event::Init);
+            }
+            Event::InitApply(mut pv) => {
+                if serves_pv(&pv, &driver) {
+                    trim(&mut pv);
+                    if needs_finalizer_check(&pv, &driver, &finalizer) {
+                        listed.push(pv.name_any());
+                    }
+                    writer.apply_watcher_event(&Event::InitApply(pv));
+                }
+            }
+            Event::InitDone => {
+                writer.apply_watcher_event(&Event::InitDone);
+                for name in listed.drain(..) {
+                    pv_queue.add(&name, PV_LANE);
+                }
+            }
+            Event::Apply(mut pv) => {
+                if serves_pv(&pv, &driver) {
+                    trim(&mut pv);
+                    let enqueue = needs_finalizer_check(&pv, &driver, &finalizer);
+                    let name = pv.name_any();
+                    writer.apply_watcher_event(&Event::Apply(pv));
+                    if enqueue {
+                        pv_queue.add(&name, PV_LANE);
+                    }
+                }
+            }
+            Event::Delete(pv) => writer.apply_watcher_event(&Event::Delete(pv)),
+        }
+    }
+}
+
+/// Keeps the CSINode cache.
+pub async fn run_csinode_informer(api: Api<CSINode>, mut writer: Writer<CSINode>) {
+    let mut events = watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(mut event) => {
+                match &mut event {
+                    Event::Apply(node) | Event::InitApply(node) | Event::Delete(node) => trim(node),
+                    Event::Init | Event::InitDone => {}
+                }
+                writer.apply_watcher_event(&event);
+            }
+            Err(err) => tracing::warn!(error = %err, "CSINode watch failed; retrying"),
+        }
+    }
+}
+
+/// Upstream's `processFinalizers`: our finalizer, and the PV is deleting or its
+/// CSI migration was rolled back (in-tree PV not marked as migrated to us).
+pub fn needs_finalizer_check(pv: &PersistentVolume, driver: &str, finalizer: &str) -> bool {
+    let has_finalizer = pv.finalizers().iter().any(|f| f == finalizer);
+    has_finalizer && (pv.meta().deletion_timestamp.is_some() || migration_rolled_back(pv, driver))
+}
+
+/// An in-tree PV whose `pv.kubernetes.io/migrated-to` is missing or not us.
+pub fn migration_rolled_back(pv: &PersistentVolume, driver: &str) -> bool {
+    let in_tree = pv.spec.as_ref().and_then(migration::in_tree_driver).is_some();
+    in_tree && pv.annotations().get(MIGRATED_TO_ANNOTATION).map(String::as_str) != Some(driver)
+}
+
+/// Whether an update of a VA needs a sync: upstream's `shouldEnqueueVAChange`,
+/// extended to all of the attacher's own writes.
+///
+/// Upstream skips updates that only touch `attachError`/`detachError` (plus
+/// resourceVersion/managedFields) so that its own error writes do not bypass
+/// the backoff. We also skip the update made by our own finalizer + node-id
+/// patch: it arrives while the attach that wrote it is still running, and
+/// re-running that attach against a cache without `attached=true` would
+/// publish and patch a second time.
+pub fn should_enqueue_change(old: &VolumeAttachment, new: &VolumeAttachment, finalizer: &str) -> bool {
+    if old.metadata.resource_version == new.metadata.resource_version {
+        return true; // resync
+    }
+    let mut sanitized = new.clone();
+    sanitized.metadata.resource_version = old.metadata.resource_version.clone();
+    sanitized.metadata.managed_fields = old.metadata.managed_fields.clone();
+    let mut with_ours = old.metadata.finalizers.clone().unwrap_or_default();
+    if !with_ours.iter().any(|f| f == finalizer) {
+        with_ours.push(finalizer.to_string());
+    }
+    if new.metadata.finalizers.as_deref().unwrap_or_default() == with_ours.as_slice() {
+        sanitized.metadata.finalizers = old.metadata.finalizers.clone();
+    }
+    let without_node_id = |va: &VolumeAttachment| {
+        let mut annotations = va.metadata.annotations.clone().unwrap_or_default();
+        annotations.remove(NODE_ID_ANNOTATION);
+        annotations
+    };
+    if without_node_id(new) == without_node_id(old) {
+        sanitized.metadata.annotations = old.metadata.annotations.clone();
+    }
+    match (&mut sanitized.status, &old.status) {
+        (Some(new_status), Some(old_status)) => {
+            new_status.attach_error = old_status.attach_error.clone();
+            new_status.detach_error = old_status.detach_error.clone();
+        }
+        (Some(new_status), None) => {
+            new_status.attach_error = None;
+            new_status.detach_error = None;
+            if *new_status == Default::default() {
+                sanitized.status = None;
+            }
+        }
+        _ => {}
+    }
+    sanitized != *old
+}
+
+fn pv_name(va: &VolumeAttachment) -> Option<&str> {
+    va.spec.source.persistent_volume_name.as_deref()
+}
+
+fn trim<K: Resource>(obj: &mut K) {
+    obj.meta_mut().managed_fields = None;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::storage::v1::{VolumeAttachmentStatus, VolumeError};
+
+    fn va(rv: &str, attached: bool, attach_error: Option<&str>) -> VolumeAttachment {
+        let mut va = VolumeAttachment::default();
+        va.metadata.resource_version = Some(rv.into());
+        va.status = Some(VolumeAttachmentStatus {
+            attached,
+            attach_error: attach_error.map(|m| VolumeError {
+                message: Some(m.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        va
+    }
+
+    const FIN: &str = "external-attacher/x";
+
+    #[test]
+    fn own_error_writes_do_not_enqueue_but_real_changes_do() {
+        let enqueue = |old: &VolumeAttachment, new: &VolumeAttachment| should_enqueue_change(old, new, FIN);
+        assert!(enqueue(&va("1", false, None), &va("1", false, None)), "resync");
+        assert!(!enqueue(&va("1", false, None), &va("2", false, None)), "nothing but the RV");
+        assert!(!enqueue(&va("1", false, None), &va("2", false, Some("boom"))), "error added");
+        assert!(!enqueue(&va("1", false, Some("a")), &va("2", false, Some("b"))), "error changed");
+        assert!(enqueue(&va("1", false, Some("a")), &va("2", true, None)), "attached");
+        let mut deleting = va("2", false, Some("a"));
+        deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        assert!(enqueue(&va("1", false, Some("a")), &deleting), "deleted");
+    }
+
+    #[test]
+    fn error_on_a_va_without_status_is_still_only_an_error_write() {
+        let mut old = VolumeAttachment::default();
+        old.metadata.resource_version = Some("1".into());
+        assert!(!should_enqueue_change(&old, &va("2", false, Some("boom")), FIN));
+    }
+
+    #[test]
+    fn our_finalizer_and_node_id_write_does_not_enqueue_but_other_metadata_does() {
+        let old = va("1", false, None);
+        let mut ours = va("2", false, None);
+        ours.metadata.finalizers = Some(vec![FIN.into()]);
+        ours.metadata.annotations = Some([(NODE_ID_ANNOTATION.to_string(), "n1".to_string())].into());
+        assert!(!should_enqueue_change(&old, &ours, FIN));
+
+        let mut foreign = ours.clone();
+        foreign.metadata.finalizers = Some(vec![FIN.into(), "someone/else".into()]);
+        assert!(should_enqueue_change(&old, &foreign, FIN));
+        let mut labelled = ours.clone();
+        labelled.metadata.annotations = Some([("other".to_string(), "x".to_string())].into());
+        assert!(should_enqueue_change(&old, &labelled, FIN));
+        // Someone else removing our finalizer must be looked at.
+        assert!(should_enqueue_change(&ours, &va("3", false, None), FIN));
+    }
+}

@@ -1,0 +1,331 @@
+//! The reconciliation core: caches, lanes, workers and the flows they run.
+//!
+//! ```text
+//! watches ─▶ informers.rs ─▶ store.rs (caches)      queue.rs lanes:
+//!                  │                                  attach ─▶ attach.rs ─┐
+//!                  └──────── keys ──────────────────▶ detach ─▶ detach.rs ─┼─▶ driver, API
+//!                                                     pv     ─▶ pv_finalizer.rs
+//! ```
+//!
+//! Flows return `Ok` or the failed step; only the worker loops here touch the
+//! queues (forget on success, rate-limited re-add on failure).
+
+mod api;
+pub mod attach;
+pub mod capability;
+pub mod detach;
+pub mod error;
+pub mod informers;
+pub mod names;
+pub mod patches;
+pub mod pv_finalizer;
+pub mod queue;
+pub mod source;
+pub mod store;
+pub mod trivial;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{CSIPersistentVolumeSource, PersistentVolume};
+use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::Api;
+use kube::runtime::reflector;
+use kube::ResourceExt;
+use tokio::task::JoinSet;
+use tracing::Instrument;
+
+pub use api::KubeApi;
+pub use error::{ApiError, FlowError};
+use queue::{Backoff, WorkQueue};
+use store::{PvRefs, Stores};
+
+use crate::csi::{self, Capabilities};
+
+/// VA lane for live VAs.
+pub const ATTACH_LANE: usize = 0;
+/// VA lane for deleted VAs.
+pub const DETACH_LANE: usize = 1;
+/// The PV queue's only lane.
+pub const PV_LANE: usize = 0;
+/// Name of the VA queue (workqueue metrics label, as upstream).
+pub const VA_QUEUE: &str = "csi-attacher-va";
+/// Name of the PV queue.
+pub const PV_QUEUE: &str = "csi-attacher-pv";
+
+/// The lane a VA belongs in: detach once it is being deleted.
+pub fn lane_of(va: &VolumeAttachment) -> usize {
+    if va.metadata.deletion_timestamp.is_some() {
+        DETACH_LANE
+    } else {
+        ATTACH_LANE
+    }
+}
+
+/// What the controller needs to know, from flags and the driver.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Driver name from GetPluginInfo (matched against `spec.attacher`).
+    pub driver_name: String,
+    /// Driver capabilities.
+    pub capabilities: Capabilities,
+    /// `--default-fstype`.
+    pub default_fs_type: String,
+    /// `--worker-threads` (per lane).
+    pub workers: usize,
+    /// `--retry-interval-start` / `--retry-interval-max`.
+    pub backoff: Backoff,
+    /// `--resync` (zero disables).
+    pub resync: Duration,
+    /// How long in-flight operations may run on after shutdown starts (`--timeout`).
+    pub drain_timeout: Duration,
+}
+
+/// Everything a flow reads or calls.
+pub struct Ctx {
+    /// Driver name.
+    pub driver_name: String,
+    /// `external-attacher/<sanitised driver>`.
+    pub finalizer: String,
+    /// Driver capabilities.
+    pub capabilities: Capabilities,
+    /// `--default-fstype`.
+    pub default_fs_type: String,
+    /// API writes.
+    pub api: KubeApi,
+    /// Caches.
+    pub stores: Stores,
+    csi: csi::Client,
+}
+
+impl Ctx {
+    /// The CSI client.
+    pub fn driver(&self) -> Result<&csi::Client, FlowError> {
+        Ok(&self.csi)
+    }
+
+    /// Secrets from `controllerPublishSecretRef` (GET, never cached or logged).
+    pub async fn publish_secrets(
+        &self,
+        csi: &CSIPersistentVolumeSource,
+    ) -> Result<BTreeMap<String, String>, FlowError> {
+        let Some(secret_ref) = &csi.controller_publish_secret_ref else {
+            return Ok(BTreeMap::new());
+        };
+        let namespace = secret_ref.namespace.clone().unwrap_or_default();
+        let name = secret_ref.name.clone().unwrap_or_default();
+        self.api
+            .secret_data(&namespace, &name)
+            .await
+            .map_err(|source| FlowError::Secret {
+                namespace,
+                name,
+                source,
+            })
+    }
+
+    /// Saves `err` as `attachError`; a failure to save is only logged.
+    pub async fn record_attach_error(&self, va: &VolumeAttachment, err: &FlowError) {
+        let patch = patches::attach_error(&err.to_string(), err.grpc_code(), Timestamp::now());
+        if let Err(save) = self.api.patch_va_status(&va.name_any(), &patch).await {
+            tracing::warn!(va = %va.name_any(), error = %save, "could not save attachError");
+        }
+    }
+
+    /// Saves `err` as `detachError`; a failure to save is only logged.
+    pub async fn record_detach_error(&self, va: &VolumeAttachment, err: &FlowError) {
+        let patch = patches::detach_error(&err.to_string(), Timestamp::now());
+        if let Err(save) = self.api.patch_va_status(&va.name_any(), &patch).await {
+            tracing::warn!(va = %va.name_any(), error = %save, "could not save detachError");
+        }
+    }
+}
+
+/// Runs the controller until `shutdown` resolves, then drains in-flight work.
+pub async fn run(
+    client: kube::Client,
+    csi: csi::Client,
+    settings: Settings,
+    shutdown: impl Future<Output = ()>,
+) {
+    let Settings {
+        driver_name,
+        capabilities,
+        default_fs_type,
+        workers,
+        backoff,
+        resync,
+        drain_timeout,
+    } = settings;
+    let finalizer = names::finalizer(&driver_name);
+    let attach_required = capabilities.attach_required();
+    let mut tasks = JoinSet::new();
+
+    // Caches and the watches that fill them.
+    let va_queue = Arc::new(WorkQueue::new(VA_QUEUE, 2, backoff));
+    let pv_queue = Arc::new(WorkQueue::new(PV_QUEUE, 1, backoff));
+    let (vas, va_writer) = reflector::store::<VolumeAttachment>();
+    let (pvs, pv_writer) = reflector::store::<PersistentVolume>();
+    let (csinodes, csinode_writer) = reflector::store::<CSINode>();
+    let pv_refs = PvRefs::default();
+    tasks.spawn(
+        informers::run_va_informer(
+            Api::all(client.clone()),
+            va_writer,
+            pv_refs.clone(),
+            driver_name.clone(),
+            finalizer.clone(),
+            Arc::clone(&va_queue),
+            Arc::clone(&pv_queue),
+        )
+        .instrument(tracing::info_span!("watch", resource = "volumeattachments")),
+    );
+    tasks.spawn(
+        informers::run_pv_informer(
+            Api::all(client.clone()),
+            pv_writer,
+            driver_name.clone(),
+            finalizer.clone(),
+            Arc::clone(&pv_queue),
+        )
+        .instrument(tracing::info_span!("watch", resource = "persistentvolumes")),
+    );
+    if attach_required {
+        tasks.spawn(
+            informers::run_csinode_informer(Api::all(client.clone()), csinode_writer)
+                .instrument(tracing::info_span!("watch", resource = "csinodes")),
+        );
+    }
+    let stores = Stores {
+        vas,
+        pvs,
+        csinodes,
+        pv_refs,
+    };
+
+    // Upstream waits for the VA and PV caches only; CSINode lags are retried.
+    tokio::pin!(shutdown);
+    let synced = async {
+        let _ = stores.vas.wait_until_ready().await;
+        let _ = stores.pvs.wait_until_ready().await;
+    };
+    tokio::select! {
+        () = synced => tracing::info!("Caches synced"),
+        () = &mut shutdown => {
+            tasks.shutdown().await;
+            return;
+        }
+    }
+
+    let ctx = Arc::new(Ctx {
+        driver_name,
+        finalizer,
+        capabilities,
+        default_fs_type,
+        api: KubeApi::new(client),
+        stores,
+        csi,
+    });
+
+    // Workers: one pool per lane.
+    let mut workers_set = JoinSet::new();
+    for q in [&va_queue, &pv_queue] {
+        let q = Arc::clone(q);
+        tasks.spawn(async move { q.run_timers().await });
+    }
+    for _ in 0..workers {
+        for lane in [ATTACH_LANE, DETACH_LANE] {
+            workers_set.spawn(va_worker(Arc::clone(&ctx), Arc::clone(&va_queue), lane));
+        }
+        workers_set.spawn(pv_worker(Arc::clone(&ctx), Arc::clone(&pv_queue)));
+    }
+    if !resync.is_zero() {
+        tasks.spawn(resync_loop(Arc::clone(&ctx), Arc::clone(&va_queue), Arc::clone(&pv_queue), resync));
+    }
+
+    shutdown.await;
+    tracing::info!("Stopping workers; waiting for in-flight operations");
+    va_queue.shut_down();
+    pv_queue.shut_down();
+    let drained = tokio::time::timeout(drain_timeout, async {
+        while workers_set.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(timeout = ?drain_timeout, "In-flight operations did not finish in time");
+        workers_set.shutdown().await;
+    }
+    tasks.shutdown().await;
+}
+
+async fn va_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue>, lane: usize) {
+    let lane_name = if lane == ATTACH_LANE { "attach" } else { "detach" };
+    while let Some(key) = queue.get(lane).await {
+        let span = tracing::info_span!("sync", va = %key, lane = lane_name);
+        let result = sync_va(&ctx, &key).instrument(span.clone()).await;
+        match result {
+            Ok(()) => queue.forget(&key),
+            Err(err) => {
+                let lane = ctx.stores.va(&key).map_or(lane, |va| lane_of(&va));
+                let delay = queue.add_rate_limited(&key, lane);
+                span.in_scope(|| tracing::warn!(error = %err, retry_in = ?delay, "VolumeAttachment sync failed"));
+            }
+        }
+        queue.done(&key);
+    }
+}
+
+/// One attempt for the VA called `key`, dispatched by its state.
+async fn sync_va(ctx: &Ctx, key: &str) -> Result<(), FlowError> {
+    // Gone from the cache: deleted, nothing left to do. The cache holds our driver's VAs only.
+    let Some(va) = ctx.stores.va(key) else {
+        return Ok(());
+    };
+    if !ctx.capabilities.attach_required() {
+        return trivial::attach(ctx, &va).await;
+    }
+    if va.metadata.deletion_timestamp.is_some() {
+        detach::detach(ctx, &va).await
+    } else {
+        attach::attach(ctx, &va).await
+    }
+}
+
+async fn pv_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue>) {
+    while let Some(key) = queue.get(PV_LANE).await {
+        let span = tracing::info_span!("sync", pv = %key, lane = "pv");
+        let result = match ctx.stores.pv(&key) {
+            Some(pv) if ctx.capabilities.attach_required() => {
+                pv_finalizer::release(&ctx, &pv).instrument(span.clone()).await
+            }
+            _ => Ok(()),
+        };
+        match result {
+            Ok(()) => queue.forget(&key),
+            Err(err) => {
+                let delay = queue.add_rate_limited(&key, PV_LANE);
+                span.in_scope(|| tracing::warn!(error = %err, retry_in = ?delay, "PersistentVolume sync failed"));
+            }
+        }
+        queue.done(&key);
+    }
+}
+
+/// Upstream's informer resync: every VA (and every PV needing a look) again.
+async fn resync_loop(ctx: Arc<Ctx>, va_queue: Arc<WorkQueue>, pv_queue: Arc<WorkQueue>, period: Duration) {
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    loop {
+        ticker.tick().await;
+        for va in ctx.stores.vas.state() {
+            va_queue.add(&va.name_any(), lane_of(&va));
+        }
+        for pv in ctx.stores.pvs.state() {
+            if informers::needs_finalizer_check(&pv, &ctx.driver_name, &ctx.finalizer) {
+                pv_queue.add(&pv.name_any(), PV_LANE);
+            }
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! PV lane: release our PV finalizer once no VA needs the PV (UPSTREAM-BEHAVIOR §4.8).
+//!
+//! # Rule
+//! Remove `external-attacher/<driver>` when the PV is deleting (or its CSI
+//! migration was rolled back) and no VolumeAttachment of *any* driver names
+//! it. A VA deletion re-queues its PV, so a kept finalizer is looked at again.
+//!
+//! # API writes
+//! One JSON Patch with a `test` op on the finalizer's index: a concurrent
+//! change fails the patch and the retry sees the fresh cache.
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+use kube::ResourceExt;
+
+use super::error::FlowError;
+use super::informers::needs_finalizer_check;
+use super::{patches, Ctx};
+
+/// One attempt for `pv`.
+pub async fn release(ctx: &Ctx, pv: &PersistentVolume) -> Result<(), FlowError> {
+    let name = pv.name_any();
+    if !needs_finalizer_check(pv, &ctx.driver_name, &ctx.finalizer) {
+        return Ok(());
+    }
+    if ctx.stores.pv_refs.is_referenced(&name) {
+        return Ok(()); // re-evaluated when that VA is deleted
+    }
+    let Some(index) = pv.finalizers().iter().position(|f| *f == ctx.finalizer) else {
+        return Ok(());
+    };
+    ctx.api
+        .patch_pv(&name, patches::pv_remove_finalizer(index, &ctx.finalizer))
+        .await
+        .map_err(FlowError::RemovePvFinalizer)?;
+    tracing::info!(pv = %name, "Removed PersistentVolume finalizer");
+    Ok(())
+}

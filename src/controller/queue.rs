@@ -1,0 +1,393 @@
+//! A work queue with client-go semantics, split into lanes.
+//!
+//! In: keys (object names) from the watch handlers, the resync timer and the
+//! workers' own retries. Out: one key at a time to a worker of the key's lane.
+//!
+//! # Guarantees (client-go `workqueue`)
+//! - A key waits at most once: adding a waiting key again is a no-op.
+//! - A key is processed by one worker at a time: adding a key that is being
+//!   processed marks it dirty, and [`WorkQueue::done`] queues it again.
+//! - [`WorkQueue::add_rate_limited`] waits `start · 2^failures` (capped at
+//!   `max`) per key; [`WorkQueue::forget`] resets the count.
+//! - [`WorkQueue::add_after`] keeps the earliest time when a key is delayed twice.
+//!
+//! # Lanes
+//! Each lane has its own FIFO and its own workers, so a backlog in one lane
+//! (say, slow detaches) cannot delay keys of another (attaches). Dedup and
+//! "one worker per key" hold across lanes: a key waits in one lane at a time,
+//! and moving it to another lane keeps its place-holder in the first as a
+//! stale entry that is skipped.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// Per-key exponential backoff: `start · 2^failures`, capped at `max`.
+#[derive(Debug, Clone, Copy)]
+pub struct Backoff {
+    /// First delay (`--retry-interval-start`).
+    pub start: Duration,
+    /// Cap (`--retry-interval-max`).
+    pub max: Duration,
+}
+
+impl Backoff {
+    /// The delay after `failures` earlier failures.
+    pub fn delay(&self, failures: u32) -> Duration {
+        let factor = 2f64.powi(failures.min(62) as i32);
+        let secs = self.start.as_secs_f64() * factor;
+        if !secs.is_finite() || secs >= self.max.as_secs_f64() {
+            self.max
+        } else {
+            Duration::from_secs_f64(secs)
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    lanes: Vec<VecDeque<String>>,
+    /// Waiting keys and the lane they wait in.
+    queued: HashMap<String, usize>,
+    /// Keys added while being processed, with the lane to re-queue them in.
+    dirty: HashMap<String, usize>,
+    processing: HashSet<String>,
+    failures: HashMap<String, u32>,
+    /// Delayed keys: earliest due time and lane.
+    delayed: HashMap<String, (Instant, usize)>,
+    timers: BinaryHeap<Reverse<(Instant, u64, String)>>,
+    seq: u64,
+    shutting_down: bool,
+}
+
+/// The queue. Share it in an `Arc`; run [`WorkQueue::run_timers`] once.
+pub struct WorkQueue {
+    name: &'static str,
+    backoff: Backoff,
+    state: Mutex<State>,
+    lane_ready: Vec<Notify>,
+    timers_changed: Notify,
+}
+
+impl WorkQueue {
+    /// A queue called `name` with `lanes` lanes.
+    pub fn new(name: &'static str, lanes: usize, backoff: Backoff) -> Self {
+        let state = State {
+            lanes: (0..lanes).map(|_| VecDeque::new()).collect(),
+            ..State::default()
+        };
+        Self {
+            name,
+            backoff,
+            state: Mutex::new(state),
+            lane_ready: (0..lanes).map(|_| Notify::new()).collect(),
+            timers_changed: Notify::new(),
+        }
+    }
+
+    /// The queue's name (the `name` label of workqueue metrics).
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// Queues `key` in `lane` now.
+    pub fn add(&self, key: &str, lane: usize) {
+        let mut state = self.lock();
+        self.add_locked(&mut state, key, lane);
+    }
+
+    fn add_locked(&self, state: &mut State, key: &str, lane: usize) {
+        if state.shutting_down || lane >= state.lanes.len() {
+            return;
+        }
+        if state.processing.contains(key) {
+            state.dirty.insert(key.to_string(), lane);
+            return;
+        }
+        match state.queued.get(key) {
+            Some(&l) if l == lane => return,
+            _ => {}
+        }
+        state.queued.insert(key.to_string(), lane);
+        state.lanes[lane].push_back(key.to_string());
+        self.lane_ready[lane].notify_one();
+    }
+
+    /// Queues `key` in `lane` after `delay`.
+    pub fn add_after(&self, key: &str, lane: usize, delay: Duration) {
+        if delay.is_zero() {
+            return self.add(key, lane);
+        }
+        let due = Instant::now() + delay;
+        let mut state = self.lock();
+        if state.shutting_down {
+            return;
+        }
+        if let Some((existing, _)) = state.delayed.get(key) {
+            if *existing <= due {
+                return;
+            }
+        }
+        state.delayed.insert(key.to_string(), (due, lane));
+        state.seq += 1;
+        let seq = state.seq;
+        state.timers.push(Reverse((due, seq, key.to_string())));
+        drop(state);
+        self.timers_changed.notify_one();
+    }
+
+    /// Queues `key` after its backoff delay and counts the failure.
+    pub fn add_rate_limited(&self, key: &str, lane: usize) -> Duration {
+        let failures = {
+            let mut state = self.lock();
+            let f = state.failures.entry(key.to_string()).or_insert(0);
+            let before = *f;
+            *f = f.saturating_add(1);
+            before
+        };
+        let delay = self.backoff.delay(failures);
+        self.add_after(key, lane, delay);
+        delay
+    }
+
+    /// Resets the failure count of `key`.
+    pub fn forget(&self, key: &str) {
+        self.lock().failures.remove(key);
+    }
+
+    /// How many times `key` failed since it was last forgotten.
+    pub fn failures(&self, key: &str) -> u32 {
+        self.lock().failures.get(key).copied().unwrap_or(0)
+    }
+
+    /// Whether `key` is waiting (now or delayed) or being processed.
+    pub fn is_pending(&self, key: &str) -> bool {
+        let state = self.lock();
+        state.queued.contains_key(key) || state.delayed.contains_key(key) || state.processing.contains(key)
+    }
+
+    /// Keys ready to be processed in `lane`.
+    pub fn depth(&self, lane: usize) -> usize {
+        let state = self.lock();
+        state.queued.values().filter(|l| **l == lane).count()
+    }
+
+    /// Takes the next key of `lane`, waiting for one. `None` once shut down.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a key is only taken in the same poll that returns it.
+    pub async fn get(&self, lane: usize) -> Option<String> {
+        loop {
+            let notified = self.lane_ready[lane].notified();
+            {
+                let mut state = self.lock();
+                if state.shutting_down {
+                    return None;
+                }
+                while let Some(key) = state.lanes[lane].pop_front() {
+                    if state.queued.get(&key) == Some(&lane) {
+                        state.queued.remove(&key);
+                        state.processing.insert(key.clone());
+                        return Some(key);
+                    }
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Marks `key` as processed; re-queues it if it was added meanwhile.
+    pub fn done(&self, key: &str) {
+        let mut state = self.lock();
+        state.processing.remove(key);
+        if let Some(lane) = state.dirty.remove(key) {
+            self.add_locked(&mut state, key, lane);
+        }
+    }
+
+    /// Stops handing out keys; waiting workers get `None`.
+    pub fn shut_down(&self) {
+        self.lock().shutting_down = true;
+        for lane in &self.lane_ready {
+            lane.notify_waiters();
+        }
+        self.timers_changed.notify_waiters();
+    }
+
+    /// Moves delayed keys into their lanes when due. Run once per queue.
+    pub async fn run_timers(&self) {
+        loop {
+            let changed = self.timers_changed.notified();
+            let next = {
+                let mut state = self.lock();
+                if state.shutting_down {
+                    return;
+                }
+                let now = Instant::now();
+                while let Some(Reverse((due, _, _))) = state.timers.peek() {
+                    if *due > now {
+                        break;
+                    }
+                    let Some(Reverse((due, _, key))) = state.timers.pop() else {
+                        break;
+                    };
+                    // Skip timers superseded by an earlier due time for the same key.
+                    if let Some(&(current, lane)) = state.delayed.get(&key) {
+                        if current == due {
+                            state.delayed.remove(&key);
+                            self.add_locked(&mut state, &key, lane);
+                        }
+                    }
+                }
+                state.timers.peek().map(|Reverse((due, _, _))| *due)
+            };
+            match next {
+                Some(due) => {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(due) => {}
+                        () = changed => {}
+                    }
+                }
+                None => changed.await,
+            }
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn queue(lanes: usize) -> Arc<WorkQueue> {
+        let q = Arc::new(WorkQueue::new(
+            "test",
+            lanes,
+            Backoff {
+                start: Duration::from_secs(1),
+                max: Duration::from_secs(300),
+            },
+        ));
+        let timers = Arc::clone(&q);
+        tokio::spawn(async move { timers.run_timers().await });
+        q
+    }
+
+    async fn next(q: &WorkQueue, lane: usize) -> Option<String> {
+        tokio::time::timeout(Duration::from_millis(10), q.get(lane)).await.ok().flatten()
+    }
+
+    #[test]
+    fn backoff_doubles_from_start_and_caps_at_max() {
+        let b = Backoff {
+            start: Duration::from_secs(1),
+            max: Duration::from_secs(300),
+        };
+        let delays: Vec<u64> = (0..11).map(|f| b.delay(f).as_secs()).collect();
+        assert_eq!(delays, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
+        assert_eq!(b.delay(u32::MAX), Duration::from_secs(300));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn adding_a_waiting_key_twice_yields_it_once() {
+        let q = queue(1);
+        q.add("a", 0);
+        q.add("a", 0);
+        q.add("b", 0);
+        assert_eq!(next(&q, 0).await.as_deref(), Some("a"));
+        assert_eq!(next(&q, 0).await.as_deref(), Some("b"));
+        assert_eq!(next(&q, 0).await, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_added_while_processing_is_requeued_after_done_not_before() {
+        let q = queue(1);
+        q.add("a", 0);
+        let key = next(&q, 0).await.expect("a");
+        q.add("a", 0);
+        assert_eq!(next(&q, 0).await, None, "no second worker may take a key in flight");
+        q.done(&key);
+        assert_eq!(next(&q, 0).await.as_deref(), Some("a"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_waits_in_one_lane_and_moves_when_re_added_to_another() {
+        let q = queue(2);
+        q.add("a", 0);
+        q.add("a", 1);
+        assert_eq!(next(&q, 0).await, None, "moved out of lane 0");
+        assert_eq!(next(&q, 1).await.as_deref(), Some("a"));
+        // In flight from lane 1: re-added to lane 0, it comes back in lane 0 after done.
+        q.add("a", 0);
+        assert_eq!(next(&q, 0).await, None);
+        q.done("a");
+        assert_eq!(next(&q, 0).await.as_deref(), Some("a"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rate_limited_keys_come_back_after_exponential_delays_until_forgotten() {
+        let q = queue(1);
+        let start = Instant::now();
+        let mut seen = Vec::new();
+        q.add("a", 0);
+        for _ in 0..4 {
+            let key = q.get(0).await.expect("key");
+            seen.push((Instant::now() - start).as_secs());
+            q.add_rate_limited(&key, 0);
+            q.done(&key);
+        }
+        assert_eq!(seen, [0, 1, 3, 7]);
+        assert_eq!(q.failures("a"), 4);
+        q.forget("a");
+        assert_eq!(q.failures("a"), 0);
+        assert_eq!(q.add_rate_limited("a", 0), Duration::from_secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn add_after_keeps_the_earliest_due_time() {
+        let q = queue(1);
+        let start = Instant::now();
+        q.add_after("a", 0, Duration::from_secs(10));
+        q.add_after("a", 0, Duration::from_secs(2));
+        q.add_after("a", 0, Duration::from_secs(5));
+        assert_eq!(q.get(0).await.as_deref(), Some("a"));
+        assert_eq!((Instant::now() - start).as_secs(), 2);
+        q.done("a");
+        assert_eq!(next(&q, 0).await, None, "superseded timers fire nothing");
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        assert_eq!(next(&q, 0).await, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_lane_does_not_delay_another_lane() {
+        let q = queue(2);
+        for i in 0..1000 {
+            q.add(&format!("slow-{i}"), 1);
+        }
+        q.add("fast", 0);
+        assert_eq!(next(&q, 0).await.as_deref(), Some("fast"));
+        assert_eq!(q.depth(1), 1000);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shut_down_wakes_waiting_workers_with_none() {
+        let q = queue(1);
+        let waiter = {
+            let q = Arc::clone(&q);
+            tokio::spawn(async move { q.get(0).await })
+        };
+        tokio::task::yield_now().await;
+        q.shut_down();
+        assert_eq!(waiter.await.expect("join"), None);
+        q.add("a", 0);
+        assert_eq!(q.get(0).await, None);
+    }
+}

@@ -1,0 +1,195 @@
+//! The caches the flows read: this driver's VAs, its PVs, all CSINodes, and a
+//! count of VAs of *any* driver per PV name.
+//!
+//! Other drivers' VAs are not cached (only their PV reference is counted), PVs
+//! are kept only when this driver serves them, and `managedFields` is dropped
+//! from everything: memory follows this driver's objects, not the cluster's.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
+use kube::runtime::reflector::{ObjectRef, Store};
+
+use super::error::FlowError;
+use crate::migration;
+
+/// Read handles of the caches. Cheap to clone.
+#[derive(Clone)]
+pub struct Stores {
+    /// This driver's VAs.
+    pub vas: Store<VolumeAttachment>,
+    /// PVs this driver serves (CSI source of this driver, or its in-tree plugin).
+    pub pvs: Store<PersistentVolume>,
+    /// CSINodes.
+    pub csinodes: Store<CSINode>,
+    /// PV name → VAs (of any driver) that name it.
+    pub pv_refs: PvRefs,
+}
+
+impl Stores {
+    /// The cached VA called `name`.
+    pub fn va(&self, name: &str) -> Option<Arc<VolumeAttachment>> {
+        self.vas.get(&ObjectRef::new(name))
+    }
+
+    /// The cached PV called `name`.
+    pub fn pv(&self, name: &str) -> Option<Arc<PersistentVolume>> {
+        self.pvs.get(&ObjectRef::new(name))
+    }
+
+    /// This driver's node ID on `node` from its CSINode.
+    pub fn node_id(&self, node: &str, driver: &str) -> Result<String, FlowError> {
+        let csinode = self
+            .csinodes
+            .get(&ObjectRef::new(node))
+            .ok_or_else(|| FlowError::CsiNodeNotFound(node.to_string()))?;
+        csinode
+            .spec
+            .drivers
+            .iter()
+            .find(|d| d.name == driver)
+            .map(|d| d.node_id.clone())
+            .ok_or_else(|| FlowError::DriverNotOnNode {
+                node: node.to_string(),
+                driver: driver.to_string(),
+            })
+    }
+}
+
+/// Whether this driver serves `pv`: keep it in the cache.
+pub fn serves_pv(pv: &PersistentVolume, driver: &str) -> bool {
+    let Some(spec) = &pv.spec else {
+        return false;
+    };
+    match &spec.csi {
+        Some(csi) => csi.driver == driver,
+        None => migration::in_tree_driver(spec) == Some(driver),
+    }
+}
+
+/// PV name → names of the VAs (of any driver) that reference it.
+///
+/// Rebuilt on every re-list: VAs that vanished during a watch gap are reported
+/// so their PVs get re-evaluated, as a delete event would have done.
+#[derive(Clone, Default)]
+pub struct PvRefs(Arc<Mutex<PvRefState>>);
+
+#[derive(Default)]
+struct PvRefState {
+    /// VA name → PV name.
+    by_va: HashMap<String, String>,
+    /// PV name → count.
+    counts: HashMap<String, usize>,
+    /// Being rebuilt by a re-list.
+    relist: Option<HashMap<String, String>>,
+}
+
+impl PvRefs {
+    /// Whether any VA references `pv`.
+    pub fn is_referenced(&self, pv: &str) -> bool {
+        self.lock().counts.get(pv).is_some_and(|c| *c > 0)
+    }
+
+    /// Records that VA `va` references `pv` (or nothing).
+    pub fn upsert(&self, va: &str, pv: Option<&str>) {
+        let mut state = self.lock();
+        state.remove_va(va);
+        if let Some(pv) = pv {
+            state.by_va.insert(va.to_string(), pv.to_string());
+            *state.counts.entry(pv.to_string()).or_default() += 1;
+        }
+    }
+
+    /// Forgets VA `va`; returns the PV it referenced.
+    pub fn remove(&self, va: &str) -> Option<String> {
+        self.lock().remove_va(va)
+    }
+
+    /// A re-list starts.
+    pub fn begin_relist(&self) {
+        self.lock().relist = Some(HashMap::new());
+    }
+
+    /// Records a VA seen by the running re-list.
+    pub fn relisted(&self, va: &str, pv: Option<&str>) {
+        let mut state = self.lock();
+        if let (Some(relist), Some(pv)) = (state.relist.as_mut(), pv) {
+            relist.insert(va.to_string(), pv.to_string());
+        }
+    }
+
+    /// The re-list ended: swaps the index and returns PVs of VAs that vanished.
+    pub fn finish_relist(&self) -> Vec<String> {
+        let mut state = self.lock();
+        let Some(fresh) = state.relist.take() else {
+            return Vec::new();
+        };
+        let vanished: Vec<String> = state
+            .by_va
+            .iter()
+            .filter(|(va, _)| !fresh.contains_key(*va))
+            .map(|(_, pv)| pv.clone())
+            .collect();
+        let mut counts: HashMap<String, usize> = HashMap::new();
+        for pv in fresh.values() {
+            *counts.entry(pv.clone()).or_default() += 1;
+        }
+        state.by_va = fresh;
+        state.counts = counts;
+        vanished
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PvRefState> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl PvRefState {
+    fn remove_va(&mut self, va: &str) -> Option<String> {
+        let pv = self.by_va.remove(va)?;
+        if let Some(count) = self.counts.get_mut(&pv) {
+            *count -= 1;
+            if *count == 0 {
+                self.counts.remove(&pv);
+            }
+        }
+        Some(pv)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pv_refs_count_every_va_and_report_vanished_ones_after_a_relist() {
+        let refs = PvRefs::default();
+        refs.upsert("va-1", Some("pv-a"));
+        refs.upsert("va-2", Some("pv-a"));
+        refs.upsert("va-3", Some("pv-b"));
+        assert!(refs.is_referenced("pv-a") && refs.is_referenced("pv-b"));
+        assert_eq!(refs.remove("va-1").as_deref(), Some("pv-a"));
+        assert!(refs.is_referenced("pv-a"));
+        assert_eq!(refs.remove("va-2").as_deref(), Some("pv-a"));
+        assert!(!refs.is_referenced("pv-a"));
+
+        refs.begin_relist();
+        refs.relisted("va-4", Some("pv-c"));
+        assert_eq!(refs.finish_relist(), vec!["pv-b".to_string()]);
+        assert!(!refs.is_referenced("pv-b"));
+        assert!(refs.is_referenced("pv-c"));
+    }
+
+    #[test]
+    fn a_va_changing_its_reference_moves_the_count() {
+        let refs = PvRefs::default();
+        refs.upsert("va-1", Some("pv-a"));
+        refs.upsert("va-1", Some("pv-b"));
+        assert!(!refs.is_referenced("pv-a"));
+        assert!(refs.is_referenced("pv-b"));
+        refs.upsert("va-1", None);
+        assert!(!refs.is_referenced("pv-b"));
+    }
+}

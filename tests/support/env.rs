@@ -1,0 +1,192 @@
+//! One test's world: the shared control plane, a mock driver with a driver
+//! name of its own, and a `csi-attacher` process watching for it.
+//!
+//! Driver names are unique per test, so tests share one API server without
+//! seeing each other's VolumeAttachments, finalizers or CSINode entries.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::runtime::wait::await_condition;
+
+use super::controlplane::{self, ControlPlane};
+use super::mock::MockDriver;
+use super::procs::{self, Guard};
+
+/// Default bound for waiting on one condition.
+pub const WAIT: Duration = Duration::from_secs(30);
+
+/// A running attacher with its driver.
+pub struct Env {
+    /// The control plane.
+    pub cp: &'static ControlPlane,
+    /// Admin client.
+    pub client: kube::Client,
+    /// This test's driver name.
+    pub driver: String,
+    /// `external-attacher/<sanitised driver>`.
+    pub finalizer: String,
+    /// The mock driver.
+    pub mock: MockDriver,
+    /// The attacher process (None until started).
+    pub attacher: Option<Guard>,
+    /// Where the attacher logs.
+    pub log: PathBuf,
+    /// VolumeAttachments.
+    pub vas: Api<VolumeAttachment>,
+    /// PersistentVolumes.
+    pub pvs: Api<PersistentVolume>,
+    /// CSINodes.
+    pub csinodes: Api<CSINode>,
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    /// Starts a mock driver (extra flags `mock_args`) and an attacher (`attacher_args`)
+    /// running as the admin user.
+    pub async fn start(mock_args: &[&str], attacher_args: &[&str]) -> Self {
+        let env = Self::without_attacher(mock_args).await;
+        let kubeconfig = env.cp.kubeconfig.clone();
+        env.with_attacher(&kubeconfig, attacher_args)
+    }
+
+    /// Starts only the mock driver; see [`Env::with_attacher`].
+    pub async fn without_attacher(mock_args: &[&str]) -> Self {
+        let cp = controlplane::shared();
+        let client = cp.client().await;
+        let driver = format!("{}.csi.example.com", super::unique("drv"));
+        let name_flag = format!("--name={driver}");
+        let mut args = vec![name_flag.as_str()];
+        args.extend_from_slice(mock_args);
+        let mock = MockDriver::start(&args).expect("start mock driver");
+        let dir = tempfile::tempdir().expect("tempdir");
+        Self {
+            cp,
+            vas: Api::all(client.clone()),
+            pvs: Api::all(client.clone()),
+            csinodes: Api::all(client.clone()),
+            client,
+            finalizer: format!("external-attacher/{}", driver.replace('.', "-")),
+            driver,
+            mock,
+            attacher: None,
+            log: dir.path().join("attacher.log"),
+            dir,
+        }
+    }
+
+    /// Starts the attacher with `kubeconfig` and extra flags.
+    pub fn with_attacher(mut self, kubeconfig: &std::path::Path, args: &[&str]) -> Self {
+        let log = std::fs::File::create(&self.log).expect("attacher log");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_csi-attacher"));
+        command
+            .arg(format!("--csi-address={}", self.mock.address()))
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg(format!("--termination-log-path={}", self.dir.path().join("termination-log").display()))
+            .arg("--kube-api-qps=1000")
+            .arg("--kube-api-burst=2000")
+            .arg("--v=2")
+            .args(args)
+            .env("RUST_LOG", "info,csi_attacher=debug")
+            .stdout(Stdio::null())
+            .stderr(log);
+        self.attacher = Some(Guard(Some(procs::spawn(command).expect("start csi-attacher"))));
+        self
+    }
+
+    /// The attacher's log so far.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Creates a PV.
+    pub async fn create_pv(&self, pv: PersistentVolume) -> PersistentVolume {
+        self.pvs.create(&PostParams::default(), &pv).await.expect("create PV")
+    }
+
+    /// Creates a CSINode for `node` with this driver and node ID `<node>-id`.
+    pub async fn create_node(&self, node: &str) {
+        let csinode = super::objects::csinode(node, &self.driver, &format!("{node}-id"));
+        self.csinodes
+            .create(&PostParams::default(), &csinode)
+            .await
+            .expect("create CSINode");
+    }
+
+    /// Creates a VA.
+    pub async fn create_va(&self, va: VolumeAttachment) -> VolumeAttachment {
+        self.vas.create(&PostParams::default(), &va).await.expect("create VA")
+    }
+
+    /// Deletes a VA (it lingers while finalizers remain).
+    pub async fn delete_va(&self, name: &str) {
+        self.vas.delete(name, &DeleteParams::default()).await.expect("delete VA");
+    }
+
+    /// Waits until the VA called `name` satisfies `condition` (None = absent).
+    pub async fn wait_va(
+        &self,
+        name: &str,
+        what: &str,
+        condition: impl Fn(Option<&VolumeAttachment>) -> bool,
+    ) -> Option<VolumeAttachment> {
+        let waited = tokio::time::timeout(WAIT, await_condition(self.vas.clone(), name, condition)).await;
+        match waited {
+            Ok(Ok(va)) => va,
+            Ok(Err(err)) => panic!("watching VA {name}: {err}"),
+            Err(_) => panic!(
+                "timed out after {WAIT:?} waiting for VA {name} to be {what}; now: {:?}\nattacher log tail:\n{}",
+                self.vas.get_opt(name).await.ok().flatten().map(|v| (v.metadata.finalizers, v.status)),
+                tail(&self.logs(), 40)
+            ),
+        }
+    }
+
+    /// Waits until the VA is `attached=true` and returns it.
+    pub async fn wait_attached(&self, name: &str) -> VolumeAttachment {
+        self.wait_va(name, "attached", |va| va.and_then(|v| v.status.as_ref()).is_some_and(|s| s.attached))
+            .await
+            .expect("attached VA exists")
+    }
+
+    /// Waits until the VA has an `attachError` and returns it.
+    pub async fn wait_attach_error(&self, name: &str) -> VolumeAttachment {
+        self.wait_va(name, "failed", |va| {
+            va.and_then(|v| v.status.as_ref()).is_some_and(|s| s.attach_error.is_some())
+        })
+        .await
+        .expect("VA exists")
+    }
+
+    /// Waits until the VA is gone.
+    pub async fn wait_gone(&self, name: &str) {
+        self.wait_va(name, "gone", |va| va.is_none()).await;
+    }
+
+    /// Waits until the PV satisfies `condition`.
+    pub async fn wait_pv(
+        &self,
+        name: &str,
+        what: &str,
+        condition: impl Fn(Option<&PersistentVolume>) -> bool,
+    ) -> Option<PersistentVolume> {
+        let waited = tokio::time::timeout(WAIT, await_condition(self.pvs.clone(), name, condition)).await;
+        match waited {
+            Ok(Ok(pv)) => pv,
+            Ok(Err(err)) => panic!("watching PV {name}: {err}"),
+            Err(_) => panic!(
+                "timed out waiting for PV {name} to be {what}\nattacher log tail:\n{}",
+                tail(&self.logs(), 40)
+            ),
+        }
+    }
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}

@@ -1,0 +1,114 @@
+//! Builders for the objects kube-controller-manager and drivers create, so
+//! tests never hand-write YAML.
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
+use serde_json::{json, Value};
+
+/// A CSI PersistentVolume.
+pub struct PvBuilder(Value);
+
+/// A PV named `name` of `driver` with volume handle `handle-<name>`, RWO, filesystem.
+pub fn pv(name: &str, driver: &str) -> PvBuilder {
+    PvBuilder(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "csi": {"driver": driver, "volumeHandle": format!("handle-{name}")},
+        }
+    }))
+}
+
+impl PvBuilder {
+    /// Sets `spec.accessModes`.
+    pub fn access_modes(mut self, modes: &[&str]) -> Self {
+        self.0["spec"]["accessModes"] = json!(modes);
+        self
+    }
+    /// `volumeMode: Block`.
+    pub fn block(mut self) -> Self {
+        self.0["spec"]["volumeMode"] = json!("Block");
+        self
+    }
+    /// Sets `spec.csi.fsType`.
+    pub fn fs_type(mut self, fs: &str) -> Self {
+        self.0["spec"]["csi"]["fsType"] = json!(fs);
+        self
+    }
+    /// Sets `spec.csi.readOnly`.
+    pub fn read_only(mut self) -> Self {
+        self.0["spec"]["csi"]["readOnly"] = json!(true);
+        self
+    }
+    /// Sets `spec.mountOptions`.
+    pub fn mount_options(mut self, opts: &[&str]) -> Self {
+        self.0["spec"]["mountOptions"] = json!(opts);
+        self
+    }
+    /// Sets `spec.csi.volumeAttributes`.
+    pub fn attributes(mut self, attrs: Value) -> Self {
+        self.0["spec"]["csi"]["volumeAttributes"] = attrs;
+        self
+    }
+    /// Sets `spec.csi.controllerPublishSecretRef`.
+    pub fn publish_secret(mut self, namespace: &str, name: &str) -> Self {
+        self.0["spec"]["csi"]["controllerPublishSecretRef"] = json!({"namespace": namespace, "name": name});
+        self
+    }
+    /// Adds finalizers.
+    pub fn finalizers(mut self, finalizers: &[&str]) -> Self {
+        self.0["metadata"]["finalizers"] = json!(finalizers);
+        self
+    }
+    /// The volume handle.
+    pub fn handle(&self) -> String {
+        self.0["spec"]["csi"]["volumeHandle"].as_str().unwrap_or_default().to_string()
+    }
+    /// The spec as JSON (for inline VAs).
+    pub fn spec_json(&self) -> Value {
+        self.0["spec"].clone()
+    }
+    /// The object.
+    pub fn build(self) -> PersistentVolume {
+        serde_json::from_value(self.0).expect("valid PV")
+    }
+}
+
+/// A CSINode for `node` with one driver entry.
+pub fn csinode(node: &str, driver: &str, node_id: &str) -> CSINode {
+    serde_json::from_value(json!({
+        "metadata": {"name": node},
+        "spec": {"drivers": [{"name": driver, "nodeID": node_id}]},
+    }))
+    .expect("valid CSINode")
+}
+
+/// A VolumeAttachment.
+pub struct VaBuilder(Value);
+
+/// A VA named `name` for `driver` on `node`, without a source yet.
+pub fn va(name: &str, driver: &str, node: &str) -> VaBuilder {
+    VaBuilder(json!({
+        "metadata": {"name": name},
+        "spec": {"attacher": driver, "nodeName": node, "source": {}},
+    }))
+}
+
+impl VaBuilder {
+    /// Attaches PV `name`.
+    pub fn pv(mut self, name: &str) -> Self {
+        self.0["spec"]["source"]["persistentVolumeName"] = json!(name);
+        self
+    }
+    /// Attaches an inline spec.
+    pub fn inline(mut self, spec: Value) -> Self {
+        self.0["spec"]["source"]["inlineVolumeSpec"] = spec;
+        self
+    }
+    /// The object.
+    pub fn build(self) -> VolumeAttachment {
+        serde_json::from_value(self.0).expect("valid VA")
+    }
+}
