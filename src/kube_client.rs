@@ -14,8 +14,8 @@
 //! call, so it is off: a failed call fails the attempt, and the work queue's
 //! per-object backoff retries it (as client-go, which has no such retry).
 
-use std::num::NonZeroU32;
 use std::future::Future;
+use std::num::NonZeroU32;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -154,14 +154,25 @@ mod tests {
     async fn burst_passes_at_once_then_requests_are_spaced_by_one_over_qps() {
         use tower::ServiceExt;
         let layer = RateLimitLayer::new(20.0, 5);
-        let mut service = layer.layer(tower::service_fn(|()| async { Ok::<_, ()>(Instant::now()) }));
+        let mut service = layer.layer(tower::service_fn(|()| async {
+            Ok::<_, ()>(Instant::now())
+        }));
         let start = Instant::now();
         let mut done = Vec::new();
         for _ in 0..8 {
-            let at = service.ready().await.expect("ready").call(()).await.expect("call");
+            let at = service
+                .ready()
+                .await
+                .expect("ready")
+                .call(())
+                .await
+                .expect("call");
             done.push(at - start);
         }
-        assert!(done[4] < Duration::from_millis(20), "burst of 5 is immediate: {done:?}");
+        assert!(
+            done[4] < Duration::from_millis(20),
+            "burst of 5 is immediate: {done:?}"
+        );
         // Tokens 6..8 come at 50 ms intervals.
         assert!(done[7] >= Duration::from_millis(140), "{done:?}");
         assert!(done[7] < Duration::from_millis(400), "{done:?}");

@@ -65,8 +65,8 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let kube_config = kube_client::load_config(&kubeconfig)
         .await
         .map_err(RunError::Kube)?;
-    let kube = kube_client::build(kube_config, kube_api_qps, kube_api_burst)
-        .map_err(RunError::Kube)?;
+    let kube =
+        kube_client::build(kube_config, kube_api_qps, kube_api_burst).map_err(RunError::Kube)?;
 
     // Metrics registry: owned here, handed to everything that records.
     let metrics = Metrics::new();
@@ -84,7 +84,12 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         Ok::<_, csi::Error>((info, capabilities))
     };
     let (info, capabilities) = tokio::select! {
-        result = startup => result.map_err(RunError::Startup)?,
+        result = startup => match result {
+            Ok(identity) => identity,
+            // A call failing because the driver went away is a lost connection.
+            Err(_) if loss.is_lost() => return Err(connection_lost(&termination_log_path)),
+            Err(err) => return Err(RunError::Startup(err)),
+        },
         () = loss.lost() => return Err(connection_lost(&termination_log_path)),
     };
     tracing::info!(

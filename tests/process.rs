@@ -12,8 +12,10 @@ use support::mock::MockDriver;
 use support::procs::{self, Guard};
 
 fn attacher(args: &[String]) -> Guard {
+    let kubeconfig = &support::controlplane::shared().kubeconfig;
     let mut command = Command::new(env!("CARGO_BIN_EXE_csi-attacher"));
     command
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
         .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
@@ -149,4 +151,16 @@ async fn flag_errors_help_and_version_exit_like_go() {
         Some(2),
         "Go rejects unit-less durations"
     );
+
+    let no_workers = run(&["--worker-threads=0", "--csi-address=/nonexistent/socket"]);
+    assert_eq!(no_workers.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&no_workers.stderr)
+        .contains("Option -worker-threads must be greater than zero"));
+
+    let bad_kubeconfig = run(&[
+        "--kubeconfig=/nonexistent/kubeconfig",
+        "--csi-address=/nonexistent/socket",
+    ]);
+    assert_eq!(bad_kubeconfig.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad_kubeconfig.stderr).contains("cannot use kubeconfig"));
 }

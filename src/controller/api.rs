@@ -39,7 +39,11 @@ impl KubeApi {
     }
 
     /// Merge patch on a VA's `/status`.
-    pub async fn patch_va_status(&self, name: &str, body: &Value) -> Result<VolumeAttachment, ApiError> {
+    pub async fn patch_va_status(
+        &self,
+        name: &str,
+        body: &Value,
+    ) -> Result<VolumeAttachment, ApiError> {
         self.vas
             .patch_status(name, &PatchParams::default(), &Patch::Merge(body))
             .await
@@ -47,7 +51,11 @@ impl KubeApi {
     }
 
     /// JSON Patch on a PV.
-    pub async fn patch_pv(&self, name: &str, patch: json_patch::Patch) -> Result<PersistentVolume, ApiError> {
+    pub async fn patch_pv(
+        &self,
+        name: &str,
+        patch: json_patch::Patch,
+    ) -> Result<PersistentVolume, ApiError> {
         self.pvs
             .patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
             .await
@@ -55,7 +63,11 @@ impl KubeApi {
     }
 
     /// GETs a Secret and returns its data as strings (never logged).
-    pub async fn secret_data(&self, namespace: &str, name: &str) -> Result<BTreeMap<String, String>, ApiError> {
+    pub async fn secret_data(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<BTreeMap<String, String>, ApiError> {
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
         let secret = secrets.get(name).await.map_err(ApiError)?;
         Ok(secret

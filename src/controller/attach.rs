@@ -59,7 +59,8 @@ async fn publish(ctx: &Ctx, va: &VolumeAttachment) -> Result<BTreeMap<String, St
             return Err(FlowError::PvDeleting(name));
         }
         if !pv.finalizers().iter().any(|f| *f == ctx.finalizer) {
-            let patch = patches::pv_add_finalizer(pv.metadata.finalizers.as_deref(), &ctx.finalizer);
+            let patch =
+                patches::pv_add_finalizer(pv.metadata.finalizers.as_deref(), &ctx.finalizer);
             ctx.api
                 .patch_pv(&name, patch)
                 .await
@@ -90,7 +91,13 @@ async fn publish(ctx: &Ctx, va: &VolumeAttachment) -> Result<BTreeMap<String, St
         // "CO MUST set this field to false if SP does not have PUBLISH_READONLY".
         readonly: volume.csi.read_only.unwrap_or(false) && ctx.capabilities.publish_readonly,
         secrets: secrets.into_iter().collect(),
-        volume_context: volume.csi.volume_attributes.clone().unwrap_or_default().into_iter().collect(),
+        volume_context: volume
+            .csi
+            .volume_attributes
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect(),
     };
     let driver = ctx.driver()?;
     let context = driver.publish(request, volume.migrated).await?;

@@ -61,7 +61,10 @@ pub fn volume_capability(
 }
 
 /// Kubernetes access modes (a set) → one CSI access mode.
-pub fn access_mode(modes: &[String], single_node_multi_writer: bool) -> Result<Mode, CapabilityError> {
+pub fn access_mode(
+    modes: &[String],
+    single_node_multi_writer: bool,
+) -> Result<Mode, CapabilityError> {
     let has = |m: &str| modes.iter().any(|x| x == m);
     let (rwo, rox, rwx, rwop) = (
         has("ReadWriteOnce"),
@@ -109,21 +112,73 @@ mod tests {
     #[test]
     fn access_mode_table_matches_upstream() {
         use Mode::*;
-        let cases: &[(&[&str], Result<Mode, CapabilityError>, Result<Mode, CapabilityError>)] = &[
-            (&["ReadWriteOncePod"], Ok(SingleNodeWriter), Ok(SingleNodeSingleWriter)),
-            (&["ReadWriteOncePod", "ReadWriteOncePod"], Ok(SingleNodeWriter), Ok(SingleNodeSingleWriter)),
-            (&["ReadWriteOncePod", "ReadWriteOnce"], Err(CapabilityError::RwopWithOthers), Err(CapabilityError::RwopWithOthers)),
-            (&["ReadWriteOncePod", "ReadWriteMany"], Err(CapabilityError::RwopWithOthers), Err(CapabilityError::RwopWithOthers)),
-            (&["ReadWriteMany"], Ok(MultiNodeMultiWriter), Ok(MultiNodeMultiWriter)),
-            (&["ReadWriteMany", "ReadOnlyMany", "ReadWriteOnce"], Ok(MultiNodeMultiWriter), Ok(MultiNodeMultiWriter)),
-            (&["ReadOnlyMany", "ReadWriteOnce"], Err(CapabilityError::RoxWithRwo), Err(CapabilityError::RoxWithRwo)),
-            (&["ReadOnlyMany"], Ok(MultiNodeReaderOnly), Ok(MultiNodeReaderOnly)),
-            (&["ReadWriteOnce"], Ok(SingleNodeWriter), Ok(SingleNodeMultiWriter)),
-            (&["ReadWriteOnce", "ReadWriteOnce"], Ok(SingleNodeWriter), Ok(SingleNodeMultiWriter)),
+        let cases: &[(
+            &[&str],
+            Result<Mode, CapabilityError>,
+            Result<Mode, CapabilityError>,
+        )] = &[
+            (
+                &["ReadWriteOncePod"],
+                Ok(SingleNodeWriter),
+                Ok(SingleNodeSingleWriter),
+            ),
+            (
+                &["ReadWriteOncePod", "ReadWriteOncePod"],
+                Ok(SingleNodeWriter),
+                Ok(SingleNodeSingleWriter),
+            ),
+            (
+                &["ReadWriteOncePod", "ReadWriteOnce"],
+                Err(CapabilityError::RwopWithOthers),
+                Err(CapabilityError::RwopWithOthers),
+            ),
+            (
+                &["ReadWriteOncePod", "ReadWriteMany"],
+                Err(CapabilityError::RwopWithOthers),
+                Err(CapabilityError::RwopWithOthers),
+            ),
+            (
+                &["ReadWriteMany"],
+                Ok(MultiNodeMultiWriter),
+                Ok(MultiNodeMultiWriter),
+            ),
+            (
+                &["ReadWriteMany", "ReadOnlyMany", "ReadWriteOnce"],
+                Ok(MultiNodeMultiWriter),
+                Ok(MultiNodeMultiWriter),
+            ),
+            (
+                &["ReadOnlyMany", "ReadWriteOnce"],
+                Err(CapabilityError::RoxWithRwo),
+                Err(CapabilityError::RoxWithRwo),
+            ),
+            (
+                &["ReadOnlyMany"],
+                Ok(MultiNodeReaderOnly),
+                Ok(MultiNodeReaderOnly),
+            ),
+            (
+                &["ReadWriteOnce"],
+                Ok(SingleNodeWriter),
+                Ok(SingleNodeMultiWriter),
+            ),
+            (
+                &["ReadWriteOnce", "ReadWriteOnce"],
+                Ok(SingleNodeWriter),
+                Ok(SingleNodeMultiWriter),
+            ),
         ];
         for (input, default, multi) in cases {
-            assert_eq!(&access_mode(&modes(input), false), default, "{input:?} default");
-            assert_eq!(&access_mode(&modes(input), true), multi, "{input:?} SINGLE_NODE_MULTI_WRITER");
+            assert_eq!(
+                &access_mode(&modes(input), false),
+                default,
+                "{input:?} default"
+            );
+            assert_eq!(
+                &access_mode(&modes(input), true),
+                multi,
+                "{input:?} SINGLE_NODE_MULTI_WRITER"
+            );
         }
     }
 
@@ -158,8 +213,15 @@ mod tests {
                 volume_mount_group: String::new(),
             }))
         );
-        let xfs = volume_capability(CapabilitySource { fs_type: Some("xfs"), ..source }, "ext4", false)
-            .expect("capability");
+        let xfs = volume_capability(
+            CapabilitySource {
+                fs_type: Some("xfs"),
+                ..source
+            },
+            "ext4",
+            false,
+        )
+        .expect("capability");
         assert!(matches!(xfs.access_type, Some(AccessType::Mount(ref m)) if m.fs_type == "xfs"));
     }
 
@@ -179,6 +241,11 @@ mod tests {
         )
         .expect("capability");
         assert_eq!(cap.access_type, Some(AccessType::Block(BlockVolume {})));
-        assert_eq!(cap.access_mode, Some(AccessMode { mode: Mode::MultiNodeMultiWriter as i32 }));
+        assert_eq!(
+            cap.access_mode,
+            Some(AccessMode {
+                mode: Mode::MultiNodeMultiWriter as i32
+            })
+        );
     }
 }

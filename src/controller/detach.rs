@@ -68,12 +68,15 @@ async fn unpublish_and_release(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), F
         }
     }
     // Our finalizer was the last one: the API server has deleted the VA.
-    if current.as_ref().is_some_and(|v| {
-        v.metadata.deletion_timestamp.is_some() && v.finalizers().is_empty()
-    }) {
+    if current
+        .as_ref()
+        .is_some_and(|v| v.metadata.deletion_timestamp.is_some() && v.finalizers().is_empty())
+    {
         return Ok(());
     }
-    let status = current.as_ref().map_or(va.status.as_ref(), |v| v.status.as_ref());
+    let status = current
+        .as_ref()
+        .map_or(va.status.as_ref(), |v| v.status.as_ref());
     if let Some(patch) = patches::detached_status(status) {
         match ctx.api.patch_va_status(&name, &patch).await {
             Ok(_) => {}

@@ -78,7 +78,8 @@ pub async fn run_va_informer(
                     continue;
                 }
                 trim(&mut va);
-                let enqueue = match reader.get(&kube::runtime::reflector::ObjectRef::from_obj(&va)) {
+                let enqueue = match reader.get(&kube::runtime::reflector::ObjectRef::from_obj(&va))
+                {
                     Some(old) => should_enqueue_change(&old, &va, &finalizer),
                     None => true,
                 };
@@ -186,8 +187,17 @@ pub fn needs_finalizer_check(pv: &PersistentVolume, driver: &str, finalizer: &st
 
 /// An in-tree PV whose `pv.kubernetes.io/migrated-to` is missing or not us.
 pub fn migration_rolled_back(pv: &PersistentVolume, driver: &str) -> bool {
-    let in_tree = pv.spec.as_ref().and_then(migration::in_tree_driver).is_some();
-    in_tree && pv.annotations().get(MIGRATED_TO_ANNOTATION).map(String::as_str) != Some(driver)
+    let in_tree = pv
+        .spec
+        .as_ref()
+        .and_then(migration::in_tree_driver)
+        .is_some();
+    in_tree
+        && pv
+            .annotations()
+            .get(MIGRATED_TO_ANNOTATION)
+            .map(String::as_str)
+            != Some(driver)
 }
 
 /// Whether an update of a VA needs a sync: upstream's `shouldEnqueueVAChange`,
@@ -199,7 +209,11 @@ pub fn migration_rolled_back(pv: &PersistentVolume, driver: &str) -> bool {
 /// patch: it arrives while the attach that wrote it is still running, and
 /// re-running that attach against a cache without `attached=true` would
 /// publish and patch a second time.
-pub fn should_enqueue_change(old: &VolumeAttachment, new: &VolumeAttachment, finalizer: &str) -> bool {
+pub fn should_enqueue_change(
+    old: &VolumeAttachment,
+    new: &VolumeAttachment,
+    finalizer: &str,
+) -> bool {
     if old.metadata.resource_version == new.metadata.resource_version {
         return true; // resync
     }
@@ -269,14 +283,33 @@ mod tests {
 
     #[test]
     fn own_error_writes_do_not_enqueue_but_real_changes_do() {
-        let enqueue = |old: &VolumeAttachment, new: &VolumeAttachment| should_enqueue_change(old, new, FIN);
-        assert!(enqueue(&va("1", false, None), &va("1", false, None)), "resync");
-        assert!(!enqueue(&va("1", false, None), &va("2", false, None)), "nothing but the RV");
-        assert!(!enqueue(&va("1", false, None), &va("2", false, Some("boom"))), "error added");
-        assert!(!enqueue(&va("1", false, Some("a")), &va("2", false, Some("b"))), "error changed");
-        assert!(enqueue(&va("1", false, Some("a")), &va("2", true, None)), "attached");
+        let enqueue =
+            |old: &VolumeAttachment, new: &VolumeAttachment| should_enqueue_change(old, new, FIN);
+        assert!(
+            enqueue(&va("1", false, None), &va("1", false, None)),
+            "resync"
+        );
+        assert!(
+            !enqueue(&va("1", false, None), &va("2", false, None)),
+            "nothing but the RV"
+        );
+        assert!(
+            !enqueue(&va("1", false, None), &va("2", false, Some("boom"))),
+            "error added"
+        );
+        assert!(
+            !enqueue(&va("1", false, Some("a")), &va("2", false, Some("b"))),
+            "error changed"
+        );
+        assert!(
+            enqueue(&va("1", false, Some("a")), &va("2", true, None)),
+            "attached"
+        );
         let mut deleting = va("2", false, Some("a"));
-        deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
         assert!(enqueue(&va("1", false, Some("a")), &deleting), "deleted");
     }
 
@@ -284,7 +317,11 @@ mod tests {
     fn error_on_a_va_without_status_is_still_only_an_error_write() {
         let mut old = VolumeAttachment::default();
         old.metadata.resource_version = Some("1".into());
-        assert!(!should_enqueue_change(&old, &va("2", false, Some("boom")), FIN));
+        assert!(!should_enqueue_change(
+            &old,
+            &va("2", false, Some("boom")),
+            FIN
+        ));
     }
 
     #[test]
@@ -292,7 +329,8 @@ mod tests {
         let old = va("1", false, None);
         let mut ours = va("2", false, None);
         ours.metadata.finalizers = Some(vec![FIN.into()]);
-        ours.metadata.annotations = Some([(NODE_ID_ANNOTATION.to_string(), "n1".to_string())].into());
+        ours.metadata.annotations =
+            Some([(NODE_ID_ANNOTATION.to_string(), "n1".to_string())].into());
         assert!(!should_enqueue_change(&old, &ours, FIN));
 
         let mut foreign = ours.clone();

@@ -243,7 +243,12 @@ pub async fn run(
         workers_set.spawn(pv_worker(Arc::clone(&ctx), Arc::clone(&pv_queue)));
     }
     if !resync.is_zero() {
-        tasks.spawn(resync_loop(Arc::clone(&ctx), Arc::clone(&va_queue), Arc::clone(&pv_queue), resync));
+        tasks.spawn(resync_loop(
+            Arc::clone(&ctx),
+            Arc::clone(&va_queue),
+            Arc::clone(&pv_queue),
+            resync,
+        ));
     }
 
     shutdown.await;
@@ -262,7 +267,11 @@ pub async fn run(
 }
 
 async fn va_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue>, lane: usize) {
-    let lane_name = if lane == ATTACH_LANE { "attach" } else { "detach" };
+    let lane_name = if lane == ATTACH_LANE {
+        "attach"
+    } else {
+        "detach"
+    };
     while let Some(key) = queue.get(lane).await {
         let span = tracing::info_span!("sync", va = %key, lane = lane_name);
         let result = sync_va(&ctx, &key).instrument(span.clone()).await;
@@ -299,7 +308,9 @@ async fn pv_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue>) {
         let span = tracing::info_span!("sync", pv = %key, lane = "pv");
         let result = match ctx.stores.pv(&key) {
             Some(pv) if ctx.capabilities.attach_required() => {
-                pv_finalizer::release(&ctx, &pv).instrument(span.clone()).await
+                pv_finalizer::release(&ctx, &pv)
+                    .instrument(span.clone())
+                    .await
             }
             _ => Ok(()),
         };
@@ -315,7 +326,12 @@ async fn pv_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue>) {
 }
 
 /// Upstream's informer resync: every VA (and every PV needing a look) again.
-async fn resync_loop(ctx: Arc<Ctx>, va_queue: Arc<WorkQueue>, pv_queue: Arc<WorkQueue>, period: Duration) {
+async fn resync_loop(
+    ctx: Arc<Ctx>,
+    va_queue: Arc<WorkQueue>,
+    pv_queue: Arc<WorkQueue>,
+    period: Duration,
+) {
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     loop {
         ticker.tick().await;

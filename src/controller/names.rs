@@ -11,7 +11,13 @@ pub const MIGRATED_TO_ANNOTATION: &str = "pv.kubernetes.io/migrated-to";
 pub fn sanitize_driver_name(driver_name: &str) -> String {
     let mut out: String = driver_name
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
         .collect();
     if out.ends_with('-') {
         out.push('X');
@@ -30,15 +36,27 @@ mod tests {
 
     #[test]
     fn sanitising_matches_upstream_examples() {
-        assert_eq!(sanitize_driver_name("not!allowed/characters"), "not-allowed-characters");
+        assert_eq!(
+            sanitize_driver_name("not!allowed/characters"),
+            "not-allowed-characters"
+        );
         assert_eq!(sanitize_driver_name("trailing\\"), "trailing-X");
-        assert_eq!(sanitize_driver_name("s!a@n#i$t(i%z^e&d*"), "s-a-n-i-t-i-z-e-d-X");
-        assert_eq!(sanitize_driver_name("hostpath.csi.k8s.io"), "hostpath-csi-k8s-io");
+        assert_eq!(
+            sanitize_driver_name("s!a@n#i$t(i%z^e&d*"),
+            "s-a-n-i-t-i-z-e-d-X"
+        );
+        assert_eq!(
+            sanitize_driver_name("hostpath.csi.k8s.io"),
+            "hostpath-csi-k8s-io"
+        );
     }
 
     #[test]
     fn finalizer_uses_the_sanitised_name() {
         assert_eq!(finalizer("csi/test"), "external-attacher/csi-test");
-        assert_eq!(finalizer("pd.csi.storage.gke.io"), "external-attacher/pd-csi-storage-gke-io");
+        assert_eq!(
+            finalizer("pd.csi.storage.gke.io"),
+            "external-attacher/pd-csi-storage-gke-io"
+        );
     }
 }

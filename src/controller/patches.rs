@@ -43,7 +43,11 @@ pub fn remove_va_finalizer(va: &VolumeAttachment, finalizer: &str) -> Option<Val
         return None;
     }
     let rest: Vec<&String> = finalizers.iter().filter(|f| *f != finalizer).collect();
-    let value = if rest.is_empty() { Value::Null } else { json!(rest) };
+    let value = if rest.is_empty() {
+        Value::Null
+    } else {
+        json!(rest)
+    };
     Some(json!({ "metadata": { "finalizers": value } }))
 }
 
@@ -90,7 +94,11 @@ pub fn detached_status(status: Option<&VolumeAttachmentStatus>) -> Option<Value>
     if status.is_some_and(|s| s.attached) {
         patch.insert("attached".into(), json!(false));
     }
-    if status.is_some_and(|s| s.attachment_metadata.as_ref().is_some_and(|m| !m.is_empty())) {
+    if status.is_some_and(|s| {
+        s.attachment_metadata
+            .as_ref()
+            .is_some_and(|m| !m.is_empty())
+    }) {
         patch.insert("attachmentMetadata".into(), Value::Null);
     }
     if status.is_some_and(|s| s.detach_error.is_some()) {
@@ -168,8 +176,12 @@ mod tests {
     fn status(attached: bool, metadata: &[(&str, &str)]) -> VolumeAttachmentStatus {
         VolumeAttachmentStatus {
             attached,
-            attachment_metadata: (!metadata.is_empty())
-                .then(|| metadata.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+            attachment_metadata: (!metadata.is_empty()).then(|| {
+                metadata
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect()
+            }),
             ..Default::default()
         }
     }
@@ -178,7 +190,9 @@ mod tests {
     fn attach_metadata_adds_what_is_missing_only() {
         assert_eq!(
             attach_metadata(&va(None, None), FIN, "n1"),
-            Some(json!({"metadata": {"finalizers": [FIN], "annotations": {NODE_ID_ANNOTATION: "n1"}}}))
+            Some(
+                json!({"metadata": {"finalizers": [FIN], "annotations": {NODE_ID_ANNOTATION: "n1"}}})
+            )
         );
         assert_eq!(
             attach_metadata(&va(Some(vec!["other"]), Some("n1")), FIN, "n1"),
@@ -188,7 +202,10 @@ mod tests {
             attach_metadata(&va(Some(vec![FIN]), Some("old")), FIN, "n1"),
             Some(json!({"metadata": {"annotations": {NODE_ID_ANNOTATION: "n1"}}}))
         );
-        assert_eq!(attach_metadata(&va(Some(vec![FIN]), Some("n1")), FIN, "n1"), None);
+        assert_eq!(
+            attach_metadata(&va(Some(vec![FIN]), Some("n1")), FIN, "n1"),
+            None
+        );
     }
 
     #[test]
@@ -201,20 +218,35 @@ mod tests {
             remove_va_finalizer(&va(Some(vec![FIN]), None), FIN),
             Some(json!({"metadata": {"finalizers": null}}))
         );
-        assert_eq!(remove_va_finalizer(&va(Some(vec!["other"]), None), FIN), None);
+        assert_eq!(
+            remove_va_finalizer(&va(Some(vec!["other"]), None), FIN),
+            None
+        );
     }
 
     #[test]
     fn attached_status_writes_changed_fields_only() {
-        let ctx: BTreeMap<String, String> = [("devicePath".to_string(), "/dev/x".to_string())].into();
+        let ctx: BTreeMap<String, String> =
+            [("devicePath".to_string(), "/dev/x".to_string())].into();
         assert_eq!(
             attached_status(None, &ctx),
-            Some(json!({"status": {"attached": true, "attachmentMetadata": {"devicePath": "/dev/x"}}}))
+            Some(
+                json!({"status": {"attached": true, "attachmentMetadata": {"devicePath": "/dev/x"}}})
+            )
         );
-        assert_eq!(attached_status(None, &BTreeMap::new()), Some(json!({"status": {"attached": true}})));
-        assert_eq!(attached_status(Some(&status(true, &[("devicePath", "/dev/x")])), &ctx), None);
         assert_eq!(
-            attached_status(Some(&status(true, &[("devicePath", "/dev/x")])), &BTreeMap::new()),
+            attached_status(None, &BTreeMap::new()),
+            Some(json!({"status": {"attached": true}}))
+        );
+        assert_eq!(
+            attached_status(Some(&status(true, &[("devicePath", "/dev/x")])), &ctx),
+            None
+        );
+        assert_eq!(
+            attached_status(
+                Some(&status(true, &[("devicePath", "/dev/x")])),
+                &BTreeMap::new()
+            ),
             Some(json!({"status": {"attachmentMetadata": null}}))
         );
         assert_eq!(
@@ -235,7 +267,9 @@ mod tests {
         s.detach_error = Some(VolumeError::default());
         assert_eq!(
             detached_status(Some(&s)),
-            Some(json!({"status": {"attached": false, "attachmentMetadata": null, "detachError": null}}))
+            Some(
+                json!({"status": {"attached": false, "attachmentMetadata": null, "detachError": null}})
+            )
         );
         assert_eq!(detached_status(Some(&status(false, &[]))), None);
         assert_eq!(detached_status(None), None);
@@ -272,7 +306,10 @@ mod tests {
                    {"op": "replace", "path": "/metadata/finalizers", "value": [FIN]}])
         );
         assert_eq!(
-            p(pv_add_finalizer(Some(&["kubernetes.io/pv-protection".to_string()]), FIN)),
+            p(pv_add_finalizer(
+                Some(&["kubernetes.io/pv-protection".to_string()]),
+                FIN
+            )),
             json!([{"op": "add", "path": "/metadata/finalizers/-", "value": FIN}])
         );
         assert_eq!(

@@ -167,7 +167,9 @@ impl WorkQueue {
     /// Whether `key` is waiting (now or delayed) or being processed.
     pub fn is_pending(&self, key: &str) -> bool {
         let state = self.lock();
-        state.queued.contains_key(key) || state.delayed.contains_key(key) || state.processing.contains(key)
+        state.queued.contains_key(key)
+            || state.delayed.contains_key(key)
+            || state.processing.contains(key)
     }
 
     /// Keys ready to be processed in `lane`.
@@ -282,7 +284,10 @@ mod tests {
     }
 
     async fn next(q: &WorkQueue, lane: usize) -> Option<String> {
-        tokio::time::timeout(Duration::from_millis(10), q.get(lane)).await.ok().flatten()
+        tokio::time::timeout(Duration::from_millis(10), q.get(lane))
+            .await
+            .ok()
+            .flatten()
     }
 
     #[test]
@@ -313,7 +318,11 @@ mod tests {
         q.add("a", 0);
         let key = next(&q, 0).await.expect("a");
         q.add("a", 0);
-        assert_eq!(next(&q, 0).await, None, "no second worker may take a key in flight");
+        assert_eq!(
+            next(&q, 0).await,
+            None,
+            "no second worker may take a key in flight"
+        );
         q.done(&key);
         assert_eq!(next(&q, 0).await.as_deref(), Some("a"));
     }

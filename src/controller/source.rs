@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{CSIPersistentVolumeSource, PersistentVolume, PersistentVolumeSpec};
+use k8s_openapi::api::core::v1::{
+    CSIPersistentVolumeSource, PersistentVolume, PersistentVolumeSpec,
+};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 
 use super::capability::CapabilitySource;
@@ -61,7 +63,11 @@ impl Source {
             Self::Pv(pv) => {
                 let spec = pv.spec.as_ref().ok_or(FlowError::NotCsi)?;
                 if let Some(csi) = &spec.csi {
-                    return Ok(CsiVolume { csi, spec, migrated: false });
+                    return Ok(CsiVolume {
+                        csi,
+                        spec,
+                        migrated: false,
+                    });
                 }
                 match migration::in_tree_driver(spec) {
                     // Translation of in-tree sources is not built yet: say so clearly.
@@ -74,7 +80,11 @@ impl Source {
             Self::Inline(spec) => spec
                 .csi
                 .as_ref()
-                .map(|csi| CsiVolume { csi, spec, migrated: false })
+                .map(|csi| CsiVolume {
+                    csi,
+                    spec,
+                    migrated: false,
+                })
                 .ok_or(FlowError::InlineWithoutCsi),
         }
     }

@@ -21,7 +21,11 @@ pub async fn attach(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), FlowError> {
     if status.is_some_and(|s| s.attach_error.is_some()) {
         patch.insert("attachError".into(), Value::Null);
     }
-    if status.is_some_and(|s| s.attachment_metadata.as_ref().is_some_and(|m| !m.is_empty())) {
+    if status.is_some_and(|s| {
+        s.attachment_metadata
+            .as_ref()
+            .is_some_and(|m| !m.is_empty())
+    }) {
         patch.insert("attachmentMetadata".into(), Value::Null);
     }
     ctx.api

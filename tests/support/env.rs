@@ -86,7 +86,10 @@ impl Env {
         command
             .arg(format!("--csi-address={}", self.mock.address()))
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
-            .arg(format!("--termination-log-path={}", self.dir.path().join("termination-log").display()))
+            .arg(format!(
+                "--termination-log-path={}",
+                self.dir.path().join("termination-log").display()
+            ))
             .arg("--kube-api-qps=1000")
             .arg("--kube-api-burst=2000")
             .arg("--v=2")
@@ -94,7 +97,9 @@ impl Env {
             .env("RUST_LOG", "info,csi_attacher=debug")
             .stdout(Stdio::null())
             .stderr(log);
-        self.attacher = Some(Guard(Some(procs::spawn(command).expect("start csi-attacher"))));
+        self.attacher = Some(Guard(Some(
+            procs::spawn(command).expect("start csi-attacher"),
+        )));
         self
     }
 
@@ -105,7 +110,10 @@ impl Env {
 
     /// Creates a PV.
     pub async fn create_pv(&self, pv: PersistentVolume) -> PersistentVolume {
-        self.pvs.create(&PostParams::default(), &pv).await.expect("create PV")
+        self.pvs
+            .create(&PostParams::default(), &pv)
+            .await
+            .expect("create PV")
     }
 
     /// Creates a CSINode for `node` with this driver and node ID `<node>-id`.
@@ -119,12 +127,18 @@ impl Env {
 
     /// Creates a VA.
     pub async fn create_va(&self, va: VolumeAttachment) -> VolumeAttachment {
-        self.vas.create(&PostParams::default(), &va).await.expect("create VA")
+        self.vas
+            .create(&PostParams::default(), &va)
+            .await
+            .expect("create VA")
     }
 
     /// Deletes a VA (it lingers while finalizers remain).
     pub async fn delete_va(&self, name: &str) {
-        self.vas.delete(name, &DeleteParams::default()).await.expect("delete VA");
+        self.vas
+            .delete(name, &DeleteParams::default())
+            .await
+            .expect("delete VA");
     }
 
     /// Waits until the VA called `name` satisfies `condition` (None = absent).
@@ -134,7 +148,8 @@ impl Env {
         what: &str,
         condition: impl Fn(Option<&VolumeAttachment>) -> bool,
     ) -> Option<VolumeAttachment> {
-        let waited = tokio::time::timeout(WAIT, await_condition(self.vas.clone(), name, condition)).await;
+        let waited =
+            tokio::time::timeout(WAIT, await_condition(self.vas.clone(), name, condition)).await;
         match waited {
             Ok(Ok(va)) => va,
             Ok(Err(err)) => panic!("watching VA {name}: {err}"),
@@ -148,15 +163,19 @@ impl Env {
 
     /// Waits until the VA is `attached=true` and returns it.
     pub async fn wait_attached(&self, name: &str) -> VolumeAttachment {
-        self.wait_va(name, "attached", |va| va.and_then(|v| v.status.as_ref()).is_some_and(|s| s.attached))
-            .await
-            .expect("attached VA exists")
+        self.wait_va(name, "attached", |va| {
+            va.and_then(|v| v.status.as_ref())
+                .is_some_and(|s| s.attached)
+        })
+        .await
+        .expect("attached VA exists")
     }
 
     /// Waits until the VA has an `attachError` and returns it.
     pub async fn wait_attach_error(&self, name: &str) -> VolumeAttachment {
         self.wait_va(name, "failed", |va| {
-            va.and_then(|v| v.status.as_ref()).is_some_and(|s| s.attach_error.is_some())
+            va.and_then(|v| v.status.as_ref())
+                .is_some_and(|s| s.attach_error.is_some())
         })
         .await
         .expect("VA exists")
@@ -174,7 +193,8 @@ impl Env {
         what: &str,
         condition: impl Fn(Option<&PersistentVolume>) -> bool,
     ) -> Option<PersistentVolume> {
-        let waited = tokio::time::timeout(WAIT, await_condition(self.pvs.clone(), name, condition)).await;
+        let waited =
+            tokio::time::timeout(WAIT, await_condition(self.pvs.clone(), name, condition)).await;
         match waited {
             Ok(Ok(pv)) => pv,
             Ok(Err(err)) => panic!("watching PV {name}: {err}"),

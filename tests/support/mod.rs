@@ -6,8 +6,8 @@
 
 pub mod controlplane;
 pub mod env;
-pub mod objects;
 pub mod mock;
+pub mod objects;
 pub mod procs;
 
 use std::future::Future;

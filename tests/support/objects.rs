@@ -54,7 +54,8 @@ impl PvBuilder {
     }
     /// Sets `spec.csi.controllerPublishSecretRef`.
     pub fn publish_secret(mut self, namespace: &str, name: &str) -> Self {
-        self.0["spec"]["csi"]["controllerPublishSecretRef"] = json!({"namespace": namespace, "name": name});
+        self.0["spec"]["csi"]["controllerPublishSecretRef"] =
+            json!({"namespace": namespace, "name": name});
         self
     }
     /// Adds finalizers.
@@ -64,7 +65,10 @@ impl PvBuilder {
     }
     /// The volume handle.
     pub fn handle(&self) -> String {
-        self.0["spec"]["csi"]["volumeHandle"].as_str().unwrap_or_default().to_string()
+        self.0["spec"]["csi"]["volumeHandle"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
     }
     /// The spec as JSON (for inline VAs).
     pub fn spec_json(&self) -> Value {
