@@ -1,25 +1,46 @@
-//! Attach flow against the real API server and csi-mock-driver.
+//! Attach flow against the real API server and csi-mock-driver: what reaches
+//! the driver (ledger) and what ends up on the objects.
 
 mod support;
 
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, Secret};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::{json, Value};
+
 use support::env::Env;
-use support::objects::{pv, va};
+use support::objects::{pv, va, PvBuilder};
 use support::unique;
+
+/// Creates node + PV + VA and returns (va name, ledger entry of the first Publish).
+async fn attach_one(env: &Env, volume: PvBuilder) -> (String, VolumeAttachment, Value) {
+    let node = unique("node");
+    let va_name = unique("va");
+    env.create_node(&node).await;
+    let pv_name = volume.build();
+    let pv_name = pv_name.metadata.name.clone().expect("pv name");
+    env.create_va(va(&va_name, &env.driver, &node).pv(&pv_name).build())
+        .await;
+    let attached = env.wait_attached(&va_name).await;
+    let publish = env.mock.calls("ControllerPublishVolume").await.remove(0);
+    (va_name, attached, publish)
+}
+
+async fn create(env: &Env, volume: PvBuilder) -> PvBuilder {
+    let copy = PvBuilder::from_json(volume.json());
+    env.create_pv(volume.build()).await;
+    copy
+}
 
 #[tokio::test]
 async fn new_va_is_published_then_marked_attached() {
     let env = Env::start(&[], &[]).await;
-    let node = unique("node");
-    let pv_name = unique("pv");
-    let va_name = unique("va");
-    env.create_node(&node).await;
-    let volume = pv(&pv_name, &env.driver);
+    let volume = create(&env, pv(&unique("pv"), &env.driver)).await;
     let handle = volume.handle();
-    env.create_pv(volume.build()).await;
-    env.create_va(va(&va_name, &env.driver, &node).pv(&pv_name).build())
-        .await;
+    let (_, attached, publish) = attach_one(&env, volume).await;
 
-    let attached = env.wait_attached(&va_name).await;
     let status = attached.status.expect("status");
     assert_eq!(
         status
@@ -31,8 +52,476 @@ async fn new_va_is_published_then_marked_attached() {
         attached.metadata.finalizers,
         Some(vec![env.finalizer.clone()])
     );
-    let publishes = env.mock.calls("ControllerPublishVolume").await;
-    assert_eq!(publishes.len(), 1);
-    assert_eq!(publishes[0]["volume_id"], handle);
-    assert_eq!(publishes[0]["node_id"], format!("{node}-id"));
+    assert_eq!(publish["volume_id"], handle);
+    assert!(publish["node_id"]
+        .as_str()
+        .is_some_and(|n| n.ends_with("-id")));
+    assert_eq!(
+        attached
+            .metadata
+            .annotations
+            .and_then(|a| a.get("csi.alpha.kubernetes.io/node-id").cloned()),
+        publish["node_id"].as_str().map(String::from)
+    );
+    assert_eq!(publish["readonly"], json!(false));
+    assert_eq!(publish["secrets"], json!({}));
+    assert_eq!(publish["volume_context"], json!({}));
+    assert_eq!(
+        publish["capability"],
+        json!({"access_type": "mount", "fs_type": "", "mount_flags": [], "access_mode": "SINGLE_NODE_WRITER"})
+    );
+    // Exactly one Publish: our own metadata and status writes do not re-run the attach.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(env.mock.calls("ControllerPublishVolume").await.len(), 1);
+
+    // The PV got our finalizer next to the API server's own.
+    let pv_name = attached.spec.source.persistent_volume_name.expect("pv");
+    let pv = env.pvs.get(&pv_name).await.expect("pv");
+    assert_eq!(
+        pv.metadata.finalizers,
+        Some(vec![
+            "kubernetes.io/pv-protection".to_string(),
+            env.finalizer.clone()
+        ])
+    );
+}
+
+#[tokio::test]
+async fn mount_options_fs_type_volume_context_and_readonly_reach_the_driver() {
+    let env = Env::start(
+        &["--capabilities=CONTROLLER_SERVICE,PUBLISH_UNPUBLISH_VOLUME,PUBLISH_READONLY"],
+        &[],
+    )
+    .await;
+    let volume = pv(&unique("pv"), &env.driver)
+        .access_modes(&["ReadOnlyMany"])
+        .fs_type("xfs")
+        .mount_options(&["noatime", "nodiscard"])
+        .attributes(json!({"pool": "fast", "tier": "gold"}))
+        .read_only();
+    let volume = create(&env, volume).await;
+    let (_, _, publish) = attach_one(&env, volume).await;
+    assert_eq!(publish["readonly"], json!(true));
+    assert_eq!(
+        publish["volume_context"],
+        json!({"pool": "fast", "tier": "gold"})
+    );
+    assert_eq!(
+        publish["capability"],
+        json!({"access_type": "mount", "fs_type": "xfs", "mount_flags": ["noatime", "nodiscard"], "access_mode": "MULTI_NODE_READER_ONLY"})
+    );
+}
+
+#[tokio::test]
+async fn readonly_is_sent_false_without_publish_readonly() {
+    let env = Env::start(
+        &["--capabilities=CONTROLLER_SERVICE,PUBLISH_UNPUBLISH_VOLUME"],
+        &[],
+    )
+    .await;
+    let volume = create(&env, pv(&unique("pv"), &env.driver).read_only()).await;
+    let (_, _, publish) = attach_one(&env, volume).await;
+    assert_eq!(publish["readonly"], json!(false));
+}
+
+#[tokio::test]
+async fn block_volume_and_default_fstype_and_single_node_multi_writer() {
+    let env = Env::start(
+        &["--capabilities=CONTROLLER_SERVICE,PUBLISH_UNPUBLISH_VOLUME,SINGLE_NODE_MULTI_WRITER"],
+        &["--default-fstype=ext4"],
+    )
+    .await;
+    let block = create(
+        &env,
+        pv(&unique("pv"), &env.driver)
+            .block()
+            .access_modes(&["ReadWriteOncePod"]),
+    )
+    .await;
+    let (_, _, publish) = attach_one(&env, block).await;
+    assert_eq!(
+        publish["capability"],
+        json!({"access_type": "block", "access_mode": "SINGLE_NODE_SINGLE_WRITER"})
+    );
+    let mount = create(&env, pv(&unique("pv"), &env.driver)).await;
+    let handle = mount.handle();
+    let node = unique("node");
+    let va_name = unique("va");
+    env.create_node(&node).await;
+    env.create_va(va(&va_name, &env.driver, &node).pv(&mount.name()).build())
+        .await;
+    env.wait_attached(&va_name).await;
+    let publish = env
+        .mock
+        .calls("ControllerPublishVolume")
+        .await
+        .into_iter()
+        .find(|c| c["volume_id"] == handle)
+        .expect("publish of the mount volume");
+    assert_eq!(
+        publish["capability"],
+        json!({"access_type": "mount", "fs_type": "ext4", "mount_flags": [], "access_mode": "SINGLE_NODE_MULTI_WRITER"})
+    );
+}
+
+#[tokio::test]
+async fn inline_volume_spec_is_attached_without_pv() {
+    let env = Env::start(&[], &[]).await;
+    let node = unique("node");
+    let va_name = unique("va");
+    env.create_node(&node).await;
+    let spec = pv(&unique("inline"), &env.driver)
+        .access_modes(&["ReadWriteMany"])
+        .spec_json();
+    env.create_va(
+        va(&va_name, &env.driver, &node)
+            .inline(spec.clone())
+            .build(),
+    )
+    .await;
+    env.wait_attached(&va_name).await;
+    let publish = env.mock.calls("ControllerPublishVolume").await.remove(0);
+    assert_eq!(publish["volume_id"], spec["csi"]["volumeHandle"]);
+    assert_eq!(
+        publish["capability"]["access_mode"],
+        "MULTI_NODE_MULTI_WRITER"
+    );
+}
+
+#[tokio::test]
+async fn secrets_are_read_from_the_publish_secret_ref() {
+    let env = Env::start(&[], &[]).await;
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), "default");
+    let full = unique("secret");
+    let empty = unique("secret");
+    for (name, data) in [
+        (&full, json!({"password": "czNjcmV0"})),
+        (&empty, json!({})),
+    ] {
+        let secret: Secret =
+            serde_json::from_value(json!({"metadata": {"name": name}, "data": data}))
+                .expect("secret");
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("create secret");
+    }
+
+    let with = create(
+        &env,
+        pv(&unique("pv"), &env.driver).publish_secret("default", &full),
+    )
+    .await;
+    let (_, _, publish) = attach_one(&env, with).await;
+    assert_eq!(publish["secrets"], json!({"password": "s3cret"}));
+
+    let with_empty = create(
+        &env,
+        pv(&unique("pv"), &env.driver).publish_secret("default", &empty),
+    )
+    .await;
+    let handle = with_empty.handle();
+    let node = unique("node");
+    env.create_node(&node).await;
+    let va_empty = unique("va");
+    env.create_va(
+        va(&va_empty, &env.driver, &node)
+            .pv(&with_empty.name())
+            .build(),
+    )
+    .await;
+    env.wait_attached(&va_empty).await;
+    let publish = env
+        .mock
+        .calls("ControllerPublishVolume")
+        .await
+        .into_iter()
+        .find(|c| c["volume_id"] == handle);
+    assert_eq!(publish.map(|p| p["secrets"].clone()), Some(json!({})));
+
+    // A missing secret blocks the attach with upstream's text; creating it unblocks.
+    let missing = unique("secret");
+    let without = create(
+        &env,
+        pv(&unique("pv"), &env.driver).publish_secret("default", &missing),
+    )
+    .await;
+    let va_missing = unique("va");
+    env.create_va(
+        va(&va_missing, &env.driver, &node)
+            .pv(&without.name())
+            .build(),
+    )
+    .await;
+    let failed = env.wait_attach_error(&va_missing).await;
+    let error = failed
+        .status
+        .and_then(|s| s.attach_error)
+        .expect("attachError");
+    assert_eq!(
+        error.message.as_deref(),
+        Some(
+            format!("failed to load secret \"default/{missing}\": secrets \"{missing}\" not found")
+                .as_str()
+        )
+    );
+    assert_eq!(error.error_code, None, "API errors carry no errorCode");
+    let secret: Secret =
+        serde_json::from_value(json!({"metadata": {"name": missing}, "data": {"k": "dg=="}}))
+            .expect("secret");
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create secret");
+    env.wait_attached(&va_missing).await;
+}
+
+#[tokio::test]
+async fn missing_pv_csinode_or_driver_entry_are_reported_then_recovered() {
+    let env = Env::start(
+        &[],
+        &["--retry-interval-start=200ms", "--retry-interval-max=1s"],
+    )
+    .await;
+    let node = unique("node");
+    let pv_name = unique("pv");
+    let va_name = unique("va");
+    env.create_va(va(&va_name, &env.driver, &node).pv(&pv_name).build())
+        .await;
+
+    let failed = env.wait_attach_error(&va_name).await;
+    assert_eq!(
+        failed
+            .status
+            .and_then(|s| s.attach_error)
+            .and_then(|e| e.message),
+        Some(format!("persistentvolume \"{pv_name}\" not found"))
+    );
+
+    env.create_pv(pv(&pv_name, &env.driver).build()).await;
+    env.wait_va(&va_name, "waiting for its CSINode", |va| {
+        va.and_then(|v| v.status.as_ref()?.attach_error.as_ref()?.message.clone())
+            == Some(format!("csinode.storage.k8s.io \"{node}\" not found"))
+    })
+    .await;
+
+    // A CSINode without our driver.
+    let other = support::objects::csinode(&node, "other.csi.example.com", "x");
+    env.csinodes
+        .create(&PostParams::default(), &other)
+        .await
+        .expect("csinode");
+    env.wait_va(&va_name, "waiting for the driver entry", |va| {
+        va.and_then(|v| v.status.as_ref()?.attach_error.as_ref()?.message.clone())
+            == Some(format!(
+                "CSINode {node} does not contain driver {}",
+                env.driver
+            ))
+    })
+    .await;
+    assert!(env.mock.calls("ControllerPublishVolume").await.is_empty());
+
+    env.csinodes
+        .delete(&node, &DeleteParams::default())
+        .await
+        .expect("delete csinode");
+    env.create_node(&node).await;
+    let attached = env.wait_attached(&va_name).await;
+    assert!(
+        attached.status.and_then(|s| s.attach_error).is_none(),
+        "success clears attachError"
+    );
+}
+
+#[tokio::test]
+async fn a_pv_being_deleted_is_not_attached() {
+    let env = Env::start(&[], &[]).await;
+    let node = unique("node");
+    let pv_name = unique("pv");
+    env.create_node(&node).await;
+    env.create_pv(pv(&pv_name, &env.driver).build()).await;
+    // pv-protection keeps it around while deleting.
+    env.pvs
+        .delete(&pv_name, &DeleteParams::default())
+        .await
+        .expect("delete pv");
+    let va_name = unique("va");
+    env.create_va(va(&va_name, &env.driver, &node).pv(&pv_name).build())
+        .await;
+    let failed = env.wait_attach_error(&va_name).await;
+    assert_eq!(
+        failed
+            .status
+            .and_then(|s| s.attach_error)
+            .and_then(|e| e.message),
+        Some(format!(
+            "PersistentVolume \"{pv_name}\" is marked for deletion"
+        ))
+    );
+    assert!(
+        failed.metadata.finalizers.is_none(),
+        "no VA finalizer before the checks pass"
+    );
+    assert!(env.mock.calls("ControllerPublishVolume").await.is_empty());
+}
+
+#[tokio::test]
+async fn access_modes_without_a_csi_mapping_are_reported() {
+    let env = Env::start(&[], &[]).await;
+    let node = unique("node");
+    env.create_node(&node).await;
+    let bad = create(
+        &env,
+        pv(&unique("pv"), &env.driver).access_modes(&["ReadOnlyMany", "ReadWriteOnce"]),
+    )
+    .await;
+    let va_name = unique("va");
+    env.create_va(va(&va_name, &env.driver, &node).pv(&bad.name()).build())
+        .await;
+    let failed = env.wait_attach_error(&va_name).await;
+    assert_eq!(
+        failed
+            .status
+            .and_then(|s| s.attach_error)
+            .and_then(|e| e.message)
+            .as_deref(),
+        Some("CSI does not support ReadOnlyMany and ReadWriteOnce on the same PersistentVolume")
+    );
+}
+
+#[tokio::test]
+async fn publish_error_is_saved_with_error_code_then_success_clears_it() {
+    let env = Env::start(&[], &["--retry-interval-start=300ms"]).await;
+    env.mock
+        .set_fault(
+            "ControllerPublishVolume",
+            json!({"code": "ResourceExhausted", "message": "mock rpc error", "times": 2}),
+        )
+        .await;
+    let node = unique("node");
+    env.create_node(&node).await;
+    let volume = create(&env, pv(&unique("pv"), &env.driver)).await;
+    let va_name = unique("va");
+    env.create_va(va(&va_name, &env.driver, &node).pv(&volume.name()).build())
+        .await;
+    let failed = env.wait_attach_error(&va_name).await;
+    let error = failed
+        .status
+        .as_ref()
+        .and_then(|s| s.attach_error.clone())
+        .expect("attachError");
+    assert_eq!(
+        error.message.as_deref(),
+        Some("rpc error: code = ResourceExhausted desc = mock rpc error")
+    );
+    assert_eq!(error.error_code, Some(8));
+    assert!(error.time.is_some());
+    assert_eq!(
+        failed.metadata.finalizers,
+        Some(vec![env.finalizer.clone()]),
+        "finalizer before Publish"
+    );
+
+    let attached = env.wait_attached(&va_name).await;
+    assert!(attached.status.and_then(|s| s.attach_error).is_none());
+    // Two failures and one success, no extra calls from our own error writes.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let codes: Vec<Value> = env
+        .mock
+        .calls("ControllerPublishVolume")
+        .await
+        .iter()
+        .map(|c| c["code"].clone())
+        .collect();
+    assert_eq!(
+        codes,
+        vec![
+            json!("ResourceExhausted"),
+            json!("ResourceExhausted"),
+            json!("OK")
+        ]
+    );
+}
+
+#[tokio::test]
+async fn publish_timeout_is_deadline_exceeded_and_retried_with_growing_backoff() {
+    let env = Env::start(&[], &["--timeout=300ms", "--retry-interval-start=500ms"]).await;
+    env.mock
+        .set_fault(
+            "ControllerPublishVolume",
+            json!({"delay_ms": 1000, "times": 3}),
+        )
+        .await;
+    let node = unique("node");
+    env.create_node(&node).await;
+    let volume = create(&env, pv(&unique("pv"), &env.driver)).await;
+    let va_name = unique("va");
+    env.create_va(va(&va_name, &env.driver, &node).pv(&volume.name()).build())
+        .await;
+    let failed = env.wait_attach_error(&va_name).await;
+    let error = failed
+        .status
+        .and_then(|s| s.attach_error)
+        .expect("attachError");
+    assert_eq!(
+        error.message.as_deref(),
+        Some("rpc error: code = DeadlineExceeded desc = context deadline exceeded")
+    );
+    assert_eq!(error.error_code, Some(4));
+    env.wait_attached(&va_name).await;
+
+    // Gaps between attempts: 300 ms call + backoff of 0.5 s, 1 s, 2 s.
+    let calls = env.mock.calls("ControllerPublishVolume").await;
+    assert_eq!(calls.len(), 4, "{calls:?}");
+    let at = |i: usize| calls[i]["time_unix_nanos"].as_u64().unwrap_or_default() as f64 / 1e9;
+    let gaps: Vec<f64> = (1..4).map(|i| at(i) - at(i - 1)).collect();
+    for (gap, backoff) in gaps.iter().zip([0.5, 1.0, 2.0]) {
+        assert!(
+            *gap >= backoff + 0.25 && *gap < backoff + 1.5,
+            "gaps {gaps:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn vas_of_other_drivers_are_left_alone() {
+    let env = Env::start(&[], &[]).await;
+    let node = unique("node");
+    env.create_node(&node).await;
+    let other_pv = unique("pv");
+    env.create_pv(pv(&other_pv, "other.csi.example.com").build())
+        .await;
+    let other = unique("va");
+    env.create_va(
+        va(&other, "other.csi.example.com", &node)
+            .pv(&other_pv)
+            .build(),
+    )
+    .await;
+    // One of ours after it, so we know the attacher has looked.
+    let volume = create(&env, pv(&unique("pv"), &env.driver)).await;
+    let ours = unique("va");
+    env.create_va(va(&ours, &env.driver, &node).pv(&volume.name()).build())
+        .await;
+    env.wait_attached(&ours).await;
+    let untouched = env.vas.get(&other).await.expect("other VA");
+    assert!(
+        untouched
+            .status
+            .as_ref()
+            .is_none_or(|s| !s.attached && s.attach_error.is_none()),
+        "{:?}",
+        untouched.status
+    );
+    assert!(
+        untouched.metadata.finalizers.is_none(),
+        "{:?}",
+        untouched.metadata.finalizers
+    );
+    let other_pv: PersistentVolume = env.pvs.get(&other_pv).await.expect("pv");
+    assert_eq!(
+        other_pv.metadata.finalizers,
+        Some(vec!["kubernetes.io/pv-protection".to_string()])
+    );
+    assert_eq!(env.mock.calls("ControllerPublishVolume").await.len(), 1);
 }

@@ -22,6 +22,21 @@ pub fn pv(name: &str, driver: &str) -> PvBuilder {
 }
 
 impl PvBuilder {
+    /// A builder from a JSON object.
+    pub fn from_json(value: Value) -> Self {
+        Self(value)
+    }
+    /// The JSON so far.
+    pub fn json(&self) -> Value {
+        self.0.clone()
+    }
+    /// The PV name.
+    pub fn name(&self) -> String {
+        self.0["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
     /// Sets `spec.accessModes`.
     pub fn access_modes(mut self, modes: &[&str]) -> Self {
         self.0["spec"]["accessModes"] = json!(modes);
@@ -70,9 +85,14 @@ impl PvBuilder {
             .unwrap_or_default()
             .to_string()
     }
-    /// The spec as JSON (for inline VAs).
+    /// The spec as an inline VA source (no capacity or reclaim policy there).
     pub fn spec_json(&self) -> Value {
-        self.0["spec"].clone()
+        let mut spec = self.0["spec"].clone();
+        if let Some(map) = spec.as_object_mut() {
+            map.remove("capacity");
+            map.remove("persistentVolumeReclaimPolicy");
+        }
+        spec
     }
     /// The object.
     pub fn build(self) -> PersistentVolume {
