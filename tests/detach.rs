@@ -1,0 +1,231 @@
+//! Detach flow and PV finalizer lane against the real API server and csi-mock-driver.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use serde_json::json;
+
+use support::env::Env;
+use support::objects::{pv, va};
+use support::unique;
+
+/// An attached VA on a fresh node and PV; returns (va, pv, node).
+async fn attached(env: &Env) -> (String, String, String) {
+    let node = unique("node");
+    let pv_name = unique("pv");
+    let va_name = unique("va");
+    env.create_node(&node).await;
+    env.create_pv(pv(&pv_name, &env.driver).build()).await;
+    env.create_va(va(&va_name, &env.driver, &node).pv(&pv_name).build())
+        .await;
+    env.wait_attached(&va_name).await;
+    (va_name, pv_name, node)
+}
+
+fn detach_error(va: Option<&VolumeAttachment>) -> Option<String> {
+    va?.status.as_ref()?.detach_error.as_ref()?.message.clone()
+}
+
+#[tokio::test]
+async fn deleted_va_is_unpublished_then_released() {
+    let env = Env::start(&[], &[]).await;
+    let (va_name, pv_name, node) = attached(&env).await;
+    env.delete_va(&va_name).await;
+    env.wait_gone(&va_name).await;
+    let unpublish = env.mock.calls("ControllerUnpublishVolume").await;
+    assert_eq!(unpublish.len(), 1);
+    assert_eq!(unpublish[0]["volume_id"], format!("handle-{pv_name}"));
+    assert_eq!(unpublish[0]["node_id"], format!("{node}-id"));
+    assert_eq!(env.mock.published().await, json!({}));
+}
+
+#[tokio::test]
+async fn detach_falls_back_to_the_node_id_annotation_when_the_csinode_is_gone() {
+    let env = Env::start(&[], &[]).await;
+    let (va_name, _, node) = attached(&env).await;
+    env.csinodes
+        .delete(&node, &DeleteParams::default())
+        .await
+        .expect("delete csinode");
+    env.delete_va(&va_name).await;
+    env.wait_gone(&va_name).await;
+    let unpublish = env.mock.calls("ControllerUnpublishVolume").await;
+    assert_eq!(unpublish[0]["node_id"], format!("{node}-id"));
+}
+
+#[tokio::test]
+async fn unpublish_errors_keep_the_finalizer_and_are_retried() {
+    let env = Env::start(
+        &[],
+        &[
+            "--retry-interval-start=200ms",
+            "--retry-interval-max=1s",
+            "--timeout=300ms",
+        ],
+    )
+    .await;
+    let (va_name, _, _) = attached(&env).await;
+    // NotFound is an error too (drivers must answer OK when the volume is gone).
+    env.mock
+        .set_fault(
+            "ControllerUnpublishVolume",
+            json!({"code": "NotFound", "message": "no such volume"}),
+        )
+        .await;
+    env.delete_va(&va_name).await;
+    let failing = env
+        .wait_va(&va_name, "failing to detach", |va| {
+            detach_error(va).is_some()
+        })
+        .await
+        .expect("va");
+    assert_eq!(
+        detach_error(Some(&failing)).as_deref(),
+        Some("rpc error: code = NotFound desc = no such volume")
+    );
+    assert_eq!(
+        failing.metadata.finalizers,
+        Some(vec![env.finalizer.clone()])
+    );
+    assert!(
+        failing
+            .status
+            .as_ref()
+            .and_then(|s| s.detach_error.as_ref())
+            .and_then(|e| e.error_code)
+            .is_none(),
+        "detachError never carries an errorCode"
+    );
+
+    // A hang: DeadlineExceeded, still kept.
+    env.mock
+        .set_fault("ControllerUnpublishVolume", json!({"hang": true}))
+        .await;
+    env.wait_va(&va_name, "timing out", |va| {
+        detach_error(va).as_deref()
+            == Some("rpc error: code = DeadlineExceeded desc = context deadline exceeded")
+    })
+    .await;
+    assert!(env
+        .vas
+        .get(&va_name)
+        .await
+        .expect("still there")
+        .metadata
+        .finalizers
+        .is_some());
+
+    env.mock.clear_faults().await;
+    env.wait_gone(&va_name).await;
+    assert!(env.mock.calls("ControllerUnpublishVolume").await.len() >= 3);
+}
+
+#[tokio::test]
+async fn other_finalizers_stay_and_status_is_marked_detached() {
+    let env = Env::start(&[], &[]).await;
+    let (va_name, _, _) = attached(&env).await;
+    let add = json!({"metadata": {"finalizers": [env.finalizer.clone(), "example.com/keep"]}});
+    env.vas
+        .patch(&va_name, &PatchParams::default(), &Patch::Merge(&add))
+        .await
+        .expect("add finalizer");
+    env.delete_va(&va_name).await;
+    let detached = env
+        .wait_va(&va_name, "detached", |va| {
+            va.is_some_and(|v| v.status.as_ref().is_some_and(|s| !s.attached))
+        })
+        .await
+        .expect("va");
+    assert_eq!(
+        detached.metadata.finalizers,
+        Some(vec!["example.com/keep".to_string()])
+    );
+    let status = detached.status.expect("status");
+    assert!(status.attachment_metadata.is_none());
+    // Release it.
+    env.vas
+        .patch(
+            &va_name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("remove finalizer");
+    env.wait_gone(&va_name).await;
+}
+
+#[tokio::test]
+async fn pv_finalizer_is_kept_while_a_va_refers_to_it_and_removed_after() {
+    let env = Env::start(&[], &[]).await;
+    let (va_name, pv_name, _) = attached(&env).await;
+    env.pvs
+        .delete(&pv_name, &DeleteParams::default())
+        .await
+        .expect("delete pv");
+    // The VA still refers to the PV: our finalizer stays.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pv = env.pvs.get(&pv_name).await.expect("pv");
+    assert!(pv
+        .metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.contains(&env.finalizer)));
+
+    env.delete_va(&va_name).await;
+    env.wait_gone(&va_name).await;
+    let released = env
+        .wait_pv(&pv_name, "released by us", |pv| {
+            pv.is_none_or(|p| {
+                !p.metadata
+                    .finalizers
+                    .as_ref()
+                    .is_some_and(|f| f.contains(&env.finalizer))
+            })
+        })
+        .await;
+    // Other finalizers untouched (pv-protection has no controller here).
+    assert_eq!(
+        released.and_then(|p| p.metadata.finalizers),
+        Some(vec!["kubernetes.io/pv-protection".to_string()])
+    );
+}
+
+#[tokio::test]
+async fn pv_finalizer_of_a_live_pv_is_kept_after_detach() {
+    let env = Env::start(&[], &[]).await;
+    let (va_name, pv_name, _) = attached(&env).await;
+    env.delete_va(&va_name).await;
+    env.wait_gone(&va_name).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pv = env.pvs.get(&pv_name).await.expect("pv");
+    assert!(pv
+        .metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.contains(&env.finalizer)));
+}
+
+#[tokio::test]
+async fn trivial_handler_marks_attached_without_calls_or_finalizers() {
+    let env = Env::start(&["--capabilities=CONTROLLER_SERVICE"], &[]).await;
+    let node = unique("node");
+    let pv_name = unique("pv");
+    let va_name = unique("va");
+    env.create_pv(pv(&pv_name, &env.driver).build()).await;
+    env.create_va(va(&va_name, &env.driver, &node).pv(&pv_name).build())
+        .await;
+    let attached = env.wait_attached(&va_name).await;
+    assert!(attached.metadata.finalizers.is_none());
+    assert!(env.mock.calls("ControllerPublishVolume").await.is_empty());
+    let pv = env.pvs.get(&pv_name).await.expect("pv");
+    assert!(!pv
+        .metadata
+        .finalizers
+        .unwrap_or_default()
+        .contains(&env.finalizer));
+    env.delete_va(&va_name).await;
+    env.wait_gone(&va_name).await;
+}
