@@ -18,10 +18,15 @@ use support::unique;
 
 /// `apiserver_request_total` summed by (verb, resource, subresource).
 async fn request_counts(client: &kube::Client) -> BTreeMap<(String, String, String), f64> {
-    let req = http::Request::get("/metrics").body(Vec::new()).expect("request");
+    let req = http::Request::get("/metrics")
+        .body(Vec::new())
+        .expect("request");
     let text = client.request_text(req).await.expect("apiserver metrics");
     let mut counts = BTreeMap::new();
-    for line in text.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+    {
         let (labels, value) = line.rsplit_once(' ').expect("metric line");
         let label = |name: &str| {
             labels
@@ -45,7 +50,11 @@ fn delta(
     resource: &str,
     subresource: &str,
 ) -> f64 {
-    let key = (verb.to_string(), resource.to_string(), subresource.to_string());
+    let key = (
+        verb.to_string(),
+        resource.to_string(),
+        subresource.to_string(),
+    );
     after.get(&key).copied().unwrap_or(0.0) - before.get(&key).copied().unwrap_or(0.0)
 }
 
@@ -56,20 +65,30 @@ async fn writes_per_attach_and_detach_do_not_exceed_upstream() {
     let secrets: Api<Secret> = Api::namespaced(env.client.clone(), "default");
     let secret_name = unique("secret");
     let secret: Secret =
-        serde_json::from_value(json!({"metadata": {"name": secret_name}, "data": {"k": "dg=="}})).expect("secret");
-    secrets.create(&PostParams::default(), &secret).await.expect("secret");
+        serde_json::from_value(json!({"metadata": {"name": secret_name}, "data": {"k": "dg=="}}))
+            .expect("secret");
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("secret");
     let node = unique("node");
     env.create_node(&node).await;
     let names: Vec<(String, String)> = (0..N).map(|_| (unique("pv"), unique("va"))).collect();
     for (pv_name, _) in &names {
-        env.create_pv(pv(pv_name, &env.driver).publish_secret("default", &secret_name).build()).await;
+        env.create_pv(
+            pv(pv_name, &env.driver)
+                .publish_secret("default", &secret_name)
+                .build(),
+        )
+        .await;
     }
     // A warm-up attach of a PV created after all others: once it is attached,
     // the attacher's PV cache has every PV (watch events arrive in order).
     let warm_pv = unique("pv");
     let warm_va = unique("va");
     env.create_pv(pv(&warm_pv, &env.driver).build()).await;
-    env.create_va(va(&warm_va, &env.driver, &node).pv(&warm_pv).build()).await;
+    env.create_va(va(&warm_va, &env.driver, &node).pv(&warm_pv).build())
+        .await;
     env.wait_attached(&warm_va).await;
 
     let before = request_counts(&env.client).await;
@@ -78,7 +97,8 @@ async fn writes_per_attach_and_detach_do_not_exceed_upstream() {
             let env = &env;
             let node = &node;
             async move {
-                env.create_va(va(va_name, &env.driver, node).pv(pv_name).build()).await;
+                env.create_va(va(va_name, &env.driver, node).pv(pv_name).build())
+                    .await;
             }
         })
         .await;
@@ -86,7 +106,8 @@ async fn writes_per_attach_and_detach_do_not_exceed_upstream() {
         env.wait_attached(va_name).await;
     }
     let attached = request_counts(&env.client).await;
-    let per_attach = |verb, resource, sub| delta(&before, &attached, verb, resource, sub) / N as f64;
+    let per_attach =
+        |verb, resource, sub| delta(&before, &attached, verb, resource, sub) / N as f64;
     let pv_patch = per_attach("PATCH", "persistentvolumes", "");
     let va_patch = per_attach("PATCH", "volumeattachments", "");
     let status_patch = per_attach("PATCH", "volumeattachments", "status");
@@ -94,10 +115,21 @@ async fn writes_per_attach_and_detach_do_not_exceed_upstream() {
     println!("per attach: PV patch {pv_patch}, VA patch {va_patch}, VA status patch {status_patch}, secret GET {secret_get}");
     assert!(pv_patch <= 1.0, "PV patches per attach: {pv_patch}");
     assert!(va_patch <= 1.0, "VA patches per attach: {va_patch}");
-    assert!(status_patch <= 1.0, "status patches per attach: {status_patch}");
+    assert!(
+        status_patch <= 1.0,
+        "status patches per attach: {status_patch}"
+    );
     assert!(secret_get <= 1.0, "secret GETs per attach: {secret_get}");
-    assert_eq!(per_attach("PUT", "volumeattachments", ""), 0.0, "never UPDATE");
-    assert_eq!(per_attach("PUT", "volumeattachments", "status"), 0.0, "never UPDATE");
+    assert_eq!(
+        per_attach("PUT", "volumeattachments", ""),
+        0.0,
+        "never UPDATE"
+    );
+    assert_eq!(
+        per_attach("PUT", "volumeattachments", "status"),
+        0.0,
+        "never UPDATE"
+    );
 
     stream::iter(&names)
         .for_each_concurrent(8, |(_, va_name)| env.delete_va(va_name))
@@ -106,7 +138,8 @@ async fn writes_per_attach_and_detach_do_not_exceed_upstream() {
         env.wait_gone(va_name).await;
     }
     let detached = request_counts(&env.client).await;
-    let per_detach = |verb, resource, sub| delta(&attached, &detached, verb, resource, sub) / N as f64;
+    let per_detach =
+        |verb, resource, sub| delta(&attached, &detached, verb, resource, sub) / N as f64;
     let va_patch = per_detach("PATCH", "volumeattachments", "");
     let status_patch = per_detach("PATCH", "volumeattachments", "status");
     let secret_get = per_detach("GET", "secrets", "");

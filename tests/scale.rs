@@ -1,0 +1,184 @@
+//! Lanes and scale: a detach storm does not delay attaches, and 1,000 VAs go
+//! through attach and detach with nothing left behind.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use futures::{stream, StreamExt};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use kube::api::ListParams;
+use serde_json::json;
+
+use support::env::Env;
+use support::objects::{pv, va};
+use support::unique;
+
+/// Creates `n` PVs and VAs on `node` with bounded concurrency; returns (pv, va) names.
+async fn create_many(env: &Env, node: &str, n: usize) -> Vec<(String, String)> {
+    let names: Vec<(String, String)> = (0..n).map(|_| (unique("pv"), unique("va"))).collect();
+    stream::iter(&names)
+        .for_each_concurrent(32, |(pv_name, _)| async move {
+            env.create_pv(
+                pv(pv_name, &env.driver)
+                    .access_modes(&["ReadWriteMany"])
+                    .build(),
+            )
+            .await;
+        })
+        .await;
+    stream::iter(&names)
+        .for_each_concurrent(32, |(pv_name, va_name)| async move {
+            env.create_va(va(va_name, &env.driver, node).pv(pv_name).build())
+                .await;
+        })
+        .await;
+    names
+}
+
+/// This driver's VAs as the API server has them.
+async fn our_vas(env: &Env) -> Vec<VolumeAttachment> {
+    env.vas
+        .list(&ListParams::default())
+        .await
+        .expect("list VAs")
+        .items
+        .into_iter()
+        .filter(|v| v.spec.attacher == env.driver)
+        .collect()
+}
+
+async fn wait_all(
+    env: &Env,
+    what: &str,
+    timeout: Duration,
+    done: impl Fn(&[VolumeAttachment]) -> bool,
+) {
+    support::eventually(what, timeout, || async {
+        let vas = our_vas(env).await;
+        done(&vas).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_detach_storm_does_not_delay_a_new_attach() {
+    const STORM: usize = 200;
+    let env = Env::start(&[], &[]).await;
+    let node = unique("node");
+    env.create_node(&node).await;
+    let names = create_many(&env, &node, STORM).await;
+    wait_all(&env, "all attached", Duration::from_secs(120), |vas| {
+        vas.len() == STORM
+            && vas
+                .iter()
+                .all(|v| v.status.as_ref().is_some_and(|s| s.attached))
+    })
+    .await;
+
+    env.mock
+        .set_fault("ControllerUnpublishVolume", json!({"delay_ms": 2000}))
+        .await;
+    stream::iter(&names)
+        .for_each_concurrent(32, |(_, va_name)| env.delete_va(va_name))
+        .await;
+    // The detach lane is now busy for STORM / workers × 2 s.
+    support::eventually(
+        "the detach storm to start",
+        Duration::from_secs(10),
+        || async { (env.mock.calls("ControllerUnpublishVolume").await.len() >= 5).then_some(()) },
+    )
+    .await;
+
+    let pv_name = unique("pv");
+    env.create_pv(pv(&pv_name, &env.driver).build()).await;
+    let va_name = unique("va");
+    let started = Instant::now();
+    env.create_va(va(&va_name, &env.driver, &node).pv(&pv_name).build())
+        .await;
+    env.wait_attached(&va_name).await;
+    let took = started.elapsed();
+    println!("attach during a {STORM}-VA detach storm took {took:?}");
+    assert!(
+        took < Duration::from_secs(1),
+        "attach waited behind detaches: {took:?}"
+    );
+    env.mock.clear_faults().await;
+}
+
+#[tokio::test]
+async fn a_thousand_vas_attach_and_detach_leaving_no_finalizer() {
+    const N: usize = 1000;
+    let env = Env::start(&[], &["--worker-threads=50"]).await;
+    let node = unique("node");
+    env.create_node(&node).await;
+
+    let started = Instant::now();
+    let names = create_many(&env, &node, N).await;
+    wait_all(&env, "all attached", Duration::from_secs(300), |vas| {
+        vas.len() == N
+            && vas
+                .iter()
+                .all(|v| v.status.as_ref().is_some_and(|s| s.attached))
+    })
+    .await;
+    let attach_time = started.elapsed();
+
+    let started = Instant::now();
+    stream::iter(&names)
+        .for_each_concurrent(32, |(_, va_name)| env.delete_va(va_name))
+        .await;
+    wait_all(
+        &env,
+        "all gone",
+        Duration::from_secs(300),
+        <[VolumeAttachment]>::is_empty,
+    )
+    .await;
+    let detach_time = started.elapsed();
+    println!(
+        "{N} VAs: created+attached in {attach_time:?} ({:.0}/s), deleted+detached in {detach_time:?} ({:.0}/s)",
+        N as f64 / attach_time.as_secs_f64(),
+        N as f64 / detach_time.as_secs_f64()
+    );
+    assert_eq!(
+        env.mock.published().await,
+        json!({}),
+        "every volume unpublished"
+    );
+    let publishes = env.mock.calls("ControllerPublishVolume").await.len();
+    assert_eq!(publishes, N, "one Publish per VA");
+
+    // Deleting the PVs releases our finalizer from every one of them.
+    let pvs = &env.pvs;
+    stream::iter(&names)
+        .for_each_concurrent(32, |(pv_name, _)| async move {
+            pvs.delete(pv_name, &Default::default())
+                .await
+                .expect("delete PV");
+        })
+        .await;
+    support::eventually(
+        "no PV with our finalizer",
+        Duration::from_secs(300),
+        || async {
+            let pvs = env
+                .pvs
+                .list(&ListParams::default())
+                .await
+                .expect("list PVs")
+                .items;
+            let held = pvs
+                .iter()
+                .filter(|p| {
+                    p.metadata
+                        .finalizers
+                        .as_ref()
+                        .is_some_and(|f| f.contains(&env.finalizer))
+                })
+                .count();
+            (held == 0).then_some(())
+        },
+    )
+    .await;
+}
