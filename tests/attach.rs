@@ -525,3 +525,23 @@ async fn vas_of_other_drivers_are_left_alone() {
     );
     assert_eq!(env.mock.calls("ControllerPublishVolume").await.len(), 1);
 }
+
+#[tokio::test]
+async fn resync_retries_a_va_waiting_in_a_long_backoff() {
+    let env = Env::start(&[], &["--retry-interval-start=10m", "--resync=2s"]).await;
+    env.mock
+        .set_fault(
+            "ControllerPublishVolume",
+            json!({"code": "Internal", "times": 1}),
+        )
+        .await;
+    let node = unique("node");
+    env.create_node(&node).await;
+    let volume = create(&env, pv(&unique("pv"), &env.driver)).await;
+    let va_name = unique("va");
+    env.create_va(va(&va_name, &env.driver, &node).pv(&volume.name()).build())
+        .await;
+    env.wait_attach_error(&va_name).await;
+    // The backoff alone would wait 10 minutes; the 2 s resync looks again.
+    env.wait_attached(&va_name).await;
+}

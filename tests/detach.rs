@@ -229,3 +229,44 @@ async fn trivial_handler_marks_attached_without_calls_or_finalizers() {
     env.delete_va(&va_name).await;
     env.wait_gone(&va_name).await;
 }
+
+#[tokio::test]
+async fn pv_finalizer_is_released_when_csi_migration_was_rolled_back() {
+    // The only test in this binary that uses a migration driver's name.
+    let env = Env::named_without_attacher("pd.csi.storage.gke.io", &[]).await;
+    let kubeconfig = env.cp.kubeconfig.clone();
+    let env = env.with_attacher(&kubeconfig, &[]);
+    let in_tree = |name: &str, migrated: bool| {
+        let mut pv = json!({
+            "metadata": {"name": name, "finalizers": [env.finalizer.clone()]},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "gcePersistentDisk": {"pdName": format!("disk-{name}")},
+            },
+        });
+        if migrated {
+            pv["metadata"]["annotations"] =
+                json!({"pv.kubernetes.io/migrated-to": "pd.csi.storage.gke.io"});
+        }
+        serde_json::from_value(pv).expect("pv")
+    };
+    let rolled_back = unique("pv");
+    let migrated = unique("pv");
+    env.create_pv(in_tree(&migrated, true)).await;
+    env.create_pv(in_tree(&rolled_back, false)).await;
+    env.wait_pv(&rolled_back, "released", |pv| {
+        pv.is_some_and(|p| {
+            !p.metadata
+                .finalizers
+                .as_ref()
+                .is_some_and(|f| f.contains(&env.finalizer))
+        })
+    })
+    .await;
+    let kept = env.pvs.get(&migrated).await.expect("pv");
+    assert!(kept
+        .metadata
+        .finalizers
+        .is_some_and(|f| f.contains(&env.finalizer)));
+}

@@ -99,7 +99,6 @@ async fn publish(ctx: &Ctx, va: &VolumeAttachment) -> Result<BTreeMap<String, St
             .into_iter()
             .collect(),
     };
-    let driver = ctx.driver()?;
-    let context = driver.publish(request, volume.migrated).await?;
+    let context = ctx.csi.publish(request, volume.migrated).await?;
     Ok(context.into_iter().collect())
 }

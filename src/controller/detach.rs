@@ -55,7 +55,7 @@ async fn unpublish_and_release(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), F
         node_id,
         secrets: secrets.into_iter().collect(),
     };
-    ctx.driver()?.unpublish(request, volume.migrated).await?;
+    ctx.csi.unpublish(request, volume.migrated).await?;
 
     let name = va.name_any();
     let mut current = None;

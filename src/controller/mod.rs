@@ -98,15 +98,11 @@ pub struct Ctx {
     pub api: KubeApi,
     /// Caches.
     pub stores: Stores,
-    csi: csi::Client,
+    /// The CSI client.
+    pub csi: csi::Client,
 }
 
 impl Ctx {
-    /// The CSI client.
-    pub fn driver(&self) -> Result<&csi::Client, FlowError> {
-        Ok(&self.csi)
-    }
-
     /// Secrets from `controllerPublishSecretRef` (GET, never cached or logged).
     pub async fn publish_secrets(
         &self,

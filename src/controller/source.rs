@@ -89,3 +89,65 @@ impl Source {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::reflector;
+    use serde_json::json;
+
+    fn stores() -> Stores {
+        Stores {
+            vas: reflector::store().0,
+            pvs: reflector::store().0,
+            csinodes: reflector::store().0,
+            pv_refs: Default::default(),
+        }
+    }
+
+    fn va(source: serde_json::Value) -> VolumeAttachment {
+        serde_json::from_value(json!({
+            "metadata": {"name": "va"},
+            "spec": {"attacher": "d", "nodeName": "n", "source": source},
+        }))
+        .expect("va")
+    }
+
+    // The API server rejects such VAs; the flow still names the problem as upstream does.
+    #[test]
+    fn both_or_neither_source_is_an_error_with_upstream_text() {
+        let both = va(
+            json!({"persistentVolumeName": "pv", "inlineVolumeSpec": {"csi": {"driver": "d", "volumeHandle": "h"}}}),
+        );
+        let err = resolve(&both, &stores()).err().map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some("both InlineCSIVolumeSource and PersistentVolumeName specified in VA source")
+        );
+        let neither = va(json!({}));
+        let err = resolve(&neither, &stores()).err().map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some("neither InlineCSIVolumeSource nor PersistentVolumeName specified in VA source")
+        );
+    }
+
+    #[test]
+    fn missing_pv_and_inline_without_csi_are_errors_with_upstream_text() {
+        let err = resolve(&va(json!({"persistentVolumeName": "pv-1"})), &stores())
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(err.as_deref(), Some("persistentvolume \"pv-1\" not found"));
+        let inline = resolve(
+            &va(json!({"inlineVolumeSpec": {"accessModes": ["ReadWriteOnce"]}})),
+            &stores(),
+        );
+        let err = inline
+            .ok()
+            .map(|s| s.csi_volume().err().map(|e| e.to_string()));
+        assert_eq!(
+            err.flatten().as_deref(),
+            Some("inline volume spec contains nil CSI source")
+        );
+    }
+}

@@ -56,9 +56,15 @@ impl Env {
 
     /// Starts only the mock driver; see [`Env::with_attacher`].
     pub async fn without_attacher(mock_args: &[&str]) -> Self {
+        let driver = format!("{}.csi.example.com", super::unique("drv"));
+        Self::named_without_attacher(&driver, mock_args).await
+    }
+
+    /// Starts only a mock driver called `driver` (use unique names per binary).
+    pub async fn named_without_attacher(driver: &str, mock_args: &[&str]) -> Self {
         let cp = controlplane::shared();
         let client = cp.client().await;
-        let driver = format!("{}.csi.example.com", super::unique("drv"));
+        let driver = driver.to_string();
         let name_flag = format!("--name={driver}");
         let mut args = vec![name_flag.as_str()];
         args.extend_from_slice(mock_args);
