@@ -81,7 +81,7 @@ pub struct RateLimitLayer {
 impl RateLimitLayer {
     /// `qps` tokens per second, bucket of `burst` (at least 1); unlimited if `qps <= 0`.
     pub fn new(qps: f32, burst: u32) -> Self {
-        if !(qps > 0.0) || !qps.is_finite() {
+        if qps.is_nan() || qps <= 0.0 || qps.is_infinite() {
             return Self { limiter: None };
         }
         let period = Duration::from_secs_f64(1.0 / f64::from(qps)).max(Duration::from_nanos(1));

@@ -58,7 +58,7 @@ async fn publish(ctx: &Ctx, va: &VolumeAttachment) -> Result<BTreeMap<String, St
         if pv.metadata.deletion_timestamp.is_some() {
             return Err(FlowError::PvDeleting(name));
         }
-        if !pv.finalizers().iter().any(|f| *f == ctx.finalizer) {
+        if !pv.finalizers().contains(&ctx.finalizer) {
             let patch =
                 patches::pv_add_finalizer(pv.metadata.finalizers.as_deref(), &ctx.finalizer);
             ctx.api

@@ -112,11 +112,12 @@ mod tests {
     #[test]
     fn access_mode_table_matches_upstream() {
         use Mode::*;
-        let cases: &[(
-            &[&str],
+        type Case<'a> = (
+            &'a [&'a str],
             Result<Mode, CapabilityError>,
             Result<Mode, CapabilityError>,
-        )] = &[
+        );
+        let cases: &[Case<'_>] = &[
             (
                 &["ReadWriteOncePod"],
                 Ok(SingleNodeWriter),

@@ -21,7 +21,7 @@ use crate::csi::proto::ControllerUnpublishVolumeRequest;
 
 /// One detach attempt; any failure is recorded in `detachError` and retried.
 pub async fn detach(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), FlowError> {
-    if !va.finalizers().iter().any(|f| *f == ctx.finalizer) {
+    if !va.finalizers().contains(&ctx.finalizer) {
         return Ok(()); // already detached, or never attached by us
     }
     match unpublish_and_release(ctx, va).await {

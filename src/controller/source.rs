@@ -13,15 +13,15 @@ use super::store::Stores;
 use crate::migration;
 
 /// The VA's volume source.
-pub enum Source {
+pub enum Source<'a> {
     /// `spec.source.persistentVolumeName`, resolved from the cache.
     Pv(Arc<PersistentVolume>),
     /// `spec.source.inlineVolumeSpec` (migrated in-tree inline volumes).
-    Inline(PersistentVolumeSpec),
+    Inline(&'a PersistentVolumeSpec),
 }
 
 /// Resolves the source; errors are upstream's texts.
-pub fn resolve(va: &VolumeAttachment, stores: &Stores) -> Result<Source, FlowError> {
+pub fn resolve<'a>(va: &'a VolumeAttachment, stores: &Stores) -> Result<Source<'a>, FlowError> {
     let source = &va.spec.source;
     match (&source.persistent_volume_name, &source.inline_volume_spec) {
         (Some(_), Some(_)) => Err(FlowError::BothSources),
@@ -29,7 +29,7 @@ pub fn resolve(va: &VolumeAttachment, stores: &Stores) -> Result<Source, FlowErr
             .pv(name)
             .map(Source::Pv)
             .ok_or_else(|| FlowError::PvNotFound(name.clone())),
-        (None, Some(spec)) => Ok(Source::Inline(spec.clone())),
+        (None, Some(spec)) => Ok(Source::Inline(spec)),
         (None, None) => Err(FlowError::NoSource),
     }
 }
@@ -56,7 +56,7 @@ impl CsiVolume<'_> {
     }
 }
 
-impl Source {
+impl Source<'_> {
     /// The CSI source, or why there is none.
     pub fn csi_volume(&self) -> Result<CsiVolume<'_>, FlowError> {
         match self {
@@ -138,10 +138,8 @@ mod tests {
             .err()
             .map(|e| e.to_string());
         assert_eq!(err.as_deref(), Some("persistentvolume \"pv-1\" not found"));
-        let inline = resolve(
-            &va(json!({"inlineVolumeSpec": {"accessModes": ["ReadWriteOnce"]}})),
-            &stores(),
-        );
+        let inline_va = va(json!({"inlineVolumeSpec": {"accessModes": ["ReadWriteOnce"]}}));
+        let inline = resolve(&inline_va, &stores());
         let err = inline
             .ok()
             .map(|s| s.csi_volume().err().map(|e| e.to_string()));
