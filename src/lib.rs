@@ -16,6 +16,7 @@ pub mod config;
 pub mod controller;
 pub mod csi;
 pub mod kube_client;
+pub mod leader;
 pub mod metrics;
 pub mod migration;
 pub mod run;

@@ -1,0 +1,478 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, with client-go's semantics.
+//!
+//! # Protocol (client-go `leaderelection`)
+//! - A candidate GETs the Lease; if it is missing it CREATEs it, if it is held
+//!   by someone else whose lease (as *observed locally*) has not expired it
+//!   waits, otherwise it replaces the Lease with itself as holder. The
+//!   resourceVersion makes concurrent replaces conflict (409): one wins.
+//! - The leader renews every `retry_period` by replacing its cached Lease
+//!   (fast path, no GET); a failed fast path falls back to GET + replace and
+//!   counts `leader_election_slowpath_total`.
+//! - If no renewal succeeds for `renew_deadline`, leadership is lost: the
+//!   process exits 1, as upstream.
+//!
+//! # Beyond upstream
+//! - A standby watches the Lease and tries the moment it is released, and
+//!   schedules its next try for the instant the observed lease expires, so a
+//!   takeover does not wait for a jittered retry period.
+//! - On SIGTERM the leader releases the Lease (holder `""`) unless
+//!   `--feature-gates=ReleaseLeaderElectionOnExit=false`.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, PostParams};
+use kube::runtime::watcher;
+use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
+use tokio::time::Instant;
+
+/// Extra time a leader may go without renewing before `/healthz/leader-election` fails.
+pub const HEALTH_TOLERANCE: Duration = Duration::from_secs(20);
+
+/// Lease parameters (flags `--leader-election-*`).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Lease namespace.
+    pub namespace: String,
+    /// Lease name: `external-attacher-leader-<sanitised driver>`.
+    pub name: String,
+    /// This replica's identity (sanitised hostname).
+    pub identity: String,
+    /// How long a lease is valid after its last renewal.
+    pub lease_duration: Duration,
+    /// How long a leader keeps trying to renew before it gives up.
+    pub renew_deadline: Duration,
+    /// Pause between attempts.
+    pub retry_period: Duration,
+    /// Labels put on the Lease while leading.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// The Lease API the elector needs; a trait so the state machine can be tested.
+pub trait LeaseApi: Send + Sync {
+    /// GET the lease (`None` if it does not exist).
+    fn get(&self) -> impl Future<Output = Result<Option<Lease>, kube::Error>> + Send;
+    /// CREATE the lease.
+    fn create(&self, lease: &Lease) -> impl Future<Output = Result<Lease, kube::Error>> + Send;
+    /// REPLACE the lease (with its resourceVersion: 409 when stale).
+    fn replace(&self, lease: &Lease) -> impl Future<Output = Result<Lease, kube::Error>> + Send;
+}
+
+/// [`LeaseApi`] on the API server.
+pub struct KubeLeases {
+    api: Api<Lease>,
+    name: String,
+}
+
+impl KubeLeases {
+    /// Leases called `name` in `namespace`, through `client` (not throttled by --kube-api-qps).
+    pub fn new(client: kube::Client, namespace: &str, name: &str) -> Self {
+        Self {
+            api: Api::namespaced(client, namespace),
+            name: name.to_string(),
+        }
+    }
+
+    /// Resolves on every change of the Lease (for a standby waiting to take over).
+    pub fn changes(&self) -> impl futures::Stream<Item = ()> + Send + 'static {
+        let config = watcher::Config::default().fields(&format!("metadata.name={}", self.name));
+        watcher::watcher(self.api.clone(), config).filter_map(|event| async move {
+            matches!(
+                event,
+                Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_))
+            )
+            .then_some(())
+        })
+    }
+}
+
+impl LeaseApi for KubeLeases {
+    async fn get(&self) -> Result<Option<Lease>, kube::Error> {
+        self.api.get_opt(&self.name).await
+    }
+
+    async fn create(&self, lease: &Lease) -> Result<Lease, kube::Error> {
+        self.api.create(&PostParams::default(), lease).await
+    }
+
+    async fn replace(&self, lease: &Lease) -> Result<Lease, kube::Error> {
+        self.api
+            .replace(&self.name, &PostParams::default(), lease)
+            .await
+    }
+}
+
+/// What `/healthz/leader-election` reports.
+#[derive(Clone, Default)]
+pub struct Health(Arc<Mutex<HealthState>>);
+
+#[derive(Default)]
+struct HealthState {
+    leading: bool,
+    last_renew: Option<Instant>,
+    lease_duration: Duration,
+    lease_name: String,
+}
+
+impl Health {
+    /// Ok, or upstream's message when this leader has not renewed for
+    /// lease duration + 20 s. Non-leaders are always healthy.
+    pub fn check(&self) -> Result<(), String> {
+        let state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match (state.leading, state.last_renew) {
+            (true, Some(at)) if at.elapsed() > state.lease_duration + HEALTH_TOLERANCE => {
+                Err(format!(
+                    "failed election to renew leadership on lease {}",
+                    state.lease_name
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether this replica currently leads.
+    pub fn is_leading(&self) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .leading
+    }
+
+    fn set(&self, leading: bool, renewed: Option<Instant>) {
+        let mut state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        state.leading = leading;
+        if renewed.is_some() {
+            state.last_renew = renewed;
+        }
+    }
+}
+
+/// `leader_election_master_status` and `leader_election_slowpath_total`.
+#[derive(Clone)]
+pub struct Metrics {
+    master_status: IntGaugeVec,
+    slowpath: IntCounterVec,
+}
+
+impl Metrics {
+    /// Registers both families in `registry`.
+    pub fn register(registry: &Registry) -> prometheus::Result<Self> {
+        let master_status = IntGaugeVec::new(
+            Opts::new(
+                "leader_election_master_status",
+                "[ALPHA] Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
+            ),
+            &["name"],
+        )?;
+        let slowpath = IntCounterVec::new(
+            Opts::new(
+                "leader_election_slowpath_total",
+                "[ALPHA] Total number of slow path exercised in renewing leader leases. 'name' is the string used to identify the lease. Please make sure to group by name.",
+            ),
+            &["name"],
+        )?;
+        registry.register(Box::new(master_status.clone()))?;
+        registry.register(Box::new(slowpath.clone()))?;
+        Ok(Self {
+            master_status,
+            slowpath,
+        })
+    }
+}
+
+/// The election state machine for one Lease.
+pub struct Elector<A> {
+    api: A,
+    settings: Settings,
+    /// The Lease as last seen (or written) and when we saw it change.
+    observed: Option<(Lease, Instant)>,
+    health: Health,
+    metrics: Option<Metrics>,
+}
+
+impl<A: LeaseApi> Elector<A> {
+    /// An elector that has not tried yet.
+    pub fn new(api: A, settings: Settings, metrics: Option<Metrics>) -> Self {
+        let health = Health::default();
+        {
+            let mut state = health.0.lock().unwrap_or_else(PoisonError::into_inner);
+            state.lease_duration = settings.lease_duration;
+            state.lease_name = settings.name.clone();
+        }
+        if let Some(m) = &metrics {
+            m.master_status.with_label_values(&[&settings.name]).set(0);
+        }
+        Self {
+            api,
+            settings,
+            observed: None,
+            health,
+            metrics,
+        }
+    }
+
+    /// The health handle for the HTTP endpoint.
+    pub fn health(&self) -> Health {
+        self.health.clone()
+    }
+
+    /// Whether we hold the lease as last observed.
+    pub fn is_leader(&self) -> bool {
+        self.holder() == Some(self.settings.identity.as_str())
+    }
+
+    /// Tries until this replica leads. `changed` yields when the Lease changes.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: state is only updated after a completed API call.
+    pub async fn acquire(&mut self, mut changed: impl futures::Stream<Item = ()> + Unpin) {
+        tracing::info!(lease = %self.settings.name, identity = %self.settings.identity, "Attempting to acquire leader lease");
+        loop {
+            if self.try_acquire_or_renew().await {
+                tracing::info!(lease = %self.settings.name, "Successfully acquired lease");
+                return;
+            }
+            let mut next = Instant::now() + jittered(self.settings.retry_period);
+            if let Some(expiry) = self.observed_expiry() {
+                // Try the moment the holder's lease runs out, not a retry period later.
+                next = next.min(expiry.max(Instant::now()) + Duration::from_millis(10));
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(next) => {}
+                Some(()) = changed.next() => {}
+            }
+        }
+    }
+
+    /// Renews every retry period; returns when renewals failed for the renew deadline.
+    pub async fn renew_until_lost(&mut self) {
+        loop {
+            let deadline = Instant::now() + self.settings.renew_deadline;
+            let renewed = loop {
+                let attempt = tokio::time::timeout_at(deadline, self.try_acquire_or_renew()).await;
+                match attempt {
+                    Ok(true) => break true,
+                    Ok(false) if Instant::now() < deadline => {
+                        let next = Instant::now() + self.settings.retry_period;
+                        tokio::time::sleep_until(next.min(deadline)).await;
+                    }
+                    _ => break false,
+                }
+            };
+            if !renewed {
+                tracing::error!(lease = %self.settings.name, "Failed to renew lease within the renew deadline: leadership lost");
+                self.set_leading(false, None);
+                return;
+            }
+            tokio::time::sleep(self.settings.retry_period).await;
+        }
+    }
+
+    /// Gives the lease up so a standby can take over at once.
+    pub async fn release(&mut self) {
+        if !self.is_leader() {
+            return;
+        }
+        let Some((mut lease, _)) = self.observed.clone() else {
+            return;
+        };
+        let now = MicroTime(Timestamp::now());
+        let transitions = lease.spec.as_ref().and_then(|s| s.lease_transitions);
+        lease.spec = Some(LeaseSpec {
+            holder_identity: Some(String::new()),
+            lease_duration_seconds: Some(1),
+            acquire_time: Some(now.clone()),
+            renew_time: Some(now),
+            lease_transitions: transitions,
+            ..LeaseSpec::default()
+        });
+        match self.api.replace(&lease).await {
+            Ok(written) => {
+                tracing::info!(lease = %self.settings.name, "Released leader lease");
+                self.observed = Some((written, Instant::now()));
+            }
+            Err(err) => {
+                tracing::warn!(lease = %self.settings.name, error = %err, "Failed to release lease")
+            }
+        }
+        self.set_leading(false, None);
+    }
+
+    /// One attempt; true if we hold the lease afterwards (client-go `tryAcquireOrRenew`).
+    async fn try_acquire_or_renew(&mut self) -> bool {
+        let now = Instant::now();
+        // 1. Fast path: we lead and our cached lease is valid: replace it as is.
+        if self.is_leader() && self.is_valid(now) {
+            if let Some((cached, _)) = self.observed.clone() {
+                let (acquired, transitions) = acquired_and_transitions(&cached);
+                match self
+                    .api
+                    .replace(&self.desired(cached, acquired, transitions))
+                    .await
+                {
+                    Ok(written) => return self.record_success(written),
+                    Err(err) => {
+                        tracing::info!(error = %err, "Failed to update lease optimistically, falling back to slow path");
+                    }
+                }
+            }
+        }
+
+        // 2. Get or create.
+        let current = match self.api.get().await {
+            Ok(Some(lease)) => lease,
+            Ok(None) => {
+                let fresh = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(self.settings.name.clone()),
+                        namespace: Some(self.settings.namespace.clone()),
+                        ..ObjectMeta::default()
+                    },
+                    spec: None,
+                };
+                let now = MicroTime(Timestamp::now());
+                return match self
+                    .api
+                    .create(&self.desired(fresh, Some(now), Some(0)))
+                    .await
+                {
+                    Ok(written) => self.record_success(written),
+                    Err(err) => {
+                        tracing::debug!(error = %err, "Failed to create lease");
+                        false
+                    }
+                };
+            }
+            Err(err) => {
+                tracing::warn!(lease = %self.settings.name, error = %err, "Error retrieving lease");
+                return false;
+            }
+        };
+
+        // 3. Someone else holds a valid lease: wait.
+        let changed = self
+            .observed
+            .as_ref()
+            .is_none_or(|(seen, _)| seen.spec != current.spec);
+        if changed {
+            self.observed = Some((current.clone(), Instant::now()));
+        }
+        let held_by_other = current
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.as_deref())
+            .is_some_and(|h| !h.is_empty());
+        if held_by_other && self.is_valid(Instant::now()) && !self.is_leader() {
+            return false;
+        }
+
+        // 4. Take it (or keep it, on the slow path).
+        let (acquired, transitions) = if self.is_leader() {
+            if let Some(m) = &self.metrics {
+                m.slowpath.with_label_values(&[&self.settings.name]).inc();
+            }
+            acquired_and_transitions(&current)
+        } else {
+            let transitions = current
+                .spec
+                .as_ref()
+                .and_then(|s| s.lease_transitions)
+                .unwrap_or(0);
+            (Some(MicroTime(Timestamp::now())), Some(transitions + 1))
+        };
+        match self
+            .api
+            .replace(&self.desired(current, acquired, transitions))
+            .await
+        {
+            Ok(written) => self.record_success(written),
+            Err(err) => {
+                tracing::debug!(error = %err, "Failed to update lease");
+                false
+            }
+        }
+    }
+
+    /// `base` with us as holder, renewed now, and our labels.
+    fn desired(
+        &self,
+        mut base: Lease,
+        acquired: Option<MicroTime>,
+        transitions: Option<i32>,
+    ) -> Lease {
+        let seconds = i32::try_from(self.settings.lease_duration.as_secs()).unwrap_or(i32::MAX);
+        base.spec = Some(LeaseSpec {
+            holder_identity: Some(self.settings.identity.clone()),
+            lease_duration_seconds: Some(seconds),
+            acquire_time: acquired,
+            renew_time: Some(MicroTime(Timestamp::now())),
+            lease_transitions: transitions,
+            ..base.spec.unwrap_or_default()
+        });
+        if !self.settings.labels.is_empty() {
+            let labels = base.metadata.labels.get_or_insert_with(BTreeMap::new);
+            labels.extend(self.settings.labels.clone());
+        }
+        base
+    }
+
+    fn record_success(&mut self, written: Lease) -> bool {
+        let now = Instant::now();
+        self.observed = Some((written, now));
+        self.set_leading(true, Some(now));
+        true
+    }
+
+    fn set_leading(&self, leading: bool, renewed: Option<Instant>) {
+        self.health.set(leading, renewed);
+        if let Some(m) = &self.metrics {
+            m.master_status
+                .with_label_values(&[&self.settings.name])
+                .set(i64::from(leading));
+        }
+    }
+
+    fn holder(&self) -> Option<&str> {
+        self.observed
+            .as_ref()
+            .and_then(|(l, _)| l.spec.as_ref()?.holder_identity.as_deref())
+    }
+
+    /// When the observed lease expires, by our clock (client-go uses the
+    /// local observation time, not the holder's timestamps, against clock skew).
+    fn observed_expiry(&self) -> Option<Instant> {
+        let (lease, seen) = self.observed.as_ref()?;
+        let seconds = lease.spec.as_ref()?.lease_duration_seconds?;
+        Some(*seen + Duration::from_secs(u64::try_from(seconds).unwrap_or(0)))
+    }
+
+    fn is_valid(&self, now: Instant) -> bool {
+        self.observed_expiry().is_some_and(|expiry| expiry > now)
+    }
+}
+
+fn acquired_and_transitions(lease: &Lease) -> (Option<MicroTime>, Option<i32>) {
+    let spec = lease.spec.as_ref();
+    (
+        spec.and_then(|s| s.acquire_time.clone()),
+        spec.and_then(|s| s.lease_transitions),
+    )
+}
+
+/// `period` plus up to 1.2 × `period` (client-go's JitterFactor), from the clock's nanos.
+fn jittered(period: Duration) -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    period + period.mul_f64(1.2 * f64::from(nanos % 1000) / 1000.0)
+}
+
+#[cfg(test)]
+mod tests;
