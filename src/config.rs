@@ -7,6 +7,7 @@
 //! parsing stops at the first non-flag argument. [`normalize_args`] rewrites
 //! Go-style arguments into the one form clap accepts (`--name=value`).
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -65,6 +66,94 @@ pub struct Config {
     #[arg(long, default_value_t = 10)]
     pub kube_api_burst: u32,
 
+    /// Period of the ListVolumes-based VolumeAttachment reconciler.
+    #[arg(long, default_value = "1m", value_parser = parse_go_duration)]
+    pub reconcile_sync: Duration,
+
+    /// `max_entries` of every ListVolumes request (0: no limit).
+    #[arg(long, default_value_t = 0)]
+    pub max_entries: i32,
+
+    /// Truncate logged gRPC responses to this many characters (<= 0: no limit).
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    pub max_grpc_log_length: i64,
+
+    /// Feature gates: key=bool,... (ReleaseLeaderElectionOnExit, MutableCSINodeAllocatableCount).
+    #[arg(long, default_value = "")]
+    pub feature_gates: String,
+
+    /// Enable leader election (a Lease) so that only one replica acts.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          default_value = "false", value_parser = parse_go_bool, action = ArgAction::Set)]
+    pub leader_election: bool,
+
+    /// Namespace of the leader-election Lease (else $POD_NAMESPACE, the service account's, or default).
+    #[arg(long, default_value = "")]
+    pub leader_election_namespace: String,
+
+    /// How long a lease is valid after its last renewal.
+    #[arg(long, default_value = "15s", value_parser = parse_go_duration)]
+    pub leader_election_lease_duration: Duration,
+
+    /// How long the leader keeps trying to renew before it gives up.
+    #[arg(long, default_value = "10s", value_parser = parse_go_duration)]
+    pub leader_election_renew_deadline: Duration,
+
+    /// Pause between leader-election attempts.
+    #[arg(long, default_value = "5s", value_parser = parse_go_duration)]
+    pub leader_election_retry_period: Duration,
+
+    /// Labels put on the Lease while leading: key:value,key2:value2.
+    #[arg(long, default_value = "", value_parser = parse_labels)]
+    pub leader_election_labels: BTreeMap<String, String>,
+
+    /// Leader-election identity (ours; default: the sanitised hostname).
+    #[arg(long, default_value = "")]
+    pub leader_election_identity: String,
+
+    /// host:port of the HTTP server for metrics and health checks (empty: none).
+    #[arg(long, default_value = "")]
+    pub http_endpoint: String,
+
+    /// Deprecated: like --http-endpoint but without the leader-election health check.
+    #[arg(long, default_value = "")]
+    pub metrics_address: String,
+
+    /// Path of the Prometheus metrics.
+    #[arg(long, default_value = "/metrics")]
+    pub metrics_path: String,
+
+    /// Go only (GOMAXPROCS from the CPU quota); accepted and ignored.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          default_value = "false", value_parser = parse_go_bool, action = ArgAction::Set)]
+    pub automaxprocs: bool,
+
+    /// Go only (per-file verbosity); accepted and ignored.
+    #[arg(long, default_value = "")]
+    pub vmodule: String,
+
+    /// Go only (klog flush period); accepted and ignored.
+    #[arg(long, default_value = "5s", value_parser = parse_go_duration)]
+    pub log_flush_frequency: Duration,
+
+    /// Alpha in upstream and disabled there: enabling it is an error.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          default_value = "false", value_parser = parse_go_bool, action = ArgAction::Set)]
+    pub log_text_split_stream: bool,
+
+    /// Alpha in upstream and disabled there: a non-zero size is an error.
+    #[arg(long, default_value = "0")]
+    pub log_text_info_buffer_size: String,
+
+    /// Alpha in upstream and disabled there: enabling it is an error.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          default_value = "false", value_parser = parse_go_bool, action = ArgAction::Set)]
+    pub log_json_split_stream: bool,
+
+    /// Alpha in upstream and disabled there: a non-zero size is an error.
+    #[arg(long, default_value = "0")]
+    pub log_json_info_buffer_size: String,
+
     /// Number for the log level verbosity (0-1 info, 2-4 debug, 5+ trace).
     #[arg(long, default_value_t = 0)]
     pub v: u8,
@@ -87,7 +176,89 @@ pub struct Config {
     pub rest: Vec<String>,
 }
 
+/// A flag combination upstream refuses after parsing (exit 1, not 2).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// `--worker-threads=0`.
+    #[error("Option -worker-threads must be greater than zero")]
+    NoWorkers,
+    /// Both HTTP address flags.
+    #[error("only one of `--metrics-address` and `--http-endpoint` can be set")]
+    TwoHttpAddresses,
+    /// An unknown or malformed feature gate.
+    #[error("invalid --feature-gates: {0}")]
+    FeatureGates(String),
+    /// Upstream's alpha logging options, which it keeps disabled.
+    #[error("invalid logging configuration: Feature LoggingAlphaOptions is disabled")]
+    LoggingAlpha,
+}
+
+/// The feature gates the attacher knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FeatureGates {
+    /// Release the Lease on SIGTERM/SIGINT (ours: on by default; upstream: alpha, off).
+    pub release_leader_election_on_exit: bool,
+    /// Put `errorCode` on attach errors (GA in upstream v4.12, on).
+    pub mutable_csi_node_allocatable_count: bool,
+}
+
+impl Default for FeatureGates {
+    fn default() -> Self {
+        Self {
+            release_leader_election_on_exit: true,
+            mutable_csi_node_allocatable_count: true,
+        }
+    }
+}
+
+impl FeatureGates {
+    /// Parses `key=bool,key=bool`.
+    pub fn parse(text: &str) -> Result<Self, Error> {
+        let mut gates = Self::default();
+        for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (key, value) = item
+                .split_once('=')
+                .ok_or_else(|| Error::FeatureGates(format!("missing bool value for {item}")))?;
+            let value = parse_go_bool(value.trim())
+                .map_err(|e| Error::FeatureGates(format!("invalid value of {key}: {e}")))?;
+            match key.trim() {
+                "ReleaseLeaderElectionOnExit" => gates.release_leader_election_on_exit = value,
+                "MutableCSINodeAllocatableCount" => {
+                    gates.mutable_csi_node_allocatable_count = value
+                }
+                // Meta gates of k8s.io/component-base, accepted by upstream; nothing to switch here.
+                "AllAlpha" | "AllBeta" => {}
+                other => {
+                    return Err(Error::FeatureGates(format!(
+                        "unrecognized feature gate: {other}"
+                    )))
+                }
+            }
+        }
+        Ok(gates)
+    }
+}
+
 impl Config {
+    /// Checks what parsing cannot; returns the feature gates.
+    pub fn validate(&self) -> Result<FeatureGates, Error> {
+        if self.worker_threads == 0 {
+            return Err(Error::NoWorkers);
+        }
+        if !self.http_endpoint.is_empty() && !self.metrics_address.is_empty() {
+            return Err(Error::TwoHttpAddresses);
+        }
+        let nonzero = |size: &str| !matches!(size.trim(), "" | "0");
+        if self.log_text_split_stream
+            || self.log_json_split_stream
+            || nonzero(&self.log_text_info_buffer_size)
+            || nonzero(&self.log_json_info_buffer_size)
+        {
+            return Err(Error::LoggingAlpha);
+        }
+        FeatureGates::parse(&self.feature_gates)
+    }
+
     /// Parses Go-style arguments (`args[0]` is the program name).
     pub fn try_parse_go<I, T>(args: I) -> Result<Self, clap::Error>
     where
@@ -162,6 +333,21 @@ pub fn normalize_args(command: &clap::Command, args: Vec<OsString>) -> Vec<OsStr
         }
     }
     out
+}
+
+/// `key:value,key2:value2` (upstream's `--leader-election-labels`).
+pub fn parse_labels(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut labels = BTreeMap::new();
+    for item in text.split(',').filter(|s| !s.is_empty()) {
+        let parts: Vec<&str> = item.split(':').collect();
+        match parts.as_slice() {
+            [key, value] if !key.is_empty() => {
+                labels.insert((*key).to_string(), (*value).to_string());
+            }
+            _ => return Err(format!("invalid label {item:?}: expected key:value")),
+        }
+    }
+    Ok(labels)
 }
 
 /// Go's `strconv.ParseBool`.
@@ -307,6 +493,92 @@ mod tests {
         for bad in ["", "15", "1x", "s", "1.2.3s", "-1s", "1 s", "1min"] {
             assert!(parse_go_duration(bad).is_err(), "{bad} should be rejected");
         }
+    }
+
+    #[test]
+    fn upstream_defaults_of_the_rest() {
+        let c = parse(&[]).expect("defaults");
+        assert_eq!(c.reconcile_sync, Duration::from_secs(60));
+        assert_eq!(c.max_entries, 0);
+        assert_eq!(c.max_grpc_log_length, -1);
+        assert!(!c.leader_election);
+        assert_eq!(c.leader_election_lease_duration, Duration::from_secs(15));
+        assert_eq!(c.leader_election_renew_deadline, Duration::from_secs(10));
+        assert_eq!(c.leader_election_retry_period, Duration::from_secs(5));
+        assert!(c.leader_election_labels.is_empty());
+        assert_eq!(c.http_endpoint, "");
+        assert_eq!(c.metrics_path, "/metrics");
+        assert_eq!(c.validate().ok(), Some(FeatureGates::default()));
+    }
+
+    #[test]
+    fn negative_numbers_are_values_in_both_forms() {
+        assert_eq!(
+            parse(&["--max-grpc-log-length", "-1"])
+                .expect("space")
+                .max_grpc_log_length,
+            -1
+        );
+        assert_eq!(
+            parse(&["-max-grpc-log-length=20"])
+                .expect("equals")
+                .max_grpc_log_length,
+            20
+        );
+    }
+
+    #[test]
+    fn leader_election_labels_need_exactly_one_colon() {
+        let c = parse(&["--leader-election-labels=a:1,b:2"]).expect("labels");
+        assert_eq!(
+            c.leader_election_labels.get("b").map(String::as_str),
+            Some("2")
+        );
+        assert!(parse(&["--leader-election-labels=a"]).is_err());
+        assert!(parse(&["--leader-election-labels=a:1:2"]).is_err());
+    }
+
+    #[test]
+    fn validation_errors_are_upstreams() {
+        let err = |args: &[&str]| {
+            parse(args)
+                .expect("parses")
+                .validate()
+                .err()
+                .map(|e| e.to_string())
+        };
+        assert_eq!(
+            err(&["--worker-threads=0"]).as_deref(),
+            Some("Option -worker-threads must be greater than zero")
+        );
+        assert!(err(&["--http-endpoint=:8080", "--metrics-address=:8081"]).is_some());
+        assert!(err(&["--feature-gates=NoSuchGate=true"])
+            .is_some_and(|e| e.contains("unrecognized feature gate")));
+        assert!(err(&["--feature-gates=ReleaseLeaderElectionOnExit=maybe"]).is_some());
+        assert!(
+            err(&["--log-text-split-stream"]).is_some_and(|e| e.contains("LoggingAlphaOptions"))
+        );
+        assert!(err(&["--log-json-info-buffer-size=1Mi"]).is_some());
+        let gates = parse(&["--feature-gates=ReleaseLeaderElectionOnExit=false,MutableCSINodeAllocatableCount=false,AllAlpha=true"])
+            .expect("parses")
+            .validate()
+            .expect("valid");
+        assert!(
+            !gates.release_leader_election_on_exit && !gates.mutable_csi_node_allocatable_count
+        );
+    }
+
+    #[test]
+    fn go_only_flags_are_accepted() {
+        let c = parse(&[
+            "--automaxprocs",
+            "--vmodule=foo=4",
+            "--log-flush-frequency=10s",
+            "--v=5",
+        ])
+        .expect("accepted");
+        assert!(c.automaxprocs);
+        assert_eq!(c.v, 5);
     }
 
     #[test]

@@ -217,6 +217,11 @@ impl<A: LeaseApi> Elector<A> {
         }
     }
 
+    /// The Lease API this elector uses.
+    pub fn api(&self) -> &A {
+        &self.api
+    }
+
     /// The health handle for the HTTP endpoint.
     pub fn health(&self) -> Health {
         self.health.clone()

@@ -15,6 +15,7 @@
 pub mod config;
 pub mod controller;
 pub mod csi;
+pub mod http;
 pub mod kube_client;
 pub mod leader;
 pub mod metrics;

@@ -24,6 +24,13 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "Version");
+    let gates = match config.validate() {
+        Ok(gates) => gates,
+        Err(err) => {
+            tracing::error!(error = %err, "invalid flags");
+            return ExitCode::FAILURE;
+        }
+    };
 
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
@@ -32,7 +39,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(csi_attacher::run(config)) {
+    match runtime.block_on(csi_attacher::run(config, gates)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             tracing::error!(error = %err, "exiting");

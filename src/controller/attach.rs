@@ -20,7 +20,7 @@ use kube::ResourceExt;
 use super::capability::volume_capability;
 use super::error::FlowError;
 use super::source::{self, Source};
-use super::{patches, Ctx};
+use super::{patches, seconds_since, Ctx};
 use crate::csi::proto::ControllerPublishVolumeRequest;
 
 /// One attach attempt. Safe to repeat after any failure, restart or failover.
@@ -45,6 +45,9 @@ pub async fn attach(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), FlowError> {
         .patch_va_status(&va.name_any(), &patch)
         .await
         .map_err(FlowError::MarkAttached)?;
+    if let Some(created) = &va.metadata.creation_timestamp {
+        ctx.flow_metrics.attach.observe(seconds_since(created));
+    }
     tracing::info!(va = %va.name_any(), "Attached");
     Ok(())
 }

@@ -16,7 +16,7 @@ use kube::ResourceExt;
 
 use super::error::FlowError;
 use super::names::NODE_ID_ANNOTATION;
-use super::{patches, source, Ctx};
+use super::{patches, seconds_since, source, Ctx};
 use crate::csi::proto::ControllerUnpublishVolumeRequest;
 
 /// One detach attempt; any failure is recorded in `detachError` and retried.
@@ -26,6 +26,9 @@ pub async fn detach(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), FlowError> {
     }
     match unpublish_and_release(ctx, va).await {
         Ok(()) => {
+            if let Some(deleted) = &va.metadata.deletion_timestamp {
+                ctx.flow_metrics.detach.observe(seconds_since(deleted));
+            }
             tracing::info!(va = %va.name_any(), "Detached");
             Ok(())
         }

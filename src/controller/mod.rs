@@ -44,6 +44,8 @@ use queue::{Backoff, WorkQueue};
 use store::{PvRefs, Stores};
 
 use crate::csi::{self, Capabilities};
+use crate::http::Readiness;
+use crate::metrics::{FlowMetrics, Metrics};
 
 /// VA lane for live VAs.
 pub const ATTACH_LANE: usize = 0;
@@ -65,6 +67,12 @@ pub fn lane_of(va: &VolumeAttachment) -> usize {
     }
 }
 
+/// Seconds from a Kubernetes timestamp until now (0 if it is in the future).
+pub fn seconds_since(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> f64 {
+    let nanos = Timestamp::now().as_nanosecond() - t.0.as_nanosecond();
+    (nanos.max(0) as f64) / 1e9
+}
+
 /// What the controller needs to know, from flags and the driver.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -82,6 +90,20 @@ pub struct Settings {
     pub resync: Duration,
     /// How long in-flight operations may run on after shutdown starts (`--timeout`).
     pub drain_timeout: Duration,
+    /// Put `errorCode` on attach errors (gate `MutableCSINodeAllocatableCount`).
+    pub error_codes: bool,
+}
+
+/// Where the controller reports to and what it waits for.
+pub struct Hooks<L, S> {
+    /// Metric families.
+    pub metrics: Metrics,
+    /// Set once the caches are synced.
+    pub readiness: Readiness,
+    /// Resolves when this replica may write (leadership); caches fill before.
+    pub leading: L,
+    /// Resolves when the sidecar should stop.
+    pub shutdown: S,
 }
 
 /// Everything a flow reads or calls.
@@ -100,6 +122,10 @@ pub struct Ctx {
     pub stores: Stores,
     /// The CSI client.
     pub csi: csi::Client,
+    /// Whether attach errors carry `errorCode`.
+    pub error_codes: bool,
+    /// End-to-end latency histograms.
+    pub flow_metrics: Arc<FlowMetrics>,
 }
 
 impl Ctx {
@@ -125,7 +151,8 @@ impl Ctx {
 
     /// Saves `err` as `attachError`; a failure to save is only logged.
     pub async fn record_attach_error(&self, va: &VolumeAttachment, err: &FlowError) {
-        let patch = patches::attach_error(&err.to_string(), err.grpc_code(), Timestamp::now());
+        let code = err.grpc_code().filter(|_| self.error_codes);
+        let patch = patches::attach_error(&err.to_string(), code, Timestamp::now());
         if let Err(save) = self.api.patch_va_status(&va.name_any(), &patch).await {
             tracing::warn!(va = %va.name_any(), error = %save, "could not save attachError");
         }
@@ -140,12 +167,15 @@ impl Ctx {
     }
 }
 
-/// Runs the controller until `shutdown` resolves, then drains in-flight work.
+/// Runs the controller until `hooks.shutdown` resolves, then drains in-flight work.
+///
+/// Caches fill at once (a standby keeps them warm); workers start once the
+/// caches are synced *and* `hooks.leading` resolved.
 pub async fn run(
     client: kube::Client,
     csi: csi::Client,
     settings: Settings,
-    shutdown: impl Future<Output = ()>,
+    hooks: Hooks<impl Future<Output = ()>, impl Future<Output = ()>>,
 ) {
     let Settings {
         driver_name,
@@ -155,14 +185,31 @@ pub async fn run(
         backoff,
         resync,
         drain_timeout,
+        error_codes,
     } = settings;
+    let Hooks {
+        metrics,
+        readiness,
+        leading,
+        shutdown,
+    } = hooks;
     let finalizer = names::finalizer(&driver_name);
     let attach_required = capabilities.attach_required();
     let mut tasks = JoinSet::new();
 
     // Caches and the watches that fill them.
-    let va_queue = Arc::new(WorkQueue::new(VA_QUEUE, 2, backoff));
-    let pv_queue = Arc::new(WorkQueue::new(PV_QUEUE, 1, backoff));
+    let va_queue = Arc::new(WorkQueue::new(
+        VA_QUEUE,
+        2,
+        backoff,
+        Some(metrics.queues.for_queue(VA_QUEUE, &["attach", "detach"])),
+    ));
+    let pv_queue = Arc::new(WorkQueue::new(
+        PV_QUEUE,
+        1,
+        backoff,
+        Some(metrics.queues.for_queue(PV_QUEUE, &["pv"])),
+    ));
     let (vas, va_writer) = reflector::store::<VolumeAttachment>();
     let (pvs, pv_writer) = reflector::store::<PersistentVolume>();
     let (csinodes, csinode_writer) = reflector::store::<CSINode>();
@@ -209,7 +256,17 @@ pub async fn run(
         let _ = stores.pvs.wait_until_ready().await;
     };
     tokio::select! {
-        () = synced => tracing::info!("Caches synced"),
+        () = synced => {
+            tracing::info!("Caches synced");
+            readiness.set_caches_synced();
+        }
+        () = &mut shutdown => {
+            tasks.shutdown().await;
+            return;
+        }
+    }
+    tokio::select! {
+        () = leading => {}
         () = &mut shutdown => {
             tasks.shutdown().await;
             return;
@@ -224,7 +281,10 @@ pub async fn run(
         api: KubeApi::new(client),
         stores,
         csi,
+        error_codes,
+        flow_metrics: Arc::clone(&metrics.flows),
     });
+    tasks.spawn(report_backlog(Arc::clone(&va_queue), Arc::clone(&pv_queue)));
 
     // Workers: one pool per lane.
     let mut workers_set = JoinSet::new();
@@ -318,6 +378,43 @@ async fn pv_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue>) {
             }
         }
         queue.done(&key);
+    }
+}
+
+/// How often sampled queue gauges are refreshed.
+const BACKLOG_SAMPLE: Duration = Duration::from_secs(1);
+/// How often a stuck backlog is logged, and what counts as stuck.
+const BACKLOG_LOG_EVERY: Duration = Duration::from_secs(30);
+const BACKLOG_STUCK: Duration = Duration::from_secs(60);
+
+/// Refreshes the sampled queue gauges, and logs every 30 s while a lane has a
+/// key waiting for more than 60 s.
+async fn report_backlog(va_queue: Arc<WorkQueue>, pv_queue: Arc<WorkQueue>) {
+    let mut ticker = tokio::time::interval(BACKLOG_SAMPLE);
+    let mut last_log: Option<tokio::time::Instant> = None;
+    loop {
+        ticker.tick().await;
+        let va = va_queue.observe();
+        let pv = pv_queue.observe();
+        let lanes = ["attach", "detach"]
+            .iter()
+            .zip(&va)
+            .chain(["pv"].iter().zip(&pv));
+        let stuck: Vec<String> = lanes
+            .filter(|(_, b)| b.oldest > BACKLOG_STUCK)
+            .map(|(name, b)| {
+                format!(
+                    "{name}: {} waiting, oldest {}s",
+                    b.depth,
+                    b.oldest.as_secs()
+                )
+            })
+            .collect();
+        let due = last_log.is_none_or(|t| t.elapsed() >= BACKLOG_LOG_EVERY);
+        if !stuck.is_empty() && due {
+            tracing::warn!(lanes = %stuck.join("; "), "Work is waiting for more than 60s");
+            last_log = Some(tokio::time::Instant::now());
+        }
     }
 }
 

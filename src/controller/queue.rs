@@ -26,6 +26,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::metrics::QueueMetrics;
+
 /// Per-key exponential backoff: `start · 2^failures`, capped at `max`.
 #[derive(Debug, Clone, Copy)]
 pub struct Backoff {
@@ -57,6 +59,10 @@ struct State {
     dirty: HashMap<String, usize>,
     processing: HashSet<String>,
     failures: HashMap<String, u32>,
+    /// When each waiting key became ready.
+    ready_since: HashMap<String, Instant>,
+    /// When each key in flight was taken.
+    started: HashMap<String, Instant>,
     /// Delayed keys: earliest due time and lane.
     delayed: HashMap<String, (Instant, usize)>,
     timers: BinaryHeap<Reverse<(Instant, u64, String)>>,
@@ -71,11 +77,26 @@ pub struct WorkQueue {
     state: Mutex<State>,
     lane_ready: Vec<Notify>,
     timers_changed: Notify,
+    metrics: Option<QueueMetrics>,
+}
+
+/// One lane's backlog, as [`WorkQueue::observe`] reports it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LaneBacklog {
+    /// Keys waiting.
+    pub depth: usize,
+    /// Age of the oldest waiting key.
+    pub oldest: Duration,
 }
 
 impl WorkQueue {
-    /// A queue called `name` with `lanes` lanes.
-    pub fn new(name: &'static str, lanes: usize, backoff: Backoff) -> Self {
+    /// A queue called `name` with `lanes` lanes, recording into `metrics` if given.
+    pub fn new(
+        name: &'static str,
+        lanes: usize,
+        backoff: Backoff,
+        metrics: Option<QueueMetrics>,
+    ) -> Self {
         let state = State {
             lanes: (0..lanes).map(|_| VecDeque::new()).collect(),
             ..State::default()
@@ -86,6 +107,7 @@ impl WorkQueue {
             state: Mutex::new(state),
             lane_ready: (0..lanes).map(|_| Notify::new()).collect(),
             timers_changed: Notify::new(),
+            metrics,
         }
     }
 
@@ -108,11 +130,23 @@ impl WorkQueue {
             state.dirty.insert(key.to_string(), lane);
             return;
         }
-        match state.queued.get(key) {
-            Some(&l) if l == lane => return,
-            _ => {}
+        match state.queued.insert(key.to_string(), lane) {
+            Some(old) if old == lane => return,
+            Some(old) => {
+                if let Some(m) = &self.metrics {
+                    m.lane_depth[old].dec();
+                    m.lane_depth[lane].inc();
+                }
+            }
+            None => {
+                state.ready_since.insert(key.to_string(), Instant::now());
+                if let Some(m) = &self.metrics {
+                    m.adds.inc();
+                    m.depth.inc();
+                    m.lane_depth[lane].inc();
+                }
+            }
         }
-        state.queued.insert(key.to_string(), lane);
         state.lanes[lane].push_back(key.to_string());
         self.lane_ready[lane].notify_one();
     }
@@ -150,6 +184,9 @@ impl WorkQueue {
             before
         };
         let delay = self.backoff.delay(failures);
+        if let Some(m) = &self.metrics {
+            m.retries.inc();
+        }
         self.add_after(key, lane, delay);
         delay
     }
@@ -185,7 +222,15 @@ impl WorkQueue {
                 while let Some(key) = state.lanes[lane].pop_front() {
                     if state.queued.get(&key) == Some(&lane) {
                         state.queued.remove(&key);
+                        let now = Instant::now();
+                        let since = state.ready_since.remove(&key).unwrap_or(now);
+                        state.started.insert(key.clone(), now);
                         state.processing.insert(key.clone());
+                        if let Some(m) = &self.metrics {
+                            m.depth.dec();
+                            m.lane_depth[lane].dec();
+                            m.queue_duration.observe((now - since).as_secs_f64());
+                        }
                         return Some(key);
                     }
                 }
@@ -198,9 +243,48 @@ impl WorkQueue {
     pub fn done(&self, key: &str) {
         let mut state = self.lock();
         state.processing.remove(key);
+        if let (Some(started), Some(m)) = (state.started.remove(key), &self.metrics) {
+            m.work_duration.observe(started.elapsed().as_secs_f64());
+        }
         if let Some(lane) = state.dirty.remove(key) {
             self.add_locked(&mut state, key, lane);
         }
+    }
+
+    /// Each lane's backlog; also refreshes the gauges that are sampled, not counted
+    /// (in-flight work, oldest waiting key).
+    pub fn observe(&self) -> Vec<LaneBacklog> {
+        let state = self.lock();
+        let now = Instant::now();
+        let mut lanes = vec![
+            LaneBacklog {
+                depth: 0,
+                oldest: Duration::ZERO
+            };
+            state.lanes.len()
+        ];
+        for (key, lane) in &state.queued {
+            let age = state
+                .ready_since
+                .get(key)
+                .map_or(Duration::ZERO, |t| now - *t);
+            let backlog = &mut lanes[*lane];
+            backlog.depth += 1;
+            backlog.oldest = backlog.oldest.max(age);
+        }
+        if let Some(m) = &self.metrics {
+            let running: Vec<f64> = state
+                .started
+                .values()
+                .map(|t| (now - *t).as_secs_f64())
+                .collect();
+            m.unfinished.set(running.iter().sum());
+            m.longest.set(running.iter().copied().fold(0.0, f64::max));
+            for (i, backlog) in lanes.iter().enumerate() {
+                m.lane_oldest[i].set(backlog.oldest.as_secs_f64());
+            }
+        }
+        lanes
     }
 
     /// Stops handing out keys; waiting workers get `None`.
@@ -269,6 +353,7 @@ mod tests {
                 start: Duration::from_secs(1),
                 max: Duration::from_secs(300),
             },
+            None,
         ));
         let timers = Arc::clone(&q);
         tokio::spawn(async move { timers.run_timers().await });
@@ -376,6 +461,53 @@ mod tests {
         q.add("fast", 0);
         assert_eq!(next(&q, 0).await.as_deref(), Some("fast"));
         assert_eq!(q.depth(1), 1000);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn metrics_count_adds_depth_retries_and_waiting_age_per_lane() {
+        let metrics = crate::metrics::Metrics::new();
+        let q = WorkQueue::new(
+            "csi-attacher-va",
+            2,
+            Backoff {
+                start: Duration::from_secs(1),
+                max: Duration::from_secs(300),
+            },
+            Some(
+                metrics
+                    .queues
+                    .for_queue("csi-attacher-va", &["attach", "detach"]),
+            ),
+        );
+        q.add("a", 0);
+        q.add("a", 0);
+        q.add("b", 1);
+        tokio::time::advance(Duration::from_secs(3)).await;
+        let backlog = q.observe();
+        assert_eq!(
+            backlog[0],
+            LaneBacklog {
+                depth: 1,
+                oldest: Duration::from_secs(3)
+            }
+        );
+        assert_eq!(backlog[1].depth, 1);
+        let key = q.get(0).await.expect("a");
+        q.add_rate_limited(&key, 0);
+        q.done(&key);
+        let text = metrics.render();
+        for line in [
+            r#"workqueue_adds_total{name="csi-attacher-va"} 2"#,
+            r#"workqueue_depth{name="csi-attacher-va"} 1"#,
+            r#"workqueue_retries_total{name="csi-attacher-va"} 1"#,
+            r#"workqueue_queue_duration_seconds_count{name="csi-attacher-va"} 1"#,
+            r#"workqueue_work_duration_seconds_count{name="csi-attacher-va"} 1"#,
+            r#"csi_attacher_lane_depth{lane="attach"} 0"#,
+            r#"csi_attacher_lane_depth{lane="detach"} 1"#,
+            r#"csi_attacher_lane_oldest_waiting_seconds{lane="attach"} 3"#,
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
     }
 
     #[tokio::test(start_paused = true)]

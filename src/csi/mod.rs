@@ -32,6 +32,19 @@ use proto::controller_client::ControllerClient;
 use proto::identity_client::IdentityClient;
 use proto::{controller_service_capability, plugin_capability};
 
+/// Upstream's `--max-grpc-log-length` truncation, with its suffix.
+fn cap_log(mut text: String, max: Option<usize>) -> String {
+    if let Some(max) = max {
+        if text.chars().count() > max {
+            text = text.chars().take(max).collect();
+            text.push_str(&format!(
+                " [response body too large, log capped to {max} chars]"
+            ));
+        }
+    }
+    text
+}
+
 /// Deadline of the short startup calls (GetPluginInfo; the two capability calls share one).
 pub const STARTUP_CALL_TIMEOUT: Duration = Duration::from_secs(1);
 /// Pause between two probes.
@@ -127,6 +140,7 @@ pub struct Client {
     controller: ControllerClient<Channel>,
     metrics: Arc<CsiCallMetrics>,
     timeout: Duration,
+    max_log_length: Option<usize>,
 }
 
 impl Client {
@@ -145,8 +159,15 @@ impl Client {
             controller: ControllerClient::new(channel),
             metrics,
             timeout,
+            max_log_length: None,
         };
         Ok((client, loss))
+    }
+
+    /// Caps logged responses at `max` characters (`--max-grpc-log-length`).
+    pub fn with_max_log_length(mut self, max: Option<usize>) -> Self {
+        self.max_log_length = max;
+        self
     }
 
     /// The per-call deadline (`--timeout`).
@@ -384,7 +405,11 @@ impl Client {
             started.elapsed().as_secs_f64(),
         );
         match &result {
-            Ok(resp) => tracing::trace!(method = method.path(), response = ?resp, "GRPC response"),
+            Ok(resp) if tracing::enabled!(tracing::Level::TRACE) => {
+                let response = cap_log(format!("{resp:?}"), self.max_log_length);
+                tracing::trace!(method = method.path(), %response, "GRPC response");
+            }
+            Ok(_) => {}
             Err(status) => tracing::trace!(method = method.path(), error = %status, "GRPC error"),
         }
         result
