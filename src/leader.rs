@@ -207,6 +207,8 @@ impl<A: LeaseApi> Elector<A> {
         }
         if let Some(m) = &metrics {
             m.master_status.with_label_values(&[&settings.name]).set(0);
+            // Present from the start, so a rate() over it works before the first slow path.
+            m.slowpath.with_label_values(&[&settings.name]).inc_by(0);
         }
         Self {
             api,

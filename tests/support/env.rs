@@ -212,7 +212,23 @@ impl Env {
     }
 }
 
-fn tail(text: &str, lines: usize) -> String {
+/// An attacher process started by [`Env::spawn_attacher`].
+pub struct Replica {
+    /// The process.
+    pub process: Guard,
+    /// Its log file.
+    pub log: PathBuf,
+}
+
+impl Replica {
+    /// The log so far.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// The last `lines` lines of `text`.
+pub fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }
