@@ -83,11 +83,19 @@ impl KubeLeases {
     pub fn changes(&self) -> impl futures::Stream<Item = ()> + Send + 'static {
         let config = watcher::Config::default().fields(&format!("metadata.name={}", self.name));
         watcher::watcher(self.api.clone(), config).filter_map(|event| async move {
-            matches!(
-                event,
-                Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_))
-            )
-            .then_some(())
+            match event {
+                // InitApply too: a Lease created between our GET and the watch start counts.
+                Ok(
+                    watcher::Event::Apply(_)
+                    | watcher::Event::InitApply(_)
+                    | watcher::Event::Delete(_),
+                ) => Some(()),
+                Ok(_) => None,
+                Err(err) => {
+                    tracing::debug!(error = %err, "Lease watch failed; retrying");
+                    None
+                }
+            }
         })
     }
 }
@@ -252,7 +260,7 @@ impl<A: LeaseApi> Elector<A> {
             }
             tokio::select! {
                 () = tokio::time::sleep_until(next) => {}
-                Some(()) = changed.next() => {}
+                Some(()) = changed.next() => tracing::trace!("Lease changed"),
             }
         }
     }
@@ -331,37 +339,27 @@ impl<A: LeaseApi> Elector<A> {
             }
         }
 
-        // 2. Get or create.
-        let current = match self.api.get().await {
-            Ok(Some(lease)) => lease,
-            Ok(None) => {
-                let fresh = Lease {
-                    metadata: ObjectMeta {
-                        name: Some(self.settings.name.clone()),
-                        namespace: Some(self.settings.namespace.clone()),
-                        ..ObjectMeta::default()
-                    },
-                    spec: None,
-                };
-                let now = MicroTime(Timestamp::now());
-                return match self
-                    .api
-                    .create(&self.desired(fresh, Some(now), Some(0)))
-                    .await
-                {
-                    Ok(written) => self.record_success(written),
-                    Err(err) => {
-                        tracing::debug!(error = %err, "Failed to create lease");
-                        false
-                    }
-                };
+        // 2. Get or create (a lost create race is followed by one more GET, so
+        //    that the winner's lease is observed now, not a retry period later).
+        let mut current = self.api.get().await;
+        if let Ok(None) = current {
+            match self.try_create().await {
+                Ok(written) => return self.record_success(written),
+                Err(err) if is_conflict(&err) => current = self.api.get().await,
+                Err(err) => {
+                    tracing::debug!(error = %err, "Failed to create lease");
+                    return false;
+                }
             }
+        }
+        let current = match current {
+            Ok(Some(lease)) => lease,
+            Ok(None) => return false,
             Err(err) => {
                 tracing::warn!(lease = %self.settings.name, error = %err, "Error retrieving lease");
                 return false;
             }
         };
-
         // 3. Someone else holds a valid lease: wait.
         let changed = self
             .observed
@@ -376,6 +374,12 @@ impl<A: LeaseApi> Elector<A> {
             .and_then(|s| s.holder_identity.as_deref())
             .is_some_and(|h| !h.is_empty());
         if held_by_other && self.is_valid(Instant::now()) && !self.is_leader() {
+            tracing::debug!(
+                holder = ?self.holder(),
+                changed,
+                expires_in = ?self.observed_expiry().map(|e| e.saturating_duration_since(Instant::now())),
+                "Lease is held by another replica"
+            );
             return false;
         }
 
@@ -404,6 +408,22 @@ impl<A: LeaseApi> Elector<A> {
                 false
             }
         }
+    }
+
+    /// CREATE the Lease with us as holder.
+    async fn try_create(&self) -> Result<Lease, kube::Error> {
+        let fresh = Lease {
+            metadata: ObjectMeta {
+                name: Some(self.settings.name.clone()),
+                namespace: Some(self.settings.namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            spec: None,
+        };
+        let now = MicroTime(Timestamp::now());
+        self.api
+            .create(&self.desired(fresh, Some(now), Some(0)))
+            .await
     }
 
     /// `base` with us as holder, renewed now, and our labels.
@@ -462,6 +482,11 @@ impl<A: LeaseApi> Elector<A> {
     fn is_valid(&self, now: Instant) -> bool {
         self.observed_expiry().is_some_and(|expiry| expiry > now)
     }
+}
+
+/// 409: someone else created or changed the Lease first.
+fn is_conflict(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(status) if status.code == 409)
 }
 
 fn acquired_and_transitions(lease: &Lease) -> (Option<MicroTime>, Option<i32>) {

@@ -263,7 +263,9 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
     }
 }
 
-/// Acquires, then renews until lost (returns) or until `stop` (releases if `release`, then pends).
+/// Acquires, then renews until lost or until `stop` (then releases if `release`).
+///
+/// Returning before `stop` means leadership was lost.
 async fn lead(
     mut elector: Elector<KubeLeases>,
     leading: watch::Sender<bool>,
@@ -273,7 +275,7 @@ async fn lead(
     let changes = Box::pin(elector_changes(&elector));
     tokio::select! {
         () = elector.acquire(changes) => {}
-        () = stopped(&mut stop) => return std::future::pending().await,
+        () = stopped(&mut stop) => return,
     }
     leading.send_replace(true);
     tokio::select! {
@@ -282,7 +284,6 @@ async fn lead(
             if release {
                 elector.release().await;
             }
-            std::future::pending::<()>().await
         }
     }
 }

@@ -14,9 +14,16 @@ use support::objects::{pv, va};
 use support::{http_get, unique};
 
 async fn wait_http(addr: SocketAddr, path: &str, status: u16) -> String {
-    support::eventually(&format!("{path} to answer {status}"), Duration::from_secs(20), || async {
-        http_get(addr, path).await.filter(|(s, _)| *s == status).map(|(_, body)| body)
-    })
+    support::eventually(
+        &format!("{path} to answer {status}"),
+        Duration::from_secs(20),
+        || async {
+            http_get(addr, path)
+                .await
+                .filter(|(s, _)| *s == status)
+                .map(|(_, body)| body)
+        },
+    )
     .await
 }
 
@@ -25,7 +32,15 @@ async fn metrics_and_health_after_an_attach_and_a_failed_attach() {
     let port = free_port().expect("port");
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
     let http = format!("--http-endpoint=127.0.0.1:{port}");
-    let env = Env::start(&[], &[&http, "--leader-election", "--leader-election-namespace=default"]).await;
+    let env = Env::start(
+        &[],
+        &[
+            &http,
+            "--leader-election",
+            "--leader-election-namespace=default",
+        ],
+    )
+    .await;
 
     assert_eq!(wait_http(addr, "/healthz", 200).await, "ok");
     assert_eq!(wait_http(addr, "/readyz", 200).await, "ok");
@@ -42,16 +57,21 @@ async fn metrics_and_health_after_an_attach_and_a_failed_attach() {
     let pv_name = unique("pv");
     env.create_pv(pv(&pv_name, &env.driver).build()).await;
     let va_name = unique("va");
-    env.create_va(va(&va_name, &env.driver, &node).pv(&pv_name).build()).await;
+    env.create_va(va(&va_name, &env.driver, &node).pv(&pv_name).build())
+        .await;
     env.wait_attached(&va_name).await;
 
     // The latency is observed right after the status write the test waited for.
-    let text = support::eventually("attach latency recorded", Duration::from_secs(10), || async {
-        http_get(addr, "/metrics")
-            .await
-            .map(|(_, body)| body)
-            .filter(|body| body.contains("csi_attacher_attach_latency_seconds_count 1"))
-    })
+    let text = support::eventually(
+        "attach latency recorded",
+        Duration::from_secs(10),
+        || async {
+            http_get(addr, "/metrics")
+                .await
+                .map(|(_, body)| body)
+                .filter(|body| body.contains("csi_attacher_attach_latency_seconds_count 1"))
+        },
+    )
     .await;
     let driver = &env.driver;
     let lease = format!("external-attacher-leader-{}", driver.replace('.', "-"));
@@ -96,7 +116,14 @@ async fn without_leader_election_the_leader_check_is_not_registered_and_metrics_
     let metrics_address = format!("--metrics-address=127.0.0.1:{port}");
     let _env = Env::start(&[], &[&metrics_address, "--metrics-path=/custom"]).await;
     wait_http(addr, "/readyz", 200).await;
-    assert!(wait_http(addr, "/custom", 200).await.contains("workqueue_depth"));
+    assert!(wait_http(addr, "/custom", 200)
+        .await
+        .contains("workqueue_depth"));
     assert_eq!(http_get(addr, "/metrics").await.map(|(s, _)| s), Some(404));
-    assert_eq!(http_get(addr, "/healthz/leader-election").await.map(|(s, _)| s), Some(404));
+    assert_eq!(
+        http_get(addr, "/healthz/leader-election")
+            .await
+            .map(|(s, _)| s),
+        Some(404)
+    );
 }

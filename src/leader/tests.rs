@@ -14,6 +14,7 @@ struct FakeLeases {
     version: AtomicU32,
     down: AtomicBool,
     gets: AtomicU32,
+    hide_next_get: AtomicBool,
 }
 
 fn api_error(code: u16, reason: &str) -> kube::Error {
@@ -236,6 +237,21 @@ async fn release_empties_the_holder_and_a_watching_standby_takes_over_immediatel
         start.elapsed()
     );
     assert_eq!(api.holder().as_deref(), Some("b"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_candidate_that_loses_the_create_race_observes_the_winner_at_once() {
+    let api = Arc::new(FakeLeases::default());
+    let mut a = elector(&api, "a");
+    assert!(a.try_acquire_or_renew().await);
+    // b's GET raced a's CREATE: it saw no Lease, and its own CREATE conflicts.
+    api.hide_next_get.store(true, Ordering::SeqCst);
+    let mut b = elector(&api, "b");
+    assert!(!b.try_acquire_or_renew().await);
+    assert!(
+        b.observed_expiry().is_some(),
+        "the winner's lease is observed right away, so takeover is timed from it"
+    );
 }
 
 #[tokio::test(start_paused = true)]

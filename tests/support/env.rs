@@ -87,14 +87,29 @@ impl Env {
 
     /// Starts the attacher with `kubeconfig` and extra flags.
     pub fn with_attacher(mut self, kubeconfig: &std::path::Path, args: &[&str]) -> Self {
-        let log = std::fs::File::create(&self.log).expect("attacher log");
+        let replica = self.spawn_attacher("attacher", kubeconfig, args);
+        self.log = replica.log;
+        self.attacher = Some(replica.process);
+        self
+    }
+
+    /// Starts one more attacher process (a replica) logging to `<name>.log`.
+    pub fn spawn_attacher(
+        &self,
+        name: &str,
+        kubeconfig: &std::path::Path,
+        args: &[&str],
+    ) -> Replica {
+        let log_path = self.dir.path().join(format!("{name}.log"));
+        let log = std::fs::File::create(&log_path).expect("attacher log");
+        let termination_log = self.dir.path().join(format!("{name}.termination-log"));
         let mut command = Command::new(env!("CARGO_BIN_EXE_csi-attacher"));
         command
             .arg(format!("--csi-address={}", self.mock.address()))
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
             .arg(format!(
                 "--termination-log-path={}",
-                self.dir.path().join("termination-log").display()
+                termination_log.display()
             ))
             .arg("--kube-api-qps=1000")
             .arg("--kube-api-burst=2000")
@@ -103,10 +118,10 @@ impl Env {
             .env("RUST_LOG", "info,csi_attacher=debug")
             .stdout(Stdio::null())
             .stderr(log);
-        self.attacher = Some(Guard(Some(
-            procs::spawn(command).expect("start csi-attacher"),
-        )));
-        self
+        Replica {
+            process: Guard(Some(procs::spawn(command).expect("start csi-attacher"))),
+            log: log_path,
+        }
     }
 
     /// The attacher's log so far.

@@ -48,7 +48,9 @@ pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> Option<(u16, St
     use http_body_util::{BodyExt, Empty};
     let stream = tokio::net::TcpStream::connect(addr).await.ok()?;
     let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.ok()?;
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .ok()?;
     tokio::spawn(conn);
     let request = http::Request::get(path)
         .header("host", addr.to_string())
