@@ -242,3 +242,31 @@ async fn the_shipped_rbac_is_enough_and_every_rule_is_needed() {
         );
     }
 }
+
+#[tokio::test]
+async fn the_deployment_manifest_is_accepted_by_the_api_server() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let cp = support::controlplane::shared();
+    let client = cp.client().await;
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/kubernetes/deployment.yaml"
+    );
+    let text = std::fs::read_to_string(path).expect("read deployment.yaml");
+    let deployment: Deployment = serde_yaml_ng::from_str(&text).expect("a Deployment");
+    let args = deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .map(|p| p.containers[0].args.clone().unwrap_or_default())
+        .unwrap_or_default();
+    assert!(args.contains(&"--leader-election".to_string()));
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    Api::<Deployment>::namespaced(client, "default")
+        .create(&dry_run, &deployment)
+        .await
+        .expect("server-side validation of deployment.yaml");
+}
