@@ -38,6 +38,8 @@ pub struct Metrics {
     pub queues: Arc<QueueFamilies>,
     /// End-to-end latencies of attach and detach.
     pub flows: Arc<FlowMetrics>,
+    /// ListVolumes reconciler.
+    pub reconcile: ReconcileMetrics,
 }
 
 impl Metrics {
@@ -52,11 +54,13 @@ impl Metrics {
         let csi = Arc::new(CsiCallMetrics::new(registry.clone()));
         let queues = Arc::new(QueueFamilies::new(&registry));
         let flows = Arc::new(FlowMetrics::new(&registry));
+        let reconcile = ReconcileMetrics::new(&registry);
         Self {
             registry,
             csi,
             queues,
             flows,
+            reconcile,
         }
     }
 
@@ -180,6 +184,46 @@ impl FlowMetrics {
             attach: register(registry, Histogram::with_opts(hist("csi_attacher_attach_latency_seconds", "Seconds from VolumeAttachment creation to attached=true written by this attacher.")).unwrap_or_else(|_| unreachable())),
             detach: register(registry, Histogram::with_opts(hist("csi_attacher_detach_latency_seconds", "Seconds from VolumeAttachment deletion request to the removal of this attacher's finalizer.")).unwrap_or_else(|_| unreachable())),
         }
+    }
+}
+
+/// The ListVolumes reconciler's passes.
+#[derive(Clone)]
+pub struct ReconcileMetrics {
+    /// Duration of successful passes.
+    pub pass_seconds: Histogram,
+    /// Pages per successful pass.
+    pub pages: Histogram,
+    /// Mismatches found, by kind.
+    pub mismatches: IntCounterVec,
+    /// Passes that failed.
+    pub failures: IntCounter,
+}
+
+impl ReconcileMetrics {
+    fn new(registry: &Registry) -> Self {
+        Self {
+            pass_seconds: register(registry, Histogram::with_opts(HistogramOpts::new("csi_attacher_reconcile_pass_seconds", "Duration of ListVolumes reconciliation passes.").buckets(E2E_BUCKETS.to_vec())).unwrap_or_else(|_| unreachable())),
+            pages: register(registry, Histogram::with_opts(HistogramOpts::new("csi_attacher_reconcile_pages", "ListVolumes pages read per reconciliation pass.").buckets(vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 500.0, 1000.0])).unwrap_or_else(|_| unreachable())),
+            mismatches: register(registry, IntCounterVec::new(Opts::new("csi_attacher_reconcile_mismatches_total", "VolumeAttachments whose attached status disagreed with the driver's published nodes."), &["kind"]).unwrap_or_else(|_| unreachable())),
+            failures: register(registry, IntCounter::with_opts(Opts::new("csi_attacher_reconcile_failures_total", "ListVolumes reconciliation passes that failed.")).unwrap_or_else(|_| unreachable())),
+        }
+    }
+
+    /// Records a successful pass.
+    pub fn record(
+        &self,
+        took: std::time::Duration,
+        report: &crate::controller::reconcile::PassReport,
+    ) {
+        self.pass_seconds.observe(took.as_secs_f64());
+        self.pages.observe(report.pages as f64);
+        self.mismatches
+            .with_label_values(&["attached_not_published"])
+            .inc_by(report.attached_not_published as u64);
+        self.mismatches
+            .with_label_values(&["published_not_attached"])
+            .inc_by(report.published_not_attached as u64);
     }
 }
 

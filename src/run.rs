@@ -193,13 +193,6 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
     };
     readiness.set_driver_ready();
     tracing::info!(driver = %info.name, vendor_version = %info.vendor_version, ?capabilities, "CSI driver ready");
-    if capabilities.can_reconcile() {
-        tracing::info!(
-            reconcile_sync = ?reconcile_sync,
-            max_entries,
-            "The driver can list published volumes; ListVolumes reconciliation is not implemented yet"
-        );
-    }
 
     // Leadership: a task that acquires, renews, and releases when told to stop.
     let (leading_tx, mut leading_rx) = watch::channel(false);
@@ -230,6 +223,12 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
         resync,
         drain_timeout: timeout,
         error_codes: gates.mutable_csi_node_allocatable_count,
+        reconcile_period: reconcile_sync,
+        max_entries,
+        reporter: Some(kube::runtime::events::Reporter {
+            controller: "csi-attacher".into(),
+            instance: Some(sanitize_driver_name(&hostname())),
+        }),
     };
     let hooks = controller::Hooks {
         metrics,

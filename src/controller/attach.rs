@@ -27,8 +27,11 @@ use crate::csi::proto::ControllerPublishVolumeRequest;
 ///
 /// A failure before or during Publish is recorded in `attachError`; a failure
 /// to write `attached=true` is only logged (upstream), and both are retried.
-pub async fn attach(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), FlowError> {
-    if va.status.as_ref().is_some_and(|s| s.attached) {
+///
+/// `forced`: the reconciler saw the volume unpublished although the VA says
+/// attached; publish again even though the VA looks done.
+pub async fn attach(ctx: &Ctx, va: &VolumeAttachment, forced: bool) -> Result<(), FlowError> {
+    if !forced && va.status.as_ref().is_some_and(|s| s.attached) {
         return Ok(());
     }
     let publish_context = match publish(ctx, va).await {

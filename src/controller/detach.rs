@@ -20,8 +20,11 @@ use super::{patches, seconds_since, source, Ctx};
 use crate::csi::proto::ControllerUnpublishVolumeRequest;
 
 /// One detach attempt; any failure is recorded in `detachError` and retried.
-pub async fn detach(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), FlowError> {
-    if !va.finalizers().contains(&ctx.finalizer) {
+///
+/// `forced`: the reconciler saw the volume still published for a deleted VA;
+/// unpublish even without our finalizer.
+pub async fn detach(ctx: &Ctx, va: &VolumeAttachment, forced: bool) -> Result<(), FlowError> {
+    if !forced && !va.finalizers().contains(&ctx.finalizer) {
         return Ok(()); // already detached, or never attached by us
     }
     match unpublish_and_release(ctx, va).await {

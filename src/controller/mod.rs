@@ -15,11 +15,13 @@ pub mod attach;
 pub mod capability;
 pub mod detach;
 pub mod error;
+pub mod events;
 pub mod informers;
 pub mod names;
 pub mod patches;
 pub mod pv_finalizer;
 pub mod queue;
+pub mod reconcile;
 pub mod source;
 pub mod store;
 pub mod trivial;
@@ -92,6 +94,12 @@ pub struct Settings {
     pub drain_timeout: Duration,
     /// Put `errorCode` on attach errors (gate `MutableCSINodeAllocatableCount`).
     pub error_codes: bool,
+    /// `--reconcile-sync`.
+    pub reconcile_period: Duration,
+    /// `--max-entries`.
+    pub max_entries: i32,
+    /// Who posts Events (`None`: no Events).
+    pub reporter: Option<kube::runtime::events::Reporter>,
 }
 
 /// Where the controller reports to and what it waits for.
@@ -126,6 +134,10 @@ pub struct Ctx {
     pub error_codes: bool,
     /// End-to-end latency histograms.
     pub flow_metrics: Arc<FlowMetrics>,
+    /// VAs the reconciler wants fully re-synced.
+    pub force_sync: reconcile::ForceSync,
+    /// Events on repeated failures.
+    pub events: Option<events::FailureEvents>,
 }
 
 impl Ctx {
@@ -186,6 +198,9 @@ pub async fn run(
         resync,
         drain_timeout,
         error_codes,
+        reconcile_period,
+        max_entries,
+        reporter,
     } = settings;
     let Hooks {
         metrics,
@@ -273,16 +288,19 @@ pub async fn run(
         }
     }
 
+    let client_for_events = client.clone();
     let ctx = Arc::new(Ctx {
         driver_name,
         finalizer,
         capabilities,
         default_fs_type,
-        api: KubeApi::new(client),
+        api: KubeApi::new(client.clone()),
         stores,
         csi,
         error_codes,
         flow_metrics: Arc::clone(&metrics.flows),
+        force_sync: reconcile::ForceSync::default(),
+        events: reporter.map(|r| events::FailureEvents::new(client_for_events.clone(), r)),
     });
     tasks.spawn(report_backlog(Arc::clone(&va_queue), Arc::clone(&pv_queue)));
 
@@ -297,6 +315,18 @@ pub async fn run(
             workers_set.spawn(va_worker(Arc::clone(&ctx), Arc::clone(&va_queue), lane));
         }
         workers_set.spawn(pv_worker(Arc::clone(&ctx), Arc::clone(&pv_queue)));
+    }
+    if attach_required && capabilities.can_reconcile() {
+        tasks.spawn(
+            reconcile::run(
+                Arc::clone(&ctx),
+                Arc::clone(&va_queue),
+                reconcile_period,
+                max_entries,
+                metrics.reconcile.clone(),
+            )
+            .instrument(tracing::info_span!("reconcile")),
+        );
     }
     if !resync.is_zero() {
         tasks.spawn(resync_loop(
@@ -334,9 +364,15 @@ async fn va_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue>, lane: usize) {
         match result {
             Ok(()) => queue.forget(&key),
             Err(err) => {
-                let lane = ctx.stores.va(&key).map_or(lane, |va| lane_of(&va));
+                let va = ctx.stores.va(&key);
+                let lane = va.as_ref().map_or(lane, |va| lane_of(va));
                 let delay = queue.add_rate_limited(&key, lane);
                 span.in_scope(|| tracing::warn!(error = %err, retry_in = ?delay, "VolumeAttachment sync failed"));
+                if let (Some(events), Some(va)) = (&ctx.events, va) {
+                    events
+                        .failed(&va, lane == DETACH_LANE, queue.failures(&key), &err)
+                        .await;
+                }
             }
         }
         queue.done(&key);
@@ -352,10 +388,11 @@ async fn sync_va(ctx: &Ctx, key: &str) -> Result<(), FlowError> {
     if !ctx.capabilities.attach_required() {
         return trivial::attach(ctx, &va).await;
     }
+    let forced = ctx.force_sync.take(key);
     if va.metadata.deletion_timestamp.is_some() {
-        detach::detach(ctx, &va).await
+        detach::detach(ctx, &va, forced).await
     } else {
-        attach::attach(ctx, &va).await
+        attach::attach(ctx, &va, forced).await
     }
 }
 

@@ -201,6 +201,14 @@ impl WorkQueue {
         self.lock().failures.get(key).copied().unwrap_or(0)
     }
 
+    /// Whether `key` is waiting (now or delayed) or being processed.
+    pub fn is_pending(&self, key: &str) -> bool {
+        let state = self.lock();
+        state.queued.contains_key(key)
+            || state.delayed.contains_key(key)
+            || state.processing.contains(key)
+    }
+
     /// Keys ready to be processed in `lane`.
     pub fn depth(&self, lane: usize) -> usize {
         let state = self.lock();

@@ -66,6 +66,9 @@ struct Args {
     /// Start with Probe answering ready=false.
     #[arg(long)]
     start_unready: bool,
+    /// Misbehave: ListVolumes always answers next_token "1" while entries remain.
+    #[arg(long)]
+    repeat_list_token: bool,
 }
 
 #[tokio::main]
@@ -91,6 +94,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         faults: Faults::new(),
         ledger: Ledger::open(args.ledger.as_deref())?,
         published: Mutex::new(Published::with_limit(args.max_volumes_per_node)),
+        repeat_list_token: args.repeat_list_token,
     });
 
     let admin = match args.admin_addr {

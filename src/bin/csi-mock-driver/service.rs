@@ -28,6 +28,8 @@ pub struct Driver {
     pub faults: Faults,
     pub ledger: Ledger,
     pub published: Mutex<Published>,
+    /// Answer every non-final ListVolumes page with next_token "1" (a buggy driver).
+    pub repeat_list_token: bool,
 }
 
 impl Driver {
@@ -216,10 +218,13 @@ impl Controller for Service {
         ]);
         self.0
             .call("ListVolumes", fields, || {
-                let (entries, next_token) = self
+                let (entries, mut next_token) = self
                     .0
                     .published()
                     .page(req.max_entries, &req.starting_token)?;
+                if self.0.repeat_list_token && !next_token.is_empty() {
+                    next_token = "1".into();
+                }
                 let entries = entries
                     .into_iter()
                     .map(|(volume_id, nodes)| list_volumes_response::Entry {

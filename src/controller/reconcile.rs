@@ -1,0 +1,194 @@
+//! ListVolumes reconciler: notice when the driver's published state and the
+//! VolumeAttachments disagree, and let the normal flows repair it
+//! (UPSTREAM-BEHAVIOR §6).
+//!
+//! In: the driver's `ListVolumes` (paged) and this driver's VAs from the cache.
+//! Out: VA keys forced through the attach or detach lane. The reconciler itself
+//! writes nothing to the API.
+//!
+//! # Beyond upstream
+//! - Each page has its own deadline (`--timeout`), not one for the whole pass.
+//! - ABORTED (invalid token) restarts the listing from the start, once per pass;
+//!   a token that repeats ends the pass with an error instead of looping.
+//! - A VA already queued, in flight or in backoff is left to its lane: no storms.
+//! - Volumes published without any VA are left alone (never detach behind the
+//!   attach/detach controller's back).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use kube::ResourceExt;
+use tokio::time::Instant;
+use tonic::Code;
+
+use super::names::NODE_ID_ANNOTATION;
+use super::queue::WorkQueue;
+use super::{lane_of, source, Ctx};
+use crate::csi::RpcStatus;
+use crate::metrics::ReconcileMetrics;
+
+/// Why a pass did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// A ListVolumes page failed.
+    #[error("failed to list volumes: {0}")]
+    List(#[source] RpcStatus),
+    /// The driver returned a token it had returned before.
+    #[error("failed to list volumes: the driver repeated next_token {0:?}")]
+    RepeatedToken(String),
+}
+
+/// VAs whose next sync must run the full flow even if they look done.
+#[derive(Clone, Default)]
+pub struct ForceSync(Arc<Mutex<HashSet<String>>>);
+
+impl ForceSync {
+    /// Marks `key`.
+    pub fn insert(&self, key: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key.to_string());
+    }
+
+    /// Whether `key` was marked; clears the mark.
+    pub fn take(&self, key: &str) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key)
+    }
+}
+
+/// What one pass found.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PassReport {
+    /// ListVolumes pages read.
+    pub pages: usize,
+    /// VAs attached but not published to their node.
+    pub attached_not_published: usize,
+    /// VAs not attached but published to their node.
+    pub published_not_attached: usize,
+}
+
+/// Runs passes: one now, then one `period` after each pass ends.
+pub async fn run(
+    ctx: Arc<Ctx>,
+    queue: Arc<WorkQueue>,
+    period: Duration,
+    max_entries: i32,
+    metrics: ReconcileMetrics,
+) {
+    loop {
+        let started = Instant::now();
+        match pass(&ctx, &queue, max_entries).await {
+            Ok(report) => {
+                metrics.record(started.elapsed(), &report);
+                if report.attached_not_published + report.published_not_attached > 0 {
+                    tracing::info!(
+                        ?report,
+                        "Reconciler found VolumeAttachments out of sync with the driver"
+                    );
+                }
+            }
+            Err(err) => {
+                metrics.failures.inc();
+                tracing::warn!(error = %err, "Failed to reconcile VolumeAttachments");
+            }
+        }
+        tokio::time::sleep(period).await;
+    }
+}
+
+/// One pass: list, compare, force the mismatched VAs through their lane.
+pub async fn pass(
+    ctx: &Ctx,
+    queue: &WorkQueue,
+    max_entries: i32,
+) -> Result<PassReport, ReconcileError> {
+    let (published, pages) = list_published(ctx, max_entries).await?;
+    let mut report = PassReport {
+        pages,
+        ..PassReport::default()
+    };
+    for va in ctx.stores.vas.state() {
+        let name = va.name_any();
+        if queue.is_pending(&name) {
+            continue; // its lane will look at it anyway
+        }
+        let node_id = match ctx.stores.node_id(&va.spec.node_name, &ctx.driver_name) {
+            Ok(id) => id,
+            Err(err) => match va.annotations().get(NODE_ID_ANNOTATION) {
+                Some(id) => id.clone(),
+                None => {
+                    tracing::debug!(va = %name, error = %err, "Reconciler skips a VA without node ID");
+                    continue;
+                }
+            },
+        };
+        let handle = match source::resolve(&va, &ctx.stores)
+            .and_then(|s| s.csi_volume().map(|v| v.csi.volume_handle.clone()))
+        {
+            Ok(handle) => handle,
+            Err(err) => {
+                tracing::debug!(va = %name, error = %err, "Reconciler skips a VA without volume handle");
+                continue;
+            }
+        };
+        let found = published
+            .get(&handle)
+            .is_some_and(|nodes| nodes.contains(&node_id));
+        let attached = va.status.as_ref().is_some_and(|s| s.attached);
+        if attached == found {
+            continue;
+        }
+        if attached {
+            report.attached_not_published += 1;
+        } else {
+            report.published_not_attached += 1;
+        }
+        tracing::info!(va = %name, attached, published = found, "VolumeAttachment and driver disagree: forcing a sync");
+        ctx.force_sync.insert(&name);
+        queue.add(&name, lane_of(&va));
+    }
+    Ok(report)
+}
+
+/// All pages of ListVolumes: volume ID → node IDs, and the number of pages.
+async fn list_published(
+    ctx: &Ctx,
+    max_entries: i32,
+) -> Result<(HashMap<String, HashSet<String>>, usize), ReconcileError> {
+    let mut published: HashMap<String, HashSet<String>> = HashMap::new();
+    let mut token = String::new();
+    let mut seen_tokens = HashSet::new();
+    let mut restarted = false;
+    let mut pages = 0;
+    loop {
+        let page = match ctx.csi.list_volumes(max_entries, token.clone()).await {
+            Ok(page) => page,
+            Err(status) if status.code == Code::Aborted && !restarted => {
+                // The token went stale (the driver's list changed): start over, once.
+                tracing::info!(error = %status, "ListVolumes token rejected; restarting the listing");
+                restarted = true;
+                published.clear();
+                seen_tokens.clear();
+                token.clear();
+                continue;
+            }
+            Err(status) => return Err(ReconcileError::List(status)),
+        };
+        pages += 1;
+        for (volume, nodes) in page.published {
+            published.entry(volume).or_default().extend(nodes);
+        }
+        if page.next_token.is_empty() {
+            return Ok((published, pages));
+        }
+        if !seen_tokens.insert(page.next_token.clone()) {
+            return Err(ReconcileError::RepeatedToken(page.next_token));
+        }
+        token = page.next_token;
+    }
+}

@@ -1,0 +1,225 @@
+//! The ListVolumes reconciler against the real API server and csi-mock-driver,
+//! with the driver's published state edited behind the attacher's back.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use support::env::Env;
+use support::objects::{pv, va};
+use support::unique;
+
+const FAST: [&str; 2] = ["--reconcile-sync=500ms", "--timeout=1s"];
+
+/// An attached VA; returns (va, pv handle, node id).
+async fn attached(env: &Env) -> (String, String, String) {
+    let node = unique("node");
+    env.create_node(&node).await;
+    let pv_name = unique("pv");
+    let volume = pv(&pv_name, &env.driver);
+    let handle = volume.handle();
+    env.create_pv(volume.build()).await;
+    let va_name = unique("va");
+    env.create_va(va(&va_name, &env.driver, &node).pv(&pv_name).build())
+        .await;
+    env.wait_attached(&va_name).await;
+    (va_name, handle, format!("{node}-id"))
+}
+
+#[tokio::test]
+async fn a_volume_detached_behind_our_back_is_published_again() {
+    let env = Env::start(&[], &FAST).await;
+    let (va_name, handle, node_id) = attached(&env).await;
+    // A third party unpublishes it; an unrelated volume is published without any VA.
+    env.mock
+        .set_published(json!({"orphan-volume": ["some-node"]}))
+        .await;
+    support::eventually("re-publish", Duration::from_secs(10), || async {
+        let table = env.mock.published().await;
+        (table[&handle] == json!([node_id])).then_some(())
+    })
+    .await;
+    assert_eq!(
+        env.mock.published().await["orphan-volume"],
+        json!(["some-node"]),
+        "no VA: left alone"
+    );
+    let va = env.vas.get(&va_name).await.expect("va");
+    assert!(va.status.is_some_and(|s| s.attached));
+    assert_eq!(env.mock.calls("ControllerUnpublishVolume").await.len(), 0);
+}
+
+#[tokio::test]
+async fn a_deleted_va_without_finalizer_whose_volume_is_still_published_gets_unpublished() {
+    let env = Env::start(&[], &FAST).await;
+    let node = unique("node");
+    env.create_node(&node).await;
+    let pv_name = unique("pv");
+    let volume = pv(&pv_name, &env.driver);
+    let handle = volume.handle();
+    env.create_pv(volume.build()).await;
+    // A deleting VA held by someone else's finalizer, never attached by us, but published.
+    let va_name = unique("va");
+    let mut object = va(&va_name, &env.driver, &node).pv(&pv_name).build();
+    object.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    env.mock
+        .set_published(json!({ handle.clone(): [format!("{node}-id")] }))
+        .await;
+    env.mock
+        .set_fault("ControllerPublishVolume", json!({"hang": true}))
+        .await;
+    env.create_va(object).await;
+    env.delete_va(&va_name).await;
+    support::eventually("unpublish", Duration::from_secs(15), || async {
+        let calls = env.mock.calls("ControllerUnpublishVolume").await;
+        calls.iter().any(|c| c["volume_id"] == handle).then_some(())
+    })
+    .await;
+    assert_eq!(env.mock.published().await, json!({}));
+    env.mock.clear_faults().await;
+}
+
+#[tokio::test]
+async fn pages_of_two_over_25_volumes_and_a_restart_after_aborted() {
+    let env = Env::start(&[], &["--reconcile-sync=300ms", "--max-entries=2"]).await;
+    let table: serde_json::Map<String, serde_json::Value> = (0..25)
+        .map(|i| (format!("vol-{i:02}"), json!(["n"])))
+        .collect();
+    env.mock
+        .set_published(serde_json::Value::Object(table))
+        .await;
+    support::eventually("a full paged pass", Duration::from_secs(10), || async {
+        let lists = env.mock.calls("ListVolumes").await;
+        let last_page = lists.iter().position(|c| c["starting_token"] == "24");
+        last_page.map(|_| lists)
+    })
+    .await
+    .iter()
+    .take(13)
+    .for_each(|c| assert_eq!(c["max_entries"], 2));
+
+    // A rejected token restarts the listing from the beginning, once.
+    env.mock
+        .set_fault(
+            "ListVolumes",
+            json!({"code": "Aborted", "message": "stale token", "times": 1}),
+        )
+        .await;
+    let before = env.mock.calls("ListVolumes").await.len();
+    support::eventually("a restarted pass", Duration::from_secs(10), || async {
+        let lists = env.mock.calls("ListVolumes").await;
+        let after = &lists[before..];
+        let aborted = after.iter().position(|c| c["code"] == "Aborted")?;
+        (after.get(aborted + 1)?["starting_token"] == "").then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_hanging_page_fails_that_pass_only() {
+    let env = Env::start(&[], &["--reconcile-sync=300ms", "--timeout=500ms"]).await;
+    let (va_name, _, _) = attached(&env).await;
+    env.mock
+        .set_fault("ListVolumes", json!({"hang": true}))
+        .await;
+    support::eventually("a timed-out page", Duration::from_secs(10), || async {
+        let lists = env.mock.calls("ListVolumes").await;
+        lists.iter().any(|c| c["code"] == "Canceled").then_some(())
+    })
+    .await;
+    env.mock.clear_faults().await;
+    support::eventually(
+        "the failed pass in the log",
+        Duration::from_secs(10),
+        || async {
+            env.logs()
+                .contains("Failed to reconcile VolumeAttachments")
+                .then_some(())
+        },
+    )
+    .await;
+    let before = env.mock.calls("ListVolumes").await.len();
+    support::eventually("a later pass", Duration::from_secs(10), || async {
+        let lists = env.mock.calls("ListVolumes").await;
+        lists[before..]
+            .iter()
+            .any(|c| c["code"] == "OK")
+            .then_some(())
+    })
+    .await;
+    assert!(env
+        .vas
+        .get(&va_name)
+        .await
+        .expect("va")
+        .status
+        .is_some_and(|s| s.attached));
+}
+
+#[tokio::test]
+async fn a_driver_without_the_two_capabilities_never_gets_list_volumes() {
+    let env = Env::start(
+        &["--capabilities=CONTROLLER_SERVICE,PUBLISH_UNPUBLISH_VOLUME,LIST_VOLUMES"],
+        &["--reconcile-sync=200ms"],
+    )
+    .await;
+    attached(&env).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(env.mock.calls("ListVolumes").await.is_empty());
+}
+
+#[tokio::test]
+async fn vas_of_other_drivers_are_not_reconciled() {
+    let env = Env::start(&[], &FAST).await;
+    let node = unique("node");
+    env.create_node(&node).await;
+    let other_pv = unique("pv");
+    env.create_pv(pv(&other_pv, "other.csi.example.com").build())
+        .await;
+    let other = unique("va");
+    env.create_va(
+        va(&other, "other.csi.example.com", &node)
+            .pv(&other_pv)
+            .build(),
+    )
+    .await;
+    let (_, _, _) = attached(&env).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(env.mock.calls("ControllerPublishVolume").await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_repeating_token_ends_the_pass_with_an_error() {
+    let env = Env::start(
+        &["--repeat-list-token"],
+        &["--reconcile-sync=300ms", "--max-entries=1"],
+    )
+    .await;
+    env.mock
+        .set_published(json!({"a": ["n"], "b": ["n"], "c": ["n"]}))
+        .await;
+    support::eventually(
+        "the repeated token in the log",
+        Duration::from_secs(10),
+        || async {
+            env.logs()
+                .contains("the driver repeated next_token")
+                .then_some(())
+        },
+    )
+    .await;
+    // Each pass stops after the repeat: "", "1", then "1" again is refused.
+    let lists = support::eventually("the next pass", Duration::from_secs(10), || async {
+        let lists = env.mock.calls("ListVolumes").await;
+        (lists.len() >= 3).then_some(lists)
+    })
+    .await;
+    let tokens: Vec<&str> = lists
+        .iter()
+        .take(3)
+        .map(|c| c["starting_token"].as_str().unwrap_or("?"))
+        .collect();
+    assert_eq!(tokens, ["", "1", ""], "{lists:?}");
+}
