@@ -154,6 +154,13 @@ async fn scenario(
             .build(),
     )
     .await;
+    // Three failed publishes first: the third posts an Event.
+    env.mock
+        .set_fault(
+            "ControllerPublishVolume",
+            json!({"code": "Internal", "message": "flaky", "times": 3}),
+        )
+        .await;
     env.create_va(va(&va_name, &env.driver, &node).pv(&pv_name).build())
         .await;
 
@@ -169,6 +176,19 @@ async fn scenario(
     })
     .await;
     within("attach", attached)?;
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(env.client.clone(), "default");
+    let posted = wait(bound, || async {
+        events.list(&Default::default()).await.is_ok_and(|list| {
+            list.items.iter().any(|e| {
+                e.reason.as_deref() == Some("AttachFailed")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                        == Some(va_name.as_str())
+            })
+        })
+    })
+    .await;
+    within("failure event", posted)?;
     env.delete_va(&va_name).await;
     let gone = wait(bound, || async {
         env.vas.get_opt(&va_name).await.ok().flatten().is_none()
@@ -215,10 +235,10 @@ where
 async fn the_shipped_rbac_is_enough_and_every_rule_is_needed() {
     let docs = manifest();
     let all_rules = rules(&docs);
-    assert_eq!(all_rules.len(), 6, "rules in rbac.yaml: {all_rules:?}");
+    assert_eq!(all_rules.len(), 7, "rules in rbac.yaml: {all_rules:?}");
 
     scenario(&docs, None, Duration::from_secs(30)).await.expect(
-        "the shipped RBAC is enough for attach, detach, PV finalizers, secrets and leader election",
+        "the shipped RBAC is enough for attach, detach, PV finalizers, secrets, events and leader election",
     );
 
     let results = join_all(all_rules.iter().map(|(d, r, label)| {
