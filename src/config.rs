@@ -162,6 +162,10 @@ pub struct Config {
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     pub logging_format: String,
 
+    /// `check` only: report format, text or json.
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    pub output: String,
+
     /// File that receives the reason of a fatal exit (not in upstream; its path is fixed there).
     #[arg(long, default_value = DEFAULT_TERMINATION_LOG)]
     pub termination_log_path: PathBuf,

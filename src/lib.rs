@@ -12,6 +12,7 @@
 //!
 //! `../shared/DESIGN.md` has the whole picture; this crate grows into it.
 
+pub mod check;
 pub mod config;
 pub mod controller;
 pub mod csi;

@@ -7,7 +7,13 @@ use csi_attacher::config::Config;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
-    let config = match Config::try_parse_go(std::env::args_os()) {
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // `csi-attacher check [flags]`: the read-only report for operators.
+    let check = args.get(1).is_some_and(|a| a == "check");
+    if check {
+        args.remove(1);
+    }
+    let config = match Config::try_parse_go(args) {
         Ok(config) => config,
         // Help exits 0, usage errors exit 2, as Go's flag package does.
         Err(err) => {
@@ -32,6 +38,9 @@ fn main() -> ExitCode {
         }
     };
 
+    if check {
+        return run_check(&config);
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(err) => {
@@ -43,6 +52,40 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             tracing::error!(error = %err, "exiting");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Prints the report; exit 0 when clean, 1 when anything needs attention or it failed.
+fn run_check(config: &Config) -> ExitCode {
+    let report = tokio::runtime::Runtime::new()
+        .map_err(|e| e.to_string())
+        .and_then(|rt| {
+            rt.block_on(csi_attacher::check::report(config))
+                .map_err(|e| e.to_string())
+        });
+    match report {
+        Ok(report) => {
+            if config.output == "json" {
+                match serde_json::to_string_pretty(&report) {
+                    Ok(json) => println!("{json}"),
+                    Err(err) => {
+                        eprintln!("cannot encode the report: {err}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            } else {
+                print!("{}", report.to_text());
+            }
+            if report.is_clean() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(err) => {
+            eprintln!("check failed: {err}");
             ExitCode::FAILURE
         }
     }

@@ -90,6 +90,7 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
         v: _,
         logging_format: _,
         version: _,
+        output: _,
         rest,
     } = config;
     if automaxprocs || !vmodule.is_empty() {

@@ -1,0 +1,317 @@
+//! `csi-attacher check`: a read-only report for operators.
+//!
+//! Connects to the driver and the API server with the sidecar's own flags and
+//! lists what needs attention: VolumeAttachments whose `attached` status
+//! disagrees with the driver's published nodes (when the driver can list
+//! them), VAs stuck with an attach or detach error, and PVs or VAs being
+//! deleted while still holding our finalizer. Exit 0 when clean, 1 when
+//! anything needs attention. It never writes: only GET/LIST on the API and
+//! Probe, GetPluginInfo, capabilities and ListVolumes on the driver.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment, VolumeError};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ListParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::Event;
+use kube::ResourceExt;
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::controller::names::{finalizer, NODE_ID_ANNOTATION};
+use crate::controller::source;
+use crate::controller::store::{PvRefs, Stores};
+use crate::csi::{self, Client, DIAL_TIMEOUT};
+use crate::kube_client;
+use crate::metrics::Metrics;
+
+/// Why the report could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The driver could not be reached or identified.
+    #[error("CSI driver: {0}")]
+    Driver(#[from] csi::Error),
+    /// The driver's ListVolumes failed.
+    #[error("failed to list volumes: {0}")]
+    List(#[from] csi::RpcStatus),
+    /// No API client.
+    #[error(transparent)]
+    Kube(#[from] kube_client::Error),
+    /// An API list failed.
+    #[error("listing {what}: {source}")]
+    Api {
+        /// What was listed.
+        what: &'static str,
+        /// Why it failed.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// The report.
+#[derive(Debug, Default, Serialize)]
+pub struct Report {
+    /// The driver's name.
+    pub driver: String,
+    /// VAs of this driver.
+    pub volume_attachments: usize,
+    /// Whether the driver can list published nodes (else no mismatch check).
+    pub driver_lists_published_nodes: bool,
+    /// Status and driver disagree.
+    pub mismatches: Vec<Mismatch>,
+    /// VAs carrying an attach or detach error.
+    pub errors: Vec<StuckError>,
+    /// PVs being deleted that still hold our finalizer.
+    pub deleting_pvs: Vec<String>,
+    /// VAs being deleted that still hold our finalizer.
+    pub deleting_vas: Vec<String>,
+}
+
+/// One VA whose status and the driver disagree.
+#[derive(Debug, Serialize)]
+pub struct Mismatch {
+    /// VA name.
+    pub volume_attachment: String,
+    /// Volume handle.
+    pub volume: String,
+    /// Node ID.
+    pub node_id: String,
+    /// `status.attached`.
+    pub attached: bool,
+    /// Whether the driver lists the volume as published on the node.
+    pub published: bool,
+}
+
+/// One VA with an error on its status.
+#[derive(Debug, Serialize)]
+pub struct StuckError {
+    /// VA name.
+    pub volume_attachment: String,
+    /// `attach` or `detach`.
+    pub operation: &'static str,
+    /// Seconds since the error was recorded.
+    pub age_seconds: Option<i64>,
+    /// The error message.
+    pub message: String,
+}
+
+impl Report {
+    /// Whether nothing needs attention.
+    pub fn is_clean(&self) -> bool {
+        self.mismatches.is_empty()
+            && self.errors.is_empty()
+            && self.deleting_pvs.is_empty()
+            && self.deleting_vas.is_empty()
+    }
+
+    /// The report as text tables.
+    pub fn to_text(&self) -> String {
+        let mut out = format!(
+            "driver {}: {} VolumeAttachments{}\n",
+            self.driver,
+            self.volume_attachments,
+            if self.driver_lists_published_nodes {
+                ""
+            } else {
+                " (the driver cannot list published nodes: mismatches not checked)"
+            }
+        );
+        if self.is_clean() {
+            out.push_str("nothing needs attention\n");
+            return out;
+        }
+        if !self.mismatches.is_empty() {
+            out.push_str("\nVOLUMEATTACHMENT\tVOLUME\tNODE ID\tATTACHED\tPUBLISHED\n");
+            for m in &self.mismatches {
+                out.push_str(&format!(
+                    "{}\t{}\t{}\t{}\t{}\n",
+                    m.volume_attachment, m.volume, m.node_id, m.attached, m.published
+                ));
+            }
+        }
+        if !self.errors.is_empty() {
+            out.push_str("\nVOLUMEATTACHMENT\tOPERATION\tAGE\tERROR\n");
+            for e in &self.errors {
+                let age = e.age_seconds.map_or("?".to_string(), |s| format!("{s}s"));
+                out.push_str(&format!(
+                    "{}\t{}\t{}\t{}\n",
+                    e.volume_attachment, e.operation, age, e.message
+                ));
+            }
+        }
+        for (what, names) in [
+            (
+                "PersistentVolumes being deleted with our finalizer",
+                &self.deleting_pvs,
+            ),
+            (
+                "VolumeAttachments being deleted with our finalizer",
+                &self.deleting_vas,
+            ),
+        ] {
+            if !names.is_empty() {
+                out.push_str(&format!("\n{what}:\n"));
+                for n in names {
+                    out.push_str(&format!("  {n}\n"));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Builds the report with the sidecar's flags.
+pub async fn report(config: &Config) -> Result<Report, Error> {
+    let address = csi::parse_address(&config.csi_address)?;
+    let kube = kube_client::build(
+        kube_client::load_config(&config.kubeconfig).await?,
+        config.kube_api_qps,
+        config.kube_api_burst,
+    )?;
+    let metrics = Metrics::new();
+    let (client, _loss) = Client::connect(
+        &address,
+        DIAL_TIMEOUT,
+        config.timeout,
+        Arc::clone(&metrics.csi),
+    )
+    .await?;
+    client.probe_until_ready().await?;
+    let driver = client.plugin_info().await?.name;
+    let capabilities = client.capabilities().await?;
+    let fin = finalizer(&driver);
+
+    let list = |what: &'static str| move |source| Error::Api { what, source };
+    let vas: Vec<VolumeAttachment> = Api::<VolumeAttachment>::all(kube.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(list("volumeattachments"))?
+        .items
+        .into_iter()
+        .filter(|va| va.spec.attacher == driver)
+        .collect();
+    let pvs = Api::<PersistentVolume>::all(kube.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(list("persistentvolumes"))?
+        .items;
+    let csinodes = Api::<CSINode>::all(kube)
+        .list(&ListParams::default())
+        .await
+        .map_err(list("csinodes"))?
+        .items;
+    let stores = Stores {
+        vas: filled(vas.clone()),
+        pvs: filled(pvs.clone()),
+        csinodes: filled(csinodes),
+        pv_refs: PvRefs::default(),
+    };
+
+    let mut report = Report {
+        driver: driver.clone(),
+        volume_attachments: vas.len(),
+        driver_lists_published_nodes: capabilities.can_reconcile(),
+        ..Report::default()
+    };
+    if report.driver_lists_published_nodes {
+        let published = list_published(&client, config.max_entries).await?;
+        for va in &vas {
+            let node_id = stores
+                .node_id(&va.spec.node_name, &driver)
+                .ok()
+                .or_else(|| va.annotations().get(NODE_ID_ANNOTATION).cloned());
+            let handle = source::resolve(va, &stores)
+                .and_then(|s| s.csi_volume().map(|v| v.csi.volume_handle.clone()))
+                .ok();
+            let (Some(node_id), Some(volume)) = (node_id, handle) else {
+                continue;
+            };
+            let found = published
+                .iter()
+                .any(|(v, nodes)| *v == volume && nodes.contains(&node_id));
+            let attached = va.status.as_ref().is_some_and(|s| s.attached);
+            if attached != found {
+                report.mismatches.push(Mismatch {
+                    volume_attachment: va.name_any(),
+                    volume,
+                    node_id,
+                    attached,
+                    published: found,
+                });
+            }
+        }
+    }
+    let now = Timestamp::now();
+    for va in &vas {
+        let status = va.status.as_ref();
+        for (operation, error) in [
+            ("attach", status.and_then(|s| s.attach_error.as_ref())),
+            ("detach", status.and_then(|s| s.detach_error.as_ref())),
+        ] {
+            if let Some(error) = error {
+                report.errors.push(stuck(va, operation, error, now));
+            }
+        }
+        if va.metadata.deletion_timestamp.is_some() && va.finalizers().contains(&fin) {
+            report.deleting_vas.push(va.name_any());
+        }
+    }
+    report.deleting_pvs = pvs
+        .iter()
+        .filter(|pv| pv.metadata.deletion_timestamp.is_some() && pv.finalizers().contains(&fin))
+        .map(ResourceExt::name_any)
+        .collect();
+    Ok(report)
+}
+
+fn stuck(
+    va: &VolumeAttachment,
+    operation: &'static str,
+    error: &VolumeError,
+    now: Timestamp,
+) -> StuckError {
+    StuckError {
+        volume_attachment: va.name_any(),
+        operation,
+        age_seconds: error
+            .time
+            .as_ref()
+            .map(|t| (now.as_second() - t.0.as_second()).max(0)),
+        message: error.message.clone().unwrap_or_default(),
+    }
+}
+
+/// A read-only store holding `items`.
+fn filled<K>(items: Vec<K>) -> Store<K>
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let (store, mut writer) = reflector::store::<K>();
+    writer.apply_watcher_event(&Event::Init);
+    for item in items {
+        writer.apply_watcher_event(&Event::InitApply(item));
+    }
+    writer.apply_watcher_event(&Event::InitDone);
+    store
+}
+
+/// All pages of ListVolumes as (volume, nodes).
+async fn list_published(
+    client: &Client,
+    max_entries: i32,
+) -> Result<Vec<(String, Vec<String>)>, Error> {
+    let mut out = Vec::new();
+    let mut token = String::new();
+    let mut seen = std::collections::HashSet::new();
+    loop {
+        let page = client.list_volumes(max_entries, token).await?;
+        out.extend(page.published);
+        if page.next_token.is_empty() || !seen.insert(page.next_token.clone()) {
+            return Ok(out);
+        }
+        token = page.next_token;
+    }
+}
