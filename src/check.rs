@@ -14,15 +14,13 @@ use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment, VolumeError};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::watcher::Event;
 use kube::ResourceExt;
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::controller::names::{finalizer, NODE_ID_ANNOTATION};
-use crate::controller::source;
-use crate::controller::store::{PvRefs, Stores};
+use crate::controller::names::finalizer;
+use crate::controller::reconcile;
+use crate::controller::store::{store_from, PvRefs, Stores};
 use crate::csi::{self, Client, DIAL_TIMEOUT};
 use crate::kube_client;
 use crate::metrics::Metrics;
@@ -34,8 +32,8 @@ pub enum Error {
     #[error("CSI driver: {0}")]
     Driver(#[from] csi::Error),
     /// The driver's ListVolumes failed.
-    #[error("failed to list volumes: {0}")]
-    List(#[from] csi::RpcStatus),
+    #[error(transparent)]
+    List(#[from] reconcile::ReconcileError),
     /// No API client.
     #[error(transparent)]
     Kube(#[from] kube_client::Error),
@@ -203,9 +201,9 @@ pub async fn report(config: &Config) -> Result<Report, Error> {
         .map_err(list("csinodes"))?
         .items;
     let stores = Stores {
-        vas: filled(vas.clone()),
-        pvs: filled(pvs.clone()),
-        csinodes: filled(csinodes),
+        vas: store_from(vas.clone()),
+        pvs: store_from(pvs.clone()),
+        csinodes: store_from(csinodes),
         pv_refs: PvRefs::default(),
     };
 
@@ -216,32 +214,17 @@ pub async fn report(config: &Config) -> Result<Report, Error> {
         ..Report::default()
     };
     if report.driver_lists_published_nodes {
-        let published = list_published(&client, config.max_entries).await?;
-        for va in &vas {
-            let node_id = stores
-                .node_id(&va.spec.node_name, &driver)
-                .ok()
-                .or_else(|| va.annotations().get(NODE_ID_ANNOTATION).cloned());
-            let handle = source::resolve(va, &stores)
-                .and_then(|s| s.csi_volume().map(|v| v.csi.volume_handle.clone()))
-                .ok();
-            let (Some(node_id), Some(volume)) = (node_id, handle) else {
-                continue;
-            };
-            let found = published
-                .iter()
-                .any(|(v, nodes)| *v == volume && nodes.contains(&node_id));
-            let attached = va.status.as_ref().is_some_and(|s| s.attached);
-            if attached != found {
-                report.mismatches.push(Mismatch {
-                    volume_attachment: va.name_any(),
-                    volume,
-                    node_id,
-                    attached,
-                    published: found,
-                });
-            }
-        }
+        let (published, _pages) = reconcile::list_published(&client, config.max_entries).await?;
+        report.mismatches = reconcile::mismatches(&stores, &driver, &published, |_| false)
+            .into_iter()
+            .map(|m| Mismatch {
+                volume_attachment: m.name,
+                volume: m.volume,
+                node_id: m.node_id,
+                attached: m.attached,
+                published: !m.attached,
+            })
+            .collect();
     }
     let now = Timestamp::now();
     for va in &vas {
@@ -280,38 +263,5 @@ fn stuck(
             .as_ref()
             .map(|t| (now.as_second() - t.0.as_second()).max(0)),
         message: error.message.clone().unwrap_or_default(),
-    }
-}
-
-/// A read-only store holding `items`.
-fn filled<K>(items: Vec<K>) -> Store<K>
-where
-    K: kube::Resource + Clone + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
-{
-    let (store, mut writer) = reflector::store::<K>();
-    writer.apply_watcher_event(&Event::Init);
-    for item in items {
-        writer.apply_watcher_event(&Event::InitApply(item));
-    }
-    writer.apply_watcher_event(&Event::InitDone);
-    store
-}
-
-/// All pages of ListVolumes as (volume, nodes).
-async fn list_published(
-    client: &Client,
-    max_entries: i32,
-) -> Result<Vec<(String, Vec<String>)>, Error> {
-    let mut out = Vec::new();
-    let mut token = String::new();
-    let mut seen = std::collections::HashSet::new();
-    loop {
-        let page = client.list_volumes(max_entries, token).await?;
-        out.extend(page.published);
-        if page.next_token.is_empty() || !seen.insert(page.next_token.clone()) {
-            return Ok(out);
-        }
-        token = page.next_token;
     }
 }

@@ -24,6 +24,7 @@ use tonic::Code;
 
 use super::names::NODE_ID_ANNOTATION;
 use super::queue::WorkQueue;
+use super::store::Stores;
 use super::{lane_of, source, Ctx};
 use crate::csi::RpcStatus;
 use crate::metrics::ReconcileMetrics;
@@ -107,17 +108,57 @@ pub async fn pass(
     queue: &WorkQueue,
     max_entries: i32,
 ) -> Result<PassReport, ReconcileError> {
-    let (published, pages) = list_published(ctx, max_entries).await?;
+    let (published, pages) = list_published(&ctx.csi, max_entries).await?;
     let mut report = PassReport {
         pages,
         ..PassReport::default()
     };
-    for va in ctx.stores.vas.state() {
-        let name = va.name_any();
-        if queue.is_pending(&name) {
-            continue; // its lane will look at it anyway
+    let found = mismatches(&ctx.stores, &ctx.driver_name, &published, |name| {
+        queue.is_pending(name)
+    });
+    for m in found {
+        if m.attached {
+            report.attached_not_published += 1;
+        } else {
+            report.published_not_attached += 1;
         }
-        let node_id = match ctx.stores.node_id(&va.spec.node_name, &ctx.driver_name) {
+        tracing::info!(va = %m.name, attached = m.attached, "VolumeAttachment and driver disagree: forcing a sync");
+        ctx.force_sync.insert(&m.name);
+        queue.add(&m.name, m.lane);
+    }
+    Ok(report)
+}
+
+/// A VA whose `attached` status disagrees with the driver's published nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mismatch {
+    /// VA name.
+    pub name: String,
+    /// The lane to re-sync it in.
+    pub lane: usize,
+    /// Volume handle.
+    pub volume: String,
+    /// Node ID (CSINode, else the VA annotation).
+    pub node_id: String,
+    /// `status.attached`; the driver says the opposite.
+    pub attached: bool,
+}
+
+/// Compares every cached VA of `driver` (except those `skip` names) with
+/// `published` (volume → node IDs). Pure: no I/O, no writes.
+pub fn mismatches(
+    stores: &Stores,
+    driver: &str,
+    published: &HashMap<String, HashSet<String>>,
+    skip: impl Fn(&str) -> bool,
+) -> Vec<Mismatch> {
+    let mut out = Vec::new();
+    for va in stores.vas.state() {
+        let name = va.name_any();
+        if skip(&name) {
+            continue;
+        }
+        let node_id = match stores.node_id(&va.spec.node_name, driver) {
             Ok(id) => id,
             Err(err) => match va.annotations().get(NODE_ID_ANNOTATION) {
                 Some(id) => id.clone(),
@@ -127,7 +168,7 @@ pub async fn pass(
                 }
             },
         };
-        let handle = match source::resolve(&va, &ctx.stores)
+        let volume = match source::resolve(&va, stores)
             .and_then(|s| s.csi_volume().map(|v| v.csi.volume_handle.clone()))
         {
             Ok(handle) => handle,
@@ -137,27 +178,25 @@ pub async fn pass(
             }
         };
         let found = published
-            .get(&handle)
+            .get(&volume)
             .is_some_and(|nodes| nodes.contains(&node_id));
         let attached = va.status.as_ref().is_some_and(|s| s.attached);
-        if attached == found {
-            continue;
+        if attached != found {
+            out.push(Mismatch {
+                lane: lane_of(&va),
+                name,
+                volume,
+                node_id,
+                attached,
+            });
         }
-        if attached {
-            report.attached_not_published += 1;
-        } else {
-            report.published_not_attached += 1;
-        }
-        tracing::info!(va = %name, attached, published = found, "VolumeAttachment and driver disagree: forcing a sync");
-        ctx.force_sync.insert(&name);
-        queue.add(&name, lane_of(&va));
     }
-    Ok(report)
+    out
 }
 
 /// All pages of ListVolumes: volume ID → node IDs, and the number of pages.
-async fn list_published(
-    ctx: &Ctx,
+pub async fn list_published(
+    csi: &crate::csi::Client,
     max_entries: i32,
 ) -> Result<(HashMap<String, HashSet<String>>, usize), ReconcileError> {
     let mut published: HashMap<String, HashSet<String>> = HashMap::new();
@@ -166,7 +205,7 @@ async fn list_published(
     let mut restarted = false;
     let mut pages = 0;
     loop {
-        let page = match ctx.csi.list_volumes(max_entries, token.clone()).await {
+        let page = match csi.list_volumes(max_entries, token.clone()).await {
             Ok(page) => page,
             Err(status) if status.code == Code::Aborted && !restarted => {
                 // The token went stale (the driver's list changed): start over, once.

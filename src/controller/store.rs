@@ -58,6 +58,22 @@ impl Stores {
     }
 }
 
+/// A read-only cache holding `items` (for one-shot reads such as `check`).
+pub fn store_from<K>(items: Vec<K>) -> Store<K>
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    use kube::runtime::watcher::Event;
+    let (store, mut writer) = kube::runtime::reflector::store::<K>();
+    writer.apply_watcher_event(&Event::Init);
+    for item in items {
+        writer.apply_watcher_event(&Event::InitApply(item));
+    }
+    writer.apply_watcher_event(&Event::InitDone);
+    store
+}
+
 /// Whether this driver serves `pv`: keep it in the cache.
 pub fn serves_pv(pv: &PersistentVolume, driver: &str) -> bool {
     let Some(spec) = &pv.spec else {
