@@ -8,8 +8,6 @@ mod support;
 use std::collections::BTreeMap;
 
 use futures::{stream, StreamExt};
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, PostParams};
 use serde_json::json;
 
 use support::env::Env;
@@ -62,15 +60,8 @@ fn delta(
 async fn writes_per_attach_and_detach_do_not_exceed_upstream() {
     const N: usize = 20;
     let env = Env::start(&[], &[]).await;
-    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), "default");
     let secret_name = unique("secret");
-    let secret: Secret =
-        serde_json::from_value(json!({"metadata": {"name": secret_name}, "data": {"k": "dg=="}}))
-            .expect("secret");
-    secrets
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("secret");
+    env.create_secret(&secret_name, json!({"k": "dg=="})).await;
     let node = unique("node");
     env.create_node(&node).await;
     let names: Vec<(String, String)> = (0..N).map(|_| (unique("pv"), unique("va"))).collect();

@@ -5,9 +5,9 @@ mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, Secret};
+use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{DeleteParams, PostParams};
 use serde_json::{json, Value};
 
 use support::env::Env;
@@ -71,7 +71,7 @@ async fn new_va_is_published_then_marked_attached() {
         json!({"access_type": "mount", "fs_type": "", "mount_flags": [], "access_mode": "SINGLE_NODE_WRITER"})
     );
     // Exactly one Publish: our own metadata and status writes do not re-run the attach.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    support::quiet_period(Duration::from_millis(500)).await;
     assert_eq!(env.mock.calls("ControllerPublishVolume").await.len(), 1);
 
     // The PV got our finalizer next to the API server's own.
@@ -191,21 +191,11 @@ async fn inline_volume_spec_is_attached_without_pv() {
 #[tokio::test]
 async fn secrets_are_read_from_the_publish_secret_ref() {
     let env = Env::start(&[], &[]).await;
-    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), "default");
     let full = unique("secret");
     let empty = unique("secret");
-    for (name, data) in [
-        (&full, json!({"password": "czNjcmV0"})),
-        (&empty, json!({})),
-    ] {
-        let secret: Secret =
-            serde_json::from_value(json!({"metadata": {"name": name}, "data": data}))
-                .expect("secret");
-        secrets
-            .create(&PostParams::default(), &secret)
-            .await
-            .expect("create secret");
-    }
+    env.create_secret(&full, json!({"password": "czNjcmV0"}))
+        .await;
+    env.create_secret(&empty, json!({})).await;
 
     let with = create(
         &env,
@@ -266,13 +256,7 @@ async fn secrets_are_read_from_the_publish_secret_ref() {
         )
     );
     assert_eq!(error.error_code, None, "API errors carry no errorCode");
-    let secret: Secret =
-        serde_json::from_value(json!({"metadata": {"name": missing}, "data": {"k": "dg=="}}))
-            .expect("secret");
-    secrets
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("create secret");
+    env.create_secret(&missing, json!({"k": "dg=="})).await;
     env.wait_attached(&va_missing).await;
 }
 
@@ -425,7 +409,7 @@ async fn publish_error_is_saved_with_error_code_then_success_clears_it() {
     let attached = env.wait_attached(&va_name).await;
     assert!(attached.status.and_then(|s| s.attach_error).is_none());
     // Two failures and one success, no extra calls from our own error writes.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    support::quiet_period(Duration::from_millis(500)).await;
     let codes: Vec<Value> = env
         .mock
         .calls("ControllerPublishVolume")

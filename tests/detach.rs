@@ -166,7 +166,7 @@ async fn pv_finalizer_is_kept_while_a_va_refers_to_it_and_removed_after() {
         .await
         .expect("delete pv");
     // The VA still refers to the PV: our finalizer stays.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    support::quiet_period(Duration::from_millis(500)).await;
     let pv = env.pvs.get(&pv_name).await.expect("pv");
     assert!(pv
         .metadata
@@ -199,7 +199,7 @@ async fn pv_finalizer_of_a_live_pv_is_kept_after_detach() {
     let (va_name, pv_name, _) = attached(&env).await;
     env.delete_va(&va_name).await;
     env.wait_gone(&va_name).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    support::quiet_period(Duration::from_millis(500)).await;
     let pv = env.pvs.get(&pv_name).await.expect("pv");
     assert!(pv
         .metadata

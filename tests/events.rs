@@ -67,8 +67,11 @@ async fn repeated_attach_and_detach_failures_post_warning_events_no_faster_than_
     assert_eq!(event.action.as_deref(), Some("Attach"));
 
     // Let it keep failing: one Event occurrence per failure from the third on, never more.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let failures = env.mock.calls("ControllerPublishVolume").await.len() as i32;
+    let failures = support::eventually("six failed publishes", Duration::from_secs(15), || async {
+        let n = env.mock.calls("ControllerPublishVolume").await.len();
+        (n >= 6).then_some(n as i32)
+    })
+    .await;
     let occurrences: i32 = events_for(&env, &va_name, "AttachFailed")
         .await
         .iter()

@@ -3,7 +3,6 @@
 
 mod support;
 
-use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
@@ -123,13 +122,7 @@ async fn without_get_on_secrets_the_attach_error_says_forbidden_until_granted() 
     let (kubeconfig, role, user) = service_account(&env, rules(&["secrets"])).await;
     let env = env.with_attacher(&kubeconfig, &RETRY_FAST);
     let secret_name = unique("secret");
-    let secret: Secret =
-        serde_json::from_value(json!({"metadata": {"name": secret_name}, "data": {"k": "dg=="}}))
-            .expect("secret");
-    Api::<Secret>::namespaced(env.client.clone(), "default")
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("secret");
+    env.create_secret(&secret_name, json!({"k": "dg=="})).await;
     let node = unique("node");
     let pv_name = unique("pv");
     let va_name = unique("va");

@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use futures::future::join_all;
-use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde::Deserialize;
@@ -137,13 +137,7 @@ async fn scenario(
         ],
     );
     let secret_name = unique("secret");
-    let secret: Secret =
-        serde_json::from_value(json!({"metadata": {"name": secret_name}, "data": {"k": "dg=="}}))
-            .expect("secret");
-    Api::<Secret>::namespaced(env.client.clone(), "default")
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("secret");
+    env.create_secret(&secret_name, json!({"k": "dg=="})).await;
     let node = unique("node");
     let pv_name = unique("pv");
     let va_name = unique("va");

@@ -166,7 +166,7 @@ async fn a_driver_without_the_two_capabilities_never_gets_list_volumes() {
     )
     .await;
     attached(&env).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    support::quiet_period(Duration::from_secs(1)).await;
     assert!(env.mock.calls("ListVolumes").await.is_empty());
 }
 
@@ -186,7 +186,7 @@ async fn vas_of_other_drivers_are_not_reconciled() {
     )
     .await;
     let (_, _, _) = attached(&env).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    support::quiet_period(Duration::from_secs(1)).await;
     assert_eq!(env.mock.calls("ControllerPublishVolume").await.len(), 1);
 }
 

@@ -35,17 +35,8 @@ pub async fn run_va_informer(
 ) {
     let reader = writer.as_reader();
     let mut listed: Vec<(String, usize)> = Vec::new();
-    let mut events = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
+    let mut events = watch(api, "VolumeAttachment");
     while let Some(event) = events.next().await {
-        let event = match event {
-            Ok(event) => event,
-            Err(err) => {
-                tracing::warn!(error = %err, "VolumeAttachment watch failed; retrying");
-                continue;
-            }
-        };
         match event {
             Event::Init => {
                 pv_refs.begin_relist();
@@ -112,17 +103,8 @@ pub async fn run_pv_informer(
     pv_queue: Arc<WorkQueue>,
 ) {
     let mut listed: Vec<String> = Vec::new();
-    let mut events = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
+    let mut events = watch(api, "PersistentVolume");
     while let Some(event) = events.next().await {
-        let event = match event {
-            Ok(event) => event,
-            Err(err) => {
-                tracing::warn!(error = %err, "PersistentVolume watch failed; retrying");
-                continue;
-            }
-        };
         match event {
             Event::Init => {
                 listed.clear();
@@ -161,21 +143,34 @@ pub async fn run_pv_informer(
 
 /// Keeps the CSINode cache.
 pub async fn run_csinode_informer(api: Api<CSINode>, mut writer: Writer<CSINode>) {
-    let mut events = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
-    while let Some(event) = events.next().await {
-        match event {
-            Ok(mut event) => {
-                match &mut event {
-                    Event::Apply(node) | Event::InitApply(node) | Event::Delete(node) => trim(node),
-                    Event::Init | Event::InitDone => {}
-                }
-                writer.apply_watcher_event(&event);
-            }
-            Err(err) => tracing::warn!(error = %err, "CSINode watch failed; retrying"),
+    let mut events = watch(api, "CSINode");
+    while let Some(mut event) = events.next().await {
+        match &mut event {
+            Event::Apply(node) | Event::InitApply(node) | Event::Delete(node) => trim(node),
+            Event::Init | Event::InitDone => {}
         }
+        writer.apply_watcher_event(&event);
     }
+}
+
+/// A watch of every `kind` object, with kube-runtime's default backoff;
+/// failures are logged and the watch goes on.
+fn watch<K>(api: Api<K>, kind: &'static str) -> futures::stream::BoxStream<'static, Event<K>>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .filter_map(move |event| async move {
+            match event {
+                Ok(event) => Some(event),
+                Err(err) => {
+                    tracing::warn!(error = %err, kind, "watch failed; retrying");
+                    None
+                }
+            }
+        })
+        .boxed()
 }
 
 /// Upstream's `processFinalizers`: our finalizer, and the PV is deleting or its

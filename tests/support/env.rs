@@ -146,6 +146,17 @@ impl Env {
             .expect("create CSINode");
     }
 
+    /// Creates Secret `name` in `default` with base64 `data` (e.g. `{"k": "dg=="}`).
+    pub async fn create_secret(&self, name: &str, data: serde_json::Value) {
+        let secret: k8s_openapi::api::core::v1::Secret =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name}, "data": data}))
+                .expect("valid Secret");
+        Api::namespaced(self.client.clone(), "default")
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("create Secret");
+    }
+
     /// Creates a VA.
     pub async fn create_va(&self, va: VolumeAttachment) -> VolumeAttachment {
         self.vas

@@ -24,6 +24,14 @@ pub fn unique(prefix: &str) -> String {
     )
 }
 
+/// Lets `window` pass before a negative assertion ("X did not happen").
+///
+/// Only for checks that something stays absent, where no event can say "it is
+/// now certain X will not happen"; positive checks use [`eventually`].
+pub async fn quiet_period(window: Duration) {
+    tokio::time::sleep(window).await;
+}
+
 /// Polls `check` until it yields `Some`, or panics with `what` after `timeout`.
 pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
 where
