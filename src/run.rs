@@ -132,16 +132,19 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
     };
     metrics.csi.set_driver_name(&info.name);
 
+    // This replica's name: Lease holder and Event reporter.
+    let identity = if leader_election_identity.is_empty() {
+        sanitize_driver_name(&hostname())
+    } else {
+        leader_election_identity
+    };
+
     // Leader election (the Lease name needs the driver name).
     let elector = if leader_election {
         let settings = leader::Settings {
             namespace: lease_namespace(&leader_election_namespace),
             name: sanitize_driver_name(&format!("external-attacher-leader-{}", info.name)),
-            identity: if leader_election_identity.is_empty() {
-                sanitize_driver_name(&hostname())
-            } else {
-                leader_election_identity
-            },
+            identity: identity.clone(),
             lease_duration: leader_election_lease_duration,
             renew_deadline: leader_election_renew_deadline,
             retry_period: leader_election_retry_period,
@@ -228,7 +231,7 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
         max_entries,
         reporter: Some(kube::runtime::events::Reporter {
             controller: "csi-attacher".into(),
-            instance: Some(sanitize_driver_name(&hostname())),
+            instance: Some(identity),
         }),
     };
     let hooks = controller::Hooks {

@@ -288,7 +288,6 @@ pub async fn run(
         }
     }
 
-    let client_for_events = client.clone();
     let ctx = Arc::new(Ctx {
         driver_name,
         finalizer,
@@ -300,7 +299,7 @@ pub async fn run(
         error_codes,
         flow_metrics: Arc::clone(&metrics.flows),
         force_sync: reconcile::ForceSync::default(),
-        events: reporter.map(|r| events::FailureEvents::new(client_for_events.clone(), r)),
+        events: reporter.map(|r| events::FailureEvents::new(client, r)),
     });
     tasks.spawn(report_backlog(Arc::clone(&va_queue), Arc::clone(&pv_queue)));
 
