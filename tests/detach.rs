@@ -14,15 +14,8 @@ use support::unique;
 
 /// An attached VA on a fresh node and PV; returns (va, pv, node).
 async fn attached(env: &Env) -> (String, String, String) {
-    let node = unique("node");
-    let pv_name = unique("pv");
-    let va_name = unique("va");
-    env.create_node(&node).await;
-    env.create_pv(pv(&pv_name, &env.driver).build()).await;
-    env.create_va(va(&va_name, &env.driver, &node).pv(&pv_name).build())
-        .await;
-    env.wait_attached(&va_name).await;
-    (va_name, pv_name, node)
+    let a = env.attached().await;
+    (a.va, a.pv, a.node)
 }
 
 fn detach_error(va: Option<&VolumeAttachment>) -> Option<String> {

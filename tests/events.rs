@@ -9,7 +9,7 @@ use kube::api::Api;
 use serde_json::json;
 
 use support::env::Env;
-use support::objects::{pv, va};
+use support::objects::pv;
 use support::unique;
 
 async fn events_for(env: &Env, va_name: &str, reason: &str) -> Vec<Event> {
@@ -40,13 +40,10 @@ async fn repeated_attach_and_detach_failures_post_warning_events_no_faster_than_
             json!({"code": "Internal", "message": "no capacity"}),
         )
         .await;
-    let node = unique("node");
-    env.create_node(&node).await;
-    let pv_name = unique("pv");
-    env.create_pv(pv(&pv_name, &env.driver).build()).await;
-    let va_name = unique("va");
-    env.create_va(va(&va_name, &env.driver, &node).pv(&pv_name).build())
-        .await;
+    let va_name = env
+        .create_attachment(pv(&unique("pv"), &env.driver))
+        .await
+        .va;
 
     let posted = support::eventually("an AttachFailed event", Duration::from_secs(15), || async {
         let events = events_for(&env, &va_name, "AttachFailed").await;

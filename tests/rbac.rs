@@ -91,13 +91,10 @@ async fn without_patch_on_va_status_publish_happens_but_attached_waits_for_the_g
     let env = Env::without_attacher(&[]).await;
     let (kubeconfig, role, user) = service_account(&env, rules(&["va-status", "secrets"])).await;
     let env = env.with_attacher(&kubeconfig, &RETRY_FAST);
-    let node = unique("node");
-    let pv_name = unique("pv");
-    let va_name = unique("va");
-    env.create_node(&node).await;
-    env.create_pv(pv(&pv_name, &env.driver).build()).await;
-    env.create_va(va(&va_name, &env.driver, &node).pv(&pv_name).build())
-        .await;
+    let va_name = env
+        .create_attachment(pv(&unique("pv"), &env.driver))
+        .await
+        .va;
 
     let expected = format!(
         "could not mark as attached: volumeattachments.storage.k8s.io \"{va_name}\" is forbidden: User \"{user}\" cannot patch resource \"volumeattachments/status\""

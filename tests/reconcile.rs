@@ -15,17 +15,8 @@ const FAST: [&str; 2] = ["--reconcile-sync=500ms", "--timeout=1s"];
 
 /// An attached VA; returns (va, pv handle, node id).
 async fn attached(env: &Env) -> (String, String, String) {
-    let node = unique("node");
-    env.create_node(&node).await;
-    let pv_name = unique("pv");
-    let volume = pv(&pv_name, &env.driver);
-    let handle = volume.handle();
-    env.create_pv(volume.build()).await;
-    let va_name = unique("va");
-    env.create_va(va(&va_name, &env.driver, &node).pv(&pv_name).build())
-        .await;
-    env.wait_attached(&va_name).await;
-    (va_name, handle, format!("{node}-id"))
+    let a = env.attached().await;
+    (a.va, a.handle, format!("{}-id", a.node))
 }
 
 #[tokio::test]

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use support::controlplane::free_port;
 use support::env::Env;
-use support::objects::{pv, va};
+use support::objects::pv;
 use support::{http_get, unique};
 
 async fn wait_http(addr: SocketAddr, path: &str, status: u16) -> String {
@@ -52,13 +52,10 @@ async fn metrics_and_health_after_an_attach_and_a_failed_attach() {
             json!({"code": "ResourceExhausted", "message": "mock rpc error", "times": 1}),
         )
         .await;
-    let node = unique("node");
-    env.create_node(&node).await;
-    let pv_name = unique("pv");
-    env.create_pv(pv(&pv_name, &env.driver).build()).await;
-    let va_name = unique("va");
-    env.create_va(va(&va_name, &env.driver, &node).pv(&pv_name).build())
-        .await;
+    let va_name = env
+        .create_attachment(pv(&unique("pv"), &env.driver))
+        .await
+        .va;
     env.wait_attached(&va_name).await;
 
     // The latency is observed right after the status write the test waited for.

@@ -157,6 +157,34 @@ impl Env {
             .expect("create Secret");
     }
 
+    /// Creates a CSINode for a fresh node, the PV `volume` and a VA for it, the way
+    /// kube-controller-manager would; does not wait.
+    pub async fn create_attachment(&self, volume: super::objects::PvBuilder) -> Attachment {
+        let node = super::unique("node");
+        self.create_node(&node).await;
+        let pv = volume.name();
+        let handle = volume.handle();
+        self.create_pv(volume.build()).await;
+        let va = super::unique("va");
+        self.create_va(super::objects::va(&va, &self.driver, &node).pv(&pv).build())
+            .await;
+        Attachment {
+            node,
+            pv,
+            va,
+            handle,
+        }
+    }
+
+    /// A fresh node, PV and VA, attached.
+    pub async fn attached(&self) -> Attachment {
+        let attachment = self
+            .create_attachment(super::objects::pv(&super::unique("pv"), &self.driver))
+            .await;
+        self.wait_attached(&attachment.va).await;
+        attachment
+    }
+
     /// Creates a VA.
     pub async fn create_va(&self, va: VolumeAttachment) -> VolumeAttachment {
         self.vas
@@ -236,6 +264,18 @@ impl Env {
             ),
         }
     }
+}
+
+/// Names of a node, PV and VA made by [`Env::create_attachment`].
+pub struct Attachment {
+    /// Node name (its CSINode has node ID `<node>-id`).
+    pub node: String,
+    /// PV name.
+    pub pv: String,
+    /// VA name.
+    pub va: String,
+    /// The PV's volume handle.
+    pub handle: String,
 }
 
 /// An attacher process started by [`Env::spawn_attacher`].
