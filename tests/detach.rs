@@ -263,3 +263,32 @@ async fn pv_finalizer_is_released_when_csi_migration_was_rolled_back() {
         .finalizers
         .is_some_and(|f| f.contains(&env.finalizer)));
 }
+
+#[tokio::test]
+async fn a_finalizer_removed_by_someone_else_during_unpublish_does_not_leave_the_va_stuck() {
+    let env = Env::start(&[], &[]).await;
+    let (va_name, _, _) = attached(&env).await;
+    let both = json!({"metadata": {"finalizers": [env.finalizer.clone(), "example.com/keep"]}});
+    env.vas
+        .patch(&va_name, &PatchParams::default(), &Patch::Merge(&both))
+        .await
+        .expect("add a second finalizer");
+    env.mock
+        .set_fault(
+            "ControllerUnpublishVolume",
+            json!({"delay_ms": 3000, "times": 1}),
+        )
+        .await;
+    env.delete_va(&va_name).await;
+    // While our Unpublish runs, the other controller finishes and drops its finalizer.
+    support::quiet_period(Duration::from_millis(800)).await;
+    let ours_only = json!({"metadata": {"finalizers": [env.finalizer.clone()]}});
+    env.vas
+        .patch(&va_name, &PatchParams::default(), &Patch::Merge(&ours_only))
+        .await
+        .expect("drop the other finalizer");
+    // Our finalizer patch is built from the list read before Unpublish; the API server
+    // refuses to re-add "example.com/keep" to a deleting object, and the retry reads
+    // the fresh list: the VA goes away instead of staying stuck.
+    env.wait_gone(&va_name).await;
+}
