@@ -10,7 +10,7 @@ use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::{json, Value};
 
-use support::env::Env;
+use support::env::{attach_error_message, Env};
 use support::objects::{pv, va, PvBuilder};
 use support::unique;
 
@@ -275,10 +275,7 @@ async fn missing_pv_csinode_or_driver_entry_are_reported_then_recovered() {
 
     let failed = env.wait_attach_error(&va_name).await;
     assert_eq!(
-        failed
-            .status
-            .and_then(|s| s.attach_error)
-            .and_then(|e| e.message),
+        attach_error_message(&failed),
         Some(format!("persistentvolume \"{pv_name}\" not found"))
     );
 
@@ -334,10 +331,7 @@ async fn a_pv_being_deleted_is_not_attached() {
         .await;
     let failed = env.wait_attach_error(&va_name).await;
     assert_eq!(
-        failed
-            .status
-            .and_then(|s| s.attach_error)
-            .and_then(|e| e.message),
+        attach_error_message(&failed),
         Some(format!(
             "PersistentVolume \"{pv_name}\" is marked for deletion"
         ))
@@ -364,11 +358,7 @@ async fn access_modes_without_a_csi_mapping_are_reported() {
         .await;
     let failed = env.wait_attach_error(&va_name).await;
     assert_eq!(
-        failed
-            .status
-            .and_then(|s| s.attach_error)
-            .and_then(|e| e.message)
-            .as_deref(),
+        attach_error_message(&failed).as_deref(),
         Some("CSI does not support ReadOnlyMany and ReadWriteOnce on the same PersistentVolume")
     );
 }

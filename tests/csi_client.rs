@@ -44,6 +44,14 @@ fn mount(mode: Mode) -> VolumeCapability {
     }
 }
 
+fn unpublish_request(volume: &str, node: &str) -> ControllerUnpublishVolumeRequest {
+    ControllerUnpublishVolumeRequest {
+        volume_id: volume.into(),
+        node_id: node.into(),
+        secrets: HashMap::new(),
+    }
+}
+
 fn publish_request(volume: &str, node: &str, mode: Mode) -> ControllerPublishVolumeRequest {
     ControllerPublishVolumeRequest {
         volume_id: volume.into(),
@@ -207,14 +215,7 @@ async fn publish_and_unpublish_are_idempotent_and_conflicts_keep_go_format() {
 
     for _ in 0..2 {
         client
-            .unpublish(
-                ControllerUnpublishVolumeRequest {
-                    volume_id: "vol-1".into(),
-                    node_id: "node-1".into(),
-                    secrets: HashMap::new(),
-                },
-                false,
-            )
+            .unpublish(unpublish_request("vol-1", "node-1"), false)
             .await
             .expect("unpublish is idempotent");
     }
@@ -313,14 +314,7 @@ async fn a_hanging_call_fails_with_deadline_exceeded_at_the_timeout() {
 
     let started = std::time::Instant::now();
     let err = client
-        .unpublish(
-            ControllerUnpublishVolumeRequest {
-                volume_id: "vol-1".into(),
-                node_id: "node-1".into(),
-                secrets: HashMap::new(),
-            },
-            false,
-        )
+        .unpublish(unpublish_request("vol-1", "node-1"), false)
         .await
         .expect_err("hang");
     let took = started.elapsed();

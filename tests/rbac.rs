@@ -7,7 +7,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
 
-use support::env::Env;
+use support::env::{attach_error_message, Env};
 use support::objects::{pv, va};
 use support::unique;
 
@@ -134,11 +134,7 @@ async fn without_get_on_secrets_the_attach_error_says_forbidden_until_granted() 
         .await;
 
     let failed = env.wait_attach_error(&va_name).await;
-    let message = failed
-        .status
-        .and_then(|s| s.attach_error)
-        .and_then(|e| e.message)
-        .unwrap_or_default();
+    let message = attach_error_message(&failed).unwrap_or_default();
     assert_eq!(
         message,
         format!(

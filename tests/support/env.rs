@@ -266,6 +266,11 @@ impl Env {
     }
 }
 
+/// The VA's `status.attachError.message`, if any.
+pub fn attach_error_message(va: &VolumeAttachment) -> Option<String> {
+    va.status.as_ref()?.attach_error.as_ref()?.message.clone()
+}
+
 /// Names of a node, PV and VA made by [`Env::create_attachment`].
 pub struct Attachment {
     /// Node name (its CSINode has node ID `<node>-id`).
