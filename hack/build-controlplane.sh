@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Builds the pinned Go tools the tests need: kube-apiserver, etcd and the
-# csi-test mock driver (versions in hack/tools/go.mod), from the Go module proxy.
+# Builds the pinned Go tools the tests and the benchmark need (versions in
+# hack/tools/go.mod), from the Go module proxy: kube-apiserver, etcd, the
+# csi-test mock driver, csi-translate (k8s.io/csi-translation-lib behind a
+# JSON-lines filter) and the upstream Go csi-attacher (benchmark peer).
 #
 # Output goes to a cache directory keyed by a hash of hack/tools (go.mod, go.sum,
 # sources) and the Go version, so a second run is a no-op. The directory is
@@ -20,7 +22,7 @@ fi
 cache_root=${CSI_ATTACHER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/csi-attacher-rs}
 key=$( (go env GOVERSION; cd "$tools" && find . -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) | LC_ALL=C sort | xargs sha256sum) | sha256sum | cut -c1-16)
 out="$cache_root/tools-$key"
-binaries=(kube-apiserver etcd csi-test-driver)
+binaries=(kube-apiserver etcd csi-test-driver csi-translate csi-attacher-upstream)
 
 complete() {
   for b in "${binaries[@]}"; do [ -x "$out/$b" ] || return 1; done
@@ -41,6 +43,8 @@ if ! complete; then
     go build -trimpath -o "$tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
     go build -trimpath -o "$tmp/etcd" ./etcd
     go build -trimpath -o "$tmp/csi-test-driver" ./csi-test-driver
+    go build -trimpath -o "$tmp/csi-translate" ./csi-translate
+    go build -trimpath -o "$tmp/csi-attacher-upstream" github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher
   )
   rm -rf "$out" && mv "$tmp" "$out"
   echo "build-controlplane: done" >&2

@@ -79,7 +79,7 @@ async fn publish(ctx: &Ctx, va: &VolumeAttachment) -> Result<BTreeMap<String, St
         &ctx.default_fs_type,
         ctx.capabilities.single_node_multi_writer,
     )?;
-    let secrets = ctx.publish_secrets(volume.csi).await?;
+    let secrets = ctx.publish_secrets(&volume.csi).await?;
     let node_id = ctx.stores.node_id(&va.spec.node_name, &ctx.driver_name)?;
 
     // From this write on, a detach is owed.

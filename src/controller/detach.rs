@@ -45,7 +45,7 @@ pub async fn detach(ctx: &Ctx, va: &VolumeAttachment, forced: bool) -> Result<()
 async fn unpublish_and_release(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), FlowError> {
     let source = source::resolve(va, &ctx.stores)?;
     let volume = source.csi_volume()?;
-    let secrets = ctx.publish_secrets(volume.csi).await?;
+    let secrets = ctx.publish_secrets(&volume.csi).await?;
     // The node may be gone (CSINode deleted or without our driver): fall back
     // to the node ID recorded on the VA at attach time (upstream v3.2 #299).
     let node_id = match ctx.stores.node_id(&va.spec.node_name, &ctx.driver_name) {

@@ -55,9 +55,9 @@ pub enum FlowError {
     /// Adding our finalizer to the PV failed.
     #[error("could not add PersistentVolume finalizer: {0}")]
     AddPvFinalizer(#[source] ApiError),
-    /// An in-tree PV that this build cannot translate to CSI.
+    /// An in-tree PV whose source does not translate to CSI.
     #[error("failed to translate in tree pv to CSI: {0}")]
-    Translate(String),
+    Translate(#[source] crate::migration::TranslateError),
     /// The PV has no CSI source.
     #[error("pv spec contained non-csi source that was not migrated")]
     NotCsi,

@@ -28,6 +28,7 @@ use super::store::Stores;
 use super::{lane_of, source, Ctx};
 use crate::csi::RpcStatus;
 use crate::metrics::ReconcileMetrics;
+use crate::migration;
 
 /// Why a pass did not finish.
 #[derive(Debug, thiserror::Error)]
@@ -168,10 +169,27 @@ pub fn mismatches(
                 }
             },
         };
-        let volume = match source::resolve(&va, stores)
-            .and_then(|s| s.csi_volume().map(|v| v.csi.volume_handle.clone()))
-        {
-            Ok(handle) => handle,
+        let volume = match source::resolve(&va, stores).and_then(|s| {
+            s.csi_volume().map(|v| {
+                (
+                    v.csi.volume_handle.clone(),
+                    v.csi.driver.clone(),
+                    v.migratable,
+                )
+            })
+        }) {
+            Ok((handle, _, false)) => handle,
+            // A migrated volume's handle may lack what only the node knows
+            // (GCE PD's project and zone): fill it in as upstream does.
+            Ok((handle, source_driver, true)) => {
+                match migration::repair_volume_handle(&source_driver, &handle, &node_id) {
+                    Ok(repaired) => repaired,
+                    Err(err) => {
+                        tracing::debug!(va = %name, handle, error = %err, "Reconciler skips a VA whose volume handle cannot be repaired");
+                        continue;
+                    }
+                }
+            }
             Err(err) => {
                 tracing::debug!(va = %name, error = %err, "Reconciler skips a VA without volume handle");
                 continue;

@@ -1,5 +1,6 @@
 //! What a VA attaches: a PV from the cache, or the inline CSI spec.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
@@ -34,14 +35,17 @@ pub fn resolve<'a>(va: &'a VolumeAttachment, stores: &Stores) -> Result<Source<'
     }
 }
 
-/// The CSI view of a resolved source.
+/// The CSI view of a resolved source: borrowed, or translated from an in-tree PV.
 pub struct CsiVolume<'a> {
     /// The CSI source.
-    pub csi: &'a CSIPersistentVolumeSource,
+    pub csi: Cow<'a, CSIPersistentVolumeSource>,
     /// The spec it came from (access modes, volume mode, mount options).
-    pub spec: &'a PersistentVolumeSpec,
+    pub spec: Cow<'a, PersistentVolumeSpec>,
     /// Whether an in-tree PV was translated (metric label).
     pub migrated: bool,
+    /// Whether the volume may have come from an in-tree plugin: a translated
+    /// PV or any inline spec. The reconciler repairs such handles.
+    pub migratable: bool,
 }
 
 impl CsiVolume<'_> {
@@ -60,30 +64,37 @@ impl Source<'_> {
     /// The CSI source, or why there is none.
     pub fn csi_volume(&self) -> Result<CsiVolume<'_>, FlowError> {
         match self {
+            Self::Pv(pv) if migration::is_pv_migratable(pv) => {
+                let translated = migration::translate_pv(pv).map_err(FlowError::Translate)?;
+                let mut spec = translated.spec.ok_or(FlowError::NotCsi)?;
+                let csi = spec.csi.take().ok_or(FlowError::NotCsi)?;
+                Ok(CsiVolume {
+                    csi: Cow::Owned(csi),
+                    spec: Cow::Owned(spec),
+                    migrated: true,
+                    migratable: true,
+                })
+            }
             Self::Pv(pv) => {
                 let spec = pv.spec.as_ref().ok_or(FlowError::NotCsi)?;
-                if let Some(csi) = &spec.csi {
-                    return Ok(CsiVolume {
-                        csi,
-                        spec,
-                        migrated: false,
-                    });
-                }
-                match migration::in_tree_driver(spec) {
-                    // Translation of in-tree sources is not built yet: say so clearly.
-                    Some(driver) => Err(FlowError::Translate(format!(
-                        "in-tree volumes migrated to {driver} are not supported by this version of csi-attacher"
-                    ))),
-                    None => Err(FlowError::NotCsi),
-                }
+                let csi = spec.csi.as_ref().ok_or(FlowError::NotCsi)?;
+                Ok(CsiVolume {
+                    csi: Cow::Borrowed(csi),
+                    spec: Cow::Borrowed(spec),
+                    migrated: false,
+                    migratable: false,
+                })
             }
+            // Upstream records `migrated="false"` for inline specs, though they
+            // are migrated volumes; their handles still get repaired.
             Self::Inline(spec) => spec
                 .csi
                 .as_ref()
                 .map(|csi| CsiVolume {
-                    csi,
-                    spec,
+                    csi: Cow::Borrowed(csi),
+                    spec: Cow::Borrowed(*spec),
                     migrated: false,
+                    migratable: true,
                 })
                 .ok_or(FlowError::InlineWithoutCsi),
         }

@@ -1,43 +1,225 @@
-//! CSI migration: which CSI drivers took over in-tree volume plugins.
+//! CSI migration: in-tree PersistentVolumes of the seven migrated plugins,
+//! translated to the CSI source their driver expects.
 //!
-//! Upstream records an extra `migrated` label on CSI call metrics when the
-//! driver is one of these (UPSTREAM-BEHAVIOR §7.1).
+//! The rules, outputs and error texts are those of Kubernetes'
+//! `k8s.io/csi-translation-lib` v0.36 (UPSTREAM-BEHAVIOR §4.9); the
+//! differential test `tests/migration.rs` runs a corpus through both.
+//! Only PVs are translated: VAs of migrated inline volumes arrive with their CSI
+//! source already filled in by kube-controller-manager.
+
+mod aws;
+mod azure;
+mod gce;
+mod others;
+pub mod topology;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeSpec};
 
 /// CSI drivers that replace one of the seven migrated in-tree plugins.
 pub const MIGRATION_DRIVERS: [&str; 7] = [
-    "pd.csi.storage.gke.io",
-    "ebs.csi.aws.com",
-    "cinder.csi.openstack.org",
-    "disk.csi.azure.com",
-    "file.csi.azure.com",
-    "csi.vsphere.vmware.com",
-    "pxd.portworx.com",
+    gce::DRIVER,
+    aws::DRIVER,
+    others::CINDER_DRIVER,
+    azure::DISK_DRIVER,
+    azure::FILE_DRIVER,
+    others::VSPHERE_DRIVER,
+    others::PORTWORX_DRIVER,
 ];
+
+/// Why a PV could not be translated or a handle repaired. Texts are the
+/// translation library's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TranslateError {
+    /// The PV has no in-tree source of a migrated plugin.
+    #[error("could not find in-tree plugin translation logic for {}", go_quote(.0))]
+    NotMigratable(String),
+    /// GCE PD: the zones of a regional disk do not name one region.
+    #[error("failed to get region from zones: {0}")]
+    Region(String),
+    /// AWS EBS: the volume ID is not `vol-…` or `aws://<zone>/vol-…`.
+    #[error("failed to translate Kubernetes ID to EBS Volume ID {0}")]
+    EbsVolumeId(String),
+    /// Azure Disk: only managed disks migrate.
+    #[error("kind({0}) is not supported in csi migration")]
+    AzureDiskKind(String),
+    /// Azure File: the secret namespace is neither in the source nor the claim.
+    #[error("could not find a secret namespace in PersistentVolumeSource or ClaimRef")]
+    AzureFileNamespace,
+    /// Handle repair for a driver that replaced no in-tree plugin.
+    #[error("could not find In-Tree driver name for CSI plugin {0}")]
+    UnknownDriver(String),
+    /// GCE PD handle repair: malformed handle or node ID.
+    #[error("{0}")]
+    Handle(String),
+}
 
 /// Whether `driver_name` took over an in-tree plugin.
 pub fn is_migration_driver(driver_name: &str) -> bool {
     MIGRATION_DRIVERS.contains(&driver_name)
 }
 
-use k8s_openapi::api::core::v1::PersistentVolumeSpec;
-
 /// The CSI driver that took over the in-tree plugin of `spec`, if it has one.
 pub fn in_tree_driver(spec: &PersistentVolumeSpec) -> Option<&'static str> {
     if spec.gce_persistent_disk.is_some() {
-        Some("pd.csi.storage.gke.io")
+        Some(gce::DRIVER)
     } else if spec.aws_elastic_block_store.is_some() {
-        Some("ebs.csi.aws.com")
+        Some(aws::DRIVER)
     } else if spec.cinder.is_some() {
-        Some("cinder.csi.openstack.org")
+        Some(others::CINDER_DRIVER)
     } else if spec.azure_disk.is_some() {
-        Some("disk.csi.azure.com")
+        Some(azure::DISK_DRIVER)
     } else if spec.azure_file.is_some() {
-        Some("file.csi.azure.com")
+        Some(azure::FILE_DRIVER)
     } else if spec.vsphere_volume.is_some() {
-        Some("csi.vsphere.vmware.com")
+        Some(others::VSPHERE_DRIVER)
     } else if spec.portworx_volume.is_some() {
-        Some("pxd.portworx.com")
+        Some(others::PORTWORX_DRIVER)
     } else {
         None
+    }
+}
+
+/// Whether `pv` has the in-tree source of a migrated plugin (upstream's `IsPVMigratable`).
+pub fn is_pv_migratable(pv: &PersistentVolume) -> bool {
+    pv.spec.as_ref().and_then(in_tree_driver).is_some()
+}
+
+/// A copy of `pv` with its in-tree source replaced by the CSI source, access
+/// modes and topology the CSI driver expects (upstream's `TranslateInTreePVToCSI`).
+pub fn translate_pv(pv: &PersistentVolume) -> Result<PersistentVolume, TranslateError> {
+    let driver = pv.spec.as_ref().and_then(in_tree_driver);
+    let mut pv = pv.clone();
+    match driver {
+        Some(gce::DRIVER) => gce::translate(&mut pv)?,
+        Some(aws::DRIVER) => aws::translate(&mut pv)?,
+        Some(others::CINDER_DRIVER) => others::translate_cinder(&mut pv),
+        Some(azure::DISK_DRIVER) => azure::translate_disk(&mut pv)?,
+        Some(azure::FILE_DRIVER) => azure::translate_file(&mut pv)?,
+        Some(others::VSPHERE_DRIVER) => others::translate_vsphere(&mut pv),
+        Some(others::PORTWORX_DRIVER) => others::translate_portworx(&mut pv),
+        _ => {
+            return Err(TranslateError::NotMigratable(
+                pv.metadata.name.unwrap_or_default(),
+            ))
+        }
+    }
+    Ok(pv)
+}
+
+/// The handle with what only the node knows filled in: GCE PD's `UNSPECIFIED`
+/// project and zone come from the node ID; other drivers' handles are complete.
+pub fn repair_volume_handle(
+    driver: &str,
+    handle: &str,
+    node_id: &str,
+) -> Result<String, TranslateError> {
+    if driver == gce::DRIVER {
+        gce::repair_volume_handle(handle, node_id)
+    } else if is_migration_driver(driver) {
+        Ok(handle.to_owned())
+    } else {
+        Err(TranslateError::UnknownDriver(driver.to_owned()))
+    }
+}
+
+/// A string quoted like Go's `%q` (`strconv.Quote`), for error texts that
+/// must read like the translation library's.
+pub(crate) fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{b}' => out.push_str("\\v"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The spec to rewrite (a PV without one gets an empty spec).
+fn spec_mut(pv: &mut PersistentVolume) -> &mut PersistentVolumeSpec {
+    pv.spec.get_or_insert_with(Default::default)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pv(spec: serde_json::Value, labels: serde_json::Value) -> PersistentVolume {
+        serde_json::from_value(json!({"metadata": {"name": "pv1", "labels": labels}, "spec": spec}))
+            .expect("pv")
+    }
+
+    // The example of UPSTREAM-BEHAVIOR §4.9.
+    #[test]
+    fn gce_pd_with_a_beta_zone_label_gets_the_zonal_handle_and_empty_partition() {
+        let translated = translate_pv(&pv(
+            json!({"gcePersistentDisk": {"pdName": "testpd", "partition": 0}}),
+            json!({"failure-domain.beta.kubernetes.io/zone": "testZone"}),
+        ))
+        .expect("translates");
+        let csi = translated.spec.and_then(|s| s.csi).expect("csi");
+        assert_eq!(csi.driver, "pd.csi.storage.gke.io");
+        assert_eq!(
+            csi.volume_handle,
+            "projects/UNSPECIFIED/zones/testZone/disks/testpd"
+        );
+        assert_eq!(
+            csi.volume_attributes,
+            Some([("partition".to_owned(), String::new())].into())
+        );
+    }
+
+    #[test]
+    fn a_csi_pv_is_not_migratable_and_does_not_translate() {
+        let p = pv(
+            json!({"csi": {"driver": "d", "volumeHandle": "h"}}),
+            json!({}),
+        );
+        assert!(!is_pv_migratable(&p));
+        assert_eq!(
+            translate_pv(&p).err(),
+            Some(TranslateError::NotMigratable("pv1".into()))
+        );
+    }
+
+    #[test]
+    fn repair_fills_project_and_zone_from_the_node_id_for_gce_only() {
+        let node = "projects/p1/zones/us-central1-a/instances/n1";
+        assert_eq!(
+            repair_volume_handle(
+                "pd.csi.storage.gke.io",
+                "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/d",
+                node
+            ),
+            Ok("projects/p1/zones/us-central1-a/disks/d".to_owned())
+        );
+        assert_eq!(
+            repair_volume_handle(
+                "pd.csi.storage.gke.io",
+                "projects/UNSPECIFIED/regions/UNSPECIFIED/disks/d",
+                node
+            ),
+            Ok("projects/p1/regions/us-central1/disks/d".to_owned())
+        );
+        assert_eq!(
+            repair_volume_handle("ebs.csi.aws.com", "vol-1", node),
+            Ok("vol-1".to_owned())
+        );
+        assert!(repair_volume_handle("other.csi", "h", node).is_err());
     }
 }
