@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Benchmarks csi-attacher-rs against the upstream Go csi-attacher v4.12.0, side by
+# side on one real control plane and one csi-mock-driver (benches/attacher.rs).
+#
+#   hack/bench.sh                 full run (3 rounds, ~30 min on 2 cores) → bench/results.{md,json}
+#   hack/bench.sh --smoke         tiny sizes, one round (CI) → $TMPDIR/csi-attacher-bench-smoke
+#   hack/bench.sh --only p5,p6    some scenarios (p1 p2 p3 p4 p5 p6 limit)
+#   hack/bench.sh --rounds N      another number of rounds
+#   hack/bench.sh --out DIR       where results go
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+CSI_ATTACHER_TOOLS_BIN=$(bash hack/build-controlplane.sh | tail -n1)
+export CSI_ATTACHER_TOOLS_BIN
+
+args=("$@")
+if [[ " $* " == *" --smoke "* && " $* " != *" --out "* ]]; then
+  args+=(--out "${TMPDIR:-/tmp}/csi-attacher-bench-smoke")
+fi
+exec cargo bench --locked --bench attacher -- "${args[@]}"
