@@ -6,8 +6,11 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, Secret};
-use k8s_openapi::api::storage::v1::VolumeAttachment;
+use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
 use kube::api::{Api, Patch, PatchParams};
+use kube::core::Request;
+use kube::Resource;
+use serde::de::IgnoredAny;
 use serde_json::Value;
 
 use super::error::ApiError;
@@ -17,7 +20,6 @@ use super::error::ApiError;
 pub struct KubeApi {
     client: kube::Client,
     vas: Api<VolumeAttachment>,
-    pvs: Api<PersistentVolume>,
 }
 
 impl KubeApi {
@@ -25,7 +27,6 @@ impl KubeApi {
     pub fn new(client: kube::Client) -> Self {
         Self {
             vas: Api::all(client.clone()),
-            pvs: Api::all(client.clone()),
             client,
         }
     }
@@ -38,28 +39,67 @@ impl KubeApi {
             .map_err(ApiError)
     }
 
-    /// Merge patch on a VA's `/status`.
-    pub async fn patch_va_status(
+    /// Merge patch on a VA's main resource, when the caller does not need
+    /// the VA as written: the response body is skipped, not decoded.
+    pub async fn patch_va_unread(&self, name: &str, body: &Value) -> Result<(), ApiError> {
+        let request = Request::new(VolumeAttachment::url_path(&(), None)).patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(body),
+        );
+        self.send_unread(request).await
+    }
+
+    /// Merge patch on a VA's `/status` (response skipped).
+    pub async fn patch_va_status(&self, name: &str, body: &Value) -> Result<(), ApiError> {
+        let request = Request::new(VolumeAttachment::url_path(&(), None)).patch_subresource(
+            "status",
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(body),
+        );
+        self.send_unread(request).await
+    }
+
+    /// JSON Patch on a PV (response skipped).
+    pub async fn patch_pv(&self, name: &str, patch: json_patch::Patch) -> Result<(), ApiError> {
+        let request = Request::new(PersistentVolume::url_path(&(), None)).patch(
+            name,
+            &PatchParams::default(),
+            &Patch::<()>::Json(patch),
+        );
+        self.send_unread(request).await
+    }
+
+    /// Sends a built request; a success body is parsed only far enough to be
+    /// valid JSON (no allocation of the object), errors become `ApiError`s.
+    async fn send_unread(
         &self,
-        name: &str,
-        body: &Value,
-    ) -> Result<VolumeAttachment, ApiError> {
-        self.vas
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(body))
+        request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+    ) -> Result<(), ApiError> {
+        let request = request.map_err(|e| ApiError(kube::Error::BuildRequest(e)))?;
+        self.client
+            .request::<IgnoredAny>(request)
             .await
+            .map(drop)
             .map_err(ApiError)
     }
 
-    /// JSON Patch on a PV.
-    pub async fn patch_pv(
+    /// GETs `node`'s CSINode: `driver`'s node ID there, if the node has it.
+    pub async fn csinode_node_id(
         &self,
-        name: &str,
-        patch: json_patch::Patch,
-    ) -> Result<PersistentVolume, ApiError> {
-        self.pvs
-            .patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
-            .await
-            .map_err(ApiError)
+        node: &str,
+        driver: &str,
+    ) -> Result<Option<String>, ApiError> {
+        let csinodes: Api<CSINode> = Api::all(self.client.clone());
+        let csinode = csinodes.get_opt(node).await.map_err(ApiError)?;
+        Ok(csinode.and_then(|c| {
+            c.spec
+                .drivers
+                .into_iter()
+                .find(|d| d.name == driver)
+                .map(|d| d.node_id)
+        }))
     }
 
     /// GETs a Secret and returns its data as strings (never logged).

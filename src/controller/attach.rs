@@ -4,9 +4,12 @@
 //! never touches the queue.
 //!
 //! # Order
-//! The PV finalizer, then the VA finalizer and node-id annotation, are written
-//! *before* `ControllerPublishVolume`, so no publish happens without a detach
-//! being owed; `attached=true` is written after.
+//! The PV finalizer and the VA finalizer + node-id annotation are written
+//! *before* `ControllerPublishVolume` (concurrently: neither depends on the
+//! other), so no publish happens without a detach being owed;
+//! `attached=true` is written after. A check that fails before any write
+//! (source, translation, capability, secret, node ID) still gets the PV
+//! finalizer written first, as upstream does, and no VA write.
 //!
 //! # API writes (fresh VA, PV without our finalizer)
 //! PV JSON patch, VA metadata merge patch, Publish, VA `/status` merge patch;
@@ -59,20 +62,78 @@ pub async fn attach(ctx: &Ctx, va: &VolumeAttachment, forced: bool) -> Result<()
 async fn publish(ctx: &Ctx, va: &VolumeAttachment) -> Result<BTreeMap<String, String>, FlowError> {
     // Check as much as possible before the VA gets our finalizer.
     let source = source::resolve(va, &ctx.stores)?;
-    if let Source::Pv(pv) = &source {
-        let name = pv.name_any();
-        if pv.metadata.deletion_timestamp.is_some() {
-            return Err(FlowError::PvDeleting(name));
+    let pv_write = pv_finalizer_write(ctx, &source)?;
+    let request = match publish_request(ctx, va, &source).await {
+        Ok(request) => request,
+        Err(err) => {
+            // Upstream adds the PV finalizer before these checks: so do we.
+            if let Some(write) = pv_write {
+                write.await?;
+            }
+            return Err(err);
         }
-        if !pv.finalizers().contains(&ctx.finalizer) {
-            let patch =
-                patches::pv_add_finalizer(pv.metadata.finalizers.as_deref(), &ctx.finalizer);
-            ctx.api
-                .patch_pv(&name, patch)
+    };
+
+    // From the VA write on, a detach is owed. The PV and VA writes are
+    // independent and both precede Publish: sent together, they cost one API
+    // round trip instead of two.
+    let va_write = async {
+        match patches::attach_metadata(va, &ctx.finalizer, &request.0.node_id) {
+            Some(patch) => ctx
+                .api
+                .patch_va_unread(&va.name_any(), &patch)
                 .await
-                .map_err(FlowError::AddPvFinalizer)?;
+                .map_err(FlowError::SaveVolumeAttachment),
+            None => Ok(()),
         }
+    };
+    let pv_write = async {
+        match pv_write {
+            Some(write) => write.await,
+            None => Ok(()),
+        }
+    };
+    let (pv_written, va_written) = tokio::join!(pv_write, va_write);
+    pv_written?;
+    va_written?;
+
+    let (request, migrated) = request;
+    let context = ctx.csi.publish(request, migrated).await?;
+    Ok(context.into_iter().collect())
+}
+
+/// The PV finalizer write this attach needs (none for inline volumes or when
+/// the PV has it); a PV being deleted is refused.
+fn pv_finalizer_write<'a>(
+    ctx: &'a Ctx,
+    source: &Source<'_>,
+) -> Result<Option<impl std::future::Future<Output = Result<(), FlowError>> + 'a>, FlowError> {
+    let Source::Pv(pv) = source else {
+        return Ok(None);
+    };
+    let name = pv.name_any();
+    if pv.metadata.deletion_timestamp.is_some() {
+        return Err(FlowError::PvDeleting(name));
     }
+    if pv.finalizers().contains(&ctx.finalizer) {
+        return Ok(None);
+    }
+    let patch = patches::pv_add_finalizer(pv.metadata.finalizers.as_deref(), &ctx.finalizer);
+    Ok(Some(async move {
+        ctx.api
+            .patch_pv(&name, patch)
+            .await
+            .map_err(FlowError::AddPvFinalizer)
+    }))
+}
+
+/// The Publish request (and whether the volume was translated), from the
+/// caches and the publish secret; writes nothing.
+async fn publish_request(
+    ctx: &Ctx,
+    va: &VolumeAttachment,
+    source: &Source<'_>,
+) -> Result<(ControllerPublishVolumeRequest, bool), FlowError> {
     let volume = source.csi_volume()?;
     let capability = volume_capability(
         volume.capability_source(),
@@ -80,16 +141,7 @@ async fn publish(ctx: &Ctx, va: &VolumeAttachment) -> Result<BTreeMap<String, St
         ctx.capabilities.single_node_multi_writer,
     )?;
     let secrets = ctx.publish_secrets(&volume.csi).await?;
-    let node_id = ctx.stores.node_id(&va.spec.node_name, &ctx.driver_name)?;
-
-    // From this write on, a detach is owed.
-    if let Some(patch) = patches::attach_metadata(va, &ctx.finalizer, &node_id) {
-        ctx.api
-            .patch_va(&va.name_any(), &patch)
-            .await
-            .map_err(FlowError::SaveVolumeAttachment)?;
-    }
-
+    let node_id = node_id(ctx, &va.spec.node_name).await?;
     let request = ControllerPublishVolumeRequest {
         volume_id: volume.csi.volume_handle.clone(),
         node_id,
@@ -105,6 +157,25 @@ async fn publish(ctx: &Ctx, va: &VolumeAttachment) -> Result<BTreeMap<String, St
             .into_iter()
             .collect(),
     };
-    let context = ctx.csi.publish(request, volume.migrated).await?;
-    Ok(context.into_iter().collect())
+    Ok((request, volume.migrated))
+}
+
+/// The driver's node ID from the CSINode cache. A miss is checked with the API
+/// server before it fails the attach: a node that registered a moment ago may
+/// not have reached the cache yet (upstream fails and backs off instead).
+async fn node_id(ctx: &Ctx, node: &str) -> Result<String, FlowError> {
+    match ctx.stores.node_id(node, &ctx.driver_name) {
+        Ok(id) => Ok(id),
+        Err(err @ (FlowError::CsiNodeNotFound(_) | FlowError::DriverNotOnNode { .. })) => {
+            match ctx.api.csinode_node_id(node, &ctx.driver_name).await {
+                Ok(Some(id)) => Ok(id),
+                Ok(None) => Err(err),
+                Err(lookup) => {
+                    tracing::debug!(node, error = %lookup, "CSINode lookup after a cache miss failed");
+                    Err(err)
+                }
+            }
+        }
+        Err(err) => Err(err),
+    }
 }
