@@ -214,6 +214,31 @@ async fn apiserver_writes(client: &kube::Client) -> Result<f64> {
     Ok(total)
 }
 
+/// Deletes every object of `api` that `selector` matches and strips its finalizers.
+async fn remove_all<K>(api: &Api<K>, selector: &ListParams) -> Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let strip = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    let names: Vec<String> = api
+        .list_metadata(selector)
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|m| m.metadata.name)
+        .collect();
+    for_all(names, |name| {
+        let strip = &strip;
+        async move {
+            let _ = api.delete(&name, &DeleteParams::default()).await;
+            let _ = api.patch(&name, &PatchParams::default(), strip).await;
+            Ok(())
+        }
+    })
+    .await
+}
+
 /// Runs `f` over `items` with [`CONCURRENCY`] in flight.
 async fn for_all<T, F, Fut>(items: Vec<T>, f: F) -> Result<()>
 where
@@ -461,42 +486,8 @@ impl Bench {
     /// Removes every object of `run` (finalizers stripped), attacher stopped or not.
     async fn cleanup(&self, run: &str) -> Result<()> {
         let selector = ListParams::default().labels(&format!("{RUN_LABEL}={run}"));
-        let strip = Patch::Merge(json!({"metadata": {"finalizers": null}}));
-        let va_names: Vec<String> = self
-            .vas
-            .list_metadata(&selector)
-            .await?
-            .items
-            .into_iter()
-            .filter_map(|m| m.metadata.name)
-            .collect();
-        for_all(va_names, |name| {
-            let strip = &strip;
-            async move {
-                let _ = self.vas.delete(&name, &DeleteParams::default()).await;
-                let _ = self.vas.patch(&name, &PatchParams::default(), strip).await;
-                Ok(())
-            }
-        })
-        .await?;
-        let pv_names: Vec<String> = self
-            .pvs
-            .list_metadata(&selector)
-            .await?
-            .items
-            .into_iter()
-            .filter_map(|m| m.metadata.name)
-            .collect();
-        for_all(pv_names, |name| {
-            let strip = &strip;
-            async move {
-                let _ = self.pvs.delete(&name, &DeleteParams::default()).await;
-                let _ = self.pvs.patch(&name, &PatchParams::default(), strip).await;
-                Ok(())
-            }
-        })
-        .await?;
-        Ok(())
+        remove_all(&self.vas, &selector).await?;
+        remove_all(&self.pvs, &selector).await
     }
 
     /// Proves the attacher is running: one VA attached and detached.
@@ -885,14 +876,43 @@ impl Bench {
         .await?;
         let rate = n as f64 / t0.elapsed().as_secs_f64();
         eprintln!("  limit: {rate:.0} status patches/s");
-        self.results
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry("Limit: VA status patches/s (minimal client, 64 in flight)".into())
-            .or_default()
-            .entry("apiserver")
-            .or_default()
-            .push(rate);
+        // One write at a time: the floor under any attach's latency (an attach
+        // needs at least one write before Publish and one after).
+        let reset = Patch::Merge(json!({"status": {"attached": false}}));
+        let mut rtts = Vec::new();
+        for name in (0..n.min(200)).map(|i| format!("{run}-va-{i}")) {
+            let t = Instant::now();
+            self.vas
+                .patch_status(&name, &PatchParams::default(), &reset)
+                .await?;
+            rtts.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        let rows = [
+            (
+                "Limit: VA status patches/s (minimal client, 64 in flight)",
+                rate,
+            ),
+            (
+                "Limit: one status patch, p50 ms (1 in flight)",
+                percentile(&mut rtts, 50.0),
+            ),
+            (
+                "Limit: one status patch, p99 ms (1 in flight)",
+                percentile(&mut rtts, 99.0),
+            ),
+        ];
+        {
+            let mut results = self.results.lock().unwrap_or_else(|e| e.into_inner());
+            for (metric, value) in rows {
+                eprintln!("  {metric} = {value:.3}");
+                results
+                    .entry(metric.into())
+                    .or_default()
+                    .entry("apiserver")
+                    .or_default()
+                    .push(value);
+            }
+        }
         self.cleanup(&run).await
     }
 }

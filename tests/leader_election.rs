@@ -189,16 +189,28 @@ async fn a_leader_whose_lease_is_taken_exits_1() {
             .filter(|h| h == "replica-x")
     })
     .await;
-    // Someone else grabs the lease (as after a long network partition).
-    let mut lease = leases.get(&lease_name).await.expect("lease");
-    if let Some(spec) = lease.spec.as_mut() {
-        spec.holder_identity = Some("intruder".into());
-        spec.lease_duration_seconds = Some(3600);
-    }
-    leases
-        .replace(&lease_name, &Default::default(), &lease)
-        .await
-        .expect("take the lease");
+    // Someone else grabs the lease (as after a long network partition). The
+    // leader renews meanwhile: a 409 Conflict means read again and retry.
+    support::eventually(
+        "the intruder to take the lease",
+        Duration::from_secs(10),
+        || async {
+            let mut lease = leases.get(&lease_name).await.expect("lease");
+            if let Some(spec) = lease.spec.as_mut() {
+                spec.holder_identity = Some("intruder".into());
+                spec.lease_duration_seconds = Some(3600);
+            }
+            match leases
+                .replace(&lease_name, &Default::default(), &lease)
+                .await
+            {
+                Ok(_) => Some(()),
+                Err(kube::Error::Api(status)) if status.code == 409 => None,
+                Err(err) => panic!("take the lease: {err}"),
+            }
+        },
+    )
+    .await;
     let code = support::eventually("the old leader to exit", Duration::from_secs(15), || {
         let status = member.replica.process.try_wait().expect("try_wait");
         async move { status.map(|s| s.code()) }

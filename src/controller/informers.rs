@@ -154,13 +154,16 @@ pub async fn run_csinode_informer(api: Api<CSINode>, mut writer: Writer<CSINode>
 }
 
 /// A watch of every `kind` object, with kube-runtime's default backoff;
-/// failures are logged and the watch goes on.
+/// failures are logged and the watch goes on. `managedFields` are dropped on
+/// arrival: nothing here reads them, and they are often the largest part of
+/// an object the caches would otherwise hold.
 fn watch<K>(api: Api<K>, kind: &'static str) -> futures::stream::BoxStream<'static, Event<K>>
 where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
 {
     watcher::watcher(api, watcher::Config::default())
         .default_backoff()
+        .modify(|object| object.meta_mut().managed_fields = None)
         .filter_map(move |event| async move {
             match event {
                 Ok(event) => Some(event),
