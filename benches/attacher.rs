@@ -557,26 +557,15 @@ impl Bench {
             to_publish.push((received - at) * 1e3);
             to_attached.push((seen - replied) * 1e3);
         }
-        self.record(
-            &format!("P4 create→Publish p50 ms ({tag})"),
-            which,
-            percentile(&mut to_publish, 50.0),
-        );
-        self.record(
-            &format!("P4 create→Publish p99 ms ({tag})"),
-            which,
-            percentile(&mut to_publish, 99.0),
-        );
-        self.record(
-            &format!("P4 Publish reply→attached p50 ms ({tag})"),
-            which,
-            percentile(&mut to_attached, 50.0),
-        );
-        self.record(
-            &format!("P4 Publish reply→attached p99 ms ({tag})"),
-            which,
-            percentile(&mut to_attached, 99.0),
-        );
+        for (span, values) in [
+            ("create→Publish", &mut to_publish),
+            ("Publish reply→attached", &mut to_attached),
+        ] {
+            for p in [50.0, 99.0] {
+                let metric = format!("P4 {span} p{p} ms ({tag})");
+                self.record(&metric, which, percentile(values, p));
+            }
+        }
     }
 
     /// P1 (+ P2 and P4 when `detailed`): N VAs at once, attach then detach.

@@ -63,7 +63,7 @@ async fn publish(ctx: &Ctx, va: &VolumeAttachment) -> Result<BTreeMap<String, St
     // Check as much as possible before the VA gets our finalizer.
     let source = source::resolve(va, &ctx.stores)?;
     let pv_write = pv_finalizer_write(ctx, &source)?;
-    let request = match publish_request(ctx, va, &source).await {
+    let (request, migrated) = match publish_request(ctx, va, &source).await {
         Ok(request) => request,
         Err(err) => {
             // Upstream adds the PV finalizer before these checks: so do we.
@@ -78,7 +78,7 @@ async fn publish(ctx: &Ctx, va: &VolumeAttachment) -> Result<BTreeMap<String, St
     // independent and both precede Publish: sent together, they cost one API
     // round trip instead of two.
     let va_write = async {
-        match patches::attach_metadata(va, &ctx.finalizer, &request.0.node_id) {
+        match patches::attach_metadata(va, &ctx.finalizer, &request.node_id) {
             Some(patch) => ctx
                 .api
                 .patch_va_unread(&va.name_any(), &patch)
@@ -97,7 +97,6 @@ async fn publish(ctx: &Ctx, va: &VolumeAttachment) -> Result<BTreeMap<String, St
     pv_written?;
     va_written?;
 
-    let (request, migrated) = request;
     let context = ctx.csi.publish(request, migrated).await?;
     Ok(context.into_iter().collect())
 }

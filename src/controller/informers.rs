@@ -185,12 +185,7 @@ pub fn needs_finalizer_check(pv: &PersistentVolume, driver: &str, finalizer: &st
 
 /// An in-tree PV whose `pv.kubernetes.io/migrated-to` is missing or not us.
 pub fn migration_rolled_back(pv: &PersistentVolume, driver: &str) -> bool {
-    let in_tree = pv
-        .spec
-        .as_ref()
-        .and_then(migration::in_tree_driver)
-        .is_some();
-    in_tree
+    migration::is_pv_migratable(pv)
         && pv
             .annotations()
             .get(MIGRATED_TO_ANNOTATION)
