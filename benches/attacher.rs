@@ -929,6 +929,7 @@ struct Options {
     out: PathBuf,
     only: Option<Vec<String>>,
     rounds: Option<usize>,
+    ours_only: bool,
 }
 
 fn options() -> Result<Options> {
@@ -937,6 +938,7 @@ fn options() -> Result<Options> {
         out: Path::new(env!("CARGO_MANIFEST_DIR")).join("bench"),
         only: None,
         rounds: None,
+        ours_only: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -946,7 +948,8 @@ fn options() -> Result<Options> {
             "--out" => o.out = args.next().context("--out needs a directory")?.into(),
             "--only" => o.only = Some(args.next().context("--only needs a list")?.split(',').map(str::to_owned).collect()),
             "--rounds" => o.rounds = Some(args.next().context("--rounds needs a number")?.parse()?),
-            other => bail!("unknown argument {other:?} (known: --smoke, --out DIR, --only p1,p2,..., --rounds N)"),
+            "--ours-only" => o.ours_only = true,
+            other => bail!("unknown argument {other:?} (known: --smoke, --out DIR, --only p1,p2,..., --rounds N, --ours-only)"),
         }
     }
     Ok(o)
@@ -1097,7 +1100,10 @@ async fn main() -> Result<()> {
         client: client.clone(),
         mock,
         upstream,
-        ours: PathBuf::from(env!("CARGO_BIN_EXE_csi-attacher")),
+        // CSI_ATTACHER_BENCH_OURS: another binary (or a profiling wrapper) to run as ours.
+        ours: std::env::var_os("CSI_ATTACHER_BENCH_OURS")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_csi-attacher"))),
         sizes,
         logs,
         results: Mutex::new(BTreeMap::new()),
@@ -1119,32 +1125,37 @@ async fn main() -> Result<()> {
     })
     .await?;
 
-    let both = [Which::Upstream, Which::Ours];
+    // --ours-only is for profiling rounds; results then carry no ratio.
+    let both: &[Which] = if options.ours_only {
+        &[Which::Ours]
+    } else {
+        &[Which::Upstream, Which::Ours]
+    };
     for round in 1..=sizes.rounds {
         eprintln!("bench: round {round}/{}", sizes.rounds);
         if wants("limit") {
             bench.limit().await?;
         }
-        for which in both {
+        for &which in both {
             if wants("p1") {
                 eprintln!("P1 {} QPS 200", which.name());
                 bench.throughput(which, 200, false).await?;
             }
         }
-        for which in both {
+        for &which in both {
             if wants("p1") || wants("p2") || wants("p4") {
                 eprintln!("P1/P2/P4 {} QPS 10000", which.name());
                 bench.throughput(which, 10_000, true).await?;
             }
         }
-        for which in both {
+        for &which in both {
             if wants("p5") {
                 eprintln!("P5 {}", which.name());
                 bench.failover(which, libc::SIGTERM, "SIGTERM").await?;
                 bench.failover(which, libc::SIGKILL, "SIGKILL").await?;
             }
         }
-        for which in both {
+        for &which in both {
             if wants("p6") {
                 eprintln!("P6 {}", which.name());
                 bench.head_of_line(which).await?;
@@ -1155,7 +1166,7 @@ async fn main() -> Result<()> {
         eprintln!("P3: creating objects of another driver");
         bench.foreign_objects().await?;
         for round in 1..=sizes.rounds {
-            for which in both {
+            for &which in both {
                 eprintln!("P3 {} round {round}", which.name());
                 bench.memory(which).await?;
             }

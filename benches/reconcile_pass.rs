@@ -6,6 +6,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
+use csi_attacher::controller::compact::{CachedPv, CachedVa};
 use csi_attacher::controller::reconcile::mismatches;
 use csi_attacher::controller::store::{store_from, PvRefs, Stores};
 use k8s_openapi::api::core::v1::PersistentVolume;
@@ -56,8 +57,8 @@ fn main() {
         })
         .collect();
     let stores = Stores {
-        vas: store_from(vas),
-        pvs: store_from(pvs),
+        vas: store_from(vas.into_iter().map(CachedVa::from)),
+        pvs: store_from(pvs.into_iter().map(CachedPv::from)),
         csinodes: store_from(csinodes),
         pv_refs: PvRefs::default(),
     };

@@ -7,6 +7,7 @@
 #   hack/bench.sh --only p5,p6    some scenarios (p1 p2 p3 p4 p5 p6 limit)
 #   hack/bench.sh --rounds N      another number of rounds
 #   hack/bench.sh --out DIR       where results go
+#   hack/bench.sh --ours-only     skip upstream (profiling; CSI_ATTACHER_BENCH_OURS=wrapper runs ours under a profiler)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

@@ -18,6 +18,7 @@ use kube::ResourceExt;
 use serde::Serialize;
 
 use crate::config::Config;
+use crate::controller::compact::{CachedPv, CachedVa};
 use crate::controller::names::finalizer;
 use crate::controller::reconcile;
 use crate::controller::store::{store_from, PvRefs, Stores};
@@ -201,8 +202,8 @@ pub async fn report(config: &Config) -> Result<Report, Error> {
         .map_err(list("csinodes"))?
         .items;
     let stores = Stores {
-        vas: store_from(vas.clone()),
-        pvs: store_from(pvs.clone()),
+        vas: store_from(vas.iter().cloned().map(CachedVa::from)),
+        pvs: store_from(pvs.iter().cloned().map(CachedPv::from)),
         csinodes: store_from(csinodes),
         pv_refs: PvRefs::default(),
     };

@@ -54,7 +54,8 @@ pub async fn attach(ctx: &Ctx, va: &VolumeAttachment, forced: bool) -> Result<()
     if let Some(created) = &va.metadata.creation_timestamp {
         ctx.flow_metrics.attach.observe(seconds_since(created));
     }
-    tracing::info!(va = %va.name_any(), "Attached");
+    // Upstream logs attach/detach milestones at V(2): debug here (`--v=2`).
+    tracing::debug!(va = %va.name_any(), "Attached");
     Ok(())
 }
 

@@ -32,7 +32,8 @@ pub async fn detach(ctx: &Ctx, va: &VolumeAttachment, forced: bool) -> Result<()
             if let Some(deleted) = &va.metadata.deletion_timestamp {
                 ctx.flow_metrics.detach.observe(seconds_since(deleted));
             }
-            tracing::info!(va = %va.name_any(), "Detached");
+            // V(2) upstream: debug here (`--v=2`).
+            tracing::debug!(va = %va.name_any(), "Detached");
             Ok(())
         }
         Err(err) => {

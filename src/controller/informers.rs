@@ -13,10 +13,12 @@ use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
 use kube::api::Api;
 use kube::runtime::reflector::store::Writer;
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Resource, ResourceExt};
 
+use super::compact::{CachedPv, CachedVa};
 use super::names::{MIGRATED_TO_ANNOTATION, NODE_ID_ANNOTATION};
 use super::queue::WorkQueue;
 use super::store::{serves_pv, PvRefs};
@@ -26,7 +28,7 @@ use crate::migration;
 /// Keeps the VA cache and the PV reference index, and feeds both queues.
 pub async fn run_va_informer(
     api: Api<VolumeAttachment>,
-    mut writer: Writer<VolumeAttachment>,
+    mut writer: Writer<CachedVa>,
     pv_refs: PvRefs,
     driver: String,
     finalizer: String,
@@ -49,7 +51,7 @@ pub async fn run_va_informer(
                 if va.spec.attacher == driver {
                     trim(&mut va);
                     listed.push((name, lane_of(&va)));
-                    writer.apply_watcher_event(&Event::InitApply(va));
+                    writer.apply_watcher_event(&Event::InitApply(va.into()));
                 }
             }
             Event::InitDone => {
@@ -69,13 +71,12 @@ pub async fn run_va_informer(
                     continue;
                 }
                 trim(&mut va);
-                let enqueue = match reader.get(&kube::runtime::reflector::ObjectRef::from_obj(&va))
-                {
-                    Some(old) => should_enqueue_change(&old, &va, &finalizer),
+                let enqueue = match reader.get(&ObjectRef::new(&name)) {
+                    Some(old) => should_enqueue_change(&old.to_full(), &va, &finalizer),
                     None => true,
                 };
                 let lane = lane_of(&va);
-                writer.apply_watcher_event(&Event::Apply(va));
+                writer.apply_watcher_event(&Event::Apply(va.into()));
                 if enqueue {
                     va_queue.add(&name, lane);
                 }
@@ -87,7 +88,7 @@ pub async fn run_va_informer(
                     pv_queue.add(pv, PV_LANE);
                 }
                 if va.spec.attacher == driver {
-                    writer.apply_watcher_event(&Event::Delete(va));
+                    writer.apply_watcher_event(&Event::Delete(CachedVa::from(va)));
                 }
             }
         }
@@ -97,7 +98,7 @@ pub async fn run_va_informer(
 /// Keeps the PV cache (this driver's PVs only) and feeds the PV queue.
 pub async fn run_pv_informer(
     api: Api<PersistentVolume>,
-    mut writer: Writer<PersistentVolume>,
+    mut writer: Writer<CachedPv>,
     driver: String,
     finalizer: String,
     pv_queue: Arc<WorkQueue>,
@@ -116,7 +117,7 @@ pub async fn run_pv_informer(
                     if needs_finalizer_check(&pv, &driver, &finalizer) {
                         listed.push(pv.name_any());
                     }
-                    writer.apply_watcher_event(&Event::InitApply(pv));
+                    writer.apply_watcher_event(&Event::InitApply(pv.into()));
                 }
             }
             Event::InitDone => {
@@ -130,13 +131,13 @@ pub async fn run_pv_informer(
                     trim(&mut pv);
                     let enqueue = needs_finalizer_check(&pv, &driver, &finalizer);
                     let name = pv.name_any();
-                    writer.apply_watcher_event(&Event::Apply(pv));
+                    writer.apply_watcher_event(&Event::Apply(pv.into()));
                     if enqueue {
                         pv_queue.add(&name, PV_LANE);
                     }
                 }
             }
-            Event::Delete(pv) => writer.apply_watcher_event(&Event::Delete(pv)),
+            Event::Delete(pv) => writer.apply_watcher_event(&Event::Delete(CachedPv::from(pv))),
         }
     }
 }

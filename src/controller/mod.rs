@@ -13,6 +13,7 @@
 mod api;
 pub mod attach;
 pub mod capability;
+pub mod compact;
 pub mod detach;
 pub mod error;
 pub mod events;
@@ -31,7 +32,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{CSIPersistentVolumeSource, PersistentVolume};
+use k8s_openapi::api::core::v1::CSIPersistentVolumeSource;
 use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
@@ -41,6 +42,7 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 pub use api::KubeApi;
+use compact::{CachedPv, CachedVa};
 pub use error::{ApiError, FlowError};
 use queue::{Backoff, WorkQueue};
 use store::{PvRefs, Stores};
@@ -225,8 +227,8 @@ pub async fn run(
         backoff,
         Some(metrics.queues.for_queue(PV_QUEUE, &["pv"])),
     ));
-    let (vas, va_writer) = reflector::store::<VolumeAttachment>();
-    let (pvs, pv_writer) = reflector::store::<PersistentVolume>();
+    let (vas, va_writer) = reflector::store::<CachedVa>();
+    let (pvs, pv_writer) = reflector::store::<CachedPv>();
     let (csinodes, csinode_writer) = reflector::store::<CSINode>();
     let pv_refs = PvRefs::default();
     tasks.spawn(
@@ -364,7 +366,7 @@ async fn va_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue>, lane: usize) {
             Ok(()) => queue.forget(&key),
             Err(err) => {
                 let va = ctx.stores.va(&key);
-                let lane = va.as_ref().map_or(lane, |va| lane_of(va));
+                let lane = va.as_ref().map_or(lane, lane_of);
                 let delay = queue.add_rate_limited(&key, lane);
                 span.in_scope(|| tracing::warn!(error = %err, retry_in = ?delay, "VolumeAttachment sync failed"));
                 if let (Some(events), Some(va)) = (&ctx.events, va) {
@@ -464,10 +466,10 @@ async fn resync_loop(
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     loop {
         ticker.tick().await;
-        for va in ctx.stores.vas.state() {
+        for va in ctx.stores.all_vas() {
             va_queue.add(&va.name_any(), lane_of(&va));
         }
-        for pv in ctx.stores.pvs.state() {
+        for pv in ctx.stores.all_pvs() {
             if informers::needs_finalizer_check(&pv, &ctx.driver_name, &ctx.finalizer) {
                 pv_queue.add(&pv.name_any(), PV_LANE);
             }

@@ -154,7 +154,7 @@ pub fn mismatches(
     skip: impl Fn(&str) -> bool,
 ) -> Vec<Mismatch> {
     let mut out = Vec::new();
-    for va in stores.vas.state() {
+    for va in stores.all_vas() {
         let name = va.name_any();
         if skip(&name) {
             continue;

@@ -1,7 +1,6 @@
 //! What a VA attaches: a PV from the cache, or the inline CSI spec.
 
 use std::borrow::Cow;
-use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
     CSIPersistentVolumeSource, PersistentVolume, PersistentVolumeSpec,
@@ -16,7 +15,7 @@ use crate::migration;
 /// The VA's volume source.
 pub enum Source<'a> {
     /// `spec.source.persistentVolumeName`, resolved from the cache.
-    Pv(Arc<PersistentVolume>),
+    Pv(Box<PersistentVolume>),
     /// `spec.source.inlineVolumeSpec` (migrated in-tree inline volumes).
     Inline(&'a PersistentVolumeSpec),
 }
@@ -28,7 +27,7 @@ pub fn resolve<'a>(va: &'a VolumeAttachment, stores: &Stores) -> Result<Source<'
         (Some(_), Some(_)) => Err(FlowError::BothSources),
         (Some(name), None) => stores
             .pv(name)
-            .map(Source::Pv)
+            .map(|pv| Source::Pv(Box::new(pv)))
             .ok_or_else(|| FlowError::PvNotFound(name.clone())),
         (None, Some(spec)) => Ok(Source::Inline(spec)),
         (None, None) => Err(FlowError::NoSource),

@@ -2,8 +2,10 @@
 //! count of VAs of *any* driver per PV name.
 //!
 //! Other drivers' VAs are not cached (only their PV reference is counted), PVs
-//! are kept only when this driver serves them, and `managedFields` is dropped
-//! from everything: memory follows this driver's objects, not the cluster's.
+//! are kept only when this driver serves them, `managedFields` is dropped
+//! from everything, and VAs and PVs are held in compact forms
+//! ([`super::compact`]): memory follows this driver's objects, not the
+//! cluster's, and not the size of k8s-openapi's structs.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -12,6 +14,7 @@ use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
 use kube::runtime::reflector::{ObjectRef, Store};
 
+use super::compact::{CachedPv, CachedVa};
 use super::error::FlowError;
 use crate::migration;
 
@@ -19,9 +22,9 @@ use crate::migration;
 #[derive(Clone)]
 pub struct Stores {
     /// This driver's VAs.
-    pub vas: Store<VolumeAttachment>,
+    pub vas: Store<CachedVa>,
     /// PVs this driver serves (CSI source of this driver, or its in-tree plugin).
-    pub pvs: Store<PersistentVolume>,
+    pub pvs: Store<CachedPv>,
     /// CSINodes.
     pub csinodes: Store<CSINode>,
     /// PV name → VAs (of any driver) that name it.
@@ -30,13 +33,23 @@ pub struct Stores {
 
 impl Stores {
     /// The cached VA called `name`.
-    pub fn va(&self, name: &str) -> Option<Arc<VolumeAttachment>> {
-        self.vas.get(&ObjectRef::new(name))
+    pub fn va(&self, name: &str) -> Option<VolumeAttachment> {
+        self.vas.get(&ObjectRef::new(name)).map(|va| va.to_full())
     }
 
     /// The cached PV called `name`.
-    pub fn pv(&self, name: &str) -> Option<Arc<PersistentVolume>> {
-        self.pvs.get(&ObjectRef::new(name))
+    pub fn pv(&self, name: &str) -> Option<PersistentVolume> {
+        self.pvs.get(&ObjectRef::new(name)).map(|pv| pv.to_full())
+    }
+
+    /// Every cached VA.
+    pub fn all_vas(&self) -> Vec<VolumeAttachment> {
+        self.vas.state().iter().map(|va| va.to_full()).collect()
+    }
+
+    /// Every cached PV.
+    pub fn all_pvs(&self) -> Vec<PersistentVolume> {
+        self.pvs.state().iter().map(|pv| pv.to_full()).collect()
     }
 
     /// This driver's node ID on `node` from its CSINode.
@@ -59,7 +72,7 @@ impl Stores {
 }
 
 /// A read-only cache holding `items` (for one-shot reads such as `check`).
-pub fn store_from<K>(items: Vec<K>) -> Store<K>
+pub fn store_from<K>(items: impl IntoIterator<Item = K>) -> Store<K>
 where
     K: kube::Resource + Clone + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,

@@ -1,0 +1,372 @@
+//! Compact forms of the objects the caches hold.
+//!
+//! k8s-openapi's structs keep every optional field inline: a
+//! `VolumeAttachment` is 3.6 KB and a `PersistentVolume` 3.5 KB before any of
+//! their strings, almost all of it the thirty-odd volume sources a PV spec
+//! may have (a VA carries one for its inline spec). Each non-empty `BTreeMap`
+//! (labels, annotations, capacity, attachment metadata) costs a 0.5 KB node
+//! however few entries it has. The caches store the forms below instead and
+//! rebuild the full object when a flow reads it; nothing is lost.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    CSIPersistentVolumeSource, ObjectReference, PersistentVolume, PersistentVolumeSpec,
+    PersistentVolumeStatus, VolumeNodeAffinity,
+};
+use k8s_openapi::api::storage::v1::{
+    VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec, VolumeAttachmentStatus,
+    VolumeError,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::ClusterResourceScope;
+use kube::Resource;
+
+/// A map kept as an exact-size slice of pairs; `None` and empty stay distinct.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Pairs<V>(Option<Box<[(String, V)]>>);
+
+impl<V: Clone> Pairs<V> {
+    fn new(map: Option<BTreeMap<String, V>>) -> Self {
+        Self(map.map(|m| m.into_iter().collect()))
+    }
+
+    fn to_map(&self) -> Option<BTreeMap<String, V>> {
+        self.0.as_ref().map(|pairs| pairs.iter().cloned().collect())
+    }
+}
+
+/// `metadata` with labels and annotations kept as [`Pairs`].
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Meta {
+    /// Everything else (its `labels` and `annotations` are `None`).
+    rest: ObjectMeta,
+    labels: Pairs<String>,
+    annotations: Pairs<String>,
+}
+
+impl Meta {
+    fn new(mut meta: ObjectMeta) -> Self {
+        Self {
+            labels: Pairs::new(meta.labels.take()),
+            annotations: Pairs::new(meta.annotations.take()),
+            rest: meta,
+        }
+    }
+
+    fn to_full(&self) -> ObjectMeta {
+        ObjectMeta {
+            labels: self.labels.to_map(),
+            annotations: self.annotations.to_map(),
+            ..self.rest.clone()
+        }
+    }
+}
+
+/// A PV spec: the fields a CSI volume uses, plus (boxed, only when set) the
+/// rest, such as an in-tree volume source.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CompactPvSpec {
+    access_modes: Option<Vec<String>>,
+    capacity: Pairs<Quantity>,
+    claim_ref: Option<Box<ObjectReference>>,
+    csi: Option<Box<CSIPersistentVolumeSource>>,
+    mount_options: Option<Vec<String>>,
+    node_affinity: Option<VolumeNodeAffinity>,
+    persistent_volume_reclaim_policy: Option<String>,
+    storage_class_name: Option<String>,
+    volume_attributes_class_name: Option<String>,
+    volume_mode: Option<String>,
+    rest: Option<Box<PersistentVolumeSpec>>,
+}
+
+impl CompactPvSpec {
+    /// Compacts `spec`.
+    pub fn new(mut spec: PersistentVolumeSpec) -> Self {
+        let mut compact = Self {
+            access_modes: spec.access_modes.take(),
+            capacity: Pairs::new(spec.capacity.take()),
+            claim_ref: spec.claim_ref.take().map(Box::new),
+            csi: spec.csi.take().map(Box::new),
+            mount_options: spec.mount_options.take(),
+            node_affinity: spec.node_affinity.take(),
+            persistent_volume_reclaim_policy: spec.persistent_volume_reclaim_policy.take(),
+            storage_class_name: spec.storage_class_name.take(),
+            volume_attributes_class_name: spec.volume_attributes_class_name.take(),
+            volume_mode: spec.volume_mode.take(),
+            rest: None,
+        };
+        if spec != PersistentVolumeSpec::default() {
+            compact.rest = Some(Box::new(spec));
+        }
+        compact
+    }
+
+    /// The full spec.
+    pub fn to_full(&self) -> PersistentVolumeSpec {
+        let rest = self.rest.as_deref().cloned().unwrap_or_default();
+        PersistentVolumeSpec {
+            access_modes: self.access_modes.clone(),
+            capacity: self.capacity.to_map(),
+            claim_ref: self.claim_ref.as_deref().cloned(),
+            csi: self.csi.as_deref().cloned(),
+            mount_options: self.mount_options.clone(),
+            node_affinity: self.node_affinity.clone(),
+            persistent_volume_reclaim_policy: self.persistent_volume_reclaim_policy.clone(),
+            storage_class_name: self.storage_class_name.clone(),
+            volume_attributes_class_name: self.volume_attributes_class_name.clone(),
+            volume_mode: self.volume_mode.clone(),
+            ..rest
+        }
+    }
+}
+
+/// A cached PersistentVolume.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CachedPv {
+    meta: Meta,
+    spec: Option<CompactPvSpec>,
+    status: Option<PersistentVolumeStatus>,
+}
+
+impl From<PersistentVolume> for CachedPv {
+    fn from(pv: PersistentVolume) -> Self {
+        Self {
+            meta: Meta::new(pv.metadata),
+            spec: pv.spec.map(CompactPvSpec::new),
+            status: pv.status,
+        }
+    }
+}
+
+impl CachedPv {
+    /// The full PersistentVolume.
+    pub fn to_full(&self) -> PersistentVolume {
+        PersistentVolume {
+            metadata: self.meta.to_full(),
+            spec: self.spec.as_ref().map(CompactPvSpec::to_full),
+            status: self.status.clone(),
+        }
+    }
+}
+
+/// A VA status with its attachment metadata as [`Pairs`].
+#[derive(Clone, Debug, Default, PartialEq)]
+struct CompactVaStatus {
+    attached: bool,
+    attachment_metadata: Pairs<String>,
+    attach_error: Option<Box<VolumeError>>,
+    detach_error: Option<Box<VolumeError>>,
+}
+
+/// A cached VolumeAttachment.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CachedVa {
+    meta: Meta,
+    attacher: String,
+    node_name: String,
+    persistent_volume_name: Option<String>,
+    inline_volume_spec: Option<Box<CompactPvSpec>>,
+    status: Option<CompactVaStatus>,
+}
+
+impl From<VolumeAttachment> for CachedVa {
+    fn from(va: VolumeAttachment) -> Self {
+        let VolumeAttachmentSpec {
+            attacher,
+            node_name,
+            source,
+        } = va.spec;
+        Self {
+            meta: Meta::new(va.metadata),
+            attacher,
+            node_name,
+            persistent_volume_name: source.persistent_volume_name,
+            inline_volume_spec: source
+                .inline_volume_spec
+                .map(|spec| Box::new(CompactPvSpec::new(spec))),
+            status: va.status.map(|s| CompactVaStatus {
+                attached: s.attached,
+                attachment_metadata: Pairs::new(s.attachment_metadata),
+                attach_error: s.attach_error.map(Box::new),
+                detach_error: s.detach_error.map(Box::new),
+            }),
+        }
+    }
+}
+
+impl CachedVa {
+    /// The full VolumeAttachment.
+    pub fn to_full(&self) -> VolumeAttachment {
+        VolumeAttachment {
+            metadata: self.meta.to_full(),
+            spec: VolumeAttachmentSpec {
+                attacher: self.attacher.clone(),
+                node_name: self.node_name.clone(),
+                source: VolumeAttachmentSource {
+                    persistent_volume_name: self.persistent_volume_name.clone(),
+                    inline_volume_spec: self
+                        .inline_volume_spec
+                        .as_deref()
+                        .map(CompactPvSpec::to_full),
+                },
+            },
+            status: self.status.as_ref().map(|s| VolumeAttachmentStatus {
+                attached: s.attached,
+                attachment_metadata: s.attachment_metadata.to_map(),
+                attach_error: s.attach_error.as_deref().cloned(),
+                detach_error: s.detach_error.as_deref().cloned(),
+            }),
+        }
+    }
+}
+
+/// kube's reflector store keys objects by `meta()` (name, namespace); the
+/// compact forms keep those in place. Labels and annotations are not in
+/// `meta()`: read them from the full object.
+macro_rules! resource_as {
+    ($cached:ty, $full:ty) => {
+        impl Resource for $cached {
+            type DynamicType = ();
+            type Scope = ClusterResourceScope;
+
+            fn kind(dt: &()) -> Cow<'_, str> {
+                <$full>::kind(dt)
+            }
+            fn group(dt: &()) -> Cow<'_, str> {
+                <$full>::group(dt)
+            }
+            fn version(dt: &()) -> Cow<'_, str> {
+                <$full>::version(dt)
+            }
+            fn plural(dt: &()) -> Cow<'_, str> {
+                <$full>::plural(dt)
+            }
+            fn meta(&self) -> &ObjectMeta {
+                &self.meta.rest
+            }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.meta.rest
+            }
+        }
+    };
+}
+
+resource_as!(CachedVa, VolumeAttachment);
+resource_as!(CachedPv, PersistentVolume);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn va(value: serde_json::Value) -> VolumeAttachment {
+        serde_json::from_value(value).expect("va")
+    }
+
+    fn pv(value: serde_json::Value) -> PersistentVolume {
+        serde_json::from_value(value).expect("pv")
+    }
+
+    fn meta() -> serde_json::Value {
+        json!({
+            "name": "x", "uid": "u-1", "resourceVersion": "42",
+            "creationTimestamp": "2026-01-02T03:04:05Z",
+            "deletionTimestamp": "2026-01-02T03:04:06Z",
+            "finalizers": ["external-attacher/d"],
+            "labels": {"a": "1", "b": "2"},
+            "annotations": {"csi.alpha.kubernetes.io/node-id": "n-1"},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u-2"}],
+        })
+    }
+
+    #[test]
+    fn a_va_round_trips_with_every_field() {
+        let full = va(json!({
+            "metadata": meta(),
+            "spec": {"attacher": "d", "nodeName": "n", "source": {
+                "inlineVolumeSpec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "csi": {"driver": "d", "volumeHandle": "h", "volumeAttributes": {"k": "v"}},
+                    "gcePersistentDisk": {"pdName": "pd"},
+                    "mountOptions": ["ro"],
+                }
+            }},
+            "status": {
+                "attached": true,
+                "attachmentMetadata": {"dev": "/dev/x"},
+                "attachError": {"message": "a", "time": "2026-01-02T03:04:05Z", "errorCode": 3},
+                "detachError": {"message": "d"},
+            },
+        }));
+        assert_eq!(CachedVa::from(full.clone()).to_full(), full);
+
+        let empty_maps = va(json!({
+            "metadata": {"name": "y", "labels": {}, "annotations": {}},
+            "spec": {"attacher": "d", "nodeName": "n", "source": {"persistentVolumeName": "pv"}},
+            "status": {"attached": false, "attachmentMetadata": {}},
+        }));
+        assert_eq!(CachedVa::from(empty_maps.clone()).to_full(), empty_maps);
+        assert_eq!(
+            CachedVa::from(VolumeAttachment::default()).to_full(),
+            VolumeAttachment::default()
+        );
+    }
+
+    #[test]
+    fn csi_and_in_tree_pvs_round_trip() {
+        let csi = pv(json!({
+            "metadata": meta(),
+            "spec": {
+                "accessModes": ["ReadWriteOnce", "ReadOnlyMany"],
+                "capacity": {"storage": "1Gi"},
+                "claimRef": {"namespace": "ns", "name": "c", "uid": "u-3"},
+                "csi": {
+                    "driver": "d", "volumeHandle": "h", "readOnly": true, "fsType": "xfs",
+                    "volumeAttributes": {"k": "v"},
+                    "controllerPublishSecretRef": {"name": "s", "namespace": "ns"},
+                },
+                "mountOptions": ["noatime"],
+                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z1"]}
+                ]}]}},
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": "sc",
+                "volumeAttributesClassName": "vac",
+                "volumeMode": "Block",
+            },
+            "status": {"phase": "Bound", "message": "m", "reason": "r"},
+        }));
+        let cached = CachedPv::from(csi.clone());
+        assert!(
+            cached.spec.as_ref().is_some_and(|s| s.rest.is_none()),
+            "a CSI PV needs no full spec"
+        );
+        assert_eq!(cached.to_full(), csi);
+
+        let in_tree = pv(json!({
+            "metadata": {"name": "z"},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "gcePersistentDisk": {"pdName": "pd", "fsType": "ext4", "partition": 2},
+                "local": {"path": "/mnt"},
+            },
+        }));
+        let cached = CachedPv::from(in_tree.clone());
+        assert!(cached.spec.as_ref().is_some_and(|s| s.rest.is_some()));
+        assert_eq!(cached.to_full(), in_tree);
+        assert_eq!(
+            CachedPv::from(PersistentVolume::default()).to_full(),
+            PersistentVolume::default()
+        );
+    }
+
+    #[test]
+    fn compact_forms_are_a_fraction_of_the_full_types() {
+        // What makes the cache small: guard against a field slipping back inline.
+        assert!(std::mem::size_of::<CachedVa>() * 4 < std::mem::size_of::<VolumeAttachment>());
+        assert!(std::mem::size_of::<CachedPv>() * 4 < std::mem::size_of::<PersistentVolume>());
+    }
+}
