@@ -7,9 +7,16 @@
 //! (labels, annotations, capacity, attachment metadata) costs a 0.5 KB node
 //! however few entries it has. The caches store the forms below instead and
 //! rebuild the full object when a flow reads it; nothing is lost.
+//!
+//! The watches decode straight into these forms ([`Deserialize`]), so no
+//! full-size object is built per event, and `managedFields` (often the
+//! largest part of an object, and read by nothing here) is skipped by the
+//! parser instead of being built and dropped.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::fmt;
+use std::marker::PhantomData;
 
 use k8s_openapi::api::core::v1::{
     CSIPersistentVolumeSource, ObjectReference, PersistentVolume, PersistentVolumeSpec,
@@ -20,9 +27,13 @@ use k8s_openapi::api::storage::v1::{
     VolumeError,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::ClusterResourceScope;
 use kube::Resource;
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+
+use crate::migration;
 
 /// A map kept as an exact-size slice of pairs; `None` and empty stay distinct.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -36,11 +47,55 @@ impl<V: Clone> Pairs<V> {
     fn to_map(&self) -> Option<BTreeMap<String, V>> {
         self.0.as_ref().map(|pairs| pairs.iter().cloned().collect())
     }
+
+    /// The pairs, without `key`.
+    fn without<'a>(&'a self, key: &'a str) -> impl Iterator<Item = &'a (String, V)> + 'a {
+        self.0
+            .iter()
+            .flat_map(|p| p.iter())
+            .filter(move |(k, _)| k != key)
+    }
+}
+
+/// A JSON object (or `null`) read as pairs sorted by key; a repeated key
+/// keeps its last value, as a `BTreeMap` would.
+impl<'de, V: Deserialize<'de>> Deserialize<'de> for Pairs<V> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Entries<V>(Vec<(String, V)>);
+        struct EntriesVisitor<V>(PhantomData<V>);
+        impl<'de, V: Deserialize<'de>> Visitor<'de> for EntriesVisitor<V> {
+            type Value = Entries<V>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a map")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(0));
+                while let Some(entry) = map.next_entry()? {
+                    entries.push(entry);
+                }
+                Ok(Entries(entries))
+            }
+        }
+        impl<'de, V: Deserialize<'de>> Deserialize<'de> for Entries<V> {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                d.deserialize_map(EntriesVisitor(PhantomData))
+            }
+        }
+        let entries = Option::<Entries<V>>::deserialize(deserializer)?;
+        Ok(Self(entries.map(|Entries(mut entries)| {
+            // Stable sort of the reversed input: of equal keys the last comes first and stays.
+            entries.reverse();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            entries.dedup_by(|later, kept| later.0 == kept.0);
+            entries.into_boxed_slice()
+        })))
+    }
 }
 
 /// `metadata` with labels and annotations kept as [`Pairs`].
-#[derive(Clone, Debug, Default, PartialEq)]
-struct Meta {
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(from = "WireMeta")]
+pub(crate) struct Meta {
     /// Everything else (its `labels` and `annotations` are `None`).
     rest: ObjectMeta,
     labels: Pairs<String>,
@@ -65,9 +120,56 @@ impl Meta {
     }
 }
 
+/// `metadata` as the API server sends it, less `managedFields`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireMeta {
+    #[serde(default)]
+    annotations: Pairs<String>,
+    creation_timestamp: Option<Time>,
+    deletion_grace_period_seconds: Option<i64>,
+    deletion_timestamp: Option<Time>,
+    finalizers: Option<Vec<String>>,
+    generate_name: Option<String>,
+    generation: Option<i64>,
+    #[serde(default)]
+    labels: Pairs<String>,
+    name: Option<String>,
+    namespace: Option<String>,
+    owner_references: Option<Vec<OwnerReference>>,
+    resource_version: Option<String>,
+    self_link: Option<String>,
+    uid: Option<String>,
+}
+
+impl From<WireMeta> for Meta {
+    fn from(w: WireMeta) -> Self {
+        Self {
+            rest: ObjectMeta {
+                creation_timestamp: w.creation_timestamp,
+                deletion_grace_period_seconds: w.deletion_grace_period_seconds,
+                deletion_timestamp: w.deletion_timestamp,
+                finalizers: w.finalizers,
+                generate_name: w.generate_name,
+                generation: w.generation,
+                name: w.name,
+                namespace: w.namespace,
+                owner_references: w.owner_references,
+                resource_version: w.resource_version,
+                self_link: w.self_link,
+                uid: w.uid,
+                ..ObjectMeta::default()
+            },
+            labels: w.labels,
+            annotations: w.annotations,
+        }
+    }
+}
+
 /// A PV spec: the fields a CSI volume uses, plus (boxed, only when set) the
 /// rest, such as an in-tree volume source.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(from = "PersistentVolumeSpec")]
 pub struct CompactPvSpec {
     access_modes: Option<Vec<String>>,
     capacity: Pairs<Quantity>,
@@ -82,7 +184,19 @@ pub struct CompactPvSpec {
     rest: Option<Box<PersistentVolumeSpec>>,
 }
 
+impl From<PersistentVolumeSpec> for CompactPvSpec {
+    fn from(spec: PersistentVolumeSpec) -> Self {
+        Self::new(spec)
+    }
+}
+
 impl CompactPvSpec {
+    /// The in-tree plugin's CSI driver, for a PV with an in-tree source.
+    pub fn in_tree_driver(&self) -> Option<&'static str> {
+        // In-tree sources are never among the compact fields.
+        self.rest.as_deref().and_then(migration::in_tree_driver)
+    }
+
     /// Compacts `spec`.
     pub fn new(mut spec: PersistentVolumeSpec) -> Self {
         let mut compact = Self {
@@ -124,8 +238,9 @@ impl CompactPvSpec {
 }
 
 /// A cached PersistentVolume.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 pub struct CachedPv {
+    #[serde(default, rename = "metadata")]
     meta: Meta,
     spec: Option<CompactPvSpec>,
     status: Option<PersistentVolumeStatus>,
@@ -142,6 +257,18 @@ impl From<PersistentVolume> for CachedPv {
 }
 
 impl CachedPv {
+    /// Whether this driver serves the PV: its CSI source names the driver, or
+    /// its in-tree plugin migrates to it.
+    pub fn served_by(&self, driver: &str) -> bool {
+        let Some(spec) = &self.spec else {
+            return false;
+        };
+        match &spec.csi {
+            Some(csi) => csi.driver == driver,
+            None => spec.in_tree_driver() == Some(driver),
+        }
+    }
+
     /// The full PersistentVolume.
     pub fn to_full(&self) -> PersistentVolume {
         PersistentVolume {
@@ -153,23 +280,72 @@ impl CachedPv {
 }
 
 /// A VA status with its attachment metadata as [`Pairs`].
-#[derive(Clone, Debug, Default, PartialEq)]
-struct CompactVaStatus {
-    attached: bool,
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct CompactVaStatus {
+    #[serde(default)]
+    pub attached: bool,
+    #[serde(default)]
     attachment_metadata: Pairs<String>,
-    attach_error: Option<Box<VolumeError>>,
-    detach_error: Option<Box<VolumeError>>,
+    pub attach_error: Option<Box<VolumeError>>,
+    pub detach_error: Option<Box<VolumeError>>,
 }
 
 /// A cached VolumeAttachment.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(from = "WireVa")]
 pub struct CachedVa {
-    meta: Meta,
+    pub(crate) meta: Meta,
     attacher: String,
     node_name: String,
     persistent_volume_name: Option<String>,
     inline_volume_spec: Option<Box<CompactPvSpec>>,
+    pub(crate) status: Option<CompactVaStatus>,
+}
+
+/// A VolumeAttachment as the API server sends it.
+#[derive(Deserialize)]
+struct WireVa {
+    #[serde(default)]
+    metadata: Meta,
+    #[serde(default)]
+    spec: WireVaSpec,
     status: Option<CompactVaStatus>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireVaSpec {
+    #[serde(default)]
+    attacher: String,
+    #[serde(default)]
+    node_name: String,
+    #[serde(default)]
+    source: WireVaSource,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireVaSource {
+    persistent_volume_name: Option<String>,
+    inline_volume_spec: Option<Box<PersistentVolumeSpec>>,
+}
+
+impl From<WireVa> for CachedVa {
+    fn from(w: WireVa) -> Self {
+        Self {
+            meta: w.metadata,
+            attacher: w.spec.attacher,
+            node_name: w.spec.node_name,
+            persistent_volume_name: w.spec.source.persistent_volume_name,
+            inline_volume_spec: w
+                .spec
+                .source
+                .inline_volume_spec
+                .map(|spec| Box::new(CompactPvSpec::new(*spec))),
+            status: w.status,
+        }
+    }
 }
 
 impl From<VolumeAttachment> for CachedVa {
@@ -198,6 +374,29 @@ impl From<VolumeAttachment> for CachedVa {
 }
 
 impl CachedVa {
+    /// The driver that attaches this VA.
+    pub fn attacher(&self) -> &str {
+        &self.attacher
+    }
+
+    /// `spec.source.persistentVolumeName`.
+    pub fn pv_name(&self) -> Option<&str> {
+        self.persistent_volume_name.as_deref()
+    }
+
+    /// Whether both have the same annotations, `key` aside.
+    pub fn same_annotations_but(&self, other: &Self, key: &str) -> bool {
+        self.meta
+            .annotations
+            .without(key)
+            .eq(other.meta.annotations.without(key))
+    }
+
+    /// Takes `other`'s annotations.
+    pub fn copy_annotations(&mut self, other: &Self) {
+        self.meta.annotations = other.meta.annotations.clone();
+    }
+
     /// The full VolumeAttachment.
     pub fn to_full(&self) -> VolumeAttachment {
         VolumeAttachment {
@@ -361,6 +560,69 @@ mod tests {
             CachedPv::from(PersistentVolume::default()).to_full(),
             PersistentVolume::default()
         );
+    }
+
+    /// What the watches decode equals the compacted full object, less
+    /// `managedFields`; maps come out sorted, a repeated key keeps its last value.
+    #[test]
+    fn the_wire_form_decodes_like_the_full_type_without_managed_fields() {
+        let mut with_managed = meta();
+        with_managed["managedFields"] = json!([{
+            "manager": "kube-controller-manager", "operation": "Update", "apiVersion": "storage.k8s.io/v1",
+            "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:attacher": {}}},
+        }]);
+        with_managed["labels"] = json!({"b": "2", "a": "1"});
+        let va_json = json!({
+            "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+            "metadata": with_managed,
+            "spec": {"attacher": "d", "nodeName": "n", "source": {"inlineVolumeSpec": {
+                "csi": {"driver": "d", "volumeHandle": "h"}, "awsElasticBlockStore": {"volumeID": "v"},
+            }}},
+            "status": {"attached": true, "attachmentMetadata": {"z": "1", "a": "2"},
+                       "attachError": {"message": "m"}},
+        });
+        let mut full = va(va_json.clone());
+        assert!(full.metadata.managed_fields.is_some());
+        full.metadata.managed_fields = None;
+        let wire: CachedVa = serde_json::from_value(va_json).expect("wire va");
+        assert_eq!(wire, CachedVa::from(full.clone()));
+        assert_eq!(wire.to_full(), full);
+
+        let pv_json = json!({
+            "metadata": with_managed,
+            "spec": {"capacity": {"storage": "1Gi"}, "gcePersistentDisk": {"pdName": "pd"}},
+        });
+        let mut full = pv(pv_json.clone());
+        full.metadata.managed_fields = None;
+        let wire: CachedPv = serde_json::from_value(pv_json).expect("wire pv");
+        assert_eq!(wire, CachedPv::from(full.clone()));
+        assert!(wire.served_by("pd.csi.storage.gke.io") && !wire.served_by("d"));
+
+        let repeated: Pairs<String> =
+            serde_json::from_str(r#"{"b": "1", "a": "2", "b": "3"}"#).expect("pairs");
+        assert_eq!(
+            repeated.to_map(),
+            Some([("a".into(), "2".into()), ("b".into(), "3".into())].into())
+        );
+        let null: Pairs<String> = serde_json::from_str("null").expect("null");
+        assert_eq!(null, Pairs(None));
+        let bare: CachedVa =
+            serde_json::from_value(json!({"metadata": {"name": "x"}})).expect("bare");
+        assert_eq!(bare.to_full().metadata.name.as_deref(), Some("x"));
+    }
+
+    #[test]
+    fn a_pv_is_served_by_its_csi_driver_or_the_driver_its_plugin_migrates_to() {
+        let csi = CachedPv::from(pv(
+            json!({"spec": {"csi": {"driver": "d", "volumeHandle": "h"}}}),
+        ));
+        assert!(csi.served_by("d") && !csi.served_by("e"));
+        let ebs = CachedPv::from(pv(
+            json!({"spec": {"awsElasticBlockStore": {"volumeID": "v"}}}),
+        ));
+        assert!(ebs.served_by("ebs.csi.aws.com"));
+        let nfs = CachedPv::from(pv(json!({"spec": {"nfs": {"server": "s", "path": "/"}}})));
+        assert!(!nfs.served_by("d") && !CachedPv::default().served_by("d"));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::PersistentVolume;
-use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
+use k8s_openapi::api::storage::v1::CSINode;
 use kube::api::Api;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::ObjectRef;
@@ -21,13 +21,13 @@ use kube::{Resource, ResourceExt};
 use super::compact::{CachedPv, CachedVa};
 use super::names::{MIGRATED_TO_ANNOTATION, NODE_ID_ANNOTATION};
 use super::queue::WorkQueue;
-use super::store::{serves_pv, PvRefs};
+use super::store::PvRefs;
 use super::{lane_of, PV_LANE};
 use crate::migration;
 
 /// Keeps the VA cache and the PV reference index, and feeds both queues.
 pub async fn run_va_informer(
-    api: Api<VolumeAttachment>,
+    api: Api<CachedVa>,
     mut writer: Writer<CachedVa>,
     pv_refs: PvRefs,
     driver: String,
@@ -45,13 +45,12 @@ pub async fn run_va_informer(
                 listed.clear();
                 writer.apply_watcher_event(&Event::Init);
             }
-            Event::InitApply(mut va) => {
+            Event::InitApply(va) => {
                 let name = va.name_any();
-                pv_refs.relisted(&name, pv_name(&va));
-                if va.spec.attacher == driver {
-                    trim(&mut va);
+                pv_refs.relisted(&name, va.pv_name());
+                if va.attacher() == driver {
                     listed.push((name, lane_of(&va)));
-                    writer.apply_watcher_event(&Event::InitApply(va.into()));
+                    writer.apply_watcher_event(&Event::InitApply(va));
                 }
             }
             Event::InitDone => {
@@ -64,19 +63,18 @@ pub async fn run_va_informer(
                     va_queue.add(&name, lane);
                 }
             }
-            Event::Apply(mut va) => {
+            Event::Apply(va) => {
                 let name = va.name_any();
-                pv_refs.upsert(&name, pv_name(&va));
-                if va.spec.attacher != driver {
+                pv_refs.upsert(&name, va.pv_name());
+                if va.attacher() != driver {
                     continue;
                 }
-                trim(&mut va);
                 let enqueue = match reader.get(&ObjectRef::new(&name)) {
-                    Some(old) => should_enqueue_change(&old.to_full(), &va, &finalizer),
+                    Some(old) => should_enqueue_change(&old, &va, &finalizer),
                     None => true,
                 };
                 let lane = lane_of(&va);
-                writer.apply_watcher_event(&Event::Apply(va.into()));
+                writer.apply_watcher_event(&Event::Apply(va));
                 if enqueue {
                     va_queue.add(&name, lane);
                 }
@@ -84,11 +82,11 @@ pub async fn run_va_informer(
             Event::Delete(va) => {
                 let name = va.name_any();
                 pv_refs.remove(&name);
-                if let Some(pv) = pv_name(&va) {
+                if let Some(pv) = va.pv_name() {
                     pv_queue.add(pv, PV_LANE);
                 }
-                if va.spec.attacher == driver {
-                    writer.apply_watcher_event(&Event::Delete(CachedVa::from(va)));
+                if va.attacher() == driver {
+                    writer.apply_watcher_event(&Event::Delete(va));
                 }
             }
         }
@@ -97,7 +95,7 @@ pub async fn run_va_informer(
 
 /// Keeps the PV cache (this driver's PVs only) and feeds the PV queue.
 pub async fn run_pv_informer(
-    api: Api<PersistentVolume>,
+    api: Api<CachedPv>,
     mut writer: Writer<CachedPv>,
     driver: String,
     finalizer: String,
@@ -111,13 +109,12 @@ pub async fn run_pv_informer(
                 listed.clear();
                 writer.apply_watcher_event(&Event::Init);
             }
-            Event::InitApply(mut pv) => {
-                if serves_pv(&pv, &driver) {
-                    trim(&mut pv);
-                    if needs_finalizer_check(&pv, &driver, &finalizer) {
+            Event::InitApply(pv) => {
+                if pv.served_by(&driver) {
+                    if needs_finalizer_check(&pv.to_full(), &driver, &finalizer) {
                         listed.push(pv.name_any());
                     }
-                    writer.apply_watcher_event(&Event::InitApply(pv.into()));
+                    writer.apply_watcher_event(&Event::InitApply(pv));
                 }
             }
             Event::InitDone => {
@@ -126,45 +123,48 @@ pub async fn run_pv_informer(
                     pv_queue.add(&name, PV_LANE);
                 }
             }
-            Event::Apply(mut pv) => {
-                if serves_pv(&pv, &driver) {
-                    trim(&mut pv);
-                    let enqueue = needs_finalizer_check(&pv, &driver, &finalizer);
+            Event::Apply(pv) => {
+                if pv.served_by(&driver) {
+                    let enqueue = needs_finalizer_check(&pv.to_full(), &driver, &finalizer);
                     let name = pv.name_any();
-                    writer.apply_watcher_event(&Event::Apply(pv.into()));
+                    writer.apply_watcher_event(&Event::Apply(pv));
                     if enqueue {
                         pv_queue.add(&name, PV_LANE);
                     }
                 }
             }
-            Event::Delete(pv) => writer.apply_watcher_event(&Event::Delete(CachedPv::from(pv))),
+            Event::Delete(pv) => writer.apply_watcher_event(&Event::Delete(pv)),
         }
     }
 }
 
 /// Keeps the CSINode cache.
 pub async fn run_csinode_informer(api: Api<CSINode>, mut writer: Writer<CSINode>) {
-    let mut events = watch(api, "CSINode");
-    while let Some(mut event) = events.next().await {
+    // `managedFields` are dropped on arrival: nothing here reads them, and
+    // they are often the largest part of an object. (VAs and PVs are decoded
+    // without them, see `compact`.)
+    let mut events = watch(api, "CSINode").map(|mut event| {
         match &mut event {
-            Event::Apply(node) | Event::InitApply(node) | Event::Delete(node) => trim(node),
+            Event::Apply(node) | Event::InitApply(node) | Event::Delete(node) => {
+                node.metadata.managed_fields = None
+            }
             Event::Init | Event::InitDone => {}
         }
+        event
+    });
+    while let Some(event) = events.next().await {
         writer.apply_watcher_event(&event);
     }
 }
 
 /// A watch of every `kind` object, with kube-runtime's default backoff;
-/// failures are logged and the watch goes on. `managedFields` are dropped on
-/// arrival: nothing here reads them, and they are often the largest part of
-/// an object the caches would otherwise hold.
+/// failures are logged and the watch goes on.
 fn watch<K>(api: Api<K>, kind: &'static str) -> futures::stream::BoxStream<'static, Event<K>>
 where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
 {
     watcher::watcher(api, watcher::Config::default())
         .default_backoff()
-        .modify(|object| object.meta_mut().managed_fields = None)
         .filter_map(move |event| async move {
             match event {
                 Ok(event) => Some(event),
@@ -203,31 +203,22 @@ pub fn migration_rolled_back(pv: &PersistentVolume, driver: &str) -> bool {
 /// patch: it arrives while the attach that wrote it is still running, and
 /// re-running that attach against a cache without `attached=true` would
 /// publish and patch a second time.
-pub fn should_enqueue_change(
-    old: &VolumeAttachment,
-    new: &VolumeAttachment,
-    finalizer: &str,
-) -> bool {
-    if old.metadata.resource_version == new.metadata.resource_version {
+pub fn should_enqueue_change(old: &CachedVa, new: &CachedVa, finalizer: &str) -> bool {
+    let (old_meta, new_meta) = (old.meta(), new.meta());
+    if old_meta.resource_version == new_meta.resource_version {
         return true; // resync
     }
     let mut sanitized = new.clone();
-    sanitized.metadata.resource_version = old.metadata.resource_version.clone();
-    sanitized.metadata.managed_fields = old.metadata.managed_fields.clone();
-    let mut with_ours = old.metadata.finalizers.clone().unwrap_or_default();
+    sanitized.meta_mut().resource_version = old_meta.resource_version.clone();
+    let mut with_ours = old_meta.finalizers.clone().unwrap_or_default();
     if !with_ours.iter().any(|f| f == finalizer) {
         with_ours.push(finalizer.to_string());
     }
-    if new.metadata.finalizers.as_deref().unwrap_or_default() == with_ours.as_slice() {
-        sanitized.metadata.finalizers = old.metadata.finalizers.clone();
+    if new_meta.finalizers.as_deref().unwrap_or_default() == with_ours.as_slice() {
+        sanitized.meta_mut().finalizers = old_meta.finalizers.clone();
     }
-    let without_node_id = |va: &VolumeAttachment| {
-        let mut annotations = va.metadata.annotations.clone().unwrap_or_default();
-        annotations.remove(NODE_ID_ANNOTATION);
-        annotations
-    };
-    if without_node_id(new) == without_node_id(old) {
-        sanitized.metadata.annotations = old.metadata.annotations.clone();
+    if new.same_annotations_but(old, NODE_ID_ANNOTATION) {
+        sanitized.copy_annotations(old);
     }
     match (&mut sanitized.status, &old.status) {
         (Some(new_status), Some(old_status)) => {
@@ -246,18 +237,10 @@ pub fn should_enqueue_change(
     sanitized != *old
 }
 
-fn pv_name(va: &VolumeAttachment) -> Option<&str> {
-    va.spec.source.persistent_volume_name.as_deref()
-}
-
-fn trim<K: Resource>(obj: &mut K) {
-    obj.meta_mut().managed_fields = None;
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::storage::v1::{VolumeAttachmentStatus, VolumeError};
+    use k8s_openapi::api::storage::v1::{VolumeAttachment, VolumeAttachmentStatus, VolumeError};
 
     fn va(rv: &str, attached: bool, attach_error: Option<&str>) -> VolumeAttachment {
         let mut va = VolumeAttachment::default();
@@ -275,10 +258,12 @@ mod tests {
 
     const FIN: &str = "external-attacher/x";
 
+    fn enqueue(old: &VolumeAttachment, new: &VolumeAttachment) -> bool {
+        should_enqueue_change(&old.clone().into(), &new.clone().into(), FIN)
+    }
+
     #[test]
     fn own_error_writes_do_not_enqueue_but_real_changes_do() {
-        let enqueue =
-            |old: &VolumeAttachment, new: &VolumeAttachment| should_enqueue_change(old, new, FIN);
         assert!(
             enqueue(&va("1", false, None), &va("1", false, None)),
             "resync"
@@ -311,11 +296,7 @@ mod tests {
     fn error_on_a_va_without_status_is_still_only_an_error_write() {
         let mut old = VolumeAttachment::default();
         old.metadata.resource_version = Some("1".into());
-        assert!(!should_enqueue_change(
-            &old,
-            &va("2", false, Some("boom")),
-            FIN
-        ));
+        assert!(!enqueue(&old, &va("2", false, Some("boom"))));
     }
 
     #[test]
@@ -325,15 +306,15 @@ mod tests {
         ours.metadata.finalizers = Some(vec![FIN.into()]);
         ours.metadata.annotations =
             Some([(NODE_ID_ANNOTATION.to_string(), "n1".to_string())].into());
-        assert!(!should_enqueue_change(&old, &ours, FIN));
+        assert!(!enqueue(&old, &ours));
 
         let mut foreign = ours.clone();
         foreign.metadata.finalizers = Some(vec![FIN.into(), "someone/else".into()]);
-        assert!(should_enqueue_change(&old, &foreign, FIN));
+        assert!(enqueue(&old, &foreign));
         let mut labelled = ours.clone();
         labelled.metadata.annotations = Some([("other".to_string(), "x".to_string())].into());
-        assert!(should_enqueue_change(&old, &labelled, FIN));
+        assert!(enqueue(&old, &labelled));
         // Someone else removing our finalizer must be looked at.
-        assert!(should_enqueue_change(&ours, &va("3", false, None), FIN));
+        assert!(enqueue(&ours, &va("3", false, None)));
     }
 }

@@ -63,8 +63,8 @@ pub const VA_QUEUE: &str = "csi-attacher-va";
 pub const PV_QUEUE: &str = "csi-attacher-pv";
 
 /// The lane a VA belongs in: detach once it is being deleted.
-pub fn lane_of(va: &VolumeAttachment) -> usize {
-    if va.metadata.deletion_timestamp.is_some() {
+pub fn lane_of(va: &impl kube::Resource) -> usize {
+    if va.meta().deletion_timestamp.is_some() {
         DETACH_LANE
     } else {
         ATTACH_LANE

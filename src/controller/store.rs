@@ -16,7 +16,6 @@ use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::compact::{CachedPv, CachedVa};
 use super::error::FlowError;
-use crate::migration;
 
 /// Read handles of the caches. Cheap to clone.
 #[derive(Clone)]
@@ -85,17 +84,6 @@ where
     }
     writer.apply_watcher_event(&Event::InitDone);
     store
-}
-
-/// Whether this driver serves `pv`: keep it in the cache.
-pub fn serves_pv(pv: &PersistentVolume, driver: &str) -> bool {
-    let Some(spec) = &pv.spec else {
-        return false;
-    };
-    match &spec.csi {
-        Some(csi) => csi.driver == driver,
-        None => migration::in_tree_driver(spec) == Some(driver),
-    }
 }
 
 /// PV name → names of the VAs (of any driver) that reference it.
