@@ -466,8 +466,9 @@ async fn resync_loop(
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     loop {
         ticker.tick().await;
-        for va in ctx.stores.all_vas() {
-            va_queue.add(&va.name_any(), lane_of(&va));
+        // Name and lane are in the compact form: no full VA is rebuilt here.
+        for va in ctx.stores.vas.state() {
+            va_queue.add(&va.name_any(), lane_of(va.as_ref()));
         }
         for pv in ctx.stores.all_pvs() {
             if informers::needs_finalizer_check(&pv, &ctx.driver_name, &ctx.finalizer) {
