@@ -8,6 +8,7 @@
 //! | `/readyz` | 200 once the driver answered and the caches synced, else 503 (ours) |
 
 use std::convert::Infallible;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -15,6 +16,7 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper_util::rt::TokioIo;
+use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 
 use crate::leader::Health;
@@ -60,14 +62,45 @@ pub struct Endpoint {
 }
 
 /// Binds `addr` (upstream exits 1 when it cannot listen).
+///
+/// As Go's `net.Listen("tcp", addr)`: an empty or unspecified host (`:8080`,
+/// `0.0.0.0:8080`, `[::]:8080`) listens on every address of both families
+/// (one dual-stack socket; IPv4 only where the host has no IPv6), so the
+/// kubelet's probe reaches it on IPv4, IPv6 and dual-stack clusters alike.
+/// Any other host binds as given.
 pub async fn bind(addr: &str) -> std::io::Result<TcpListener> {
-    // Go's ":8080" means every interface.
-    let addr = if addr.starts_with(':') {
-        format!("0.0.0.0{addr}")
-    } else {
-        addr.to_string()
-    };
-    TcpListener::bind(addr).await
+    match unspecified_port(addr) {
+        Some(port) => match bind_dual_stack(port) {
+            Ok(listener) => Ok(listener),
+            Err(err) => {
+                tracing::debug!(error = %err, "no IPv6 listener; listening on IPv4 only");
+                TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).await
+            }
+        },
+        None => TcpListener::bind(addr).await,
+    }
+}
+
+/// The port of `addr` when its host is empty or an unspecified address.
+fn unspecified_port(addr: &str) -> Option<u16> {
+    let (host, port) = addr.rsplit_once(':')?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    let unspecified = host.is_empty() || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_unspecified());
+    // Go takes a service name here too; only numbers are ports for us.
+    unspecified.then(|| port.parse().ok()).flatten()
+}
+
+fn bind_dual_stack(port: u16) -> std::io::Result<TcpListener> {
+    let socket = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_only_v6(false)?;
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&SocketAddr::from((Ipv6Addr::UNSPECIFIED, port)).into())?;
+    socket.listen(1024)?;
+    TcpListener::from_std(socket.into())
 }
 
 /// Serves `endpoint` on `listener` until the task is dropped.
@@ -138,4 +171,50 @@ fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
     *response.status_mut() = status;
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_and_unspecified_hosts_mean_every_address() {
+        for addr in [
+            ":8080",
+            "0.0.0.0:8080",
+            "[::]:8080",
+            "[0:0:0:0:0:0:0:0]:8080",
+        ] {
+            assert_eq!(unspecified_port(addr), Some(8080), "{addr}");
+        }
+        for addr in [
+            "127.0.0.1:8080",
+            "[::1]:8080",
+            "localhost:8080",
+            "8080",
+            ":http",
+        ] {
+            assert_eq!(unspecified_port(addr), None, "{addr}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_port_alone_is_reachable_on_both_loopbacks() {
+        let listener = bind(":0").await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let v4 = tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port)).await;
+        assert!(v4.is_ok(), "IPv4: {v4:?}");
+        // Hosts without IPv6 fall back to IPv4 only.
+        if std::net::TcpListener::bind((Ipv6Addr::LOCALHOST, 0)).is_ok() {
+            let v6 = tokio::net::TcpStream::connect((Ipv6Addr::LOCALHOST, port)).await;
+            assert!(v6.is_ok(), "IPv6: {v6:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_explicit_address_binds_as_given() {
+        let listener = bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        assert_eq!(addr.ip(), IpAddr::from(Ipv4Addr::LOCALHOST));
+    }
 }

@@ -85,6 +85,12 @@ impl KubeApi {
             .map_err(ApiError)
     }
 
+    /// GETs a PersistentVolume (`None` when there is none).
+    pub async fn pv(&self, name: &str) -> Result<Option<PersistentVolume>, ApiError> {
+        let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
+        pvs.get_opt(name).await.map_err(ApiError)
+    }
+
     /// GETs `node`'s CSINode: `driver`'s node ID there, if the node has it.
     pub async fn csinode_node_id(
         &self,

@@ -4,12 +4,12 @@
 //! never touches the queue.
 //!
 //! # Order
-//! The PV finalizer and the VA finalizer + node-id annotation are written
-//! *before* `ControllerPublishVolume` (concurrently: neither depends on the
-//! other), so no publish happens without a detach being owed;
-//! `attached=true` is written after. A check that fails before any write
-//! (source, translation, capability, secret, node ID) still gets the PV
-//! finalizer written first, as upstream does, and no VA write.
+//! The PV finalizer (persisted first: a VA never carries our finalizer while
+//! its PV lacks it), then the VA finalizer + node-id annotation, then
+//! `ControllerPublishVolume`, so no publish happens without a detach being
+//! owed; `attached=true` is written after. A check that fails before any
+//! VA write (translation, capability, secret, node ID) still gets the PV
+//! finalizer written first, as upstream does.
 //!
 //! # API writes (fresh VA, PV without our finalizer)
 //! PV JSON patch, VA metadata merge patch, Publish, VA `/status` merge patch;
@@ -62,69 +62,43 @@ pub async fn attach(ctx: &Ctx, va: &VolumeAttachment, forced: bool) -> Result<()
 /// Everything up to and including `ControllerPublishVolume`.
 async fn publish(ctx: &Ctx, va: &VolumeAttachment) -> Result<BTreeMap<String, String>, FlowError> {
     // Check as much as possible before the VA gets our finalizer.
-    let source = source::resolve(va, &ctx.stores)?;
-    let pv_write = pv_finalizer_write(ctx, &source)?;
-    let (request, migrated) = match publish_request(ctx, va, &source).await {
-        Ok(request) => request,
-        Err(err) => {
-            // Upstream adds the PV finalizer before these checks: so do we.
-            if let Some(write) = pv_write {
-                write.await?;
-            }
-            return Err(err);
-        }
-    };
+    let source = source::resolve_or_get(va, &ctx.stores, &ctx.api).await?;
+    // Upstream adds the PV finalizer before the remaining checks, and it must
+    // be persisted before the VA write: a VA that carried our finalizer while
+    // its PV lacked it would be stuck for good if the PV went away (detach
+    // needs the PV).
+    add_pv_finalizer(ctx, &source).await?;
+    let (request, migrated) = publish_request(ctx, va, &source).await?;
 
-    // From the VA write on, a detach is owed. The PV and VA writes are
-    // independent and both precede Publish: sent together, they cost one API
-    // round trip instead of two.
-    let va_write = async {
-        match patches::attach_metadata(va, &ctx.finalizer, &request.node_id) {
-            Some(patch) => ctx
-                .api
-                .patch_va_unread(&va.name_any(), &patch)
-                .await
-                .map_err(FlowError::SaveVolumeAttachment),
-            None => Ok(()),
-        }
-    };
-    let pv_write = async {
-        match pv_write {
-            Some(write) => write.await,
-            None => Ok(()),
-        }
-    };
-    let (pv_written, va_written) = tokio::join!(pv_write, va_write);
-    pv_written?;
-    va_written?;
-
+    // From the VA write on, a detach is owed.
+    if let Some(patch) = patches::attach_metadata(va, &ctx.finalizer, &request.node_id) {
+        ctx.api
+            .patch_va_unread(&va.name_any(), &patch)
+            .await
+            .map_err(FlowError::SaveVolumeAttachment)?;
+    }
     let context = ctx.csi.publish(request, migrated).await?;
     Ok(context.into_iter().collect())
 }
 
-/// The PV finalizer write this attach needs (none for inline volumes or when
-/// the PV has it); a PV being deleted is refused.
-fn pv_finalizer_write<'a>(
-    ctx: &'a Ctx,
-    source: &Source<'_>,
-) -> Result<Option<impl std::future::Future<Output = Result<(), FlowError>> + 'a>, FlowError> {
+/// Adds our finalizer to the PV (one write, skipped for inline volumes and
+/// when the PV has it); a PV being deleted is refused.
+async fn add_pv_finalizer(ctx: &Ctx, source: &Source<'_>) -> Result<(), FlowError> {
     let Source::Pv(pv) = source else {
-        return Ok(None);
+        return Ok(());
     };
     let name = pv.name_any();
     if pv.metadata.deletion_timestamp.is_some() {
         return Err(FlowError::PvDeleting(name));
     }
     if pv.finalizers().contains(&ctx.finalizer) {
-        return Ok(None);
+        return Ok(());
     }
     let patch = patches::pv_add_finalizer(pv.metadata.finalizers.as_deref(), &ctx.finalizer);
-    Ok(Some(async move {
-        ctx.api
-            .patch_pv(&name, patch)
-            .await
-            .map_err(FlowError::AddPvFinalizer)
-    }))
+    ctx.api
+        .patch_pv(&name, patch)
+        .await
+        .map_err(FlowError::AddPvFinalizer)
 }
 
 /// The Publish request (and whether the volume was translated), from the

@@ -392,6 +392,11 @@ impl CachedVa {
             .eq(other.meta.annotations.without(key))
     }
 
+    /// Whether both have the same annotations.
+    pub fn same_annotations(&self, other: &Self) -> bool {
+        self.meta.annotations == other.meta.annotations
+    }
+
     /// Takes `other`'s annotations.
     pub fn copy_annotations(&mut self, other: &Self) {
         self.meta.annotations = other.meta.annotations.clone();

@@ -44,7 +44,7 @@ pub async fn detach(ctx: &Ctx, va: &VolumeAttachment, forced: bool) -> Result<()
 }
 
 async fn unpublish_and_release(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), FlowError> {
-    let source = source::resolve(va, &ctx.stores)?;
+    let source = source::resolve_or_get(va, &ctx.stores, &ctx.api).await?;
     let volume = source.csi_volume()?;
     let secrets = ctx.publish_secrets(&volume.csi).await?;
     // The node may be gone (CSINode deleted or without our driver): fall back

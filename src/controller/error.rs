@@ -49,6 +49,15 @@ pub enum FlowError {
     /// The PV is not in the cache (yet).
     #[error("persistentvolume {0:?} not found")]
     PvNotFound(String),
+    /// Reading a PV the cache does not hold failed.
+    #[error("could not get PersistentVolume {name:?}: {source}")]
+    GetPv {
+        /// The PV's name.
+        name: String,
+        /// The API error.
+        #[source]
+        source: ApiError,
+    },
     /// Attaching a PV that is being deleted is refused.
     #[error("PersistentVolume {0:?} is marked for deletion")]
     PvDeleting(String),

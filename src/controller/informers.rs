@@ -110,7 +110,7 @@ pub async fn run_pv_informer(
                 writer.apply_watcher_event(&Event::Init);
             }
             Event::InitApply(pv) => {
-                if pv.served_by(&driver) {
+                if is_cached(&pv, &driver, &finalizer) {
                     if needs_finalizer_check(&pv.to_full(), &driver, &finalizer) {
                         listed.push(pv.name_any());
                     }
@@ -124,18 +124,28 @@ pub async fn run_pv_informer(
                 }
             }
             Event::Apply(pv) => {
-                if pv.served_by(&driver) {
+                if is_cached(&pv, &driver, &finalizer) {
                     let enqueue = needs_finalizer_check(&pv.to_full(), &driver, &finalizer);
                     let name = pv.name_any();
                     writer.apply_watcher_event(&Event::Apply(pv));
                     if enqueue {
                         pv_queue.add(&name, PV_LANE);
                     }
+                } else {
+                    // Another driver's PV that no longer carries our finalizer.
+                    writer.apply_watcher_event(&Event::Delete(pv));
                 }
             }
             Event::Delete(pv) => writer.apply_watcher_event(&Event::Delete(pv)),
         }
     }
+}
+
+/// Whether the PV cache keeps `pv`: this driver serves it, or it carries our
+/// finalizer (a VA of ours may name another driver's PV, as upstream allows;
+/// its finalizer must still be released when the PV goes).
+fn is_cached(pv: &CachedPv, driver: &str, finalizer: &str) -> bool {
+    pv.served_by(driver) || pv.finalizers().iter().any(|f| f == finalizer)
 }
 
 /// Keeps the CSINode cache.
@@ -214,10 +224,13 @@ pub fn should_enqueue_change(old: &CachedVa, new: &CachedVa, finalizer: &str) ->
     if !with_ours.iter().any(|f| f == finalizer) {
         with_ours.push(finalizer.to_string());
     }
+    let mut own_write = false;
     if new_meta.finalizers.as_deref().unwrap_or_default() == with_ours.as_slice() {
+        own_write |= new_meta.finalizers != old_meta.finalizers;
         sanitized.meta_mut().finalizers = old_meta.finalizers.clone();
     }
     if new.same_annotations_but(old, NODE_ID_ANNOTATION) {
+        own_write |= !new.same_annotations(old);
         sanitized.copy_annotations(old);
     }
     match (&mut sanitized.status, &old.status) {
@@ -234,7 +247,19 @@ pub fn should_enqueue_change(old: &CachedVa, new: &CachedVa, finalizer: &str) ->
         }
         _ => {}
     }
-    sanitized != *old
+    if sanitized != *old {
+        return true;
+    }
+    // Only the resourceVersion (e.g. a managedFields-only update), our error
+    // writes or our finalizer/node-id write changed. Upstream re-syncs at once
+    // on any change while neither side carries an error; so do we, except for
+    // our own write.
+    let has_error = |va: &CachedVa| {
+        va.status
+            .as_ref()
+            .is_some_and(|s| s.attach_error.is_some() || s.detach_error.is_some())
+    };
+    !own_write && !has_error(old) && !has_error(new)
 }
 
 #[cfg(test)]
@@ -269,8 +294,12 @@ mod tests {
             "resync"
         );
         assert!(
-            !enqueue(&va("1", false, None), &va("2", false, None)),
-            "nothing but the RV"
+            enqueue(&va("1", false, None), &va("2", false, None)),
+            "nothing but the RV, no error on either side: upstream re-syncs"
+        );
+        assert!(
+            !enqueue(&va("1", false, Some("a")), &va("2", false, Some("a"))),
+            "nothing but the RV next to an error: the backoff holds"
         );
         assert!(
             !enqueue(&va("1", false, None), &va("2", false, Some("boom"))),

@@ -44,7 +44,7 @@ use tracing::Instrument;
 pub use api::KubeApi;
 use compact::{CachedPv, CachedVa};
 pub use error::{ApiError, FlowError};
-use queue::{Backoff, WorkQueue};
+use queue::{Backoff, Concurrency, WorkQueue};
 use store::{PvRefs, Stores};
 
 use crate::csi::{self, Capabilities};
@@ -86,7 +86,7 @@ pub struct Settings {
     pub capabilities: Capabilities,
     /// `--default-fstype`.
     pub default_fs_type: String,
-    /// `--worker-threads` (per lane).
+    /// `--worker-threads`: the ceiling of concurrent attaches and detaches.
     pub workers: usize,
     /// `--retry-interval-start` / `--retry-interval-max`.
     pub backoff: Backoff,
@@ -215,18 +215,28 @@ pub async fn run(
     let mut tasks = JoinSet::new();
 
     // Caches and the watches that fill them.
-    let va_queue = Arc::new(WorkQueue::new(
-        VA_QUEUE,
-        2,
-        backoff,
-        Some(metrics.queues.for_queue(VA_QUEUE, &["attach", "detach"])),
-    ));
-    let pv_queue = Arc::new(WorkQueue::new(
-        PV_QUEUE,
-        1,
-        backoff,
-        Some(metrics.queues.for_queue(PV_QUEUE, &["pv"])),
-    ));
+    // Both queues stay idle (no adds, no metrics) until this replica leads.
+    // `--worker-threads` is the ceiling of concurrent attaches + detaches, as
+    // upstream; each lane keeps a share of it (see `Concurrency`).
+    let va_queue = Arc::new(
+        WorkQueue::new(
+            VA_QUEUE,
+            2,
+            backoff,
+            Some(metrics.queues.for_queue(VA_QUEUE, &["attach", "detach"])),
+        )
+        .with_concurrency(Concurrency::with_reserved_fifth(workers, 2))
+        .idle(),
+    );
+    let pv_queue = Arc::new(
+        WorkQueue::new(
+            PV_QUEUE,
+            1,
+            backoff,
+            Some(metrics.queues.for_queue(PV_QUEUE, &["pv"])),
+        )
+        .idle(),
+    );
     let (vas, va_writer) = reflector::store::<CachedVa>();
     let (pvs, pv_writer) = reflector::store::<CachedPv>();
     let (csinodes, csinode_writer) = reflector::store::<CSINode>();
@@ -304,6 +314,11 @@ pub async fn run(
         events: reporter.map(|r| events::FailureEvents::new(client, r)),
     });
     tasks.spawn(report_backlog(Arc::clone(&va_queue), Arc::clone(&pv_queue)));
+    // Upstream's informers start with the leadership and add every object;
+    // our caches are warm already, so the new leader queues them from there.
+    va_queue.start();
+    pv_queue.start();
+    enqueue_all(&ctx, &va_queue, &pv_queue);
 
     // Workers: one pool per lane.
     let mut workers_set = JoinSet::new();
@@ -311,6 +326,7 @@ pub async fn run(
         let q = Arc::clone(q);
         tasks.spawn(async move { q.run_timers().await });
     }
+    // Every lane may use up to all `workers` slots the queue's ceiling allows.
     for _ in 0..workers {
         for lane in [ATTACH_LANE, DETACH_LANE] {
             workers_set.spawn(va_worker(Arc::clone(&ctx), Arc::clone(&va_queue), lane));
@@ -466,14 +482,19 @@ async fn resync_loop(
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     loop {
         ticker.tick().await;
-        // Name and lane are in the compact form: no full VA is rebuilt here.
-        for va in ctx.stores.vas.state() {
-            va_queue.add(&va.name_any(), lane_of(va.as_ref()));
-        }
-        for pv in ctx.stores.all_pvs() {
-            if informers::needs_finalizer_check(&pv, &ctx.driver_name, &ctx.finalizer) {
-                pv_queue.add(&pv.name_any(), PV_LANE);
-            }
+        enqueue_all(&ctx, &va_queue, &pv_queue);
+    }
+}
+
+/// Queues every cached VA, and every cached PV whose finalizer needs a look.
+fn enqueue_all(ctx: &Ctx, va_queue: &WorkQueue, pv_queue: &WorkQueue) {
+    // Name and lane are in the compact form: no full VA is rebuilt here.
+    for va in ctx.stores.vas.state() {
+        va_queue.add(&va.name_any(), lane_of(va.as_ref()));
+    }
+    for pv in ctx.stores.all_pvs() {
+        if informers::needs_finalizer_check(&pv, &ctx.driver_name, &ctx.finalizer) {
+            pv_queue.add(&pv.name_any(), PV_LANE);
         }
     }
 }

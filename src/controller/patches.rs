@@ -108,8 +108,16 @@ pub fn detached_status(status: Option<&VolumeAttachmentStatus>) -> Option<Value>
 }
 
 /// `/status` merge patch recording a failed attach; `error_code` only for gRPC errors.
+///
+/// Without a code, `errorCode` is nulled: a merge patch would otherwise keep
+/// the code of an earlier failure next to the new message (upstream's diff
+/// patch sends the null too), and the kubelet acts on that code.
 pub fn attach_error(message: &str, error_code: Option<i32>, now: Timestamp) -> Value {
-    json!({ "status": { "attachError": volume_error(message, error_code, now) } })
+    let mut error = volume_error(message, error_code, now);
+    if let Value::Object(fields) = &mut error {
+        fields.entry("errorCode").or_insert(Value::Null);
+    }
+    json!({ "status": { "attachError": error } })
 }
 
 /// `/status` merge patch recording a failed detach (never with an error code).
@@ -284,7 +292,8 @@ mod tests {
         );
         assert_eq!(
             attach_error("boom", None, now),
-            json!({"status": {"attachError": {"message": "boom", "time": "2026-01-02T03:04:05Z"}}})
+            json!({"status": {"attachError": {"message": "boom", "time": "2026-01-02T03:04:05Z", "errorCode": null}}}),
+            "an earlier code is cleared"
         );
         assert_eq!(
             detach_error("boom", now),

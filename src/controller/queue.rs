@@ -17,6 +17,17 @@
 //! "one worker per key" hold across lanes: a key waits in one lane at a time,
 //! and moving it to another lane keeps its place-holder in the first as a
 //! stale entry that is skipped.
+//!
+//! # Ceiling
+//! With a [`Concurrency`], at most `total` keys are in flight across all
+//! lanes (upstream's `--worker-threads` is the ceiling of concurrent
+//! operations), and each lane keeps a reserved share of it that the other
+//! lanes cannot take: a storm in one lane still leaves room for the others.
+//!
+//! # Idle until started
+//! A queue built [`WorkQueue::idle`] ignores adds until [`WorkQueue::start`]:
+//! a standby replica keeps its caches warm but queues (and counts) no work it
+//! will not do; the new leader queues everything from its caches instead.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
@@ -50,6 +61,51 @@ impl Backoff {
     }
 }
 
+/// The ceiling of keys in flight, and each lane's reserved share of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Concurrency {
+    /// Keys in flight across all lanes, at most.
+    pub total: usize,
+    /// Per lane: slots only that lane may use (their sum is at most `total`).
+    pub reserved: Vec<usize>,
+}
+
+impl Concurrency {
+    /// `total` slots over `lanes` lanes, each lane reserving a fifth of them
+    /// (at least one) when there are enough slots for every lane to have one.
+    pub fn with_reserved_fifth(total: usize, lanes: usize) -> Self {
+        let share = if lanes > 0 && total >= lanes {
+            (total / 5).max(1).min(total / lanes)
+        } else {
+            0
+        };
+        Self {
+            total,
+            reserved: vec![share; lanes],
+        }
+    }
+
+    /// Whether `lane` may start one more key with `in_flight` keys running per lane.
+    fn admits(&self, lane: usize, in_flight: &[usize]) -> bool {
+        let reserved = |l: usize| self.reserved.get(l).copied().unwrap_or(0);
+        if in_flight.iter().sum::<usize>() >= self.total {
+            return false;
+        }
+        if in_flight.get(lane).copied().unwrap_or(0) < reserved(lane) {
+            return true;
+        }
+        let shared = self
+            .total
+            .saturating_sub(self.reserved.iter().sum::<usize>());
+        let shared_used: usize = in_flight
+            .iter()
+            .enumerate()
+            .map(|(l, n)| n.saturating_sub(reserved(l)))
+            .sum();
+        shared_used < shared
+    }
+}
+
 #[derive(Default)]
 struct State {
     lanes: Vec<VecDeque<String>>,
@@ -61,8 +117,12 @@ struct State {
     failures: HashMap<String, u32>,
     /// When each waiting key became ready.
     ready_since: HashMap<String, Instant>,
-    /// When each key in flight was taken.
-    started: HashMap<String, Instant>,
+    /// When each key in flight was taken, and from which lane.
+    started: HashMap<String, (Instant, usize)>,
+    /// Keys in flight per lane.
+    in_flight: Vec<usize>,
+    /// Whether adds are taken (false while idle).
+    accepting: bool,
     /// Delayed keys: earliest due time and lane.
     delayed: HashMap<String, (Instant, usize)>,
     timers: BinaryHeap<Reverse<(Instant, u64, String)>>,
@@ -78,6 +138,7 @@ pub struct WorkQueue {
     lane_ready: Vec<Notify>,
     timers_changed: Notify,
     metrics: Option<QueueMetrics>,
+    concurrency: Option<Concurrency>,
 }
 
 /// One lane's backlog, as [`WorkQueue::observe`] reports it.
@@ -99,6 +160,8 @@ impl WorkQueue {
     ) -> Self {
         let state = State {
             lanes: (0..lanes).map(|_| VecDeque::new()).collect(),
+            in_flight: vec![0; lanes],
+            accepting: true,
             ..State::default()
         };
         Self {
@@ -108,7 +171,25 @@ impl WorkQueue {
             lane_ready: (0..lanes).map(|_| Notify::new()).collect(),
             timers_changed: Notify::new(),
             metrics,
+            concurrency: None,
         }
+    }
+
+    /// Caps the keys in flight (see the module docs).
+    pub fn with_concurrency(mut self, concurrency: Concurrency) -> Self {
+        self.concurrency = Some(concurrency);
+        self
+    }
+
+    /// Ignores adds until [`WorkQueue::start`].
+    pub fn idle(self) -> Self {
+        self.lock().accepting = false;
+        self
+    }
+
+    /// Takes adds from now on (a no-op on a queue that was not idle).
+    pub fn start(&self) {
+        self.lock().accepting = true;
     }
 
     /// The queue's name (the `name` label of workqueue metrics).
@@ -123,13 +204,27 @@ impl WorkQueue {
     }
 
     fn add_locked(&self, state: &mut State, key: &str, lane: usize) {
-        if state.shutting_down || lane >= state.lanes.len() {
+        if state.shutting_down || !state.accepting || lane >= state.lanes.len() {
             return;
         }
         if state.processing.contains(key) {
-            state.dirty.insert(key.to_string(), lane);
+            // client-go counts the add (and the depth) when the key first
+            // becomes dirty, not when `done` puts it back.
+            if state.dirty.insert(key.to_string(), lane).is_none() {
+                state.ready_since.insert(key.to_string(), Instant::now());
+                if let Some(m) = &self.metrics {
+                    m.adds.inc();
+                    m.depth.inc();
+                }
+            }
             return;
         }
+        self.enqueue_locked(state, key, lane, true);
+    }
+
+    /// Puts `key` in `lane`'s FIFO; `counted`: a new add for the metrics (not
+    /// a dirty key coming back, which was counted when it became dirty).
+    fn enqueue_locked(&self, state: &mut State, key: &str, lane: usize, counted: bool) {
         match state.queued.insert(key.to_string(), lane) {
             Some(old) if old == lane => return,
             Some(old) => {
@@ -139,10 +234,16 @@ impl WorkQueue {
                 }
             }
             None => {
-                state.ready_since.insert(key.to_string(), Instant::now());
+                // A dirty key keeps the time it became dirty.
+                state
+                    .ready_since
+                    .entry(key.to_string())
+                    .or_insert_with(Instant::now);
                 if let Some(m) = &self.metrics {
-                    m.adds.inc();
-                    m.depth.inc();
+                    if counted {
+                        m.adds.inc();
+                        m.depth.inc();
+                    }
                     m.lane_depth[lane].inc();
                 }
             }
@@ -158,7 +259,7 @@ impl WorkQueue {
         }
         let due = Instant::now() + delay;
         let mut state = self.lock();
-        if state.shutting_down {
+        if state.shutting_down || !state.accepting {
             return;
         }
         if let Some((existing, _)) = state.delayed.get(key) {
@@ -215,7 +316,8 @@ impl WorkQueue {
         state.queued.values().filter(|l| **l == lane).count()
     }
 
-    /// Takes the next key of `lane`, waiting for one. `None` once shut down.
+    /// Takes the next key of `lane`, waiting for one (and, with a ceiling, for
+    /// a free slot). `None` once shut down.
     ///
     /// # Cancel safety
     /// Cancel safe: a key is only taken in the same poll that returns it.
@@ -227,12 +329,17 @@ impl WorkQueue {
                 if state.shutting_down {
                     return None;
                 }
-                while let Some(key) = state.lanes[lane].pop_front() {
+                let admitted = self
+                    .concurrency
+                    .as_ref()
+                    .is_none_or(|c| c.admits(lane, &state.in_flight));
+                while let Some(key) = admitted.then(|| state.lanes[lane].pop_front()).flatten() {
                     if state.queued.get(&key) == Some(&lane) {
                         state.queued.remove(&key);
                         let now = Instant::now();
                         let since = state.ready_since.remove(&key).unwrap_or(now);
-                        state.started.insert(key.clone(), now);
+                        state.started.insert(key.clone(), (now, lane));
+                        state.in_flight[lane] += 1;
                         state.processing.insert(key.clone());
                         if let Some(m) = &self.metrics {
                             m.depth.dec();
@@ -251,11 +358,22 @@ impl WorkQueue {
     pub fn done(&self, key: &str) {
         let mut state = self.lock();
         state.processing.remove(key);
-        if let (Some(started), Some(m)) = (state.started.remove(key), &self.metrics) {
-            m.work_duration.observe(started.elapsed().as_secs_f64());
+        if let Some((started, lane)) = state.started.remove(key) {
+            state.in_flight[lane] = state.in_flight[lane].saturating_sub(1);
+            if let Some(m) = &self.metrics {
+                m.work_duration.observe(started.elapsed().as_secs_f64());
+            }
+            if self.concurrency.is_some() {
+                // A slot is free: a worker of any lane may be waiting for one.
+                for ready in &self.lane_ready {
+                    ready.notify_one();
+                }
+            }
         }
         if let Some(lane) = state.dirty.remove(key) {
-            self.add_locked(&mut state, key, lane);
+            if !state.shutting_down {
+                self.enqueue_locked(&mut state, key, lane, false);
+            }
         }
     }
 
@@ -284,7 +402,7 @@ impl WorkQueue {
             let running: Vec<f64> = state
                 .started
                 .values()
-                .map(|t| (now - *t).as_secs_f64())
+                .map(|(t, _)| (now - *t).as_secs_f64())
                 .collect();
             m.unfinished.set(running.iter().sum());
             m.longest.set(running.iter().copied().fold(0.0, f64::max));
@@ -516,6 +634,139 @@ mod tests {
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }
+    }
+
+    #[test]
+    fn reserved_shares_leave_every_lane_room_within_the_total() {
+        let c = |total| Concurrency::with_reserved_fifth(total, 2).reserved;
+        assert_eq!(c(1), [0, 0], "one slot: shared by both lanes");
+        assert_eq!(c(2), [1, 1]);
+        assert_eq!(c(10), [2, 2]);
+        assert_eq!(c(100), [20, 20]);
+        assert_eq!(c(1000), [200, 200]);
+        let ten = Concurrency::with_reserved_fifth(10, 2);
+        assert!(ten.admits(0, &[7, 2]), "shared slot left");
+        assert!(!ten.admits(0, &[8, 1]), "lane 1 keeps its reserved slot");
+        assert!(ten.admits(1, &[8, 1]));
+        assert!(!ten.admits(1, &[8, 2]), "total reached");
+    }
+
+    fn capped(total: usize) -> Arc<WorkQueue> {
+        let q = Arc::new(
+            WorkQueue::new(
+                "test",
+                2,
+                Backoff {
+                    start: Duration::from_secs(1),
+                    max: Duration::from_secs(300),
+                },
+                None,
+            )
+            .with_concurrency(Concurrency::with_reserved_fifth(total, 2)),
+        );
+        let timers = Arc::clone(&q);
+        tokio::spawn(async move { timers.run_timers().await });
+        q
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_ceiling_bounds_keys_in_flight_across_lanes_and_keeps_each_lanes_share() {
+        let q = capped(10);
+        for i in 0..20 {
+            q.add(&format!("d{i}"), 1);
+            q.add(&format!("a{i}"), 0);
+        }
+        let mut detaching = Vec::new();
+        while let Some(key) = next(&q, 1).await {
+            detaching.push(key);
+        }
+        assert_eq!(
+            detaching.len(),
+            8,
+            "detach lane stops at total minus attach's share"
+        );
+        let mut attaching = Vec::new();
+        while let Some(key) = next(&q, 0).await {
+            attaching.push(key);
+        }
+        assert_eq!(attaching.len(), 2, "attach lane gets its reserved share");
+        // A finished detach frees a shared slot: a waiting attach worker takes it.
+        let waiter = {
+            let q = Arc::clone(&q);
+            tokio::spawn(async move { q.get(0).await })
+        };
+        tokio::task::yield_now().await;
+        q.done(&detaching[0]);
+        let woken = tokio::time::timeout(Duration::from_millis(10), waiter)
+            .await
+            .expect("a waiting worker is woken by the freed slot")
+            .expect("join");
+        assert_eq!(woken.as_deref(), Some("a2"));
+        assert_eq!(next(&q, 1).await, None, "the ceiling is full again");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_queue_ignores_adds_until_started() {
+        let metrics = crate::metrics::Metrics::new();
+        let q = WorkQueue::new(
+            "csi-attacher-pv",
+            1,
+            Backoff {
+                start: Duration::from_secs(1),
+                max: Duration::from_secs(300),
+            },
+            Some(metrics.queues.for_queue("csi-attacher-pv", &["pv"])),
+        )
+        .idle();
+        q.add("a", 0);
+        q.add_rate_limited("b", 0);
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(next(&q, 0).await, None);
+        let text = metrics.render();
+        assert!(
+            text.contains(r#"workqueue_adds_total{name="csi-attacher-pv"} 0"#)
+                && text.contains(r#"workqueue_depth{name="csi-attacher-pv"} 0"#),
+            "{text}"
+        );
+        q.start();
+        q.add("a", 0);
+        assert_eq!(next(&q, 0).await.as_deref(), Some("a"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_add_while_processing_counts_once_as_client_go_does() {
+        let metrics = crate::metrics::Metrics::new();
+        let q = WorkQueue::new(
+            "csi-attacher-va",
+            2,
+            Backoff {
+                start: Duration::from_secs(1),
+                max: Duration::from_secs(300),
+            },
+            Some(
+                metrics
+                    .queues
+                    .for_queue("csi-attacher-va", &["attach", "detach"]),
+            ),
+        );
+        q.add("a", 0);
+        let key = q.get(0).await.expect("a");
+        q.add("a", 0);
+        q.add("a", 0);
+        let text = metrics.render();
+        assert!(
+            text.contains(r#"workqueue_adds_total{name="csi-attacher-va"} 2"#)
+                && text.contains(r#"workqueue_depth{name="csi-attacher-va"} 1"#),
+            "{text}"
+        );
+        q.done(&key);
+        assert_eq!(q.get(0).await.as_deref(), Some("a"));
+        let text = metrics.render();
+        assert!(
+            text.contains(r#"workqueue_adds_total{name="csi-attacher-va"} 2"#)
+                && text.contains(r#"workqueue_depth{name="csi-attacher-va"} 0"#),
+            "{text}"
+        );
     }
 
     #[tokio::test(start_paused = true)]

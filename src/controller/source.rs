@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 
+use super::api::KubeApi;
 use super::capability::CapabilitySource;
 use super::error::FlowError;
 use super::store::Stores;
@@ -31,6 +32,27 @@ pub fn resolve<'a>(va: &'a VolumeAttachment, stores: &Stores) -> Result<Source<'
             .ok_or_else(|| FlowError::PvNotFound(name.clone())),
         (None, Some(spec)) => Ok(Source::Inline(spec)),
         (None, None) => Err(FlowError::NoSource),
+    }
+}
+
+/// [`resolve`], reading a PV the cache does not hold from the API server.
+///
+/// The cache holds this driver's PVs (and PVs with our finalizer); a VA of
+/// ours may still name another driver's PV, and upstream attaches and
+/// detaches it with that PV's handle. Without this, such a VA would carry our
+/// finalizer and never detach.
+pub async fn resolve_or_get<'a>(
+    va: &'a VolumeAttachment,
+    stores: &Stores,
+    api: &KubeApi,
+) -> Result<Source<'a>, FlowError> {
+    match resolve(va, stores) {
+        Err(FlowError::PvNotFound(name)) => match api.pv(&name).await {
+            Ok(Some(pv)) => Ok(Source::Pv(Box::new(pv))),
+            Ok(None) => Err(FlowError::PvNotFound(name)),
+            Err(source) => Err(FlowError::GetPv { name, source }),
+        },
+        other => other,
     }
 }
 

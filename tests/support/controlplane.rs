@@ -135,6 +135,17 @@ impl ControlPlane {
         .stderr(etcd_log);
         let etcd = Guard(Some(procs::spawn(etcd).context("starting etcd")?));
 
+        // Audit log of the attacher's writes (VA and PV patches), so tests can
+        // check the order the API server received them in.
+        std::fs::write(
+            dir.join("audit-policy.yaml"),
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n\
+             - level: Metadata\n  verbs: [patch]\n  resources:\n\
+             - group: \"\"\n    resources: [persistentvolumes]\n\
+             - group: storage.k8s.io\n    resources: [volumeattachments, volumeattachments/status]\n\
+             - level: None\n",
+        )?;
+
         // kube-apiserver
         let port = free_port()?;
         let api_log = std::fs::File::create(dir.join("kube-apiserver.log"))?;
@@ -158,6 +169,9 @@ impl ControlPlane {
                 "--endpoint-reconciler-type=none".into(),
                 "--enable-priority-and-fairness=false".into(),
                 "--profiling=false".into(),
+                format!("--audit-policy-file={}", p("audit-policy.yaml")),
+                format!("--audit-log-path={}", p("audit.log")),
+                "--audit-log-mode=blocking".into(),
                 "--v=1".into(),
             ])
             .stdout(api_log.try_clone()?)
@@ -189,6 +203,16 @@ impl ControlPlane {
             ))
         })?;
         Ok(cp)
+    }
+
+    /// The API server's audit events so far (patches of PVs and VAs, stage
+    /// ResponseComplete), in the order it logged them.
+    pub fn audit_events(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.dir.join("audit.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect()
     }
 
     /// Writes a kubeconfig for a client-certificate user and returns its path.
