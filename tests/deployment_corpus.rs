@@ -147,7 +147,7 @@ fn expand(input: &str, vars: &HashMap<String, String>) -> String {
         }
         cursor += 1;
     }
-    out.extend_from_slice(&bytes[checkpoint.min(bytes.len())..]);
+    out.extend_from_slice(&bytes[checkpoint..]);
     String::from_utf8(out).expect("expansion keeps UTF-8: it only moves whole input bytes")
 }
 
@@ -550,11 +550,9 @@ async fn run_fixture(file: &str, binary: Binary) {
     assert_running(&mut process, &log_path, file);
     let log = std::fs::read_to_string(&log_path).unwrap_or_default();
     let errors = flag_errors(&log);
-    assert!(
-        errors.is_empty(),
-        "{file}: flag errors in the log:\n{}",
-        errors.join("\n")
-    );
+    if !errors.is_empty() {
+        failures.push(format!("flag errors in the log:\n{}", errors.join("\n")));
+    }
     assert!(failures.is_empty(), "{file}:\n{}", failures.join("\n"));
 }
 
