@@ -41,6 +41,21 @@ pub struct ControlPlane {
 
 static SHARED: OnceLock<std::result::Result<ControlPlane, String>> = OnceLock::new();
 
+/// Audit only the writes the tests inspect: PV and VA patches.
+const AUDIT_POLICY: &str = r#"apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    verbs: [patch]
+    resources:
+      - group: ""
+        resources: [persistentvolumes]
+      - group: storage.k8s.io
+        resources: [volumeattachments, volumeattachments/status]
+  - level: None
+"#;
+
 /// The control plane of this test binary, started on first use.
 ///
 /// Safe to call from inside a tokio runtime: the start runs on its own thread.
@@ -137,14 +152,7 @@ impl ControlPlane {
 
         // Audit log of the attacher's writes (VA and PV patches), so tests can
         // check the order the API server received them in.
-        std::fs::write(
-            dir.join("audit-policy.yaml"),
-            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n\
-             - level: Metadata\n  verbs: [patch]\n  resources:\n\
-             - group: \"\"\n    resources: [persistentvolumes]\n\
-             - group: storage.k8s.io\n    resources: [volumeattachments, volumeattachments/status]\n\
-             - level: None\n",
-        )?;
+        std::fs::write(dir.join("audit-policy.yaml"), AUDIT_POLICY)?;
 
         // kube-apiserver
         let port = free_port()?;
