@@ -114,7 +114,7 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
     let (client, mut loss) =
         Client::connect(&address, DIAL_TIMEOUT, timeout, Arc::clone(&metrics.csi))
             .await
-            .map_err(RunError::Startup)?;
+            .map_err(|err| startup_failed(&termination_log_path, err))?;
     let client =
         client.with_max_log_length(usize::try_from(max_grpc_log_length).ok().filter(|n| *n > 0));
     let startup = async {
@@ -332,10 +332,23 @@ fn hostname() -> String {
 /// Records the loss where the kubelet shows it, and returns the fatal error.
 fn connection_lost(termination_log: &Path) -> RunError {
     tracing::error!("{CONNECTION_LOST_MESSAGE}");
-    if let Err(err) = std::fs::write(termination_log, CONNECTION_LOST_MESSAGE) {
-        tracing::warn!(path = %termination_log.display(), error = %err, "cannot write termination log");
-    }
+    write_termination_log(termination_log, CONNECTION_LOST_MESSAGE);
     RunError::ConnectionLost
+}
+
+/// A socket we may not connect to needs the operator (image or securityContext),
+/// so its explanation also goes where `kubectl describe pod` shows it.
+fn startup_failed(termination_log: &Path, err: csi::Error) -> RunError {
+    if matches!(err, csi::Error::SocketPermissionDenied { .. }) {
+        write_termination_log(termination_log, &err.to_string());
+    }
+    RunError::Startup(err)
+}
+
+fn write_termination_log(path: &Path, message: &str) {
+    if let Err(err) = std::fs::write(path, message) {
+        tracing::warn!(path = %path.display(), error = %err, "cannot write termination log");
+    }
 }
 
 /// Resolves on SIGTERM or SIGINT.

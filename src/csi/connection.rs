@@ -76,7 +76,21 @@ impl ConnectionLoss {
     }
 }
 
+/// How long a dial refused with EACCES is retried before giving up.
+///
+/// Upstream (gRPC's blocking dial) retries EACCES like any dial error until
+/// its 30 s timeout, exits 1 with a bare "context deadline exceeded", and the
+/// container crash-loops. A socket that another user owns and we may not
+/// write does not become writable on its own, so waiting the full 30 s only
+/// delays the explanation. A few seconds still cover a driver that binds its
+/// socket and then chmods or chowns it.
+const PERMISSION_DENIED_GRACE: Duration = Duration::from_secs(5);
+
 /// Dials the driver socket, retrying every second for up to `timeout`.
+///
+/// A socket we may not write fails fast, after [`PERMISSION_DENIED_GRACE`],
+/// with [`Error::SocketPermissionDenied`] saying whose socket it is and the
+/// ways out.
 pub async fn connect(path: &Path, timeout: Duration) -> Result<(Channel, ConnectionLoss), Error> {
     let (lost_tx, lost_rx) = watch::channel(false);
     let lost_tx = Arc::new(lost_tx);
@@ -98,6 +112,7 @@ pub async fn connect(path: &Path, timeout: Duration) -> Result<(Channel, Connect
     let shown = path.display().to_string();
     let started = tokio::time::Instant::now();
     let mut last_log = started;
+    let mut denied_since: Option<tokio::time::Instant> = None;
     let dial = || endpoint.connect_with_connector(connector.clone());
     let attempt = dial
         .retry(
@@ -106,6 +121,22 @@ pub async fn connect(path: &Path, timeout: Duration) -> Result<(Channel, Connect
                 .without_max_times(),
         )
         .sleep(tokio::time::sleep)
+        // Everything but a lasting EACCES is retried until the overall timeout.
+        .when(|err| {
+            if dial_error_kind(err) != Some(io::ErrorKind::PermissionDenied) {
+                denied_since = None;
+                return true;
+            }
+            let since = *denied_since.get_or_insert_with(|| {
+                tracing::warn!(
+                    address = %shown,
+                    grace = ?PERMISSION_DENIED_GRACE,
+                    "Permission denied connecting to CSI driver socket, retrying briefly"
+                );
+                tokio::time::Instant::now()
+            });
+            since.elapsed() < PERMISSION_DENIED_GRACE
+        })
         .notify(|err, _| {
             if last_log.elapsed() >= DIAL_LOG_EVERY {
                 last_log = tokio::time::Instant::now();
@@ -117,6 +148,11 @@ pub async fn connect(path: &Path, timeout: Duration) -> Result<(Channel, Connect
         Ok(Ok(channel)) => {
             tracing::info!(address = %path.display(), "Connected to CSI driver");
             Ok((channel, ConnectionLoss(lost_rx)))
+        }
+        Ok(Err(err)) if dial_error_kind(&err) == Some(io::ErrorKind::PermissionDenied) => {
+            Err(Error::SocketPermissionDenied {
+                message: SocketAccess::inspect(path).to_string(),
+            })
         }
         Ok(Err(err)) => {
             last_error = err.to_string();
@@ -137,6 +173,119 @@ fn connect_timeout(path: &Path, timeout: Duration, last_error: String) -> Error 
         address: path.display().to_string(),
         timeout,
         last_error,
+    }
+}
+
+/// The kind of the I/O error behind a failed dial, if one is in its source chain.
+fn dial_error_kind(err: &(dyn std::error::Error + 'static)) -> Option<io::ErrorKind> {
+    let mut next = Some(err);
+    while let Some(err) = next {
+        if let Some(io) = err.downcast_ref::<io::Error>() {
+            return Some(io.kind());
+        }
+        next = err.source();
+    }
+    None
+}
+
+/// Why a connect(2) to the socket was refused: who owns it, who we are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SocketAccess {
+    /// The socket path.
+    path: String,
+    /// The socket's owner and mode, or why it could not be read.
+    socket: Result<FileOwner, String>,
+    /// Our effective uid and gid, and supplementary groups.
+    uid: u32,
+    gid: u32,
+    groups: Vec<u32>,
+}
+
+/// Owner and permission bits of a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileOwner {
+    uid: u32,
+    gid: u32,
+    /// `st_mode`: file type and permission bits.
+    mode: u32,
+}
+
+impl SocketAccess {
+    /// Reads the socket's metadata and this process's credentials.
+    fn inspect(path: &Path) -> Self {
+        use rustix::process::{getegid, geteuid, getgroups};
+        use std::os::unix::fs::MetadataExt;
+        let socket = std::fs::metadata(path)
+            .map(|m| FileOwner {
+                uid: m.uid(),
+                gid: m.gid(),
+                mode: m.mode(),
+            })
+            .map_err(|err| err.to_string());
+        Self {
+            path: path.display().to_string(),
+            socket,
+            uid: geteuid().as_raw(),
+            gid: getegid().as_raw(),
+            groups: getgroups()
+                .map(|groups| groups.into_iter().map(|g| g.as_raw()).collect())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+impl std::fmt::Display for SocketAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Self {
+            path,
+            socket,
+            uid,
+            gid,
+            groups,
+        } = self;
+        let groups = if groups.is_empty() {
+            "none".to_string()
+        } else {
+            groups
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        write!(
+            f,
+            "permission denied connecting to CSI driver socket {path} "
+        )?;
+        match socket {
+            Ok(owner) => {
+                let as_root = if owner.uid == 0 {
+                    ", as the default image does"
+                } else {
+                    ""
+                };
+                write!(
+                    f,
+                    "({} {}:{}) as uid {uid} gid {gid} groups {groups}: connecting needs write \
+                     permission on the socket. Either run the attacher as the socket's owner \
+                     (securityContext.runAsUser: {}{as_root}), or have the driver create the \
+                     socket writable for the attacher: group-writable (umask 0002) with a group \
+                     the attacher is in (pod fsGroup, or runAsGroup/supplementalGroups: {})",
+                    unix_mode::to_string(owner.mode),
+                    owner.uid,
+                    owner.gid,
+                    owner.uid,
+                    owner.gid,
+                )
+            }
+            // stat(2) failing as well means a directory on the path is not searchable.
+            Err(stat_error) => write!(
+                f,
+                "(cannot read its owner: {stat_error}) as uid {uid} gid {gid} groups {groups}: \
+                 a directory on the path is not searchable for the attacher. Either make the \
+                 socket's directories accessible to it (e.g. mode 0755), or run the attacher as \
+                 root (securityContext.runAsUser: 0, as the default image does)"
+            ),
+        }
     }
 }
 
@@ -259,5 +408,82 @@ mod tests {
             .unwrap_or_default();
         assert!(err.contains("failed to connect to CSI driver"), "{err}");
         assert!(err.contains("nothing.sock"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn dial_errors_carry_the_io_error_kind_of_connect() {
+        let path = std::env::temp_dir().join(format!("csi-kind-{}.sock", std::process::id()));
+        let connector = tower::service_fn(move |_uri| {
+            let path = path.clone();
+            async move { UnixStream::connect(path).await.map(TokioIo::new) }
+        });
+        let err = Endpoint::from_static("http://csi.driver.local")
+            .connect_with_connector(connector)
+            .await
+            .err()
+            .map(|err| dial_error_kind(&err));
+        assert_eq!(err, Some(Some(io::ErrorKind::NotFound)));
+    }
+
+    fn denied(socket: Result<FileOwner, String>) -> String {
+        SocketAccess {
+            path: "/csi/csi.sock".into(),
+            socket,
+            uid: 65532,
+            gid: 65532,
+            groups: vec![],
+        }
+        .to_string()
+    }
+
+    #[test]
+    fn permission_denied_names_owner_mode_our_ids_and_the_ways_out() {
+        let root_socket = FileOwner {
+            uid: 0,
+            gid: 0,
+            mode: 0o140755,
+        };
+        assert_eq!(
+            denied(Ok(root_socket)),
+            "permission denied connecting to CSI driver socket /csi/csi.sock (srwxr-xr-x 0:0) \
+             as uid 65532 gid 65532 groups none: connecting needs write permission on the \
+             socket. Either run the attacher as the socket's owner (securityContext.runAsUser: \
+             0, as the default image does), or have the driver create the socket writable for \
+             the attacher: group-writable (umask 0002) with a group the attacher is in (pod \
+             fsGroup, or runAsGroup/supplementalGroups: 0)"
+        );
+    }
+
+    #[test]
+    fn permission_denied_on_a_non_root_socket_names_its_owner_not_the_root_image() {
+        let message = SocketAccess {
+            path: "/run/csi/socket".into(),
+            socket: Ok(FileOwner {
+                uid: 1000,
+                gid: 2000,
+                mode: 0o140750,
+            }),
+            uid: 65532,
+            gid: 65532,
+            groups: vec![65532, 2000],
+        }
+        .to_string();
+        assert!(message.contains("(srwxr-x--- 1000:2000)"), "{message}");
+        assert!(message.contains("groups 65532,2000:"), "{message}");
+        assert!(message.contains("runAsUser: 1000)"), "{message}");
+        assert!(message.contains("supplementalGroups: 2000)"), "{message}");
+        assert!(!message.contains("default image"), "{message}");
+    }
+
+    #[test]
+    fn permission_denied_without_a_readable_socket_points_at_the_directories() {
+        assert_eq!(
+            denied(Err("Permission denied (os error 13)".into())),
+            "permission denied connecting to CSI driver socket /csi/csi.sock (cannot read its \
+             owner: Permission denied (os error 13)) as uid 65532 gid 65532 groups none: a \
+             directory on the path is not searchable for the attacher. Either make the socket's \
+             directories accessible to it (e.g. mode 0755), or run the attacher as root \
+             (securityContext.runAsUser: 0, as the default image does)"
+        );
     }
 }

@@ -32,6 +32,12 @@ pub enum Error {
         /// The last dial error.
         last_error: String,
     },
+    /// The driver socket refused us (EACCES): connecting needs write permission on it.
+    #[error("{message}")]
+    SocketPermissionDenied {
+        /// The socket's owner and mode, our uid and gid, and the ways out.
+        message: String,
+    },
     /// `GetPluginInfo` returned an empty name.
     #[error("driver name is empty")]
     EmptyDriverName,
