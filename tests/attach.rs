@@ -519,3 +519,131 @@ async fn resync_retries_a_va_waiting_in_a_long_backoff() {
     // The backoff alone would wait 10 minutes; the 2 s resync looks again.
     env.wait_attached(&va_name).await;
 }
+
+/// The API server's timestamp `field` of an audit event.
+fn audit_time(event: &Value, field: &str) -> k8s_openapi::jiff::Timestamp {
+    event[field]
+        .as_str()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("audit event without {field}: {event}"))
+}
+
+#[tokio::test]
+async fn the_pv_finalizer_is_persisted_before_the_va_gets_ours() {
+    let env = Env::start(&[], &[]).await;
+    let volume = create(&env, pv(&unique("pv"), &env.driver)).await;
+    let pv_name = volume.name();
+    let (va_name, _, _) = attach_one(&env, volume).await;
+
+    let events = env.cp.audit_events();
+    let write = |resource: &str, name: &str| {
+        events
+            .iter()
+            .find(|e| {
+                e["verb"] == "patch"
+                    && e["objectRef"]["resource"] == resource
+                    && e["objectRef"]["name"] == name
+                    && e["objectRef"].get("subresource").is_none()
+            })
+            .unwrap_or_else(|| panic!("no audited patch of {resource}/{name}"))
+            .clone()
+    };
+    let pv_write = write("persistentvolumes", &pv_name);
+    let va_write = write("volumeattachments", &va_name);
+    assert_eq!(pv_write["responseStatus"]["code"], 200, "{pv_write}");
+    let pv_done = audit_time(&pv_write, "stageTimestamp");
+    let va_received = audit_time(&va_write, "requestReceivedTimestamp");
+    assert!(
+        pv_done <= va_received,
+        "the VA write ({va_received}) was sent before the PV write completed ({pv_done})"
+    );
+}
+
+#[tokio::test]
+async fn an_attach_error_without_a_code_clears_the_earlier_error_code() {
+    let env = Env::start(&[], &["--retry-interval-start=300ms"]).await;
+    env.mock
+        .set_fault(
+            "ControllerPublishVolume",
+            json!({"code": "ResourceExhausted", "message": "mock rpc error"}),
+        )
+        .await;
+    let node = unique("node");
+    env.create_node(&node).await;
+    let volume = create(&env, pv(&unique("pv"), &env.driver)).await;
+    let va_name = unique("va");
+    env.create_va(va(&va_name, &env.driver, &node).pv(&volume.name()).build())
+        .await;
+    let failed = env.wait_attach_error(&va_name).await;
+    let code = failed
+        .status
+        .and_then(|s| s.attach_error)
+        .and_then(|e| e.error_code);
+    assert_eq!(code, Some(8), "RESOURCE_EXHAUSTED is code 8");
+
+    // The next attempt fails before the driver is called: no gRPC code.
+    env.csinodes
+        .delete(&node, &DeleteParams::default())
+        .await
+        .expect("delete CSINode");
+    let error = env
+        .wait_va(
+            &va_name,
+            "an attachError naming the missing CSINode",
+            |va| {
+                va.and_then(attach_error_message)
+                    .is_some_and(|m| m.contains("not found"))
+            },
+        )
+        .await
+        .and_then(|va| va.status)
+        .and_then(|s| s.attach_error)
+        .expect("attachError");
+    assert_eq!(
+        error.error_code, None,
+        "stale errorCode next to {:?}",
+        error.message
+    );
+}
+
+#[tokio::test]
+async fn a_va_naming_another_drivers_pv_attaches_and_detaches_with_its_handle() {
+    let env = Env::start(&[], &[]).await;
+    let other_driver = format!("{}.other.example.com", unique("drv"));
+    let volume = create(&env, pv(&unique("pv"), &other_driver)).await;
+    let handle = volume.handle();
+    let pv_name = volume.name();
+    let (va_name, attached, publish) = attach_one(&env, volume).await;
+    assert_eq!(publish["volume_id"], handle);
+    assert_eq!(
+        attached.metadata.finalizers,
+        Some(vec![env.finalizer.clone()])
+    );
+
+    env.delete_va(&va_name).await;
+    env.wait_gone(&va_name).await;
+    let unpublish = env.mock.calls("ControllerUnpublishVolume").await;
+    assert_eq!(unpublish.len(), 1);
+    assert_eq!(unpublish[0]["volume_id"], handle);
+
+    // Deleting the PV releases our finalizer.
+    env.pvs
+        .delete(&pv_name, &DeleteParams::default())
+        .await
+        .expect("delete PV");
+    support::eventually(
+        "our PV finalizer released",
+        Duration::from_secs(30),
+        || async {
+            let pv = env.pvs.get_opt(&pv_name).await.ok()?;
+            (!pv.is_some_and(|p| {
+                p.metadata
+                    .finalizers
+                    .unwrap_or_default()
+                    .contains(&env.finalizer)
+            }))
+            .then_some(())
+        },
+    )
+    .await;
+}

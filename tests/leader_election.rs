@@ -122,6 +122,23 @@ async fn only_the_leader_acts_and_a_standby_takes_over_after_kill_and_term() {
     let (_, standby_metrics) = http_get(members[standby_index].http, "/metrics")
         .await
         .expect("metrics");
+    // The standby queues no work it will not do (upstream's standby runs no informers).
+    for queue in ["csi-attacher-va", "csi-attacher-pv"] {
+        for family in ["workqueue_adds_total", "workqueue_depth"] {
+            let line = format!(r#"{family}{{name="{queue}"}} 0"#);
+            assert!(
+                standby_metrics.contains(&line),
+                "standby: no {line} in\n{standby_metrics}"
+            );
+        }
+    }
+    let (_, leader_metrics) = http_get(members[leader_index].http, "/metrics")
+        .await
+        .expect("metrics");
+    assert!(
+        !leader_metrics.contains(r#"workqueue_adds_total{name="csi-attacher-va"} 0"#),
+        "the leader counts its adds"
+    );
     assert!(standby_metrics.contains(&format!(
         r#"leader_election_master_status{{name="{lease_name}"}} 0"#
     )));

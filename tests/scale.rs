@@ -182,3 +182,79 @@ async fn a_thousand_vas_attach_and_detach_leaving_no_finalizer() {
     )
     .await;
 }
+
+/// The most driver calls of `methods` in flight at once, from the ledger.
+fn peak_concurrency(ledger: &[serde_json::Value], methods: &[&str]) -> usize {
+    let mut edges: Vec<(u64, i32)> = Vec::new();
+    for call in ledger {
+        if !methods.iter().any(|m| call["method"] == *m) {
+            continue;
+        }
+        let start = call["time_unix_nanos"].as_u64().expect("start");
+        let took = call["duration_ms"].as_f64().expect("duration");
+        edges.push((start, 1));
+        edges.push((start + (took * 1e6) as u64, -1));
+    }
+    // At equal times, an end comes before a start.
+    edges.sort();
+    let (mut now, mut peak) = (0i32, 0i32);
+    for (_, step) in edges {
+        now += step;
+        peak = peak.max(now);
+    }
+    peak as usize
+}
+
+#[tokio::test]
+async fn worker_threads_bound_publish_and_unpublish_together() {
+    const N: usize = 6;
+    let env = Env::start(&[], &["--worker-threads=2"]).await;
+    let node = unique("node");
+    env.create_node(&node).await;
+    let old = create_many(&env, &node, N).await;
+    wait_all(
+        &env,
+        "the first VAs attached",
+        Duration::from_secs(60),
+        |vas| {
+            vas.len() == N
+                && vas
+                    .iter()
+                    .all(|v| v.status.as_ref().is_some_and(|s| s.attached))
+        },
+    )
+    .await;
+
+    // Slow Publish and Unpublish, both lanes full of work at once.
+    for method in ["ControllerPublishVolume", "ControllerUnpublishVolume"] {
+        env.mock.set_fault(method, json!({"delay_ms": 300})).await;
+    }
+    let calls_before = env.mock.ledger().await.len();
+    stream::iter(&old)
+        .for_each_concurrent(8, |(_, va_name)| env.delete_va(va_name))
+        .await;
+    let new = create_many(&env, &node, N).await;
+    let new_names: Vec<&str> = new.iter().map(|(_, v)| v.as_str()).collect();
+    wait_all(
+        &env,
+        "old detached, new attached",
+        Duration::from_secs(60),
+        |vas| {
+            vas.len() == N
+                && vas.iter().all(|v| {
+                    new_names.contains(&v.metadata.name.as_deref().unwrap_or_default())
+                        && v.status.as_ref().is_some_and(|s| s.attached)
+                })
+        },
+    )
+    .await;
+    env.mock.clear_faults().await;
+
+    let ledger = env.mock.ledger().await;
+    let peak = peak_concurrency(
+        &ledger[calls_before..],
+        &["ControllerPublishVolume", "ControllerUnpublishVolume"],
+    );
+    println!("peak concurrent Publish+Unpublish with --worker-threads=2: {peak}");
+    assert_eq!(peak, 2, "--worker-threads is the ceiling, and it is used");
+}
