@@ -161,6 +161,11 @@ impl Health {
     }
 }
 
+/// The `name` label of the leader-election metrics: client-go puts
+/// `LeaderElectionConfig.Name` there, which csi-lib-utils never sets, so
+/// upstream's series carry `name=""` and dashboards select on that.
+const METRIC_NAME_LABEL: &str = "";
+
 /// `leader_election_master_status` and `leader_election_slowpath_total`.
 #[derive(Clone)]
 pub struct Metrics {
@@ -214,9 +219,11 @@ impl<A: LeaseApi> Elector<A> {
             state.lease_name = settings.name.clone();
         }
         if let Some(m) = &metrics {
-            m.master_status.with_label_values(&[&settings.name]).set(0);
+            m.master_status
+                .with_label_values(&[METRIC_NAME_LABEL])
+                .set(0);
             // Present from the start, so a rate() over it works before the first slow path.
-            m.slowpath.with_label_values(&[&settings.name]).inc_by(0);
+            m.slowpath.with_label_values(&[METRIC_NAME_LABEL]).inc_by(0);
         }
         Self {
             api,
@@ -386,7 +393,7 @@ impl<A: LeaseApi> Elector<A> {
         // 4. Take it (or keep it, on the slow path).
         let (acquired, transitions) = if self.is_leader() {
             if let Some(m) = &self.metrics {
-                m.slowpath.with_label_values(&[&self.settings.name]).inc();
+                m.slowpath.with_label_values(&[METRIC_NAME_LABEL]).inc();
             }
             acquired_and_transitions(&current)
         } else {
@@ -460,7 +467,7 @@ impl<A: LeaseApi> Elector<A> {
         self.health.set(leading, renewed);
         if let Some(m) = &self.metrics {
             m.master_status
-                .with_label_values(&[&self.settings.name])
+                .with_label_values(&[METRIC_NAME_LABEL])
                 .set(i64::from(leading));
         }
     }

@@ -19,6 +19,7 @@ pub mod csi;
 pub mod http;
 pub mod kube_client;
 pub mod leader;
+pub mod logging;
 pub mod metrics;
 pub mod migration;
 pub mod run;

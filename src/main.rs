@@ -1,10 +1,8 @@
 //! Entry point: flags → `Config`, logging, `run`, exit code.
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use csi_attacher::config::Config;
-use tracing_subscriber::EnvFilter;
 
 /// mimalloc: the attacher's work is many small, short-lived allocations (watch
 /// events, requests); glibc's malloc spent a sixth of the CPU on them.
@@ -26,7 +24,7 @@ fn main() -> ExitCode {
             return ExitCode::from(if err.use_stderr() { 2 } else { 0 });
         }
     };
-    init_logging(&config);
+    csi_attacher::logging::init(&config);
     if config.version {
         let program = std::env::args()
             .next()
@@ -99,28 +97,5 @@ fn run_check(config: &Config) -> ExitCode {
             eprintln!("check failed: {err}");
             ExitCode::FAILURE
         }
-    }
-}
-
-/// `--v` maps to levels: 0-1 info, 2-4 debug, 5+ trace; `RUST_LOG` overrides.
-fn init_logging(config: &Config) {
-    let level = match config.v {
-        0 | 1 => "info",
-        2..=4 => "debug",
-        _ => "trace",
-    };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        EnvFilter::new(format!(
-            "{level},h2=info,hyper=info,hyper_util=info,tower=info,rustls=info"
-        ))
-    });
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
-    if config.logging_format == "json" {
-        builder.json().init();
-    } else {
-        builder.init();
     }
 }

@@ -5,6 +5,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use prometheus::proto::{MetricFamily, MetricType};
 use prometheus::{
     Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry,
@@ -20,8 +21,14 @@ const CSI_OPERATION_BUCKETS: [f64; 13] = [
     0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 25.0, 50.0, 120.0, 300.0, 600.0,
 ];
 
-/// Buckets of the workqueue duration histograms: 1e-8 s to 10 s, ×10 (client-go).
-const WORKQUEUE_BUCKETS: [f64; 10] = [1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0];
+/// Buckets of the workqueue duration histograms: 1e-8 s to 10 s, ×10, computed
+/// by repeated multiplication as component-base's `ExponentialBuckets(10e-9, 10, 10)`
+/// does, so the bounds are the same doubles (upstream serves
+/// `le="9.999999999999999e-06"`, not `1e-05`).
+fn workqueue_buckets() -> Vec<f64> {
+    // The crate's function multiplies the same way; it only fails on invalid arguments.
+    prometheus::exponential_buckets(10e-9, 10.0, 10).unwrap_or_else(|_| unreachable())
+}
 
 /// Buckets of our end-to-end attach/detach latency histograms.
 const E2E_BUCKETS: [f64; 14] = [
@@ -69,12 +76,193 @@ impl Metrics {
         &self.registry
     }
 
-    /// Everything in the registry, in Prometheus text format.
+    /// Everything in the registry, in Prometheus text format as Go's client_golang writes it.
     pub fn render(&self) -> String {
-        let families = self.registry.gather();
-        prometheus::TextEncoder::new()
-            .encode_to_string(&families)
-            .unwrap_or_default()
+        encode_text(&self.registry.gather())
+    }
+}
+
+/// The Prometheus text format (0.0.4) as Go's expfmt writes it. The prometheus
+/// crate's encoder prints numbers the Rust way (`le="0.00000001"`,
+/// `1000000`); Go prints them with `strconv.FormatFloat(v, 'g', -1, 64)`
+/// (`le="1e-08"`, `1e+06`), and dashboards and recording rules match on the
+/// `le` strings.
+pub fn encode_text(families: &[MetricFamily]) -> String {
+    let mut out = String::new();
+    for family in families {
+        let name = family.name();
+        if !family.help().is_empty() {
+            out.push_str("# HELP ");
+            out.push_str(name);
+            out.push(' ');
+            escape_into(&mut out, family.help(), false);
+            out.push('\n');
+        }
+        let kind = match family.get_field_type() {
+            MetricType::COUNTER => "counter",
+            MetricType::GAUGE => "gauge",
+            MetricType::HISTOGRAM => "histogram",
+            MetricType::SUMMARY => "summary",
+            MetricType::UNTYPED => "untyped",
+        };
+        out.push_str("# TYPE ");
+        out.push_str(name);
+        out.push(' ');
+        out.push_str(kind);
+        out.push('\n');
+        for m in family.get_metric() {
+            let sample =
+                |out: &mut String, suffix: &str, extra: Option<(&str, f64)>, value: f64| {
+                    write_sample(out, name, suffix, m, extra, value)
+                };
+            match family.get_field_type() {
+                MetricType::COUNTER => sample(&mut out, "", None, m.get_counter().get_value()),
+                MetricType::GAUGE => sample(&mut out, "", None, m.get_gauge().get_value()),
+                // No collector of this crate makes untyped metrics, and the
+                // prometheus crate has no stable accessor for their value.
+                MetricType::UNTYPED => {}
+                MetricType::HISTOGRAM => {
+                    let h = m.get_histogram();
+                    let mut inf_seen = false;
+                    for b in h.get_bucket() {
+                        let bound = b.upper_bound();
+                        sample(
+                            &mut out,
+                            "_bucket",
+                            Some(("le", bound)),
+                            b.cumulative_count() as f64,
+                        );
+                        inf_seen |= bound == f64::INFINITY;
+                    }
+                    if !inf_seen {
+                        sample(
+                            &mut out,
+                            "_bucket",
+                            Some(("le", f64::INFINITY)),
+                            h.get_sample_count() as f64,
+                        );
+                    }
+                    sample(&mut out, "_sum", None, h.get_sample_sum());
+                    sample(&mut out, "_count", None, h.get_sample_count() as f64);
+                }
+                MetricType::SUMMARY => {
+                    let s = m.get_summary();
+                    for q in s.get_quantile() {
+                        sample(&mut out, "", Some(("quantile", q.quantile())), q.value());
+                    }
+                    sample(&mut out, "_sum", None, s.sample_sum());
+                    sample(&mut out, "_count", None, s.sample_count() as f64);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `name_suffix{labels,extra="v"} value [timestamp]`, numbers as Go's writeFloat.
+fn write_sample(
+    out: &mut String,
+    name: &str,
+    suffix: &str,
+    m: &prometheus::proto::Metric,
+    extra: Option<(&str, f64)>,
+    value: f64,
+) {
+    out.push_str(name);
+    out.push_str(suffix);
+    let labels = m.get_label();
+    if !labels.is_empty() || extra.is_some() {
+        let mut separator = '{';
+        for lp in labels {
+            out.push(separator);
+            out.push_str(lp.name());
+            out.push_str("=\"");
+            escape_into(out, lp.value(), true);
+            out.push('"');
+            separator = ',';
+        }
+        if let Some((label, bound)) = extra {
+            out.push(separator);
+            out.push_str(label);
+            out.push_str("=\"");
+            out.push_str(&go_sample_float(bound));
+            out.push('"');
+        }
+        out.push('}');
+    }
+    out.push(' ');
+    out.push_str(&go_sample_float(value));
+    if m.timestamp_ms() != 0 {
+        out.push(' ');
+        out.push_str(&m.timestamp_ms().to_string());
+    }
+    out.push('\n');
+}
+
+/// expfmt's escaping: `\\` and newline always, `"` in label values.
+fn escape_into(out: &mut String, s: &str, quotes: bool) {
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '"' if quotes => out.push_str("\\\""),
+            c => out.push(c),
+        }
+    }
+}
+
+/// expfmt's writeFloat: `0` for both zeros, else [`go_float_g`].
+fn go_sample_float(f: f64) -> String {
+    if f == 0.0 {
+        "0".to_string()
+    } else {
+        go_float_g(f)
+    }
+}
+
+/// Go's `strconv.FormatFloat(f, 'g', -1, 64)`: the shortest digits that read
+/// back as `f`, in exponent form when the exponent is below -4 or from 6 on
+/// (`1e-08`, `0.0001`, `120`, `1.234567e+06`); `NaN`, `+Inf`, `-Inf`.
+pub(crate) fn go_float_g(f: f64) -> String {
+    if !f.is_finite() {
+        return non_finite(f).to_string();
+    }
+    let (_, exp) = shortest_digits(f);
+    if !(-4..6).contains(&exp) {
+        go_float_e(f)
+    } else {
+        // Rust's Display is the same shortest digits, never in exponent form.
+        f.to_string()
+    }
+}
+
+/// Go's `strconv.FormatFloat(f, 'e', -1, 64)`: shortest digits, exponent with
+/// a sign and at least two digits (`1e-08`, `2.5e+07`).
+pub(crate) fn go_float_e(f: f64) -> String {
+    if !f.is_finite() {
+        return non_finite(f).to_string();
+    }
+    let (mantissa, exp) = shortest_digits(f);
+    let sign = if exp < 0 { '-' } else { '+' };
+    format!("{mantissa}e{sign}{:02}", exp.unsigned_abs())
+}
+
+fn non_finite(f: f64) -> &'static str {
+    if f.is_nan() {
+        "NaN"
+    } else if f > 0.0 {
+        "+Inf"
+    } else {
+        "-Inf"
+    }
+}
+
+/// Rust's shortest round-trip digits of a finite `f` as `d.ddd` and the decimal exponent.
+fn shortest_digits(f: f64) -> (String, i32) {
+    let text = format!("{f:e}");
+    match text.split_once('e') {
+        Some((mantissa, exp)) => (mantissa.to_string(), exp.parse().unwrap_or(0)),
+        None => (text, 0),
     }
 }
 
@@ -109,7 +297,7 @@ impl QueueFamilies {
         let name = &["name"];
         let lane = &["lane"];
         let opts = |n: &str, h: &str| Opts::new(n, h);
-        let hist = |n: &str, h: &str| HistogramOpts::new(n, h).buckets(WORKQUEUE_BUCKETS.to_vec());
+        let hist = |n: &str, h: &str| HistogramOpts::new(n, h).buckets(workqueue_buckets());
         // Metric definitions are literals: `new` only fails on invalid names.
         Self {
             depth: register(registry, IntGaugeVec::new(opts("workqueue_depth", "[ALPHA] Current depth of workqueue"), name).unwrap_or_else(|_| unreachable())),
@@ -379,6 +567,98 @@ mod tests {
         ), "{text}");
         assert!(text.contains(r#"le="600""#), "{text}");
         assert!(!text.contains("migrated"), "{text}");
+    }
+
+    #[test]
+    fn floats_are_formatted_like_go_strconv_g() {
+        // Left: input; right: Go's strconv.FormatFloat(v, 'g', -1, 64) of it.
+        for (value, go) in [
+            (1e-8, "1e-08"),
+            (1e-7, "1e-07"),
+            (1e-5, "1e-05"),
+            (1e-4, "0.0001"),
+            (0.001, "0.001"),
+            (0.1, "0.1"),
+            (2.5, "2.5"),
+            (10.0, "10"),
+            (120.0, "120"),
+            (600.0, "600"),
+            (1800.0, "1800"),
+            (100_000.0, "100000"),
+            (999_999.0, "999999"),
+            (1e6, "1e+06"),
+            (1_234_567.0, "1.234567e+06"),
+            (1e21, "1e+21"),
+            (1e20, "1e+20"),
+            (1.7326e9, "1.7326e+09"),
+            (123_456.5, "123456.5"),
+            (0.00012345, "0.00012345"),
+            (3.0e-5, "3e-05"),
+            (5e-324, "5e-324"),
+            (f64::MAX, "1.7976931348623157e+308"),
+            (-2.5e7, "-2.5e+07"),
+            (f64::INFINITY, "+Inf"),
+            (f64::NEG_INFINITY, "-Inf"),
+            (f64::NAN, "NaN"),
+        ] {
+            assert_eq!(go_float_g(value), go, "{value:e}");
+        }
+    }
+
+    #[test]
+    fn histogram_buckets_and_values_are_rendered_as_go_does() {
+        let metrics = Metrics::new();
+        let queue = metrics.queues.for_queue("csi-attacher-va", &["attach"]);
+        queue.queue_duration.observe(0.05);
+        queue.adds.inc_by(1_234_567);
+        let text = metrics.render();
+        let bounds: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("workqueue_queue_duration_seconds_bucket"))
+            .filter_map(|l| l.split("le=\"").nth(1)?.split('"').next())
+            .collect();
+        assert_eq!(
+            bounds,
+            // As upstream v4.12.0 serves them.
+            [
+                "1e-08",
+                "1e-07",
+                "1e-06",
+                "9.999999999999999e-06",
+                "9.999999999999999e-05",
+                "0.001",
+                "0.01",
+                "0.1",
+                "1",
+                "10",
+                "+Inf"
+            ],
+            "{text}"
+        );
+        for line in [
+            r#"workqueue_queue_duration_seconds_bucket{name="csi-attacher-va",le="0.01"} 0"#,
+            r#"workqueue_queue_duration_seconds_bucket{name="csi-attacher-va",le="0.1"} 1"#,
+            r#"workqueue_queue_duration_seconds_sum{name="csi-attacher-va"} 0.05"#,
+            r#"workqueue_queue_duration_seconds_count{name="csi-attacher-va"} 1"#,
+            r#"workqueue_adds_total{name="csi-attacher-va"} 1.234567e+06"#,
+            "# HELP workqueue_depth [ALPHA] Current depth of workqueue",
+            "# TYPE workqueue_queue_duration_seconds histogram",
+            r#"csi_attacher_lane_depth{lane="attach"} 0"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line}\n{text}");
+        }
+    }
+
+    #[test]
+    fn label_values_and_help_are_escaped_like_expfmt() {
+        let registry = Registry::new();
+        let gauge = IntGaugeVec::new(Opts::new("g", "help with \\ and\nnewline"), &["l"]).unwrap();
+        registry.register(Box::new(gauge.clone())).unwrap();
+        gauge.with_label_values(&["a\"b\\c\nd"]).set(-1);
+        assert_eq!(
+            encode_text(&registry.gather()),
+            "# HELP g help with \\\\ and\\nnewline\n# TYPE g gauge\ng{l=\"a\\\"b\\\\c\\nd\"} -1\n"
+        );
     }
 
     #[test]

@@ -96,8 +96,9 @@ async fn without_patch_on_va_status_publish_happens_but_attached_waits_for_the_g
         .await
         .va;
 
+    // As klog quotes it in the log line's err="...".
     let expected = format!(
-        "could not mark as attached: volumeattachments.storage.k8s.io \"{va_name}\" is forbidden: User \"{user}\" cannot patch resource \"volumeattachments/status\""
+        r#"could not mark as attached: volumeattachments.storage.k8s.io \"{va_name}\" is forbidden: User \"{user}\" cannot patch resource \"volumeattachments/status\""#
     );
     support::eventually(
         "the forbidden status patch in the log",

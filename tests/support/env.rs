@@ -42,6 +42,8 @@ pub struct Env {
     pub pvs: Api<PersistentVolume>,
     /// CSINodes.
     pub csinodes: Api<CSINode>,
+    /// `RUST_LOG` for attachers started from now on; `None` leaves it unset (the `--v` mapping).
+    pub rust_log: Option<String>,
     dir: tempfile::TempDir,
 }
 
@@ -81,6 +83,7 @@ impl Env {
             mock,
             attacher: None,
             log: dir.path().join("attacher.log"),
+            rust_log: Some("info,csi_attacher=debug".to_string()),
             dir,
         }
     }
@@ -113,11 +116,15 @@ impl Env {
             ))
             .arg("--kube-api-qps=1000")
             .arg("--kube-api-burst=2000")
-            .arg("--v=2")
+            // --v=2 unless the test picks its own (the flag may be given once).
+            .args((!args.iter().any(|a| a.starts_with("--v="))).then_some("--v=2"))
             .args(args)
-            .env("RUST_LOG", "info,csi_attacher=debug")
             .stdout(Stdio::null())
             .stderr(log);
+        match &self.rust_log {
+            Some(filter) => command.env("RUST_LOG", filter),
+            None => command.env_remove("RUST_LOG"),
+        };
         Replica {
             process: Guard(Some(procs::spawn(command).expect("start csi-attacher"))),
             log: log_path,
