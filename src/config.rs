@@ -565,6 +565,13 @@ fn normalize_args(command: &clap::Command, args: Vec<OsString>) -> (Vec<OsString
     }
     while let Some(arg) = iter.next() {
         let text = arg.to_string_lossy().into_owned();
+        if text.starts_with('-') && arg.to_str().is_none() {
+            // Go keeps the bytes; every flag here holds text, so say so rather than mangle it.
+            return (
+                out,
+                Some(Stop::Usage(format!("invalid UTF-8 in argument {text:?}"))),
+            );
+        }
         if text.len() < 2 || !text.starts_with('-') {
             // First non-flag argument: Go stops parsing here.
             out.push(OsString::from("--"));
@@ -616,6 +623,7 @@ fn normalize_args(command: &clap::Command, args: Vec<OsString>) -> (Vec<OsString
     (out, None)
 }
 
+/// clap's generated `-h`/`--help` (Go's help is matched by name, before any lookup).
 fn is_help(arg: &Arg) -> bool {
     matches!(
         arg.get_action(),
@@ -814,6 +822,7 @@ fn is_dns_subdomain(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::ffi::OsStringExt;
 
     fn parse(args: &[&str]) -> Result<Config, ParseError> {
         Config::try_parse_go(std::iter::once("csi-attacher").chain(args.iter().copied()))
@@ -1347,6 +1356,12 @@ mod tests {
         ] {
             assert_eq!(ok(args).rest.last().map(String::as_str), Some("--bogus"));
         }
+        let not_utf8 = std::ffi::OsString::from_vec(b"--csi-address=/run/\xff".to_vec());
+        let err = Config::try_parse_go([std::ffi::OsString::from("csi-attacher"), not_utf8]);
+        assert!(
+            matches!(&err, Err(ParseError::Usage { message, .. }) if message.contains("UTF-8")),
+            "{err:?}"
+        );
         assert_eq!(
             ok(&["--timeout", "-1s"]).negative_durations,
             vec![("timeout", "-1s".to_string())]
