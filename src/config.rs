@@ -1,9 +1,9 @@
 //! Command-line flags, parsed the way upstream's Go binary parses them.
 //!
 //! Upstream registers every flag on Go's `flag.CommandLine`, and deployments
-//! rely on its syntax (UPSTREAM-BEHAVIOR §1). [`Config::try_parse_go`] walks
+//! rely on its syntax. [`Config::try_parse_go`] walks
 //! the arguments with Go's rules and hands clap one `--name=value` per flag;
-//! the values are read with ports of Go's own parsers ([`go`]).
+//! the values are read with ports of Go's own parsers (`config/go.rs`).
 //!
 //! # Go's rules, kept here
 //! - `-flag` and `--flag`; `--flag=value` and `--flag value`, except for bools,
@@ -22,7 +22,7 @@
 //!
 //! # After parsing (exit 1), in upstream's order
 //! 1. [`Config::validate_logging`]: component-base's logging validation.
-//! 2. [`Config::feature_gates`]: the merged `--feature-gates` map ([`gates`]).
+//! 2. [`Config::feature_gates`]: the merged `--feature-gates` map (`config/gates.rs`).
 //! 3. `--version` prints and exits 0 (main).
 //! 4. [`Config::validate`]: upstream's remaining checks, and ours for values
 //!    Go accepts but cannot run with:
@@ -40,7 +40,7 @@
 //! upstream, not checked.
 
 mod gates;
-pub mod go;
+mod go;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
