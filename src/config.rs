@@ -1,9 +1,9 @@
 //! Command-line flags, parsed the way upstream's Go binary parses them.
 //!
 //! Upstream registers every flag on Go's `flag.CommandLine`, and deployments
-//! rely on its syntax. [`Config::try_parse_go`] walks
-//! the arguments with Go's rules and hands clap one `--name=value` per flag;
-//! the values are read with ports of Go's own parsers (`config/go.rs`).
+//! rely on its syntax. [`Config::try_parse_go`] walks the arguments with Go's
+//! rules and hands clap one `--name=value` per flag; the values are read with
+//! ports of Go's own parsers (`config/go.rs`).
 //!
 //! # Go's rules, kept here
 //! - `-flag` and `--flag`; `--flag=value` and `--flag value`, except for bools,
