@@ -6,7 +6,9 @@
 //! tokens per second, `--kube-api-burst` capacity, starting full). The
 //! [`RateLimitLayer`] does the same with governor's GCRA, which is the same
 //! bucket. A token is taken when a request starts and is never held, so a long
-//! watch costs one token, like in client-go.
+//! watch costs one token, like in client-go. The flag values mean what they
+//! mean to client-go (see [`RateLimitLayer::new`]): 0 is the default, a
+//! negative QPS is no limit.
 //!
 //! # Retries
 //! kube's default retry waits up to 15 times on 429/503/504, with delays
@@ -61,16 +63,34 @@ pub async fn load_config(kubeconfig: &str) -> Result<kube::Config, Error> {
         .map_err(|e| wrap(Box::new(e)))
 }
 
-/// A client throttled to `qps`/`burst` (no throttle when `qps <= 0`, as client-go).
-pub fn build(mut config: kube::Config, qps: f32, burst: u32) -> Result<kube::Client, Error> {
+/// A client throttled as client-go throttles `--kube-api-qps`/`--kube-api-burst`.
+pub fn build(config: kube::Config, qps: f64, burst: i64) -> Result<kube::Client, Error> {
+    build_with(config, RateLimitLayer::new(qps, burst))
+}
+
+/// A client without a client-side throttle (the leader-election client, so a busy
+/// attacher cannot starve its Lease renewals).
+pub fn build_unthrottled(config: kube::Config) -> Result<kube::Client, Error> {
+    build_with(config, RateLimitLayer::unlimited())
+}
+
+fn build_with(mut config: kube::Config, limit: RateLimitLayer) -> Result<kube::Client, Error> {
     config.default_retry = false;
-    let limit = RateLimitLayer::new(qps, burst);
     let client = ClientBuilder::try_from(config)
         .map_err(Error::Build)?
         .with_layer(&limit)
         .build();
     Ok(client)
 }
+
+/// client-go's QPS for a zero `--kube-api-qps`.
+pub const DEFAULT_QPS: f32 = 5.0;
+/// client-go's burst for a zero `--kube-api-burst`.
+pub const DEFAULT_BURST: i64 = 10;
+/// The longest span the token bucket is asked to represent (governor counts
+/// nanoseconds in a u64, about 584 years; this leaves room for the process'
+/// own age).
+const MAX_BUCKET_SPAN_NANOS: f64 = 200.0 * 365.0 * 86_400.0 * 1e9;
 
 /// Client-side token-bucket throttle, shared by every clone of the client.
 #[derive(Clone)]
@@ -79,16 +99,49 @@ pub struct RateLimitLayer {
 }
 
 impl RateLimitLayer {
-    /// `qps` tokens per second, bucket of `burst` (at least 1); unlimited if `qps <= 0`.
-    pub fn new(qps: f32, burst: u32) -> Self {
-        if qps.is_nan() || qps <= 0.0 || qps.is_infinite() {
-            return Self { limiter: None };
+    /// The throttle client-go builds for `qps` and `burst`.
+    ///
+    /// - csi-lib-utils stores the QPS as a float32 first, so values below
+    ///   float32's range become 0.
+    /// - A QPS of 0 means 5, a burst of 0 means 10 (client-go's defaults).
+    /// - Only a positive, finite QPS limits: negative, NaN and +Inf do not.
+    /// - A burst below 1 is 1 here (client-go would fail every request;
+    ///   [`crate::config::Config::validate`] refuses that combination), and
+    ///   above u32::MAX is u32::MAX.
+    /// - When one token every 1/QPS seconds times the burst exceeds what the
+    ///   bucket can count (a QPS like 1e-20), the refill period is shortened to
+    ///   fit, with a warning. The burst is kept, and at the default burst the
+    ///   period is still 18 years: as in client-go, requests beyond the burst
+    ///   effectively wait forever.
+    pub fn new(qps: f64, burst: i64) -> Self {
+        let qps = qps as f32;
+        let qps = if qps == 0.0 { DEFAULT_QPS } else { qps };
+        if !(qps > 0.0 && qps.is_finite()) {
+            return Self::unlimited();
         }
-        let period = Duration::from_secs_f64(1.0 / f64::from(qps)).max(Duration::from_nanos(1));
+        let burst = if burst == 0 { DEFAULT_BURST } else { burst };
+        let burst = u32::try_from(burst.max(1)).unwrap_or(u32::MAX);
+        let wanted_nanos = 1e9 / f64::from(qps);
+        let max_nanos = MAX_BUCKET_SPAN_NANOS / (f64::from(burst) + 1.0);
+        if wanted_nanos > max_nanos {
+            tracing::warn!(
+                qps,
+                burst,
+                refill_every = ?Duration::from_nanos(max_nanos as u64),
+                "--kube-api-qps is too small for the token bucket; its refill period is shortened to fit (requests beyond the burst still wait for years)"
+            );
+        }
+        // Within u64 nanoseconds by construction, so no Duration conversion can panic.
+        let period = Duration::from_nanos(wanted_nanos.min(max_nanos).max(1.0) as u64);
         let limiter = Quota::with_period(period)
             .map(|q| q.allow_burst(NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN)))
             .map(|q| Arc::new(RateLimiter::direct(q)));
         Self { limiter }
+    }
+
+    /// No throttle at all.
+    pub fn unlimited() -> Self {
+        Self { limiter: None }
     }
 }
 
@@ -179,9 +232,58 @@ mod tests {
     }
 
     #[test]
-    fn zero_or_negative_qps_disables_the_limit() {
-        assert!(RateLimitLayer::new(0.0, 10).limiter.is_none());
-        assert!(RateLimitLayer::new(-1.0, 10).limiter.is_none());
-        assert!(RateLimitLayer::new(5.0, 0).limiter.is_some());
+    fn flag_values_mean_what_they_mean_to_client_go() {
+        let limited = |qps: f64, burst: i64| RateLimitLayer::new(qps, burst).limiter.is_some();
+        assert!(limited(0.0, 0), "0 is the default 5 QPS");
+        assert!(limited(1e-50, 10), "below float32's range is 0, i.e. 5 QPS");
+        assert!(!limited(-1.0, 10), "negative: no limit");
+        assert!(!limited(f64::NAN, 10));
+        assert!(!limited(f64::INFINITY, 10));
+        assert!(!limited(1e39, 10), "beyond float32's range is +Inf");
+        assert!(limited(5.0, -1), "a negative burst does not panic");
+        assert!(limited(5.0, i64::MAX), "nor a huge one");
+        assert!(RateLimitLayer::unlimited().limiter.is_none());
+    }
+
+    /// How long the request after a full burst has to wait.
+    fn wait_after_burst(qps: f64, burst: i64) -> Duration {
+        use governor::clock::{Clock, DefaultClock};
+        let limiter = RateLimitLayer::new(qps, burst).limiter.expect("limited");
+        loop {
+            if let Err(not_until) = limiter.check() {
+                return not_until.wait_time_from(DefaultClock::default().now());
+            }
+        }
+    }
+
+    #[test]
+    fn qps_is_cut_to_float32_and_zero_means_five() {
+        assert!(wait_after_burst(0.0, 1) <= Duration::from_millis(200));
+        assert!(wait_after_burst(0.0, 1) > Duration::from_millis(150));
+        // Below float32's range: 0, i.e. 5 QPS, not one request per 1e50 seconds.
+        assert!(wait_after_burst(1e-50, 1) <= Duration::from_millis(200));
+        assert!(wait_after_burst(20.0, 1) <= Duration::from_millis(50));
+    }
+
+    #[test]
+    fn absurdly_small_qps_is_clamped_instead_of_panicking() {
+        let years = Duration::from_secs(10 * 365 * 86_400);
+        for (qps, burst) in [(1e-20, 10), (1e-44, 1), (1e-20, 2)] {
+            assert!(wait_after_burst(qps, burst) > years, "{qps} {burst}");
+        }
+        // A huge burst with a small QPS must not overflow the bucket either.
+        for (qps, burst) in [(1e-20, i64::MAX), (1e-3, i64::MAX)] {
+            let limiter = RateLimitLayer::new(qps, burst).limiter.expect("limited");
+            assert!(limiter.check().is_ok() && limiter.check().is_ok());
+        }
+    }
+
+    #[tokio::test]
+    async fn zero_burst_is_the_default_ten() {
+        let limiter = RateLimitLayer::new(0.001, 0).limiter.expect("limited");
+        for _ in 0..10 {
+            assert!(limiter.check().is_ok());
+        }
+        assert!(limiter.check().is_err());
     }
 }

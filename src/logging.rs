@@ -75,7 +75,7 @@ pub fn init(config: &Config) {
 /// The filter for `--v`: this crate logs info at 0-1, debug at 2-4, trace at 5+.
 /// Everything else (the Kubernetes client, hyper, h2, tower, tonic, rustls) stays
 /// at info below 6, where client-go starts logging requests: debug at 6-7, trace at 8+.
-pub fn directives(v: u8) -> String {
+pub fn directives(v: u32) -> String {
     let own = match v {
         0 | 1 => "info",
         2..=4 => "debug",

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use csi_attacher::config::Config;
+use csi_attacher::config::{Config, ParseError};
 
 /// mimalloc: the attacher's work is many small, short-lived allocations (watch
 /// events, requests); glibc's malloc spent a sixth of the CPU on them.
@@ -18,13 +18,29 @@ fn main() -> ExitCode {
     }
     let config = match Config::try_parse_go(args) {
         Ok(config) => config,
-        // Help exits 0, usage errors exit 2, as Go's flag package does.
+        // Go's flag package: help exits 0, a usage error prints why and the usage, exit 2.
         Err(err) => {
-            let _ = err.print();
-            return ExitCode::from(if err.use_stderr() { 2 } else { 0 });
+            match &err {
+                ParseError::Help { usage } => print!("{usage}"),
+                ParseError::Usage { message, usage } => eprint!("{message}\n{usage}"),
+            }
+            return ExitCode::from(err.exit_code());
         }
     };
     csi_attacher::logging::init(&config);
+    // Upstream's order: logging options, feature gates, --version, the other checks.
+    if let Err(err) = config.validate_logging() {
+        tracing::error!(error = %err, "invalid flags");
+        return ExitCode::FAILURE;
+    }
+    let gates = match config.feature_gates() {
+        Ok(gates) => gates,
+        Err(err) => {
+            tracing::error!(error = %err, feature_gates = ?config.feature_gates, "invalid flags");
+            return ExitCode::FAILURE;
+        }
+    };
+    config.log_feature_gates();
     if config.version {
         let program = std::env::args()
             .next()
@@ -33,13 +49,10 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "Version");
-    let gates = match config.validate() {
-        Ok(gates) => gates,
-        Err(err) => {
-            tracing::error!(error = %err, "invalid flags");
-            return ExitCode::FAILURE;
-        }
-    };
+    if let Err(err) = config.validate() {
+        tracing::error!(error = %err, "invalid flags");
+        return ExitCode::FAILURE;
+    }
 
     if check {
         return run_check(&config);

@@ -70,6 +70,7 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
         max_entries,
         max_grpc_log_length,
         feature_gates: _,
+        negative_durations: _,
         leader_election,
         leader_election_namespace,
         leader_election_lease_duration,
@@ -104,7 +105,7 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
     // Kubernetes API clients: throttled like client-go; leader election on its own, unthrottled.
     let kube_config = kube_client::load_config(&kubeconfig).await?;
     let kube = kube_client::build(kube_config.clone(), kube_api_qps, kube_api_burst)?;
-    let election_client = kube_client::build(kube_config, 0.0, 0)?;
+    let election_client = kube_client::build_unthrottled(kube_config)?;
 
     // Metrics registry: owned here, handed to everything that records.
     let metrics = Metrics::new();

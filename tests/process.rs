@@ -164,3 +164,138 @@ async fn flag_errors_help_and_version_exit_like_go() {
     assert_eq!(bad_kubeconfig.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&bad_kubeconfig.stderr).contains("cannot use kubeconfig"));
 }
+
+/// A container spec as overlays leave it: flags repeated, later ones meant to win.
+const REPEATED: &[&str] = &[
+    "--v=2",
+    "--timeout=60s",
+    "--feature-gates=ReleaseLeaderElectionOnExit=true",
+    "--leader-election-labels=app:csi",
+    "--worker-threads=0x10",
+    "--kube-api-qps=20",
+    "--kube-api-burst=40",
+    "--automaxprocs",
+    "--v=5",
+    "-timeout",
+    "90s",
+    "--feature-gates=MutableCSINodeAllocatableCount=false,AllBeta=true",
+    "--leader-election-labels=tier:storage,app:csi-attacher",
+    "--kube-api-qps=30",
+];
+
+/// Exit code and stderr of `binary` run on `REPEATED` plus `extra`.
+fn run_flags(binary: &std::path::Path, extra: &[&str]) -> (Option<i32>, String) {
+    let output = Command::new(binary)
+        .args(REPEATED)
+        .args(extra)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .expect("run");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn repeated_flags_and_feature_gates_exit_like_the_go_attacher() {
+    let ours = std::path::Path::new(env!("CARGO_BIN_EXE_csi-attacher"));
+    let upstream = support::controlplane::tools_dir()
+        .expect("tools")
+        .join("csi-attacher-upstream");
+    assert!(
+        upstream.exists(),
+        "{} is built with the tools",
+        upstream.display()
+    );
+    // (extra arguments, exit code measured on upstream v4.12.0, text both print)
+    let cases: &[(&[&str], i32, &str)] = &[
+        (&["--version"], 0, ""),
+        (
+            &["--feature-gates=NoSuchGate=true", "--version"],
+            1,
+            "unrecognized feature gate: NoSuchGate",
+        ),
+        (
+            &["--feature-gates=APIServerTracing=false", "--version"],
+            1,
+            "cannot set feature gate APIServerTracing to false, feature is locked to true",
+        ),
+        (&["--feature-gates=APIServerTracing=true,KMSv1=true", "--version"], 0, ""),
+        (
+            &["--feature-gates=Foo", "--version"],
+            2,
+            "invalid value \"Foo\" for flag -feature-gates: malformed pair, expect string=bool",
+        ),
+        (
+            &["--leader-election-labels=a:1,,b:2", "--version"],
+            2,
+            "invalid value \"a:1,,b:2\" for flag -leader-election-labels: malformed item in list of labels: ",
+        ),
+        (
+            &["--timeout=-1s", "--v=0x10"],
+            2,
+            "invalid value \"0x10\" for flag -v: strconv.ParseUint: parsing \"0x10\": invalid syntax",
+        ),
+        (
+            &["--log-flush-frequency=0", "--version"],
+            1,
+            "Must be greater than zero",
+        ),
+    ];
+    for (extra, code, text) in cases {
+        for binary in [ours, upstream.as_path()] {
+            let (got, stderr) = run_flags(binary, extra);
+            assert_eq!(got, Some(*code), "{} {extra:?}: {stderr}", binary.display());
+            assert!(
+                stderr.contains(text),
+                "{} {extra:?}: {stderr}",
+                binary.display()
+            );
+        }
+    }
+
+    // A relative unix:// address: gRPC-Go refuses it before dialling (the Go attacher
+    // first needs a kubeconfig it can read; nothing is contacted).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\n\
+         clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n\
+         users: [{name: u, user: {token: t}}]\n\
+         contexts: [{name: x, context: {cluster: c, user: u}}]\n\
+         current-context: x\n",
+    )
+    .expect("kubeconfig");
+    let kubeconfig_flag = format!("--kubeconfig={}", kubeconfig.display());
+    for binary in [ours, upstream.as_path()] {
+        let (got, stderr) = run_flags(binary, &[&kubeconfig_flag, "--csi-address=unix://csi.sock"]);
+        assert_eq!(got, Some(1), "{}: {stderr}", binary.display());
+        assert!(
+            stderr.contains("authority"),
+            "{}: {stderr}",
+            binary.display()
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_attacher_started_with_repeated_flags_runs() {
+    let mock = MockDriver::start(&[]).expect("mock");
+    let mut args: Vec<String> = REPEATED.iter().map(|a| a.to_string()).collect();
+    args.push(format!("--csi-address={}", mock.address()));
+    let mut process = attacher(&args);
+    support::eventually(
+        "startup calls to reach the driver",
+        Duration::from_secs(10),
+        || async { (!mock.calls("ControllerGetCapabilities").await.is_empty()).then_some(()) },
+    )
+    .await;
+    assert_eq!(process.try_wait().expect("try_wait"), None, "still running");
+    process.signal(libc::SIGTERM);
+    assert_eq!(
+        exit_code(&mut process, Duration::from_secs(10)).await,
+        Some(0)
+    );
+}

@@ -29,13 +29,27 @@ const DIAL_RETRY: Duration = Duration::from_secs(1);
 /// "Still connecting" is logged this often while dialling.
 const DIAL_LOG_EVERY: Duration = Duration::from_secs(10);
 
-/// Parses `--csi-address`: an absolute socket path or `unix:///path`.
+/// Parses `--csi-address` as upstream accepts it: an absolute socket path,
+/// or `unix://` followed by an absolute path.
+///
+/// `unix://relative/csi.sock` is refused, as upstream refuses it: gRPC-Go
+/// reads `relative` as the URL's authority and its unix resolver rejects any
+/// authority ("invalid (non-empty) authority"), so the Go attacher exits 1
+/// before dialling. A bare relative path, or `unix:relative`, never reaches
+/// the dialer there either ("OnConnectionLoss callback only supported for
+/// unix:// addresses").
 pub fn parse_address(address: &str) -> Result<PathBuf, Error> {
     let invalid = |reason| Error::InvalidAddress {
         address: address.to_string(),
         reason,
     };
     let path = if let Some(rest) = address.strip_prefix("unix://") {
+        if !rest.is_empty() && !rest.starts_with('/') {
+            return Err(invalid(
+                "unix:// must be followed by an absolute path (gRPC reads what follows as the \
+                 URL authority and refuses it: invalid (non-empty) authority)",
+            ));
+        }
         rest
     } else if address.contains("://") {
         return Err(invalid(
@@ -391,11 +405,15 @@ mod tests {
             "relative/socket",
             "unix://",
             "",
+            "unix:relative",
             "unix://relative",
+            "unix://./csi.sock",
         ] {
             let err = parse_address(bad).expect_err(bad);
             assert!(err.to_string().starts_with("invalid CSI address"), "{err}");
         }
+        let err = parse_address("unix://csi/socket").expect_err("relative");
+        assert!(err.to_string().contains("authority"), "{err}");
     }
 
     #[tokio::test(start_paused = true)]

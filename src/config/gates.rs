@@ -1,0 +1,398 @@
+//! `--feature-gates`: the names upstream accepts, and what they mean here.
+//!
+//! Upstream parses the flag with component-base's `MapStringBool` (pairs
+//! merge across occurrences, a later value wins; a malformed pair is a flag
+//! parse error, exit 2) and only then hands the merged map to the
+//! apiserver's `DefaultMutableFeatureGate.SetFromMap` (an unknown name or a
+//! locked gate set against its lock is exit 1). That gate knows every
+//! k8s.io/apiserver gate, AllAlpha/AllBeta and the two attacher gates, so a
+//! deployment may name any of them. Two of them do something here:
+//! `ReleaseLeaderElectionOnExit` and `MutableCSINodeAllocatableCount`
+//! (`AllAlpha` reaches the first when it is not set by name); the rest are
+//! accepted and logged as having no effect.
+
+use std::collections::BTreeMap;
+
+use super::go;
+
+/// The maturity a gate has at upstream's emulated version (1.36).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Off by default unless said otherwise; `AllAlpha` flips it when not set by name.
+    Alpha,
+    /// `AllBeta` flips it when not set by name.
+    Beta,
+    /// Upstream warns that setting it is pointless.
+    Ga,
+    /// Upstream warns that it will go away.
+    Deprecated,
+}
+
+/// One gate upstream's `--feature-gates` accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gate {
+    /// Exact, case-sensitive name.
+    pub name: &'static str,
+    /// Maturity at 1.36.
+    pub stage: Stage,
+    /// Value when not set.
+    pub default: bool,
+    /// Setting it to anything but `default` is refused.
+    pub locked: bool,
+}
+
+const fn gate(name: &'static str, stage: Stage, default: bool, locked: bool) -> Gate {
+    Gate {
+        name,
+        stage,
+        default,
+        locked,
+    }
+}
+
+use Stage::{Alpha, Beta, Deprecated, Ga};
+
+/// Every gate upstream v4.12.0's `--feature-gates` accepts, sorted by name.
+///
+/// Source: the gates registered on `k8s.io/apiserver/pkg/util/feature.DefaultMutableFeatureGate`
+/// in a program importing what `cmd/csi-attacher/main.go` of external-attacher v4.12.0 imports
+/// (k8s.io/apiserver and component-base v0.36.3, identical to v0.36.1 there; csi-lib-utils
+/// v0.24.0), read at the emulated version 1.36 with minimum compatibility 1.35. No gate is
+/// pre-alpha at 1.36 and none declares dependencies.
+pub const KNOWN: &[Gate] = &[
+    gate("APIResponseCompression", Beta, true, false),
+    gate("APIServerIdentity", Beta, true, false),
+    gate("APIServerTracing", Ga, true, true),
+    gate("APIServingWithRoutine", Alpha, false, false),
+    gate("AggregatedDiscoveryRemoveBetaType", Deprecated, true, true),
+    gate("AllAlpha", Alpha, false, false),
+    gate("AllBeta", Beta, false, false),
+    gate("AllowParsingUserUIDFromCertAuth", Beta, true, false),
+    gate("AllowUnsafeMalformedObjectDeletion", Alpha, false, false),
+    gate("AnonymousAuthConfigurableEndpoints", Ga, true, true),
+    gate("AuthorizeWithSelectors", Ga, true, true),
+    gate("BtreeWatchCache", Ga, true, true),
+    gate("CBORServingAndStorage", Alpha, false, false),
+    gate("ComponentFlagz", Beta, true, false),
+    gate("ComponentStatusz", Beta, true, false),
+    gate("ConcurrentWatchObjectDecode", Beta, false, false),
+    gate("ConsistentListFromCache", Ga, true, true),
+    gate("ConstrainedImpersonation", Beta, true, false),
+    gate("CoordinatedLeaderElection", Beta, false, false),
+    gate("DeclarativeValidation", Ga, true, true),
+    gate("DeclarativeValidationBeta", Beta, true, false),
+    gate("DeclarativeValidationTakeover", Deprecated, false, false),
+    gate("DetectCacheInconsistency", Beta, true, false),
+    gate("KMSv1", Deprecated, false, false),
+    gate("ListFromCacheSnapshot", Beta, true, false),
+    gate("ManifestBasedAdmissionControlConfig", Alpha, false, false),
+    gate(MUTABLE_CSI_NODE_ALLOCATABLE_COUNT, Ga, true, false),
+    gate("MutatingAdmissionPolicy", Ga, true, false),
+    gate("NativeHistograms", Alpha, false, false),
+    gate("OpenAPIEnums", Beta, true, false),
+    gate(RELEASE_LEADER_ELECTION_ON_EXIT, Alpha, false, false),
+    gate("RemoteRequestHeaderUID", Beta, true, false),
+    gate("ResilientWatchCacheInitialization", Ga, true, true),
+    gate("RetryGenerateName", Ga, true, true),
+    gate("SeparateCacheWatchRPC", Deprecated, false, true),
+    gate("ShardedListAndWatch", Alpha, false, false),
+    gate("SizeBasedListCostEstimate", Beta, true, false),
+    gate("StorageVersionAPI", Alpha, false, false),
+    gate("StorageVersionHash", Beta, true, false),
+    gate("StreamingCollectionEncodingToJSON", Ga, true, true),
+    gate("StreamingCollectionEncodingToProtobuf", Ga, true, true),
+    gate("StructuredAuthenticationConfiguration", Ga, true, true),
+    gate(
+        "StructuredAuthenticationConfigurationEgressSelector",
+        Beta,
+        true,
+        false,
+    ),
+    gate(
+        "StructuredAuthenticationConfigurationJWKSMetrics",
+        Beta,
+        true,
+        false,
+    ),
+    gate("TokenRequestServiceAccountUIDValidation", Beta, true, false),
+    gate("UnauthenticatedHTTP2DOSMitigation", Beta, true, false),
+    gate("UnknownVersionInteroperabilityProxy", Beta, true, false),
+    gate("WatchCacheInitializationPostStartHook", Beta, true, false),
+    gate("WatchList", Beta, true, false),
+];
+
+/// Release the Lease on SIGTERM/SIGINT.
+const RELEASE_LEADER_ELECTION_ON_EXIT: &str = "ReleaseLeaderElectionOnExit";
+/// Put `errorCode` on attach errors.
+const MUTABLE_CSI_NODE_ALLOCATABLE_COUNT: &str = "MutableCSINodeAllocatableCount";
+/// Sets every alpha gate not set by name.
+const ALL_ALPHA: &str = "AllAlpha";
+
+/// The gate called `name`, if upstream knows it.
+pub fn lookup(name: &str) -> Option<&'static Gate> {
+    KNOWN
+        .binary_search_by(|gate| gate.name.cmp(name))
+        .ok()
+        .map(|i| &KNOWN[i])
+}
+
+/// One `--feature-gates` value, as `MapStringBool.Set` reads it: `key=bool` pairs split on
+/// commas, empty items skipped, key and value trimmed, any key accepted (checked later).
+pub fn parse_pairs(value: &str) -> Result<BTreeMap<String, bool>, String> {
+    let mut pairs = BTreeMap::new();
+    for item in value.split(',').filter(|item| !item.is_empty()) {
+        let Some((key, raw)) = item.split_once('=') else {
+            return Err("malformed pair, expect string=bool".to_string());
+        };
+        let (key, raw) = (key.trim(), raw.trim());
+        let value = go::parse_bool(raw).ok_or_else(|| {
+            format!(
+                "invalid value of {key}: {raw}, err: strconv.ParseBool: parsing {}: invalid syntax",
+                go::quote(raw)
+            )
+        })?;
+        pairs.insert(key.to_string(), value);
+    }
+    Ok(pairs)
+}
+
+/// The gates that change what the attacher does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FeatureGates {
+    /// Release the Lease on SIGTERM/SIGINT (ours: on by default; upstream: alpha, off).
+    pub release_leader_election_on_exit: bool,
+    /// Put `errorCode` on attach errors (GA in upstream v4.12, on).
+    pub mutable_csi_node_allocatable_count: bool,
+}
+
+impl Default for FeatureGates {
+    fn default() -> Self {
+        Self {
+            release_leader_election_on_exit: true,
+            mutable_csi_node_allocatable_count: true,
+        }
+    }
+}
+
+impl FeatureGates {
+    /// Applies the merged `--feature-gates` map as upstream's `SetFromMap` does.
+    ///
+    /// Errors carry upstream's text: `unrecognized feature gate: X` (the first unknown
+    /// name in sorted order; upstream picks one at random from its map), else every lock
+    /// violation, one as is and several as `[a, b]`.
+    pub fn resolve(set: &BTreeMap<String, bool>) -> Result<Self, String> {
+        if let Some(unknown) = set.keys().find(|name| lookup(name).is_none()) {
+            return Err(format!("unrecognized feature gate: {unknown}"));
+        }
+        let locked: Vec<String> = set
+            .iter()
+            .filter_map(|(name, value)| {
+                let gate = lookup(name)?;
+                (gate.locked && gate.default != *value).then(|| {
+                    format!(
+                        "cannot set feature gate {name} to {value}, feature is locked to {}",
+                        gate.default
+                    )
+                })
+            })
+            .collect();
+        match locked.as_slice() {
+            [] => {}
+            [one] => return Err(one.clone()),
+            many => return Err(format!("[{}]", many.join(", "))),
+        }
+        let defaults = Self::default();
+        // Named beats AllAlpha, which beats our default (on where upstream's is off).
+        let release = set
+            .get(RELEASE_LEADER_ELECTION_ON_EXIT)
+            .or_else(|| set.get(ALL_ALPHA))
+            .copied()
+            .unwrap_or(defaults.release_leader_election_on_exit);
+        Ok(Self {
+            release_leader_election_on_exit: release,
+            mutable_csi_node_allocatable_count: set
+                .get(MUTABLE_CSI_NODE_ALLOCATABLE_COUNT)
+                .copied()
+                .unwrap_or(defaults.mutable_csi_node_allocatable_count),
+        })
+    }
+}
+
+/// The names in `set` that change nothing here (every gate but the attacher's two, and
+/// `AllAlpha` unless it decides `ReleaseLeaderElectionOnExit`).
+pub fn without_effect(set: &BTreeMap<String, bool>) -> Vec<&str> {
+    let named_release = set.contains_key(RELEASE_LEADER_ELECTION_ON_EXIT);
+    set.keys()
+        .map(String::as_str)
+        .filter(|name| match *name {
+            RELEASE_LEADER_ELECTION_ON_EXIT | MUTABLE_CSI_NODE_ALLOCATABLE_COUNT => false,
+            ALL_ALPHA => named_release,
+            _ => true,
+        })
+        .collect()
+}
+
+/// Logs, once, what upstream logs when gates are set (GA and deprecated warnings) and
+/// which of them do nothing here.
+pub fn log(set: &BTreeMap<String, bool>) {
+    for (name, value) in set {
+        match lookup(name).map(|gate| gate.stage) {
+            Some(Stage::Ga) => tracing::info!(
+                feature_gate = %name, value,
+                "Warning: setting GA feature gate. It will be removed in a future release."
+            ),
+            Some(Stage::Deprecated) => tracing::info!(
+                feature_gate = %name, value,
+                "Warning: setting deprecated feature gate. It will be removed in a future release."
+            ),
+            _ => {}
+        }
+    }
+    let idle = without_effect(set);
+    if !idle.is_empty() {
+        tracing::info!(
+            feature_gates = ?idle,
+            "Feature gates accepted for compatibility with the Go external-attacher have no effect here"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(pairs: &[(&str, bool)]) -> BTreeMap<String, bool> {
+        pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    }
+
+    #[test]
+    fn the_table_is_sorted_and_has_the_attacher_gates() {
+        assert!(KNOWN.windows(2).all(|w| w[0].name < w[1].name));
+        assert_eq!(KNOWN.len(), 49);
+        assert_eq!(
+            lookup("ReleaseLeaderElectionOnExit").map(|g| (g.stage, g.default, g.locked)),
+            Some((Alpha, false, false))
+        );
+        assert_eq!(
+            lookup("MutableCSINodeAllocatableCount").map(|g| (g.stage, g.default, g.locked)),
+            Some((Ga, true, false))
+        );
+        assert!(lookup("AllAlpha").is_some() && lookup("AllBeta").is_some());
+        assert!(lookup("allalpha").is_none(), "names are case-sensitive");
+        // Not registered on the apiserver's gate: client-go and logging gates.
+        for absent in [
+            "WatchListClient",
+            "LoggingAlphaOptions",
+            "ContextualLogging",
+        ] {
+            assert!(lookup(absent).is_none(), "{absent}");
+        }
+    }
+
+    #[test]
+    fn pairs_parse_like_map_string_bool() {
+        assert_eq!(
+            parse_pairs(" A = true ,,B=0,").as_ref().map(|m| m.len()),
+            Ok(2)
+        );
+        assert_eq!(parse_pairs("A=true,A=false"), Ok(set(&[("A", false)])));
+        assert_eq!(parse_pairs(""), Ok(BTreeMap::new()));
+        // An empty key parses; SetFromMap rejects it later.
+        assert_eq!(parse_pairs("=true"), Ok(set(&[("", true)])));
+        assert_eq!(
+            parse_pairs("Foo").unwrap_err(),
+            "malformed pair, expect string=bool"
+        );
+        assert_eq!(
+            parse_pairs("Foo=maybe").unwrap_err(),
+            "invalid value of Foo: maybe, err: strconv.ParseBool: parsing \"maybe\": invalid syntax"
+        );
+        assert!(parse_pairs("A=true,Foo").is_err());
+        assert!(parse_pairs("A=yes").is_err());
+        assert_eq!(parse_pairs("A=T"), Ok(set(&[("A", true)])));
+    }
+
+    #[test]
+    fn every_known_gate_is_accepted_unless_set_against_its_lock() {
+        for gate in KNOWN {
+            for value in [true, false] {
+                let result = FeatureGates::resolve(&set(&[(gate.name, value)]));
+                let refused = gate.locked && value != gate.default;
+                assert_eq!(result.is_err(), refused, "{}={value}", gate.name);
+            }
+        }
+        assert_eq!(
+            FeatureGates::resolve(&set(&[("APIServerTracing", false)])).unwrap_err(),
+            "cannot set feature gate APIServerTracing to false, feature is locked to true"
+        );
+        assert_eq!(
+            FeatureGates::resolve(&set(&[
+                ("APIServerTracing", false),
+                ("SeparateCacheWatchRPC", true)
+            ]))
+            .unwrap_err(),
+            "[cannot set feature gate APIServerTracing to false, feature is locked to true, \
+             cannot set feature gate SeparateCacheWatchRPC to true, feature is locked to false]"
+        );
+    }
+
+    #[test]
+    fn unknown_names_are_refused_first() {
+        assert_eq!(
+            FeatureGates::resolve(&set(&[("NoSuch", true)])).unwrap_err(),
+            "unrecognized feature gate: NoSuch"
+        );
+        assert_eq!(
+            FeatureGates::resolve(&set(&[("", true)])).unwrap_err(),
+            "unrecognized feature gate: "
+        );
+        assert_eq!(
+            FeatureGates::resolve(&set(&[("APIServerTracing", false), ("Zed", true)])).unwrap_err(),
+            "unrecognized feature gate: Zed"
+        );
+    }
+
+    #[test]
+    fn all_alpha_reaches_release_on_exit_only_when_it_is_not_named() {
+        let resolve = |pairs: &[(&str, bool)]| FeatureGates::resolve(&set(pairs)).expect("valid");
+        assert!(resolve(&[]).release_leader_election_on_exit, "our default");
+        assert!(!resolve(&[("AllAlpha", false)]).release_leader_election_on_exit);
+        assert!(resolve(&[("AllAlpha", true)]).release_leader_election_on_exit);
+        assert!(
+            resolve(&[("AllAlpha", false), ("ReleaseLeaderElectionOnExit", true)])
+                .release_leader_election_on_exit
+        );
+        assert!(
+            !resolve(&[("AllAlpha", true), ("ReleaseLeaderElectionOnExit", false)])
+                .release_leader_election_on_exit
+        );
+        // GA: AllAlpha/AllBeta leave it alone; it may still be switched off by name.
+        assert!(
+            resolve(&[("AllAlpha", false), ("AllBeta", false)]).mutable_csi_node_allocatable_count
+        );
+        assert!(
+            !resolve(&[("MutableCSINodeAllocatableCount", false)])
+                .mutable_csi_node_allocatable_count
+        );
+    }
+
+    #[test]
+    fn gates_without_effect_are_named() {
+        assert_eq!(
+            without_effect(&set(&[
+                ("AllAlpha", true),
+                ("AllBeta", true),
+                ("KMSv1", true),
+                ("MutableCSINodeAllocatableCount", true)
+            ])),
+            vec!["AllBeta", "KMSv1"]
+        );
+        assert_eq!(
+            without_effect(&set(&[
+                ("AllAlpha", true),
+                ("ReleaseLeaderElectionOnExit", false)
+            ])),
+            vec!["AllAlpha"]
+        );
+    }
+}

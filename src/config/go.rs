@@ -1,0 +1,731 @@
+//! Go's value syntax, for flags that must read exactly as upstream's do.
+//!
+//! Ports of `strconv.ParseInt`/`ParseUint` (base 0: `0x10`, `010`, `0b1`,
+//! `0o7`, `1_000`), `strconv.ParseFloat`, `strconv.ParseBool`,
+//! `time.ParseDuration` (signed) and Kubernetes' `resource.ParseQuantity`
+//! (syntax and zero-ness only). Each follows Go's algorithm step by step, so
+//! the odd corners agree too: which error wins, where overflow is noticed,
+//! what underscores are allowed. Go 1.26 and apimachinery v0.36 are the
+//! references.
+
+/// A number that does not parse, worded as Go's `flag` package words it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NumError {
+    /// `strconv.ErrSyntax`.
+    #[error("parse error")]
+    Syntax,
+    /// `strconv.ErrRange`.
+    #[error("value out of range")]
+    Range,
+}
+
+/// `strconv.ParseInt(s, 0, 64)`, as Go's `flag.Int` calls it.
+pub fn parse_int(s: &str) -> Result<i64, NumError> {
+    let (negative, digits) = match s.as_bytes().first() {
+        None => return Err(NumError::Syntax),
+        Some(b'+') => (false, &s[1..]),
+        Some(b'-') => (true, &s[1..]),
+        Some(_) => (false, s),
+    };
+    // A syntax error wins over a range error; a range error is decided by the sign below.
+    let magnitude = match parse_uint_base(digits, 0, 64) {
+        Ok(n) => n,
+        Err(NumError::Range) => u64::MAX,
+        Err(NumError::Syntax) => return Err(NumError::Syntax),
+    };
+    let cutoff = 1u64 << 63;
+    match (negative, magnitude) {
+        (false, n) if n >= cutoff => Err(NumError::Range),
+        (true, n) if n > cutoff => Err(NumError::Range),
+        (true, n) => Ok((n as i64).wrapping_neg()),
+        (false, n) => Ok(n as i64),
+    }
+}
+
+/// `strconv.ParseUint(s, 0, 64)`, as Go's `flag.Uint` calls it (no sign allowed).
+pub fn parse_uint(s: &str) -> Result<u64, NumError> {
+    parse_uint_base(s, 0, 64)
+}
+
+/// klog's verbosity syntax: `strconv.ParseUint(s, 10, 31)`, with strconv's own error text
+/// (the `--v` and `--vmodule` flags print it unchanged).
+pub fn parse_level(s: &str) -> Result<u32, String> {
+    parse_uint_base(s, 10, 31)
+        .map(|n| n as u32) // at most 2^31-1
+        .map_err(|err| {
+            let why = match err {
+                NumError::Syntax => "invalid syntax",
+                NumError::Range => "value out of range",
+            };
+            format!("strconv.ParseUint: parsing {}: {why}", quote(s))
+        })
+}
+
+/// `strconv.ParseUint(s, base, bits)` for base 0 (Go literal prefixes) or 10.
+fn parse_uint_base(s: &str, base: u32, bits: u32) -> Result<u64, NumError> {
+    let bytes = s.as_bytes();
+    if bytes.is_empty() {
+        return Err(NumError::Syntax);
+    }
+    let base0 = base == 0;
+    let (base, digits) = if base0 {
+        match bytes {
+            [b'0', p, _, ..] if p.eq_ignore_ascii_case(&b'b') => (2, &bytes[2..]),
+            [b'0', p, _, ..] if p.eq_ignore_ascii_case(&b'o') => (8, &bytes[2..]),
+            [b'0', p, _, ..] if p.eq_ignore_ascii_case(&b'x') => (16, &bytes[2..]),
+            [b'0', ..] => (8, &bytes[1..]),
+            _ => (10, bytes),
+        }
+    } else {
+        (base, bytes)
+    };
+    let max = if bits >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << bits) - 1
+    };
+    let cutoff = u64::MAX / u64::from(base) + 1;
+    let mut underscores = false;
+    let mut n: u64 = 0;
+    for &c in digits {
+        let d = match c {
+            b'_' if base0 => {
+                underscores = true;
+                continue;
+            }
+            b'0'..=b'9' => u32::from(c - b'0'),
+            c if c.is_ascii_alphabetic() => u32::from(c.to_ascii_lowercase() - b'a') + 10,
+            _ => return Err(NumError::Syntax),
+        };
+        if d >= base {
+            return Err(NumError::Syntax);
+        }
+        if n >= cutoff {
+            return Err(NumError::Range);
+        }
+        n *= u64::from(base);
+        match n.checked_add(u64::from(d)) {
+            Some(next) if next <= max => n = next,
+            _ => return Err(NumError::Range),
+        }
+    }
+    if underscores && !underscore_ok(s) {
+        return Err(NumError::Syntax);
+    }
+    Ok(n)
+}
+
+/// Go's `underscoreOK`: underscores only between digits, or after a base prefix.
+fn underscore_ok(s: &str) -> bool {
+    let mut s = s.as_bytes();
+    if let [b'+' | b'-', rest @ ..] = s {
+        s = rest;
+    }
+    // What came last: b'^' start, b'0' digit or prefix, b'_' underscore, b'!' anything else.
+    let mut saw = b'^';
+    let mut hex = false;
+    let mut i = 0;
+    if s.len() >= 2 && s[0] == b'0' && matches!(s[1].to_ascii_lowercase(), b'b' | b'o' | b'x') {
+        i = 2;
+        saw = b'0';
+        hex = s[1].eq_ignore_ascii_case(&b'x');
+    }
+    for &c in &s[i..] {
+        if c.is_ascii_digit() || (hex && c.is_ascii_hexdigit()) {
+            saw = b'0';
+        } else if c == b'_' {
+            if saw != b'0' {
+                return false;
+            }
+            saw = b'_';
+        } else {
+            if saw == b'_' {
+                return false;
+            }
+            saw = b'!';
+        }
+    }
+    saw != b'_'
+}
+
+/// `strconv.ParseFloat(s, 64)`, as Go's `flag.Float64` calls it: `1e-3`, `.5`, `1_000.5`,
+/// hex floats (`0x1p-2`), `inf`/`infinity`/`nan` in any case. Overflow is a range error;
+/// underflow is 0.
+pub fn parse_float(s: &str) -> Result<f64, NumError> {
+    if let Some(special) = parse_special_float(s) {
+        return Ok(special);
+    }
+    let form = read_float(s).ok_or(NumError::Syntax)?;
+    let value = if form.hex {
+        hex_float(&form)
+    } else {
+        // The syntax is Go's and already checked; Rust's parser rounds the same (correctly).
+        let clean: String = s.chars().filter(|&c| c != '_').collect();
+        clean.parse::<f64>().map_err(|_| NumError::Syntax)?
+    };
+    if value.is_infinite() {
+        return Err(NumError::Range);
+    }
+    Ok(value)
+}
+
+/// Go's `special`: `[+-]inf`, `[+-]infinity`, `nan` (no sign), any case, and nothing else.
+fn parse_special_float(s: &str) -> Option<f64> {
+    let (sign, rest) = match s.as_bytes().first() {
+        Some(b'+') => (1.0, &s[1..]),
+        Some(b'-') => (-1.0, &s[1..]),
+        _ => {
+            if s.eq_ignore_ascii_case("nan") {
+                return Some(f64::NAN);
+            }
+            (1.0, s)
+        }
+    };
+    (rest.eq_ignore_ascii_case("inf") || rest.eq_ignore_ascii_case("infinity"))
+        .then_some(sign * f64::INFINITY)
+}
+
+/// What Go's `readFloat` found in a well-formed float.
+struct FloatForm {
+    hex: bool,
+    negative: bool,
+    /// Hex only: the significant hex digits, at most 16 of them.
+    mantissa: u64,
+    /// Hex only: the binary exponent to apply to `mantissa`.
+    exponent: i64,
+    /// Hex only: non-zero digits were dropped from `mantissa`.
+    truncated: bool,
+}
+
+/// Go's `readFloat`, requiring the whole string to be consumed; None is a syntax error.
+fn read_float(s: &str) -> Option<FloatForm> {
+    let b = s.as_bytes();
+    let mut i = 0;
+    let mut underscores = false;
+    let mut negative = false;
+    match b.first() {
+        Some(b'+') => i += 1,
+        Some(b'-') => {
+            negative = true;
+            i += 1
+        }
+        _ => {}
+    }
+    let mut hex = false;
+    if i + 2 < b.len() && b[i] == b'0' && b[i + 1].eq_ignore_ascii_case(&b'x') {
+        hex = true;
+        i += 2;
+    }
+    let (base, max_digits): (u64, usize) = if hex { (16, 16) } else { (10, 19) };
+    let (mut saw_dot, mut saw_digits) = (false, false);
+    let (mut nd, mut nd_mant, mut dp): (i64, i64, i64) = (0, 0, 0);
+    let mut mantissa: u64 = 0;
+    let mut truncated = false;
+    while i < b.len() {
+        let c = b[i];
+        let digit = match c {
+            b'_' => {
+                underscores = true;
+                i += 1;
+                continue;
+            }
+            b'.' if saw_dot => break,
+            b'.' => {
+                saw_dot = true;
+                dp = nd;
+                i += 1;
+                continue;
+            }
+            b'0'..=b'9' => u64::from(c - b'0'),
+            c if hex && c.is_ascii_hexdigit() => u64::from(c.to_ascii_lowercase() - b'a') + 10,
+            _ => break,
+        };
+        saw_digits = true;
+        i += 1;
+        if digit == 0 && nd == 0 {
+            dp -= 1; // leading zero
+            continue;
+        }
+        nd += 1;
+        if (nd_mant as usize) < max_digits {
+            mantissa = mantissa * base + digit;
+            nd_mant += 1;
+        } else if digit != 0 {
+            truncated = true;
+        }
+    }
+    if !saw_digits {
+        return None;
+    }
+    if !saw_dot {
+        dp = nd;
+    }
+    if hex {
+        dp *= 4;
+        nd_mant *= 4;
+    }
+    let exp_char = if hex { b'p' } else { b'e' };
+    if i < b.len() && b[i].eq_ignore_ascii_case(&exp_char) {
+        i += 1;
+        let mut sign = 1;
+        match b.get(i) {
+            Some(b'+') => i += 1,
+            Some(b'-') => {
+                sign = -1;
+                i += 1
+            }
+            _ => {}
+        }
+        if !b.get(i).is_some_and(u8::is_ascii_digit) {
+            return None;
+        }
+        let mut e: i64 = 0;
+        while i < b.len() && (b[i].is_ascii_digit() || b[i] == b'_') {
+            if b[i] == b'_' {
+                underscores = true;
+            } else if e < 10000 {
+                e = e * 10 + i64::from(b[i] - b'0');
+            }
+            i += 1;
+        }
+        dp += e * sign;
+    } else if hex {
+        return None; // a hex float needs its p exponent
+    }
+    if underscores && !underscore_ok(&s[..i]) {
+        return None;
+    }
+    if i != b.len() {
+        return None;
+    }
+    Some(FloatForm {
+        hex,
+        negative,
+        mantissa,
+        exponent: if mantissa != 0 { dp - nd_mant } else { 0 },
+        truncated,
+    })
+}
+
+/// The value of a hex float: mantissa × 2^exponent, rounded to nearest.
+fn hex_float(form: &FloatForm) -> f64 {
+    // A dropped non-zero digit only matters for ties: a sticky bit below the kept ones breaks them.
+    let (mantissa, exponent) = if form.truncated {
+        ((u128::from(form.mantissa) << 1) | 1, form.exponent - 1)
+    } else {
+        (u128::from(form.mantissa), form.exponent)
+    };
+    // Two exact power-of-two steps, each within f64's normal range; beyond ±2000 the result
+    // is 0 or infinite anyway.
+    let exponent = exponent.clamp(-3000, 3000) as i32;
+    let first = exponent.clamp(-1000, 1000);
+    let magnitude = mantissa as f64 * 2f64.powi(first) * 2f64.powi(exponent - first);
+    if form.negative {
+        -magnitude
+    } else {
+        magnitude
+    }
+}
+
+/// `strconv.ParseBool`.
+pub fn parse_bool(s: &str) -> Option<bool> {
+    match s {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// `time.ParseDuration`, in signed nanoseconds: `300ms`, `-1.5h`, `1h2m3s`, `0`, `+0`.
+///
+/// Go's exact arithmetic: integer parts must fit in 2^63 ns, fractions are
+/// accumulated to 19 digits and scaled in f64, and a bare number other than 0
+/// needs a unit.
+pub fn parse_duration(s: &str) -> Result<i64, String> {
+    let invalid = || format!("time: invalid duration {}", quote(s));
+    let mut rest = s.as_bytes();
+    let mut negative = false;
+    if let [sign @ (b'-' | b'+'), tail @ ..] = rest {
+        negative = *sign == b'-';
+        rest = tail;
+    }
+    if rest == b"0" {
+        return Ok(0);
+    }
+    if rest.is_empty() {
+        return Err(invalid());
+    }
+    const LIMIT: u64 = 1 << 63;
+    let mut total: u64 = 0;
+    while !rest.is_empty() {
+        if !(rest[0] == b'.' || rest[0].is_ascii_digit()) {
+            return Err(invalid());
+        }
+        // Integer part; overflow past 2^63 is an error.
+        let mut whole: u64 = 0;
+        let mut i = 0;
+        while i < rest.len() && rest[i].is_ascii_digit() {
+            if whole > LIMIT / 10 {
+                return Err(invalid());
+            }
+            whole = whole * 10 + u64::from(rest[i] - b'0');
+            if whole > LIMIT {
+                return Err(invalid());
+            }
+            i += 1;
+        }
+        let before_dot = i > 0;
+        rest = &rest[i..];
+        // Fraction; digits past what fits are ignored, not an error.
+        let (mut fraction, mut scale, mut after_dot) = (0u64, 1f64, false);
+        if let [b'.', tail @ ..] = rest {
+            rest = tail;
+            let mut overflow = false;
+            let mut i = 0;
+            while i < rest.len() && rest[i].is_ascii_digit() {
+                if !overflow {
+                    if fraction > (LIMIT - 1) / 10 {
+                        overflow = true;
+                    } else {
+                        let next = fraction * 10 + u64::from(rest[i] - b'0');
+                        if next > LIMIT {
+                            overflow = true;
+                        } else {
+                            fraction = next;
+                            scale *= 10.0;
+                        }
+                    }
+                }
+                i += 1;
+            }
+            after_dot = i > 0;
+            rest = &rest[i..];
+        }
+        if !before_dot && !after_dot {
+            return Err(invalid());
+        }
+        let unit_len = rest
+            .iter()
+            .position(|c| *c == b'.' || c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        if unit_len == 0 {
+            return Err(format!("time: missing unit in duration {}", quote(s)));
+        }
+        let unit_text = &rest[..unit_len];
+        rest = &rest[unit_len..];
+        let unit: u64 = match unit_text {
+            b"ns" => 1,
+            b"us" => 1_000,
+            // U+00B5 (micro sign) and U+03BC (Greek mu), as UTF-8.
+            [0xc2, 0xb5, b's'] | [0xce, 0xbc, b's'] => 1_000,
+            b"ms" => 1_000_000,
+            b"s" => 1_000_000_000,
+            b"m" => 60_000_000_000,
+            b"h" => 3_600_000_000_000,
+            other => {
+                return Err(format!(
+                    "time: unknown unit {} in duration {}",
+                    quote(&String::from_utf8_lossy(other)),
+                    quote(s)
+                ))
+            }
+        };
+        if whole > LIMIT / unit {
+            return Err(invalid());
+        }
+        let mut value = whole * unit;
+        if fraction > 0 {
+            value += (fraction as f64 * (unit as f64 / scale)) as u64;
+            if value > LIMIT {
+                return Err(invalid());
+            }
+        }
+        // Go adds in uint64 and checks afterwards; 2^63 + 2^63 wraps there, and here.
+        total = total.wrapping_add(value);
+        if total > LIMIT {
+            return Err(invalid());
+        }
+    }
+    if negative {
+        return Ok((total as i64).wrapping_neg());
+    }
+    i64::try_from(total).map_err(|_| invalid())
+}
+
+/// Go's `strconv.Quote` for the ASCII texts flags carry (other characters: Rust's escaping).
+pub fn quote(s: &str) -> String {
+    format!("{s:?}")
+}
+
+/// Kubernetes' quantity syntax error (`resource.ErrFormatWrong`).
+pub const QUANTITY_FORMAT: &str =
+    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'";
+/// Kubernetes' unknown-suffix error (`resource.ErrSuffix`).
+pub const QUANTITY_SUFFIX: &str = "unable to parse quantity's suffix";
+
+/// `resource.ParseQuantity`, reduced to what the logging buffer flags need: whether
+/// the text is a quantity, and whether it is zero (non-zero amounts never round to 0).
+pub fn quantity_is_zero(s: &str) -> Result<bool, &'static str> {
+    let b = s.as_bytes();
+    if b.is_empty() {
+        return Err(QUANTITY_FORMAT);
+    }
+    let mut pos = 0;
+    if matches!(b[0], b'+' | b'-') {
+        pos += 1;
+    }
+    // Go returns early ("0") when the text is only a sign and zeros.
+    while pos < b.len() && b[pos] == b'0' {
+        pos += 1;
+    }
+    if pos == b.len() {
+        return Ok(true);
+    }
+    let digits = |from: usize| from + b[from..].iter().take_while(|c| c.is_ascii_digit()).count();
+    let num_end = digits(pos);
+    let mut zero = b[pos..num_end].iter().all(|c| *c == b'0');
+    pos = num_end;
+    if pos == b.len() {
+        return Ok(zero);
+    }
+    if b[pos] == b'.' {
+        let denom_end = digits(pos + 1);
+        zero &= b[pos + 1..denom_end].iter().all(|c| *c == b'0');
+        pos = denom_end;
+        if pos == b.len() {
+            return Ok(zero);
+        }
+    }
+    let suffix_start = pos;
+    while pos < b.len() && b"eEinumkKMGTP".contains(&b[pos]) {
+        pos += 1;
+    }
+    if pos < b.len() && matches!(b[pos], b'-' | b'+') {
+        pos += 1;
+    }
+    if digits(pos) != b.len() {
+        return Err(QUANTITY_FORMAT);
+    }
+    let suffix = &s[suffix_start..];
+    let known = matches!(
+        suffix,
+        "Ki" | "Mi"
+            | "Gi"
+            | "Ti"
+            | "Pi"
+            | "Ei"
+            | "n"
+            | "u"
+            | "m"
+            | ""
+            | "k"
+            | "M"
+            | "G"
+            | "T"
+            | "P"
+            | "E"
+    );
+    let exponent = suffix.len() > 1
+        && matches!(suffix.as_bytes()[0], b'e' | b'E')
+        && parse_decimal_i64(&suffix[1..]).is_some();
+    if known || exponent {
+        Ok(zero)
+    } else {
+        Err(QUANTITY_SUFFIX)
+    }
+}
+
+/// `strconv.ParseInt(s, 10, 64)` succeeding.
+fn parse_decimal_i64(s: &str) -> Option<i64> {
+    let digits = s.strip_prefix(['+', '-']).unwrap_or(s);
+    if digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ints_take_go_literal_syntax() {
+        let ok: &[(&str, i64)] = &[
+            ("0", 0),
+            ("10", 10),
+            ("0x10", 16),
+            ("0X1F", 31),
+            ("010", 8),
+            ("0b1", 1),
+            ("0o7", 7),
+            ("0O17", 15),
+            ("1_000", 1000),
+            ("0_7", 7),
+            ("0x_1f", 31),
+            ("-0x10", -16),
+            ("+5", 5),
+            ("-1", -1),
+            ("9223372036854775807", i64::MAX),
+            ("-9223372036854775808", i64::MIN),
+        ];
+        for (text, want) in ok {
+            assert_eq!(parse_int(text), Ok(*want), "{text}");
+        }
+        let bad: &[(&str, NumError)] = &[
+            ("", NumError::Syntax),
+            ("0x", NumError::Syntax),
+            ("0b", NumError::Syntax),
+            ("08", NumError::Syntax),
+            ("1__0", NumError::Syntax),
+            ("_1", NumError::Syntax),
+            ("1_", NumError::Syntax),
+            ("+-5", NumError::Syntax),
+            ("-", NumError::Syntax),
+            ("1.0", NumError::Syntax),
+            (" 1", NumError::Syntax),
+            ("9223372036854775808", NumError::Range),
+            ("-9223372036854775809", NumError::Range),
+            // Go notices the overflow before the bad character.
+            ("99999999999999999999x", NumError::Range),
+        ];
+        for (text, want) in bad {
+            assert_eq!(parse_int(text), Err(*want), "{text}");
+        }
+    }
+
+    #[test]
+    fn uints_refuse_any_sign() {
+        assert_eq!(parse_uint("0x10"), Ok(16));
+        assert_eq!(parse_uint("18446744073709551615"), Ok(u64::MAX));
+        assert_eq!(parse_uint("18446744073709551616"), Err(NumError::Range));
+        assert_eq!(parse_uint("-1"), Err(NumError::Syntax));
+        assert_eq!(parse_uint("+1"), Err(NumError::Syntax));
+    }
+
+    #[test]
+    fn levels_are_decimal_and_fit_int32() {
+        assert_eq!(parse_level("010"), Ok(10));
+        assert_eq!(parse_level("2147483647"), Ok(i32::MAX as u32));
+        assert_eq!(
+            parse_level("2147483648").unwrap_err(),
+            "strconv.ParseUint: parsing \"2147483648\": value out of range"
+        );
+        for bad in ["0x10", "-1", "+1", "1_0", ""] {
+            assert_eq!(
+                parse_level(bad).unwrap_err(),
+                format!("strconv.ParseUint: parsing {bad:?}: invalid syntax")
+            );
+        }
+    }
+
+    #[test]
+    fn floats_take_go_syntax() {
+        let ok: &[(&str, f64)] = &[
+            ("5", 5.0),
+            ("1e-20", 1e-20),
+            (".5", 0.5),
+            ("5.", 5.0),
+            ("+1.5", 1.5),
+            ("-2", -2.0),
+            ("1_000.5", 1000.5),
+            ("1e1_0", 1e10),
+            ("0x1p-2", 0.25),
+            ("0x1.8p1", 3.0),
+            ("-0X10P0", -16.0),
+            ("1e-400", 0.0),
+            ("inf", f64::INFINITY),
+            ("+Inf", f64::INFINITY),
+            ("-Infinity", f64::NEG_INFINITY),
+        ];
+        for (text, want) in ok {
+            assert_eq!(parse_float(text), Ok(*want), "{text}");
+        }
+        assert!(parse_float("NaN").is_ok_and(f64::is_nan));
+        assert!(parse_float("nan").is_ok_and(f64::is_nan));
+        for bad in [
+            "", "1e", "e5", ".", "0x10", "0x", "_1", "1_", "1_.5", "+nan", "infin", "1.2.3", "1f",
+            " 1", "0x1g",
+        ] {
+            assert_eq!(parse_float(bad), Err(NumError::Syntax), "{bad}");
+        }
+        assert_eq!(parse_float("1e400"), Err(NumError::Range));
+        assert_eq!(parse_float("-1e400"), Err(NumError::Range));
+        assert_eq!(parse_float("0x1p2000"), Err(NumError::Range));
+    }
+
+    #[test]
+    fn durations_are_go_durations_and_may_be_negative() {
+        const S: i64 = 1_000_000_000;
+        let ok: &[(&str, i64)] = &[
+            ("0", 0),
+            ("-0", 0),
+            ("+0", 0),
+            ("15s", 15 * S),
+            ("-1s", -S),
+            ("+1s", S),
+            ("1m30s", 90 * S),
+            ("300ms", 300_000_000),
+            ("1.5h", 5400 * S),
+            ("-1.5h", -5400 * S),
+            ("2h45m", 9900 * S),
+            ("10us", 10_000),
+            ("10µs", 10_000),
+            ("10μs", 10_000),
+            ("7ns", 7),
+            (".5s", S / 2),
+            ("1.s", S),
+            ("1.0000000001s", S),
+            ("0.0000000005s", 0),
+            ("1h1h", 7200 * S),
+            ("2562047h47m16.854775807s", i64::MAX),
+            ("-2562047h47m16.854775808s", i64::MIN),
+        ];
+        for (text, want) in ok {
+            assert_eq!(parse_duration(text), Ok(*want), "{text}");
+        }
+        for bad in [
+            "",
+            "-",
+            "+",
+            "15",
+            "1x",
+            "s",
+            ".",
+            ".s",
+            "1.2.3s",
+            "1 s",
+            "1min",
+            "1e3s",
+            "- 1s",
+            "2562047h47m16.854775808s",
+            "9223372036854775808ns",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad} should be rejected");
+        }
+        assert_eq!(
+            parse_duration("15").unwrap_err(),
+            "time: missing unit in duration \"15\""
+        );
+    }
+
+    #[test]
+    fn quantities_follow_resource_parse_quantity() {
+        for zero in [
+            "0", "0Mi", "0.000", "-0", "+0", "000", "0e3", "0.0Gi", ".", "-",
+        ] {
+            assert_eq!(quantity_is_zero(zero), Ok(true), "{zero}");
+        }
+        for nonzero in [
+            "1", "1Mi", "1m", "0.001", "1e3", "1E-3", "-1", "1.G", "5n", "2Ei",
+        ] {
+            assert_eq!(quantity_is_zero(nonzero), Ok(false), "{nonzero}");
+        }
+        for bad in ["", "abc", "1Gb", "1 Mi", "1.2.3"] {
+            assert_eq!(quantity_is_zero(bad), Err(QUANTITY_FORMAT), "{bad}");
+        }
+        for bad in ["1k5", "1e", "1KiB", "1mi", "1e+"] {
+            assert!(quantity_is_zero(bad).is_err(), "{bad}");
+        }
+        assert_eq!(quantity_is_zero("1k5"), Err(QUANTITY_SUFFIX));
+    }
+}
