@@ -25,7 +25,17 @@ async fn log_of_one_attach(flags: &[&str]) -> String {
         .await
         .va;
     env.wait_attached(&va).await;
-    env.logs()
+    // The milestone is logged after the status write returns: the watch can see
+    // `attached=true` first.
+    support::eventually(
+        "the Attached milestone in the log",
+        std::time::Duration::from_secs(10),
+        || async {
+            let log = env.logs();
+            log.contains("\"Attached\"").then_some(log)
+        },
+    )
+    .await
 }
 
 /// klog's header: `Lmmdd hh:mm:ss.uuuuuu <pid, 7 wide> file:line] "message"`.
