@@ -225,7 +225,7 @@ pub async fn run(
             backoff,
             Some(metrics.queues.for_queue(VA_QUEUE, &["attach", "detach"])),
         )
-        .with_concurrency(Concurrency::with_reserved_fifth(workers, 2))
+        .with_concurrency(Concurrency::with_reserved_tenth(workers, 2))
         .idle(),
     );
     let pv_queue = Arc::new(
