@@ -475,18 +475,23 @@ mod tests {
     use std::sync::Arc;
 
     fn queue(lanes: usize) -> Arc<WorkQueue> {
-        let q = Arc::new(WorkQueue::new(
-            "test",
-            lanes,
-            Backoff {
-                start: Duration::from_secs(1),
-                max: Duration::from_secs(300),
-            },
-            None,
-        ));
+        let q = Arc::new(WorkQueue::new("test", lanes, BACKOFF, None));
         let timers = Arc::clone(&q);
         tokio::spawn(async move { timers.run_timers().await });
         q
+    }
+
+    const BACKOFF: Backoff = Backoff {
+        start: Duration::from_secs(1),
+        max: Duration::from_secs(300),
+    };
+
+    /// A queue called `name` with one lane per name in `lanes`, and its metrics.
+    fn metered(name: &'static str, lanes: &[&str]) -> (crate::metrics::Metrics, WorkQueue) {
+        let metrics = crate::metrics::Metrics::new();
+        let queues = metrics.queues.for_queue(name, lanes);
+        let q = WorkQueue::new(name, lanes.len(), BACKOFF, Some(queues));
+        (metrics, q)
     }
 
     async fn next(q: &WorkQueue, lane: usize) -> Option<String> {
@@ -594,20 +599,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn metrics_count_adds_depth_retries_and_waiting_age_per_lane() {
-        let metrics = crate::metrics::Metrics::new();
-        let q = WorkQueue::new(
-            "csi-attacher-va",
-            2,
-            Backoff {
-                start: Duration::from_secs(1),
-                max: Duration::from_secs(300),
-            },
-            Some(
-                metrics
-                    .queues
-                    .for_queue("csi-attacher-va", &["attach", "detach"]),
-            ),
-        );
+        let (metrics, q) = metered("csi-attacher-va", &["attach", "detach"]);
         q.add("a", 0);
         q.add("a", 0);
         q.add("b", 1);
@@ -660,16 +652,8 @@ mod tests {
 
     fn capped(total: usize) -> Arc<WorkQueue> {
         let q = Arc::new(
-            WorkQueue::new(
-                "test",
-                2,
-                Backoff {
-                    start: Duration::from_secs(1),
-                    max: Duration::from_secs(300),
-                },
-                None,
-            )
-            .with_concurrency(Concurrency::with_reserved_tenth(total, 2)),
+            WorkQueue::new("test", 2, BACKOFF, None)
+                .with_concurrency(Concurrency::with_reserved_tenth(total, 2)),
         );
         let timers = Arc::clone(&q);
         tokio::spawn(async move { timers.run_timers().await });
@@ -714,17 +698,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_idle_queue_ignores_adds_until_started() {
-        let metrics = crate::metrics::Metrics::new();
-        let q = WorkQueue::new(
-            "csi-attacher-pv",
-            1,
-            Backoff {
-                start: Duration::from_secs(1),
-                max: Duration::from_secs(300),
-            },
-            Some(metrics.queues.for_queue("csi-attacher-pv", &["pv"])),
-        )
-        .idle();
+        let (metrics, q) = metered("csi-attacher-pv", &["pv"]);
+        let q = q.idle();
         q.add("a", 0);
         q.add_rate_limited("b", 0);
         tokio::time::advance(Duration::from_secs(5)).await;
@@ -742,20 +717,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_add_while_processing_counts_once_as_client_go_does() {
-        let metrics = crate::metrics::Metrics::new();
-        let q = WorkQueue::new(
-            "csi-attacher-va",
-            2,
-            Backoff {
-                start: Duration::from_secs(1),
-                max: Duration::from_secs(300),
-            },
-            Some(
-                metrics
-                    .queues
-                    .for_queue("csi-attacher-va", &["attach", "detach"]),
-            ),
-        );
+        let (metrics, q) = metered("csi-attacher-va", &["attach", "detach"]);
         q.add("a", 0);
         let key = q.get(0).await.expect("a");
         q.add("a", 0);

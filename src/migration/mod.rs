@@ -122,32 +122,9 @@ pub fn repair_volume_handle(
     }
 }
 
-/// A string quoted like Go's `%q` (`strconv.Quote`), for error texts that
-/// must read like the translation library's.
-pub(crate) fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{b}' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c == '\u{7f}' => {
-                out.push_str(&format!("\\x{:02x}", c as u32))
-            }
-            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
+/// Go's `%q` (`strconv.Quote`), for error texts that must read like the
+/// translation library's.
+pub(crate) use crate::logging::go_quote;
 
 /// The spec to rewrite (a PV without one gets an empty spec).
 fn spec_mut(pv: &mut PersistentVolume) -> &mut PersistentVolumeSpec {
