@@ -568,12 +568,8 @@ async fn an_attach_error_without_a_code_clears_the_earlier_error_code() {
             json!({"code": "ResourceExhausted", "message": "mock rpc error"}),
         )
         .await;
-    let node = unique("node");
-    env.create_node(&node).await;
-    let volume = create(&env, pv(&unique("pv"), &env.driver)).await;
-    let va_name = unique("va");
-    env.create_va(va(&va_name, &env.driver, &node).pv(&volume.name()).build())
-        .await;
+    let attachment = env.create_attachment(pv(&unique("pv"), &env.driver)).await;
+    let (node, va_name) = (attachment.node, attachment.va);
     let failed = env.wait_attach_error(&va_name).await;
     let code = failed
         .status
