@@ -173,7 +173,8 @@ async fn volume_attachment_status_patch_and_watch_events() {
             .and_then(|m| m.get("devicePath").cloned()),
         Some("/dev/x".to_string())
     );
-    // errorCode is typed (k8s-openapi v1_34) and accepted by the 1.36 API server.
+    // errorCode is typed (k8s-openapi v1_34); a default 1.34 API server accepts
+    // the write but drops the field (keeps_error_code), 1.35+ store it.
     let error = json!({"status": {"attachError": {"message": "rpc error: code = NotFound desc = x", "time": "2026-01-01T00:00:00Z", "errorCode": 5}}});
     let patched = vas
         .patch_status(&name, &PatchParams::default(), &Patch::Merge(&error))
@@ -183,7 +184,7 @@ async fn volume_attachment_status_patch_and_watch_events() {
         .status
         .and_then(|s| s.attach_error)
         .expect("attachError");
-    assert_eq!(attach_error.error_code, Some(5));
+    assert_eq!(attach_error.error_code, cp.stored_error_code(5));
 
     // The watch saw the object arrive with attached=true at some point.
     let seen = tokio::time::timeout(Duration::from_secs(10), async {

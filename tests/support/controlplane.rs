@@ -3,6 +3,8 @@
 //! Started once per test binary (on first use) with random free ports, a temp
 //! dir, its own CA, serving and client certificates, and `--authorization-mode=RBAC`.
 //! Binaries come from `hack/build-controlplane.sh` (built once, cached).
+//! `CSI_ATTACHER_KUBE_VERSION=1.34` picks `kube-apiserver-1.34` (the oldest
+//! supported release) instead of the default `kube-apiserver` (1.36).
 //! Everything is killed and removed when the test process exits, also after a
 //! panic (see `procs`). Tests share it, so each must use unique object names.
 
@@ -24,6 +26,9 @@ use super::procs::{self, Guard};
 /// How long etcd + kube-apiserver may take to become ready.
 const START_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// Selects the kube-apiserver release (`<major>.<minor>`); unset means the default build.
+const KUBE_VERSION_ENV: &str = "CSI_ATTACHER_KUBE_VERSION";
+
 /// A running etcd + kube-apiserver pair.
 pub struct ControlPlane {
     /// Scratch directory (certs, data, logs, kubeconfigs).
@@ -34,6 +39,8 @@ pub struct ControlPlane {
     pub kubeconfig: PathBuf,
     /// Directory holding the built tools (kube-apiserver, etcd, csi-test-driver).
     pub tools: PathBuf,
+    /// Minor version the running kube-apiserver reports (`GET /version`).
+    pub kube_minor: u32,
     ca: CertifiedIssuer<'static, KeyPair>,
     _etcd: Guard,
     _apiserver: Guard,
@@ -91,6 +98,29 @@ pub fn tools_dir() -> Result<PathBuf> {
         .last()
         .context("build script printed no directory")?;
     Ok(PathBuf::from(dir.trim()))
+}
+
+/// The kube-apiserver to run and, when `CSI_ATTACHER_KUBE_VERSION` chose it,
+/// the minor version it must report.
+fn apiserver_binary(tools: &Path) -> Result<(PathBuf, Option<u32>)> {
+    let Some(wanted) = std::env::var_os(KUBE_VERSION_ENV).filter(|v| !v.is_empty()) else {
+        return Ok((tools.join("kube-apiserver"), None));
+    };
+    let wanted = wanted.to_string_lossy().into_owned();
+    let minor = wanted
+        .strip_prefix("1.")
+        .and_then(|m| m.parse::<u32>().ok())
+        .with_context(|| {
+            format!("{KUBE_VERSION_ENV}={wanted:?}: expected <major>.<minor>, e.g. 1.34")
+        })?;
+    let binary = tools.join(format!("kube-apiserver-{wanted}"));
+    if !binary.is_file() {
+        bail!(
+            "{KUBE_VERSION_ENV}={wanted}: no {} (hack/build-controlplane.sh builds the releases it pins)",
+            binary.display()
+        );
+    }
+    Ok((binary, Some(minor)))
 }
 
 /// A free TCP port on 127.0.0.1 (bound, then released).
@@ -158,7 +188,8 @@ impl ControlPlane {
         let port = free_port()?;
         let api_log = std::fs::File::create(dir.join("kube-apiserver.log"))?;
         let p = |name: &str| dir.join(name).display().to_string();
-        let mut apiserver = Command::new(tools.join("kube-apiserver"));
+        let (apiserver_bin, wanted_minor) = apiserver_binary(&tools)?;
+        let mut apiserver = Command::new(&apiserver_bin);
         apiserver
             .args([
                 format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
@@ -184,15 +215,17 @@ impl ControlPlane {
             ])
             .stdout(api_log.try_clone()?)
             .stderr(api_log);
-        let apiserver = Guard(Some(
-            procs::spawn(apiserver).context("starting kube-apiserver")?,
-        ));
+        let apiserver =
+            Guard(Some(procs::spawn(apiserver).with_context(|| {
+                format!("starting {}", apiserver_bin.display())
+            })?));
 
         let mut cp = Self {
             server: format!("https://127.0.0.1:{port}"),
             kubeconfig: dir.join("admin.kubeconfig"),
             dir,
             tools,
+            kube_minor: 0,
             ca,
             _etcd: etcd,
             _apiserver: apiserver,
@@ -210,7 +243,45 @@ impl ControlPlane {
                 tail("kube-apiserver.log")
             ))
         })?;
+        cp.kube_minor = cp.server_minor()?;
+        // A mislabelled binary would make a 1.34 run test 1.36 without a word.
+        if let Some(wanted) = wanted_minor {
+            if cp.kube_minor != wanted {
+                bail!(
+                    "{} reports minor version {}, {KUBE_VERSION_ENV} asked for {wanted}",
+                    apiserver_bin.display(),
+                    cp.kube_minor
+                );
+            }
+        }
         Ok(cp)
+    }
+
+    /// Whether the API server keeps `VolumeError.errorCode` on a status write.
+    ///
+    /// The field exists from 1.34 behind the MutableCSINodeAllocatableCount
+    /// feature gate, which is beta but off by default in 1.34 (on from 1.35,
+    /// GA in 1.36): a default 1.34 cluster silently drops it.
+    pub fn keeps_error_code(&self) -> bool {
+        self.kube_minor >= 35
+    }
+
+    /// What the stored object holds after a status write of `errorCode: code`:
+    /// the code, or nothing where the API server drops the field.
+    pub fn stored_error_code(&self, code: i32) -> Option<i32> {
+        self.keeps_error_code().then_some(code)
+    }
+
+    fn server_minor(&self) -> Result<u32> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let info = runtime.block_on(async { self.client().await.apiserver_version().await })?;
+        // Release builds report e.g. "34"; some distributions append "+".
+        info.minor
+            .trim_end_matches('+')
+            .parse()
+            .with_context(|| format!("kube-apiserver minor version {:?}", info.minor))
     }
 
     /// The API server's audit events so far (patches of PVs and VAs, stage
