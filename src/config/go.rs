@@ -452,9 +452,9 @@ pub fn parse_duration(s: &str) -> Result<i64, String> {
     i64::try_from(total).map_err(|_| invalid())
 }
 
-/// Go's `strconv.Quote` for the ASCII texts flags carry (other characters: Rust's escaping).
+/// Go's `strconv.Quote`.
 pub fn quote(s: &str) -> String {
-    format!("{s:?}")
+    crate::logging::go_quote(s)
 }
 
 /// Kubernetes' quantity syntax error (`resource.ErrFormatWrong`).
@@ -727,5 +727,30 @@ mod tests {
             assert!(quantity_is_zero(bad).is_err(), "{bad}");
         }
         assert_eq!(quantity_is_zero("1k5"), Err(QUANTITY_SUFFIX));
+    }
+
+    #[test]
+    fn no_parser_panics_on_multibyte_text_anywhere() {
+        let pieces: Vec<&str> = std::iter::once("")
+            .chain(
+                "0 1 - + . _ x e p 0x 0b 0o 1.5 h m s ms µs μs ns € é \u{10FFFF} ℹ Ki inf NaN"
+                    .split(' '),
+            )
+            .collect();
+        for a in &pieces {
+            for b in &pieces {
+                for c in &pieces {
+                    let text = format!("{a}{b}{c}");
+                    let _ = parse_int(&text);
+                    let _ = parse_uint(&text);
+                    let _ = parse_level(&text);
+                    let _ = parse_float(&text);
+                    let _ = parse_bool(&text);
+                    let _ = parse_duration(&text);
+                    let _ = quantity_is_zero(&text);
+                    let _ = quote(&text);
+                }
+            }
+        }
     }
 }
