@@ -433,8 +433,29 @@ pub fn go_quote(s: &str) -> String {
     out
 }
 
+/// Go's `strconv.Quote` of a byte string: as [`go_quote`], with every byte
+/// that is not part of valid UTF-8 as `\xNN` (Go quotes `string(bytes)` so).
+pub fn go_quote_bytes(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() + 2);
+    out.push('"');
+    for chunk in bytes.utf8_chunks() {
+        quote_chars(&mut out, chunk.valid());
+        for byte in chunk.invalid() {
+            let _ = write!(out, "\\x{byte:02x}");
+        }
+    }
+    out.push('"');
+    out
+}
+
 fn go_quote_into(out: &mut String, s: &str) {
     out.push('"');
+    quote_chars(out, s);
+    out.push('"');
+}
+
+/// The inside of a Go quoted string.
+fn quote_chars(out: &mut String, s: &str) {
     for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),
@@ -459,7 +480,6 @@ fn go_quote_into(out: &mut String, s: &str) {
             }
         }
     }
-    out.push('"');
 }
 
 /// Go's `unicode.IsPrint` for non-ASCII: letters, marks, numbers, punctuation
@@ -768,6 +788,14 @@ mod tests {
             go_quote(input),
             r#""\a\b\v\f\r\x1b a\"b\\c\nd\te\x01\x7f é \u00a0 \u200b 😀 ́x \u2028 \ufeff \ue000 \U0010ffff \u0378 \u00ad""#
         );
+    }
+
+    #[test]
+    fn go_quote_bytes_escapes_what_is_not_utf8() {
+        // Go: strconv.Quote(string([]byte("%\xe2\x82"))) and a valid prefix.
+        assert_eq!(go_quote_bytes(&"%€".as_bytes()[..3]), r#""%\xe2\x82""#);
+        assert_eq!(go_quote_bytes("é\n".as_bytes()), r#""é\n""#);
+        assert_eq!(go_quote_bytes(b"a\xffb"), r#""a\xffb""#);
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{CSIPersistentVolumeSource, PersistentVolume};
 
 use super::{go_quote, spec_mut, topology, TranslateError};
+use crate::logging::go_quote_bytes;
 
 pub const DRIVER: &str = "ebs.csi.aws.com";
 const TOPOLOGY_KEY: &str = "topology.ebs.csi.aws.com/zone";
@@ -82,12 +83,17 @@ fn check_escapes(s: &str, host: bool) -> Result<(), String> {
             let valid =
                 i + 2 < b.len() && b[i + 1].is_ascii_hexdigit() && b[i + 2].is_ascii_hexdigit();
             if !valid {
+                // Go cuts the escape at 3 bytes, even inside a multibyte character.
                 let end = (i + 3).min(b.len());
-                return Err(format!("invalid URL escape {}", go_quote(&s[i..end])));
+                return Err(format!("invalid URL escape {}", go_quote_bytes(&b[i..end])));
             }
-            // In a host, %-escapes are for non-ASCII bytes (and %25).
-            if host && b[i + 1] < b'8' && &s[i..i + 3] != "%25" {
-                return Err(format!("invalid URL escape {}", go_quote(&s[i..i + 3])));
+            // In a host, %-escapes are for non-ASCII bytes (and %25). A valid
+            // escape is ASCII, so these 3 bytes are characters.
+            if host && b[i + 1] < b'8' && &b[i..i + 3] != b"%25" {
+                return Err(format!(
+                    "invalid URL escape {}",
+                    go_quote_bytes(&b[i..i + 3])
+                ));
             }
             i += 3;
         } else {
