@@ -110,6 +110,9 @@ pub enum FlowError {
     /// Removing our finalizer from a PV failed.
     #[error("could not remove PersistentVolume finalizer: {0}")]
     RemovePvFinalizer(#[source] ApiError),
+    /// The attempt panicked: a bug, kept to this one object and retried.
+    #[error("internal error (please report it): {0}")]
+    Panicked(String),
 }
 
 impl FlowError {

@@ -29,9 +29,11 @@ pub mod trivial;
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use k8s_openapi::api::core::v1::CSIPersistentVolumeSource;
 use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
 use k8s_openapi::jiff::Timestamp;
@@ -377,12 +379,22 @@ async fn va_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue>, lane: usize) {
     };
     while let Some(key) = queue.get(lane).await {
         let span = tracing::info_span!("sync", va = %key, lane = lane_name);
-        let result = sync_va(&ctx, &key).instrument(span.clone()).await;
+        let result = supervised(sync_va(&ctx, &key))
+            .instrument(span.clone())
+            .await;
         match result {
             Ok(()) => queue.forget(&key),
             Err(err) => {
                 let va = ctx.stores.va(&key);
                 let lane = va.as_ref().map_or(lane, lane_of);
+                if let (FlowError::Panicked(_), Some(va)) = (&err, &va) {
+                    // The flow did not get as far as recording it.
+                    if lane == DETACH_LANE {
+                        ctx.record_detach_error(va, &err).await;
+                    } else {
+                        ctx.record_attach_error(va, &err).await;
+                    }
+                }
                 let delay = queue.add_rate_limited(&key, lane);
                 span.in_scope(|| tracing::warn!(error = %err, retry_in = ?delay, "VolumeAttachment sync failed"));
                 if let (Some(events), Some(va)) = (&ctx.events, va) {
@@ -418,7 +430,7 @@ async fn pv_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue>) {
         let span = tracing::info_span!("sync", pv = %key, lane = "pv");
         let result = match ctx.stores.pv(&key) {
             Some(pv) if ctx.capabilities.attach_required() => {
-                pv_finalizer::release(&ctx, &pv)
+                supervised(pv_finalizer::release(&ctx, &pv))
                     .instrument(span.clone())
                     .await
             }
@@ -432,6 +444,23 @@ async fn pv_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue>) {
             }
         }
         queue.done(&key);
+    }
+}
+
+/// Runs one sync attempt; a panic in it (a bug) becomes that attempt's error,
+/// so the key is released and retried with backoff and the worker lives on.
+async fn supervised(sync: impl Future<Output = Result<(), FlowError>>) -> Result<(), FlowError> {
+    match AssertUnwindSafe(sync).catch_unwind().await {
+        Ok(result) => result,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "panic".to_string());
+            tracing::error!(panic = %message, "A sync panicked; it is retried with backoff");
+            Err(FlowError::Panicked(message))
+        }
     }
 }
 
@@ -496,5 +525,22 @@ fn enqueue_all(ctx: &Ctx, va_queue: &WorkQueue, pv_queue: &WorkQueue) {
         if informers::needs_finalizer_check(&pv, &ctx.driver_name, &ctx.finalizer) {
             pv_queue.add(&pv.name_any(), PV_LANE);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_sync_becomes_its_error_and_the_caller_goes_on() {
+        let boom = async { panic!("a bug") };
+        match supervised(boom).await {
+            Err(FlowError::Panicked(message)) => assert_eq!(message, "a bug"),
+            other => panic!("expected Panicked, got {other:?}"),
+        }
+        assert!(supervised(async { Ok(()) }).await.is_ok());
+        let err = FlowError::Panicked("x".into()).to_string();
+        assert_eq!(err, "internal error (please report it): x");
     }
 }
