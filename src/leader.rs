@@ -28,7 +28,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
-use kube::runtime::watcher;
+use kube::runtime::{watcher, WatchStreamExt};
 use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
 use tokio::time::Instant;
 
@@ -82,21 +82,25 @@ impl KubeLeases {
     /// Resolves on every change of the Lease (for a standby waiting to take over).
     pub fn changes(&self) -> impl futures::Stream<Item = ()> + Send + 'static {
         let config = watcher::Config::default().fields(&format!("metadata.name={}", self.name));
-        watcher::watcher(self.api.clone(), config).filter_map(|event| async move {
-            match event {
-                // InitApply too: a Lease created between our GET and the watch start counts.
-                Ok(
-                    watcher::Event::Apply(_)
-                    | watcher::Event::InitApply(_)
-                    | watcher::Event::Delete(_),
-                ) => Some(()),
-                Ok(_) => None,
-                Err(err) => {
-                    tracing::debug!(error = %err, "Lease watch failed; retrying");
-                    None
+        // With backoff: without it a failing watch (API outage, no RBAC)
+        // retries in a hot loop, a request per millisecond.
+        watcher::watcher(self.api.clone(), config)
+            .default_backoff()
+            .filter_map(|event| async move {
+                match event {
+                    // InitApply too: a Lease created between our GET and the watch start counts.
+                    Ok(
+                        watcher::Event::Apply(_)
+                        | watcher::Event::InitApply(_)
+                        | watcher::Event::Delete(_),
+                    ) => Some(()),
+                    Ok(_) => None,
+                    Err(err) => {
+                        tracing::debug!(error = %err, "Lease watch failed; retrying");
+                        None
+                    }
                 }
-            }
-        })
+            })
     }
 }
 
@@ -354,7 +358,8 @@ impl<A: LeaseApi> Elector<A> {
                 Ok(written) => return self.record_success(written),
                 Err(err) if is_conflict(&err) => current = self.api.get().await,
                 Err(err) => {
-                    tracing::debug!(error = %err, "Failed to create lease");
+                    // Wrong RBAC or namespace ends here: say so at default verbosity.
+                    tracing::warn!(lease = %self.settings.name, error = %err, "Failed to create lease");
                     return false;
                 }
             }
@@ -410,8 +415,13 @@ impl<A: LeaseApi> Elector<A> {
             .await
         {
             Ok(written) => self.record_success(written),
-            Err(err) => {
+            // Losing a race to another replica is routine; anything else is not.
+            Err(err) if is_conflict(&err) => {
                 tracing::debug!(error = %err, "Failed to update lease");
+                false
+            }
+            Err(err) => {
+                tracing::warn!(lease = %self.settings.name, error = %err, "Failed to update lease");
                 false
             }
         }

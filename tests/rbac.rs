@@ -150,3 +150,42 @@ async fn without_get_on_secrets_the_attach_error_says_forbidden_until_granted() 
     let publish = env.mock.calls("ControllerPublishVolume").await;
     assert_eq!(publish[0]["secrets"], json!({"k": "v"}));
 }
+
+#[tokio::test]
+async fn without_rbac_for_leases_the_reason_is_logged_at_default_verbosity() {
+    let mut env = Env::without_attacher(&[]).await;
+    let (kubeconfig, _, user) = service_account(&env, rules(&[])).await;
+    env.rust_log = None;
+    let env = env.with_attacher(
+        &kubeconfig,
+        &[
+            "--v=0",
+            "--leader-election",
+            "--leader-election-namespace=default",
+        ],
+    );
+    // No replica can ever lead: the log must say why without raising --v.
+    let expected = format!(r#"User \"{user}\" cannot get resource \"leases\""#);
+    support::eventually(
+        "the forbidden Lease read in the log",
+        support::env::WAIT,
+        || async {
+            env.logs()
+                .lines()
+                .any(|l| l.starts_with('W') && l.contains("lease") && l.contains(&expected))
+                .then_some(())
+        },
+    )
+    .await;
+    // ... and without a flood: the Lease watch backs off.
+    support::quiet_period(std::time::Duration::from_secs(2)).await;
+    let watch_errors = env
+        .logs()
+        .lines()
+        .filter(|l| l.contains("watch list error") && l.contains("leases"))
+        .count();
+    assert!(
+        watch_errors < 20,
+        "{watch_errors} Lease watch errors logged"
+    );
+}
