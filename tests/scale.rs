@@ -61,6 +61,17 @@ async fn wait_all(
     .await;
 }
 
+/// Waits until this driver has exactly `n` VAs, all attached.
+async fn wait_all_attached(env: &Env, n: usize, timeout: Duration) {
+    wait_all(env, &format!("{n} VAs attached"), timeout, |vas| {
+        vas.len() == n
+            && vas
+                .iter()
+                .all(|v| v.status.as_ref().is_some_and(|s| s.attached))
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_detach_storm_does_not_delay_a_new_attach() {
     const STORM: usize = 200;
@@ -68,13 +79,7 @@ async fn a_detach_storm_does_not_delay_a_new_attach() {
     let node = unique("node");
     env.create_node(&node).await;
     let names = create_many(&env, &node, STORM).await;
-    wait_all(&env, "all attached", Duration::from_secs(120), |vas| {
-        vas.len() == STORM
-            && vas
-                .iter()
-                .all(|v| v.status.as_ref().is_some_and(|s| s.attached))
-    })
-    .await;
+    wait_all_attached(&env, STORM, Duration::from_secs(120)).await;
 
     env.mock
         .set_fault("ControllerUnpublishVolume", json!({"delay_ms": 2000}))
@@ -115,13 +120,7 @@ async fn a_thousand_vas_attach_and_detach_leaving_no_finalizer() {
 
     let started = Instant::now();
     let names = create_many(&env, &node, N).await;
-    wait_all(&env, "all attached", Duration::from_secs(300), |vas| {
-        vas.len() == N
-            && vas
-                .iter()
-                .all(|v| v.status.as_ref().is_some_and(|s| s.attached))
-    })
-    .await;
+    wait_all_attached(&env, N, Duration::from_secs(300)).await;
     let attach_time = started.elapsed();
 
     let started = Instant::now();
@@ -212,18 +211,7 @@ async fn worker_threads_bound_publish_and_unpublish_together() {
     let node = unique("node");
     env.create_node(&node).await;
     let old = create_many(&env, &node, N).await;
-    wait_all(
-        &env,
-        "the first VAs attached",
-        Duration::from_secs(60),
-        |vas| {
-            vas.len() == N
-                && vas
-                    .iter()
-                    .all(|v| v.status.as_ref().is_some_and(|s| s.attached))
-        },
-    )
-    .await;
+    wait_all_attached(&env, N, Duration::from_secs(60)).await;
 
     // Slow Publish and Unpublish, both lanes full of work at once.
     for method in ["ControllerPublishVolume", "ControllerUnpublishVolume"] {
