@@ -495,6 +495,108 @@ mod tests {
         }
     }
 
+    #[test]
+    fn watches_are_told_apart_by_their_query() {
+        let uri = |s: &str| s.parse::<http::Uri>().expect("uri");
+        assert!(is_watch(&uri(
+            "/api/v1/pods?&watch=true&timeoutSeconds=290"
+        )));
+        assert!(is_watch(&uri("/apis/x/v1/y?watch=1")));
+        assert!(!is_watch(&uri("/api/v1/pods?limit=500")));
+        assert!(!is_watch(&uri("/api/v1/pods/watch=true")));
+        assert!(!is_watch(&uri("/api/v1/pods?watcher=true")));
+    }
+
+    #[test]
+    fn the_request_timeout_follows_timeout_within_5_to_60_seconds() {
+        let s = Duration::from_secs;
+        assert_eq!(request_timeout_for(Duration::ZERO), s(5));
+        assert_eq!(request_timeout_for(s(15)), s(15));
+        assert_eq!(request_timeout_for(s(360)), s(60));
+    }
+
+    /// A service that answers with headers at once and a body that never ends.
+    fn stalled_body() -> impl Service<
+        http::Request<()>,
+        Response = http::Response<
+            http_body_util::StreamBody<futures::stream::Pending<Result<Frame<Bytes>, BoxError>>>,
+        >,
+        Error = BoxError,
+        Future = std::future::Ready<
+            Result<
+                http::Response<
+                    http_body_util::StreamBody<
+                        futures::stream::Pending<Result<Frame<Bytes>, BoxError>>,
+                    >,
+                >,
+                BoxError,
+            >,
+        >,
+    > {
+        tower::service_fn(|_req: http::Request<()>| {
+            std::future::ready(Ok(http::Response::new(http_body_util::StreamBody::new(
+                futures::stream::pending(),
+            ))))
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_server_fails_the_request_at_the_deadline() {
+        use tower::ServiceExt;
+        let silent = tower::service_fn(|_req: http::Request<()>| {
+            std::future::pending::<Result<http::Response<http_body_util::Empty<Bytes>>, BoxError>>()
+        });
+        let service = DeadlineLayer::new(Duration::from_secs(5)).layer(silent);
+        let started = tokio::time::Instant::now();
+        let err = service
+            .oneshot(http::Request::new(()))
+            .await
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some("the API server did not answer within 5s")
+        );
+        assert_eq!(started.elapsed(), Duration::from_secs(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_body_fails_at_the_deadline_but_a_watch_body_is_left_alone() {
+        use http_body_util::BodyExt;
+        use tower::ServiceExt;
+        let layer = DeadlineLayer::new(Duration::from_secs(5));
+        let response = layer
+            .layer(stalled_body())
+            .oneshot(http::Request::new(()))
+            .await
+            .expect("headers");
+        let err = response
+            .into_body()
+            .collect()
+            .await
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some("the API server's response body did not arrive within 5s")
+        );
+
+        let watch = http::Request::get("/api/v1/pods?watch=true")
+            .body(())
+            .expect("request");
+        let response = layer
+            .layer(stalled_body())
+            .oneshot(watch)
+            .await
+            .expect("headers");
+        let read =
+            tokio::time::timeout(Duration::from_secs(3600), response.into_body().collect()).await;
+        assert!(
+            read.is_err(),
+            "a watch body is not cut by the request deadline"
+        );
+    }
+
     #[tokio::test]
     async fn zero_burst_is_the_default_ten() {
         let limiter = RateLimitLayer::new(0.001, 0).limiter.expect("limited");
