@@ -326,3 +326,57 @@ async fn a_secret_that_is_not_utf8_fails_the_attach_without_showing_it() {
     assert!(!logs.contains("hunter2"), "the value is never logged");
     assert!(env.mock.calls("ControllerPublishVolume").await.is_empty());
 }
+
+/// Zero intervals are raised to 100 ms instead of spinning: the driver is
+/// reached at all (a zero --timeout fails every call before it is sent), a
+/// failing attach is retried no faster than every 100 ms, and ListVolumes
+/// passes come no faster either.
+#[tokio::test]
+async fn zero_intervals_are_raised_instead_of_spinning() {
+    let env = Env::start(
+        &[],
+        &[
+            "--timeout=0",
+            "--retry-interval-start=0",
+            "--retry-interval-max=0",
+            "--reconcile-sync=0",
+        ],
+    )
+    .await;
+    env.attached().await;
+    assert!(env.logs().contains("Flag value out of range"));
+
+    env.mock
+        .set_fault(
+            "ControllerPublishVolume",
+            json!({"code": "Internal", "message": "no"}),
+        )
+        .await;
+    let a = env.create_attachment(pv(&unique("pv"), &env.driver)).await;
+    env.wait_attach_error(&a.va).await;
+    let publishes = || async {
+        env.mock
+            .calls("ControllerPublishVolume")
+            .await
+            .iter()
+            .filter(|c| c["volume_id"] == a.handle)
+            .count()
+    };
+    let (started, before) = (Instant::now(), publishes().await);
+    support::eventually("five more attempts", Duration::from_secs(20), || async {
+        (publishes().await >= before + 5).then_some(())
+    })
+    .await;
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(400), "5 retries in {took:?}");
+
+    let lists = || async { env.mock.calls("ListVolumes").await.len() };
+    let (started, before) = (Instant::now(), lists().await);
+    support::eventually("five more passes", Duration::from_secs(20), || async {
+        (lists().await >= before + 5).then_some(())
+    })
+    .await;
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(400), "5 passes in {took:?}");
+    env.mock.clear_faults().await;
+}
