@@ -515,23 +515,15 @@ mod tests {
         assert_eq!(request_timeout_for(s(360)), s(60));
     }
 
+    type Stalled =
+        http_body_util::StreamBody<futures::stream::Pending<Result<Frame<Bytes>, BoxError>>>;
+
     /// A service that answers with headers at once and a body that never ends.
     fn stalled_body() -> impl Service<
         http::Request<()>,
-        Response = http::Response<
-            http_body_util::StreamBody<futures::stream::Pending<Result<Frame<Bytes>, BoxError>>>,
-        >,
+        Response = http::Response<Stalled>,
         Error = BoxError,
-        Future = std::future::Ready<
-            Result<
-                http::Response<
-                    http_body_util::StreamBody<
-                        futures::stream::Pending<Result<Frame<Bytes>, BoxError>>,
-                    >,
-                >,
-                BoxError,
-            >,
-        >,
+        Future = std::future::Ready<Result<http::Response<Stalled>, BoxError>>,
     > {
         tower::service_fn(|_req: http::Request<()>| {
             std::future::ready(Ok(http::Response::new(http_body_util::StreamBody::new(
