@@ -1304,12 +1304,21 @@ mod tests {
 
     #[test]
     fn durations_are_go_durations() {
-        assert_eq!(ok(&["--timeout=1.5µs"]).timeout, Duration::from_nanos(1500));
-        assert_eq!(ok(&["--timeout=+1s"]).timeout, Duration::from_secs(1));
-        assert_eq!(ok(&["--timeout=-0"]).timeout, Duration::ZERO);
+        // A flag no lower bound applies to (see `raise_absurd_values`).
+        let parsed = |value: &str| {
+            ok(&[&format!("--leader-election-retry-period={value}")]).leader_election_retry_period
+        };
+        assert_eq!(parsed("1.5µs"), Duration::from_nanos(1500));
+        assert_eq!(parsed("+1s"), Duration::from_secs(1));
+        assert_eq!(parsed("-0"), Duration::ZERO);
         assert_eq!(
-            ok(&["--timeout=2562047h47m16.854775807s"]).timeout,
+            parsed("2562047h47m16.854775807s"),
             Duration::from_nanos(i64::MAX as u64)
+        );
+        assert_eq!(
+            ok(&["--timeout=-0"]).timeout,
+            MIN_INTERVAL,
+            "zero is raised"
         );
         for bad in ["15", "abc", "1e3s", "-", ".s", "2562047h47m16.854775808s"] {
             assert_eq!(
