@@ -313,7 +313,7 @@ pub async fn run(
         error_codes,
         flow_metrics: Arc::clone(&metrics.flows),
         force_sync: reconcile::ForceSync::default(),
-        events: reporter.map(|r| events::FailureEvents::new(client, r)),
+        events: reporter.map(|r| events::FailureEvents::new(client, r, metrics.registry())),
     });
     tasks.spawn(report_backlog(Arc::clone(&va_queue), Arc::clone(&pv_queue)));
     // Upstream's informers start with the leadership and add every object;
