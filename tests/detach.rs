@@ -49,6 +49,48 @@ async fn detach_falls_back_to_the_node_id_annotation_when_the_csinode_is_gone() 
     assert_eq!(unpublish[0]["node_id"], format!("{node}-id"));
 }
 
+/// A driver re-registered on the node with another node ID (reinstalled):
+/// the volume is unpublished from the ID it was published to, the one on the
+/// VA, not the CSINode's new one (which would leave it published for good).
+#[tokio::test]
+async fn detach_unpublishes_from_the_node_id_it_published_to_after_the_csinode_changed() {
+    let env = Env::start(&[], &[]).await;
+    let (va_name, pv_name, node) = attached(&env).await;
+    env.csinodes
+        .delete(&node, &DeleteParams::default())
+        .await
+        .expect("delete csinode");
+    let csinode = support::objects::csinode(&node, &env.driver, &format!("{node}-new-id"));
+    env.csinodes
+        .create(&Default::default(), &csinode)
+        .await
+        .expect("re-register");
+    // A second volume on the node is published to the new ID: the new
+    // CSINode has reached the attacher's cache.
+    let second_pv = unique("pv");
+    env.create_pv(pv(&second_pv, &env.driver).build()).await;
+    let second_va = unique("va");
+    env.create_va(va(&second_va, &env.driver, &node).pv(&second_pv).build())
+        .await;
+    env.wait_attached(&second_va).await;
+    let publish = env.mock.calls("ControllerPublishVolume").await;
+    assert!(
+        publish
+            .iter()
+            .any(|c| c["node_id"] == format!("{node}-new-id")),
+        "{publish:?}"
+    );
+    env.delete_va(&va_name).await;
+    env.wait_gone(&va_name).await;
+    let unpublish = env.mock.calls("ControllerUnpublishVolume").await;
+    let ours: Vec<_> = unpublish
+        .iter()
+        .filter(|c| c["volume_id"] == format!("handle-{pv_name}"))
+        .collect();
+    assert_eq!(ours.len(), 1, "{unpublish:?}");
+    assert_eq!(ours[0]["node_id"], format!("{node}-id"));
+}
+
 #[tokio::test]
 async fn unpublish_errors_keep_the_finalizer_and_are_retried() {
     let env = Env::start(

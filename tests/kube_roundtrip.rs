@@ -227,3 +227,75 @@ async fn volume_attachment_status_patch_and_watch_events() {
     .await
     .expect("delete event");
 }
+
+/// The attacher names the VA it built a patch from by UID (`metadata.uid` in
+/// the merge patch): a VA deleted and re-created under the same name is
+/// another object, and the API server refuses the patch, on the main
+/// resource and on `/status`: 422 Invalid, `metadata.uid: ... field is
+/// immutable`.
+#[tokio::test]
+async fn a_patch_naming_another_uid_is_refused_with_a_conflict() {
+    let cp = controlplane::shared();
+    let client = cp.client().await;
+    let vas: Api<VolumeAttachment> = Api::all(client);
+    let name = unique("va");
+    let va = |node: &str| -> VolumeAttachment {
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"attacher": "csi.example.com", "nodeName": node,
+                     "source": {"persistentVolumeName": "pv"}},
+        }))
+        .expect("va json")
+    };
+    let old = vas
+        .create(&PostParams::default(), &va("node-a"))
+        .await
+        .expect("create");
+    vas.delete(&name, &DeleteParams::default())
+        .await
+        .expect("delete");
+    let new = vas
+        .create(&PostParams::default(), &va("node-b"))
+        .await
+        .expect("re-create");
+    assert_ne!(old.metadata.uid, new.metadata.uid);
+    let old_uid = old.metadata.uid.clone().unwrap_or_default();
+    let pp = PatchParams::default();
+    for (subresource, body) in [
+        (
+            None,
+            json!({"metadata": {"uid": old_uid, "finalizers": ["f/x"]}}),
+        ),
+        (
+            Some("status"),
+            json!({"metadata": {"uid": old_uid}, "status": {"attached": true}}),
+        ),
+    ] {
+        let result = match subresource {
+            None => vas.patch(&name, &pp, &Patch::Merge(&body)).await,
+            Some(sub) => {
+                vas.patch_subresource(sub, &name, &pp, &Patch::Merge(&body))
+                    .await
+            }
+        };
+        match result {
+            Err(kube::Error::Api(status)) => {
+                assert_eq!(status.code, 422, "{subresource:?}: {status:?}");
+                assert!(
+                    status.message.contains("metadata.uid") && status.message.contains("immutable"),
+                    "{subresource:?}: {status:?}"
+                );
+            }
+            other => panic!("{subresource:?}: expected a 422, got {other:?}"),
+        }
+    }
+    let new_uid = new.metadata.uid.clone().unwrap_or_default();
+    let ok = json!({"metadata": {"uid": new_uid}, "status": {"attached": true}});
+    let written = vas
+        .patch_subresource("status", &name, &pp, &Patch::Merge(&ok))
+        .await
+        .expect("the right UID is accepted");
+    assert!(written.status.is_some_and(|s| s.attached));
+    let current = vas.get(&name).await.expect("get");
+    assert!(current.metadata.finalizers.is_none());
+}

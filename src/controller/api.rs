@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, Secret};
 use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::Request;
-use kube::Resource;
+use kube::{Resource, ResourceExt};
 use serde::de::IgnoredAny;
 use serde_json::Value;
 
@@ -31,32 +31,58 @@ impl KubeApi {
         }
     }
 
-    /// Merge patch on a VA's main resource; returns the VA as written.
-    pub async fn patch_va(&self, name: &str, body: &Value) -> Result<VolumeAttachment, ApiError> {
+    // Every VA patch names the object it was built from by UID as well as by
+    // name: a VA deleted and re-created under the same name (another node)
+    // while this replica's cache still held the old one is a different
+    // object, and the API server refuses the write (409 Conflict, "Precondition
+    // failed: UID in precondition") instead of applying the old object's
+    // finalizers or status to the new one. Upstream sends no UID.
+
+    /// Merge patch on `va`'s main resource; returns the VA as written.
+    pub async fn patch_va(
+        &self,
+        va: &VolumeAttachment,
+        body: &Value,
+    ) -> Result<VolumeAttachment, ApiError> {
+        let body = with_uid(body, va);
         self.vas
-            .patch(name, &PatchParams::default(), &Patch::Merge(body))
+            .patch(
+                &va.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&body),
+            )
             .await
             .map_err(ApiError)
     }
 
-    /// Merge patch on a VA's main resource, when the caller does not need
+    /// Merge patch on `va`'s main resource, when the caller does not need
     /// the VA as written: the response body is skipped, not decoded.
-    pub async fn patch_va_unread(&self, name: &str, body: &Value) -> Result<(), ApiError> {
+    pub async fn patch_va_unread(
+        &self,
+        va: &VolumeAttachment,
+        body: &Value,
+    ) -> Result<(), ApiError> {
+        let body = with_uid(body, va);
         let request = Request::new(VolumeAttachment::url_path(&(), None)).patch(
-            name,
+            &va.name_any(),
             &PatchParams::default(),
-            &Patch::Merge(body),
+            &Patch::Merge(&body),
         );
         self.send_unread(request).await
     }
 
-    /// Merge patch on a VA's `/status` (response skipped).
-    pub async fn patch_va_status(&self, name: &str, body: &Value) -> Result<(), ApiError> {
+    /// Merge patch on `va`'s `/status` (response skipped).
+    pub async fn patch_va_status(
+        &self,
+        va: &VolumeAttachment,
+        body: &Value,
+    ) -> Result<(), ApiError> {
+        let body = with_uid(body, va);
         let request = Request::new(VolumeAttachment::url_path(&(), None)).patch_subresource(
             "status",
-            name,
+            &va.name_any(),
             &PatchParams::default(),
-            &Patch::Merge(body),
+            &Patch::Merge(&body),
         );
         self.send_unread(request).await
     }
@@ -135,10 +161,26 @@ fn secret_strings(
         .collect()
 }
 
+/// `body` with `metadata.uid` set to `va`'s UID (unchanged when `va` has none,
+/// as objects built in unit tests may not).
+fn with_uid(body: &Value, va: &VolumeAttachment) -> Value {
+    let mut body = body.clone();
+    if let (Some(uid), Value::Object(fields)) = (&va.metadata.uid, &mut body) {
+        let metadata = fields
+            .entry("metadata")
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+        if let Value::Object(metadata) = metadata {
+            metadata.insert("uid".into(), Value::String(uid.clone()));
+        }
+    }
+    body
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use k8s_openapi::ByteString;
+    use serde_json::json;
 
     #[test]
     fn a_value_that_is_not_utf8_fails_naming_the_key_only() {
@@ -157,5 +199,23 @@ mod tests {
         );
         let good = BTreeMap::from([("k".to_string(), ByteString("ü".as_bytes().to_vec()))]);
         assert_eq!(secret_strings(good).expect("UTF-8")["k"], "ü");
+    }
+
+    #[test]
+    fn every_va_patch_names_the_uid_it_was_built_from() {
+        let mut va = VolumeAttachment::default();
+        va.metadata.uid = Some("u-1".into());
+        let status = json!({"status": {"attached": true}});
+        assert_eq!(
+            with_uid(&status, &va),
+            json!({"metadata": {"uid": "u-1"}, "status": {"attached": true}})
+        );
+        let metadata = json!({"metadata": {"finalizers": ["f"]}});
+        assert_eq!(
+            with_uid(&metadata, &va),
+            json!({"metadata": {"uid": "u-1", "finalizers": ["f"]}})
+        );
+        va.metadata.uid = None;
+        assert_eq!(with_uid(&status, &va), status);
     }
 }

@@ -48,7 +48,7 @@ pub async fn attach(ctx: &Ctx, va: &VolumeAttachment, forced: bool) -> Result<()
         return Ok(());
     };
     ctx.api
-        .patch_va_status(&va.name_any(), &patch)
+        .patch_va_status(va, &patch)
         .await
         .map_err(FlowError::MarkAttached)?;
     if let Some(created) = &va.metadata.creation_timestamp {
@@ -73,7 +73,7 @@ async fn publish(ctx: &Ctx, va: &VolumeAttachment) -> Result<BTreeMap<String, St
     // From the VA write on, a detach is owed.
     if let Some(patch) = patches::attach_metadata(va, &ctx.finalizer, &request.node_id) {
         ctx.api
-            .patch_va_unread(&va.name_any(), &patch)
+            .patch_va_unread(va, &patch)
             .await
             .map_err(FlowError::SaveVolumeAttachment)?;
     }

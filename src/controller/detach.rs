@@ -47,15 +47,16 @@ async fn unpublish_and_release(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), F
     let source = source::resolve_or_get(va, &ctx.stores, &ctx.api).await?;
     let volume = source.csi_volume()?;
     let secrets = ctx.publish_secrets(&volume.csi).await?;
-    // The node may be gone (CSINode deleted or without our driver): fall back
-    // to the node ID recorded on the VA at attach time (upstream v3.2 #299).
-    let node_id = match ctx.stores.node_id(&va.spec.node_name, &ctx.driver_name) {
-        Ok(id) => id,
-        Err(err) => va
-            .annotations()
-            .get(NODE_ID_ANNOTATION)
-            .cloned()
-            .ok_or(err)?,
+    // Unpublish from the node ID the volume was published to: the one the
+    // attach recorded on the VA. The CSINode is asked only when the VA has no
+    // such annotation (attached by an attacher that did not record it).
+    // Upstream asks the CSINode first and falls back to the annotation
+    // (v3.2 #299): a node whose driver re-registered with another node ID
+    // would be unpublished from the new ID, leaking the publication on the
+    // old one.
+    let node_id = match va.annotations().get(NODE_ID_ANNOTATION) {
+        Some(id) if !id.is_empty() => id.clone(),
+        _ => ctx.stores.node_id(&va.spec.node_name, &ctx.driver_name)?,
     };
     let request = ControllerUnpublishVolumeRequest {
         volume_id: volume.csi.volume_handle.clone(),
@@ -64,13 +65,14 @@ async fn unpublish_and_release(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), F
     };
     ctx.csi.unpublish(request, volume.migrated).await?;
 
-    let name = va.name_any();
     let mut current = None;
     if let Some(patch) = patches::remove_va_finalizer(va, &ctx.finalizer) {
-        let written = ctx.api.patch_va(&name, &patch).await;
+        let written = ctx.api.patch_va(va, &patch).await;
         match written {
             Ok(written) => current = Some(written),
-            Err(err) if err.is_not_found() => return Ok(()),
+            // Gone, or deleted and re-created under the same name: either
+            // way this VA is no more.
+            Err(err) if err.is_not_found() || err.is_replaced() => return Ok(()),
             Err(err) => return Err(FlowError::MarkDetached(err)),
         }
     }
@@ -85,9 +87,9 @@ async fn unpublish_and_release(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), F
         .as_ref()
         .map_or(va.status.as_ref(), |v| v.status.as_ref());
     if let Some(patch) = patches::detached_status(status) {
-        match ctx.api.patch_va_status(&name, &patch).await {
+        match ctx.api.patch_va_status(va, &patch).await {
             Ok(_) => {}
-            Err(err) if err.is_not_found() => {}
+            Err(err) if err.is_not_found() || err.is_replaced() => {}
             Err(err) => return Err(FlowError::MarkDetached(err)),
         }
     }

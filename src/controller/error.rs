@@ -32,6 +32,12 @@ impl ApiError {
     pub fn is_not_found(&self) -> bool {
         matches!(&self.0, kube::Error::Api(s) if s.code == 404)
     }
+
+    /// Whether the server refused a VA patch because the object of that name
+    /// has another UID (deleted and re-created): 422 on `metadata.uid`.
+    pub fn is_replaced(&self) -> bool {
+        matches!(&self.0, kube::Error::Api(s) if s.code == 422 && s.message.contains("metadata.uid"))
+    }
 }
 
 /// Why a Secret's data could not be used.

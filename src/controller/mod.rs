@@ -169,16 +169,30 @@ impl Ctx {
     pub async fn record_attach_error(&self, va: &VolumeAttachment, err: &FlowError) {
         let code = err.grpc_code().filter(|_| self.error_codes);
         let patch = patches::attach_error(&err.to_string(), code, Timestamp::now());
-        if let Err(save) = self.api.patch_va_status(&va.name_any(), &patch).await {
-            tracing::warn!(va = %va.name_any(), error = %save, "could not save attachError");
+        match self.api.patch_va_status(va, &patch).await {
+            Ok(()) => {}
+            // The VA was deleted and re-created: the error was about the old one.
+            Err(save) if save.is_replaced() => {
+                tracing::debug!(va = %va.name_any(), "VolumeAttachment re-created; attachError not saved")
+            }
+            Err(save) => {
+                tracing::warn!(va = %va.name_any(), error = %save, "could not save attachError")
+            }
         }
     }
 
     /// Saves `err` as `detachError`; a failure to save is only logged.
     pub async fn record_detach_error(&self, va: &VolumeAttachment, err: &FlowError) {
         let patch = patches::detach_error(&err.to_string(), Timestamp::now());
-        if let Err(save) = self.api.patch_va_status(&va.name_any(), &patch).await {
-            tracing::warn!(va = %va.name_any(), error = %save, "could not save detachError");
+        match self.api.patch_va_status(va, &patch).await {
+            Ok(()) => {}
+            // The VA was deleted and re-created: the error was about the old one.
+            Err(save) if save.is_replaced() => {
+                tracing::debug!(va = %va.name_any(), "VolumeAttachment re-created; detachError not saved")
+            }
+            Err(save) => {
+                tracing::warn!(va = %va.name_any(), error = %save, "could not save detachError")
+            }
         }
     }
 }

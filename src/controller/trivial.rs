@@ -4,7 +4,6 @@
 //! calls, no finalizers, no secrets; deletion needs nothing.
 
 use k8s_openapi::api::storage::v1::VolumeAttachment;
-use kube::ResourceExt;
 use serde_json::{json, Map, Value};
 
 use super::error::FlowError;
@@ -29,7 +28,7 @@ pub async fn attach(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), FlowError> {
         patch.insert("attachmentMetadata".into(), Value::Null);
     }
     ctx.api
-        .patch_va_status(&va.name_any(), &json!({ "status": patch }))
+        .patch_va_status(va, &json!({ "status": patch }))
         .await
         .map_err(FlowError::MarkAttached)?;
     Ok(())
