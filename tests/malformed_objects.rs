@@ -627,3 +627,82 @@ async fn hostile_leases_are_taken_over() {
         assert!(!env.logs().contains("panicked"), "{name}");
     }
 }
+
+/// In-tree AWS EBS PVs (migrated to `ebs.csi.aws.com`) with hostile volume IDs
+/// and zones: translated as `k8s.io/csi-translation-lib` does, or refused with
+/// its error; never a panic.
+#[tokio::test]
+async fn in_tree_pvs_with_hostile_ids_translate_or_fail_clearly() {
+    let env = Env::named_without_attacher("ebs.csi.aws.com", &[]).await;
+    let kubeconfig = env.cp.kubeconfig.clone();
+    let env = env.with_attacher(&kubeconfig, &["--retry-interval-start=500ms", "--retry-interval-max=2s"]);
+    // (row, volumeID, zone label, Ok(volume_id sent) or Err(attachError part))
+    let rows: Vec<(&str, &str, &str, Result<&str, &str>)> = vec![
+        ("aws_volume_id_with_percent_and_euro", "aws://z/vol-%€", "z", Err("failed to translate in tree pv to CSI")),
+        ("aws_volume_id_empty_zone", "aws:///vol-0123", "us-east-1a", Ok("vol-0123")),
+        ("aws_volume_id_without_volume", "aws://us-east-1a/", "us-east-1a", Err("failed to translate in tree pv to CSI")),
+        ("aws_volume_id_plain_name_with_unicode", "vol-🔑", "us-east-1a", Ok("vol-🔑")),
+        // As csi-translation-lib: an ID without aws:// is taken as a bare volume ID.
+        ("aws_volume_id_other_scheme", "gcs://bucket/vol-1", "us-east-1a", Ok("gcs://bucket/vol-1")),
+        ("aws_zone_label_with_double_underscore", "aws://us-east-1a/vol-1", "a__b", Ok("vol-1")),
+    ];
+    let mut started = Vec::new();
+    for (name, volume_id, zone, want) in &rows {
+        let node = unique("node");
+        env.create_node(&node).await;
+        let pv_name = unique("pv");
+        let pv: PersistentVolume = serde_json::from_value(json!({
+            "metadata": {
+                "name": pv_name,
+                "labels": {"topology.kubernetes.io/zone": zone},
+                "annotations": {"pv.kubernetes.io/migrated-to": "ebs.csi.aws.com"},
+            },
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "awsElasticBlockStore": {"volumeID": volume_id},
+            },
+        }))
+        .expect("PV JSON");
+        if let Err(err) = env.pvs.create(&PostParams::default(), &pv).await {
+            panic!("{name}: PV refused: {err}");
+        }
+        let va_name = unique("va");
+        env.create_va(support::objects::va(&va_name, &env.driver, &node).pv(&pv_name).build())
+            .await;
+        started.push((name, va_name, want));
+    }
+    let mut wrong = Vec::new();
+    for (name, va_name, want) in started {
+        let va = env
+            .wait_va(&va_name, "failed or attached", |va| {
+                va.and_then(|v| v.status.as_ref())
+                    .is_some_and(|s| s.attached || s.attach_error.is_some())
+            })
+            .await
+            .expect("VA");
+        let message = attach_error_message(&va);
+        let attached = va.status.as_ref().is_some_and(|s| s.attached);
+        let calls = env.mock.calls("ControllerPublishVolume").await;
+        let node_id = va
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("csi.alpha.kubernetes.io/node-id"))
+            .cloned()
+            .unwrap_or_default();
+        let sent = calls
+            .iter()
+            .find(|c| c["node_id"] == json!(node_id))
+            .and_then(|c| c["volume_id"].as_str().map(String::from));
+        let ok = match want {
+            Ok(volume) => attached && sent.as_deref() == Some(*volume),
+            Err(part) => !attached && message.as_deref().is_some_and(|m| m.contains(part)),
+        };
+        if !ok {
+            wrong.push(format!("{name}: attached={attached} sent={sent:?} attachError={message:?}"));
+        }
+    }
+    assert!(wrong.is_empty(), "rows:\n{}", wrong.join("\n"));
+    assert!(!env.logs().contains("panicked"));
+}
