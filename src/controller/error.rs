@@ -120,8 +120,9 @@ pub enum FlowError {
     Panicked(String),
 }
 
-/// The API server refuses a `VolumeError.message` longer than this many bytes
-/// (`status.attachError.message: Too long`), and the error would not be saved at all.
+/// The API server refuses a `VolumeError.message` longer than this many bytes,
+/// and the error would not be saved at all. (Its refusal says "may not be more
+/// than 262144 bytes", the attachmentMetadata limit, but it checks 1024: measured.)
 pub const MAX_STATUS_MESSAGE: usize = 1024;
 
 impl FlowError {
@@ -166,7 +167,7 @@ mod tests {
         let exact = "x".repeat(MAX_STATUS_MESSAGE);
         assert_eq!(cap_message(exact.clone(), MAX_STATUS_MESSAGE), exact);
         for filler in ["e", "é", "🔑"] {
-            let long = FlowError::Driver(RpcStatus::new(tonic::Code::Internal, filler.repeat(5000)));
+            let long = FlowError::Driver(RpcStatus::new(tonic::Code::Internal, filler.repeat(MAX_STATUS_MESSAGE)));
             let text = long.status_message();
             assert!(text.len() <= MAX_STATUS_MESSAGE, "{filler}: {}", text.len());
             assert!(text.starts_with("rpc error: code = Internal desc = "), "{filler}");
