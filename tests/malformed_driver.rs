@@ -153,12 +153,18 @@ fn publish_rows() -> Vec<Row> {
             // 1024-byte attachError limit: saved cut, with a note.
             name: "grpc_error_message_64KiB",
             fault: json!({"code": "Internal", "message": "e".repeat(64 << 10)}),
-            outcome: Outcome::Fails(&["code = Internal desc = eeee", "bytes truncated]"], Some(13)),
+            outcome: Outcome::Fails(
+                &["code = Internal desc = eeee", "bytes truncated]"],
+                Some(13),
+            ),
         },
         Row {
             name: "grpc_error_message_1MiB",
             fault: json!({"code": "Internal", "message": "e".repeat(1 << 20)}),
-            outcome: Outcome::Fails(&["code = Internal desc = eeee", "bytes truncated]"], Some(13)),
+            outcome: Outcome::Fails(
+                &["code = Internal desc = eeee", "bytes truncated]"],
+                Some(13),
+            ),
         },
         Row {
             name: "grpc_error_message_with_newlines_and_control_characters",
@@ -212,7 +218,10 @@ async fn hostile_publish_answers_end_in_attach_error_and_recover() {
                         message.contains(part),
                         "{}: attachError {:?} lacks {part:?}",
                         row.name,
-                        support::env::tail(&message, 3).chars().take(400).collect::<String>()
+                        support::env::tail(&message, 3)
+                            .chars()
+                            .take(400)
+                            .collect::<String>()
                     );
                 }
                 assert!(
@@ -249,7 +258,10 @@ async fn hostile_publish_answers_end_in_attach_error_and_recover() {
     assert!(status.attached && status.attach_error.is_none());
     let logs = env.logs();
     assert!(!logs.contains("panicked"), "a panic in the log");
-    assert!(!logs.contains("internal error"), "a caught panic in the log");
+    assert!(
+        !logs.contains("internal error"),
+        "a caught panic in the log"
+    );
 }
 
 #[tokio::test]
@@ -305,7 +317,11 @@ async fn hostile_unpublish_answers_end_in_detach_error_and_recover() {
                 message.chars().take(300).collect::<String>()
             );
         }
-        assert!(message.len() <= 1024, "{name}: detachError is {} bytes", message.len());
+        assert!(
+            message.len() <= 1024,
+            "{name}: detachError is {} bytes",
+            message.len()
+        );
         assert!(
             got.metadata
                 .finalizers
@@ -339,7 +355,13 @@ async fn unknown_controller_capability_values_are_ignored() {
     let kubeconfig = env.cp.kubeconfig.clone();
     let env = env.with_attacher(&kubeconfig, &ATTACHER);
     let a = env.attached().await;
-    assert!(env.vas.get(&a.va).await.expect("va").status.is_some_and(|s| s.attached));
+    assert!(env
+        .vas
+        .get(&a.va)
+        .await
+        .expect("va")
+        .status
+        .is_some_and(|s| s.attached));
     // Without LIST_VOLUMES among them, the reconciler never calls ListVolumes.
     assert!(env.mock.calls("ListVolumes").await.is_empty());
 }
@@ -353,7 +375,10 @@ async fn a_plugin_capabilities_reply_with_invalid_utf8_in_a_string_exits_1() {
         vendor_version: "1".into(),
         manifest: Default::default(),
     });
-    let at = encoded.windows(5).position(|w| w == b"NAMEX").expect("name");
+    let at = encoded
+        .windows(5)
+        .position(|w| w == b"NAMEX")
+        .expect("name");
     let mut patched = encoded.clone();
     patched[at + 4] = 0xff;
     env.mock
@@ -369,7 +394,11 @@ async fn a_plugin_capabilities_reply_with_invalid_utf8_in_a_string_exits_1() {
     .await;
     assert_eq!(code, Some(1));
     let logs = env.logs();
-    assert!(logs.contains("UTF-8"), "log names the bad string: {}", support::env::tail(&logs, 5));
+    assert!(
+        logs.contains("UTF-8"),
+        "log names the bad string: {}",
+        support::env::tail(&logs, 5)
+    );
     assert!(!logs.contains("panicked"), "{logs}");
 }
 
@@ -475,7 +504,10 @@ async fn list_volumes_entries_without_volume_or_with_empty_ids_are_skipped() {
     let node_id = format!("{}-id", a.node);
     let reply = proto::ListVolumesResponse {
         entries: vec![
-            Entry { volume: None, status: None },
+            Entry {
+                volume: None,
+                status: None,
+            },
             entry("", &[""]),
             entry(&a.handle, &[&node_id]),
             entry(&a.handle, &[&node_id, &node_id]),
@@ -484,7 +516,10 @@ async fn list_volumes_entries_without_volume_or_with_empty_ids_are_skipped() {
         next_token: String::new(),
     };
     env.mock
-        .set_fault("ListVolumes", json!({"raw": {"body_hex": proto_hex(&reply)}}))
+        .set_fault(
+            "ListVolumes",
+            json!({"raw": {"body_hex": proto_hex(&reply)}}),
+        )
         .await;
     support::eventually("a few passes", Duration::from_secs(10), || async {
         (env.mock.calls("ListVolumes").await.len() >= 3).then_some(())
@@ -493,6 +528,10 @@ async fn list_volumes_entries_without_volume_or_with_empty_ids_are_skipped() {
     // The VA stays attached: its volume is among the (duplicated) entries.
     let still = env.vas.get(&a.va).await.expect("va");
     assert!(still.status.is_some_and(|s| s.attached));
-    assert_eq!(env.mock.calls(PUBLISH).await.len(), 1, "no forced re-publish");
+    assert_eq!(
+        env.mock.calls(PUBLISH).await.len(),
+        1,
+        "no forced re-publish"
+    );
     assert!(!env.logs().contains("panicked"));
 }

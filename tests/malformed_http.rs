@@ -31,7 +31,9 @@ async fn statuses(addr: SocketAddr, bytes: &[u8]) -> Vec<u16> {
 
 /// (row, raw request bytes, the status codes answered, in order)
 fn rows() -> Vec<(&'static str, Vec<u8>, Vec<u16>)> {
-    let get = |path: &str| format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").into_bytes();
+    let get = |path: &str| {
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").into_bytes()
+    };
     let with_headers = |extra: String| {
         format!("GET /healthz HTTP/1.1\r\nHost: x\r\n{extra}Connection: close\r\n\r\n").into_bytes()
     };
@@ -97,9 +99,17 @@ async fn bad_requests_get_an_http_error_and_the_endpoint_keeps_serving() {
             wrong.push(format!("{name}: answered {got:?}, want {want:?}"));
         }
         let health = http_get(addr, "/healthz").await;
-        assert_eq!(health.map(|(s, _)| s), Some(200), "{name}: /healthz afterwards");
+        assert_eq!(
+            health.map(|(s, _)| s),
+            Some(200),
+            "{name}: /healthz afterwards"
+        );
     }
-    assert!(wrong.is_empty(), "rows with other answers:\n{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "rows with other answers:\n{}",
+        wrong.join("\n")
+    );
     drop(idle);
 
     let (status, metrics) = http_get(addr, "/metrics").await.expect("metrics");

@@ -10,8 +10,8 @@ mod support;
 use std::time::Duration;
 
 use base64::Engine;
-use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
@@ -106,13 +106,15 @@ fn error(parts: &[&str]) -> Expect {
 fn rows() -> Vec<Row> {
     let mib = "m".repeat(1 << 20);
     let big_secret = base64::engine::general_purpose::STANDARD.encode("s".repeat(1 << 20));
-    let inline = |csi: Value| {
-        json!({"inlineVolumeSpec": {"accessModes": ["ReadWriteOnce"], "csi": csi}, "persistentVolumeName": null})
-    };
+    let inline = |csi: Value| json!({"inlineVolumeSpec": {"accessModes": ["ReadWriteOnce"], "csi": csi}, "persistentVolumeName": null});
     vec![
         Row {
             pv: None,
-            ..row("va_names_a_missing_pv", Value::Null, error(&["persistentvolume \"$PV\" not found"]))
+            ..row(
+                "va_names_a_missing_pv",
+                Value::Null,
+                error(&["persistentvolume \"$PV\" not found"]),
+            )
         },
         row(
             "pv_without_csi_source_nfs",
@@ -124,54 +126,104 @@ fn rows() -> Vec<Row> {
             csi_pv(json!({"driver": "other.csi.example.com"}), json!({})),
             Expect::Attached(|publish, _| eq(&publish["volume_id"], &json!("$PV-handle"))),
         ),
-        row("pv_empty_volume_handle", csi_pv(json!({"volumeHandle": ""}), json!({})), Expect::Rejected("volumeHandle")),
+        row(
+            "pv_empty_volume_handle",
+            csi_pv(json!({"volumeHandle": ""}), json!({})),
+            Expect::Rejected("volumeHandle"),
+        ),
         row(
             "pv_volume_handle_unicode_slashes_and_2000_chars",
-            csi_pv(json!({"volumeHandle": format!("$PV-handle/🔑/../{}", "h".repeat(2000))}), json!({})),
+            csi_pv(
+                json!({"volumeHandle": format!("$PV-handle/🔑/../{}", "h".repeat(2000))}),
+                json!({}),
+            ),
             Expect::Attached(|publish, _| {
                 let id = publish["volume_id"].as_str().unwrap_or_default();
-                (id.contains("/🔑/../") && id.len() > 2000).then_some(()).ok_or(format!("volume_id {id:.80}"))
+                (id.contains("/🔑/../") && id.len() > 2000)
+                    .then_some(())
+                    .ok_or(format!("volume_id {id:.80}"))
             }),
         ),
         row(
             "pv_volume_attributes_1MiB_value",
             csi_pv(json!({"volumeAttributes": {"big": mib}}), json!({})),
             Expect::Attached(|publish, _| {
-                let len = publish["volume_context"]["big"].as_str().map_or(0, str::len);
-                (len == 1 << 20).then_some(()).ok_or(format!("volume_context.big is {len} bytes"))
+                let len = publish["volume_context"]["big"]
+                    .as_str()
+                    .map_or(0, str::len);
+                (len == 1 << 20)
+                    .then_some(())
+                    .ok_or(format!("volume_context.big is {len} bytes"))
             }),
         ),
         row(
             "pv_volume_attributes_hostile_keys",
-            csi_pv(json!({"volumeAttributes": {"": "empty", "a b": "space", "ключ": "🔑", "x\ny": "newline", "k": ""}}), json!({})),
+            csi_pv(
+                json!({"volumeAttributes": {"": "empty", "a b": "space", "ключ": "🔑", "x\ny": "newline", "k": ""}}),
+                json!({}),
+            ),
             Expect::Attached(|publish, _| {
-                eq(&publish["volume_context"], &json!({"": "empty", "a b": "space", "ключ": "🔑", "x\ny": "newline", "k": ""}))
+                eq(
+                    &publish["volume_context"],
+                    &json!({"": "empty", "a b": "space", "ключ": "🔑", "x\ny": "newline", "k": ""}),
+                )
             }),
         ),
         row(
             "pv_access_modes_rox_and_rwo",
-            csi_pv(json!({}), json!({"accessModes": ["ReadOnlyMany", "ReadWriteOnce"]})),
-            error(&["CSI does not support ReadOnlyMany and ReadWriteOnce on the same PersistentVolume"]),
+            csi_pv(
+                json!({}),
+                json!({"accessModes": ["ReadOnlyMany", "ReadWriteOnce"]}),
+            ),
+            error(&[
+                "CSI does not support ReadOnlyMany and ReadWriteOnce on the same PersistentVolume",
+            ]),
         ),
-        row("pv_access_mode_unknown", csi_pv(json!({}), json!({"accessModes": ["ReadWriteSometimes"]})), Expect::Rejected("accessModes")),
-        row("pv_access_modes_empty", csi_pv(json!({}), json!({"accessModes": []})), Expect::Rejected("accessModes")),
+        row(
+            "pv_access_mode_unknown",
+            csi_pv(json!({}), json!({"accessModes": ["ReadWriteSometimes"]})),
+            Expect::Rejected("accessModes"),
+        ),
+        row(
+            "pv_access_modes_empty",
+            csi_pv(json!({}), json!({"accessModes": []})),
+            Expect::Rejected("accessModes"),
+        ),
         row(
             "pv_access_modes_rwop_with_rwo",
-            csi_pv(json!({}), json!({"accessModes": ["ReadWriteOncePod", "ReadWriteOnce"]})),
+            csi_pv(
+                json!({}),
+                json!({"accessModes": ["ReadWriteOncePod", "ReadWriteOnce"]}),
+            ),
             Expect::Rejected("ReadWriteOncePod"),
         ),
-        row("pv_volume_mode_unknown", csi_pv(json!({}), json!({"volumeMode": "Tape"})), Expect::Rejected("volumeMode")),
+        row(
+            "pv_volume_mode_unknown",
+            csi_pv(json!({}), json!({"volumeMode": "Tape"})),
+            Expect::Rejected("volumeMode"),
+        ),
         row(
             "pv_mount_options_hostile",
-            csi_pv(json!({}), json!({"mountOptions": ["ro;rm -rf /", "a\nb", "x=y,z", ""]})),
+            csi_pv(
+                json!({}),
+                json!({"mountOptions": ["ro;rm -rf /", "a\nb", "x=y,z", ""]}),
+            ),
             Expect::Attached(|publish, _| {
-                eq(&publish["capability"]["mount_flags"], &json!(["ro;rm -rf /", "a\nb", "x=y,z", ""]))
+                eq(
+                    &publish["capability"]["mount_flags"],
+                    &json!(["ro;rm -rf /", "a\nb", "x=y,z", ""]),
+                )
             }),
         ),
         row(
             "pv_fs_type_hostile",
             csi_pv(json!({"fsType": "ext4 --force; 🔑"}), json!({})),
-            Expect::Attached(|publish, _| eq(&publish["capability"]["fs_type"], &json!("ext4 --force; 🔑"))),
+            Expect::Attached(|publish, _| {
+                eq(
+                    &publish["capability"]["fs_type"],
+                    &json!("ext4 --force; 🔑"),
+                )
+            }),
         ),
         Row {
             delete_pv: true,
@@ -187,19 +239,37 @@ fn rows() -> Vec<Row> {
         },
         Row {
             csinode: None,
-            ..row("csinode_missing", csi_pv(json!({}), json!({})), error(&["csinode.storage.k8s.io \"$NODE\" not found"]))
+            ..row(
+                "csinode_missing",
+                csi_pv(json!({}), json!({})),
+                error(&["csinode.storage.k8s.io \"$NODE\" not found"]),
+            )
         },
         Row {
-            csinode: Some(json!({"metadata": {"name": "$NODE"}, "spec": {"drivers": [{"name": "other.csi.example.com", "nodeID": "x"}]}})),
-            ..row("csinode_without_our_driver", csi_pv(json!({}), json!({})), error(&["CSINode $NODE does not contain driver $DRIVER"]))
+            csinode: Some(
+                json!({"metadata": {"name": "$NODE"}, "spec": {"drivers": [{"name": "other.csi.example.com", "nodeID": "x"}]}}),
+            ),
+            ..row(
+                "csinode_without_our_driver",
+                csi_pv(json!({}), json!({})),
+                error(&["CSINode $NODE does not contain driver $DRIVER"]),
+            )
         },
         Row {
             csinode: Some(json!({"metadata": {"name": "$NODE"}, "spec": {"drivers": []}})),
-            ..row("csinode_without_any_driver", csi_pv(json!({}), json!({})), error(&["CSINode $NODE does not contain driver $DRIVER"]))
+            ..row(
+                "csinode_without_any_driver",
+                csi_pv(json!({}), json!({})),
+                error(&["CSINode $NODE does not contain driver $DRIVER"]),
+            )
         },
         Row {
             csinode: Some(csinode("")),
-            ..row("csinode_empty_node_id", csi_pv(json!({}), json!({})), Expect::Rejected("nodeID"))
+            ..row(
+                "csinode_empty_node_id",
+                csi_pv(json!({}), json!({})),
+                Expect::Rejected("nodeID"),
+            )
         },
         Row {
             csinode: Some(csinode("$NODE/../etc;🔑 id")),
@@ -208,7 +278,11 @@ fn rows() -> Vec<Row> {
                 csi_pv(json!({}), json!({})),
                 Expect::Attached(|publish, va| {
                     let id = publish["node_id"].as_str().unwrap_or_default();
-                    let annotation = va.metadata.annotations.as_ref().and_then(|a| a.get("csi.alpha.kubernetes.io/node-id"));
+                    let annotation = va
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get("csi.alpha.kubernetes.io/node-id"));
                     (id == "$NODE/../etc;🔑 id" && annotation.map(String::as_str) == Some(id))
                         .then_some(())
                         .ok_or(format!("node_id {id:?}, annotation {annotation:?}"))
@@ -217,31 +291,58 @@ fn rows() -> Vec<Row> {
         },
         Row {
             va: va_with(json!({"nodeName": "Node_With_Caps"}), json!({})),
-            ..row("va_node_name_not_dns", csi_pv(json!({}), json!({})), Expect::Rejected("nodeName"))
+            ..row(
+                "va_node_name_not_dns",
+                csi_pv(json!({}), json!({})),
+                Expect::Rejected("nodeName"),
+            )
         },
         Row {
             va: va_with(json!({"nodeName": ""}), json!({})),
-            ..row("va_node_name_empty", csi_pv(json!({}), json!({})), Expect::Rejected("nodeName"))
+            ..row(
+                "va_node_name_empty",
+                csi_pv(json!({}), json!({})),
+                Expect::Rejected("nodeName"),
+            )
         },
         Row {
             va: va_with(json!({"nodeName": "n".repeat(300)}), json!({})),
-            ..row("va_node_name_300_chars", csi_pv(json!({}), json!({})), Expect::Rejected("nodeName"))
+            ..row(
+                "va_node_name_300_chars",
+                csi_pv(json!({}), json!({})),
+                Expect::Rejected("nodeName"),
+            )
         },
         Row {
             va: va_with(json!({"source": {}}), json!({})),
-            ..row("va_source_neither_pv_nor_inline", csi_pv(json!({}), json!({})), Expect::Rejected("source"))
+            ..row(
+                "va_source_neither_pv_nor_inline",
+                csi_pv(json!({}), json!({})),
+                Expect::Rejected("source"),
+            )
         },
         Row {
             va: va_with(
                 json!({"source": {"persistentVolumeName": "$PV", "inlineVolumeSpec": {"accessModes": ["ReadWriteOnce"], "csi": {"driver": "$DRIVER", "volumeHandle": "h"}}}}),
                 json!({}),
             ),
-            ..row("va_source_both_pv_and_inline", csi_pv(json!({}), json!({})), Expect::Rejected("source"))
+            ..row(
+                "va_source_both_pv_and_inline",
+                csi_pv(json!({}), json!({})),
+                Expect::Rejected("source"),
+            )
         },
         Row {
             pv: None,
-            va: va_with(json!({"source": inline(json!({"driver": "$DRIVER", "volumeHandle": ""}))}), json!({})),
-            ..row("va_inline_empty_volume_handle", Value::Null, Expect::Rejected("volumeHandle"))
+            va: va_with(
+                json!({"source": inline(json!({"driver": "$DRIVER", "volumeHandle": ""}))}),
+                json!({}),
+            ),
+            ..row(
+                "va_inline_empty_volume_handle",
+                Value::Null,
+                Expect::Rejected("volumeHandle"),
+            )
         },
         Row {
             pv: None,
@@ -249,11 +350,18 @@ fn rows() -> Vec<Row> {
                 json!({"source": {"inlineVolumeSpec": {"accessModes": ["ReadWriteOnce"], "nfs": {"server": "127.0.0.1", "path": "/x"}}}}),
                 json!({}),
             ),
-            ..row("va_inline_without_csi_source", Value::Null, Expect::Rejected("inlineVolumeSpec"))
+            ..row(
+                "va_inline_without_csi_source",
+                Value::Null,
+                Expect::Rejected("inlineVolumeSpec"),
+            )
         },
         Row {
             pv: None,
-            va: va_with(json!({"source": inline(json!({"driver": "$DRIVER", "volumeHandle": "$PV-handle", "volumeAttributes": {"k": "v"}}))}), json!({})),
+            va: va_with(
+                json!({"source": inline(json!({"driver": "$DRIVER", "volumeHandle": "$PV-handle", "volumeAttributes": {"k": "v"}}))}),
+                json!({}),
+            ),
             ..row(
                 "va_inline_csi_source",
                 Value::Null,
@@ -261,12 +369,20 @@ fn rows() -> Vec<Row> {
             )
         },
         Row {
-            va: va_with(json!({}), json!({"annotations": {"csi.alpha.kubernetes.io/node-id": "evil-node"}})),
+            va: va_with(
+                json!({}),
+                json!({"annotations": {"csi.alpha.kubernetes.io/node-id": "evil-node"}}),
+            ),
             ..row(
                 "va_node_id_annotation_forged",
                 csi_pv(json!({}), json!({})),
                 Expect::Attached(|publish, va| {
-                    let annotation = va.metadata.annotations.as_ref().and_then(|a| a.get("csi.alpha.kubernetes.io/node-id")).cloned();
+                    let annotation = va
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get("csi.alpha.kubernetes.io/node-id"))
+                        .cloned();
                     let id = publish["node_id"].as_str().map(String::from);
                     (id.as_deref().is_some_and(|i| i.ends_with("-id")) && annotation == id)
                         .then_some(())
@@ -275,18 +391,31 @@ fn rows() -> Vec<Row> {
             )
         },
         Row {
-            va: va_with(json!({}), json!({"annotations": {"example.com/huge": "a".repeat(200 << 10), "example.com/ctl": "\u{1b}[31m\n\t"}})),
+            va: va_with(
+                json!({}),
+                json!({"annotations": {"example.com/huge": "a".repeat(200 << 10), "example.com/ctl": "\u{1b}[31m\n\t"}}),
+            ),
             ..row(
                 "va_hostile_annotations_200KiB",
                 csi_pv(json!({}), json!({})),
                 Expect::Attached(|_, va| {
-                    let kept = va.metadata.annotations.as_ref().and_then(|a| a.get("example.com/huge")).map_or(0, String::len);
-                    (kept == 200 << 10).then_some(()).ok_or(format!("annotation now {kept} bytes"))
+                    let kept = va
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get("example.com/huge"))
+                        .map_or(0, String::len);
+                    (kept == 200 << 10)
+                        .then_some(())
+                        .ok_or(format!("annotation now {kept} bytes"))
                 }),
             )
         },
         Row {
-            va: va_with(json!({}), json!({"finalizers": ["example.com/keep", "example.com/keep-2"]})),
+            va: va_with(
+                json!({}),
+                json!({"finalizers": ["example.com/keep", "example.com/keep-2"]}),
+            ),
             ..row(
                 "va_foreign_finalizers",
                 csi_pv(json!({}), json!({})),
@@ -300,35 +429,59 @@ fn rows() -> Vec<Row> {
         },
         Row {
             va: va_with(json!({"attacher": "other.csi.example.com"}), json!({})),
-            ..row("va_of_another_driver", csi_pv(json!({}), json!({})), Expect::Ignored)
+            ..row(
+                "va_of_another_driver",
+                csi_pv(json!({}), json!({})),
+                Expect::Ignored,
+            )
         },
         Row {
             va: va_with(json!({"attacher": "Not A Driver!"}), json!({})),
-            ..row("va_attacher_not_a_driver_name", csi_pv(json!({}), json!({})), Expect::Rejected("attacher"))
+            ..row(
+                "va_attacher_not_a_driver_name",
+                csi_pv(json!({}), json!({})),
+                Expect::Rejected("attacher"),
+            )
         },
         row(
             "secret_ref_to_missing_secret",
-            csi_pv(json!({"controllerPublishSecretRef": {"namespace": "default", "name": "$SECRET"}}), json!({})),
+            csi_pv(
+                json!({"controllerPublishSecretRef": {"namespace": "default", "name": "$SECRET"}}),
+                json!({}),
+            ),
             error(&["failed to load secret \"default/$SECRET\"", "not found"]),
         ),
         row(
             "secret_ref_to_missing_namespace",
-            csi_pv(json!({"controllerPublishSecretRef": {"namespace": "$NS", "name": "$SECRET"}}), json!({})),
+            csi_pv(
+                json!({"controllerPublishSecretRef": {"namespace": "$NS", "name": "$SECRET"}}),
+                json!({}),
+            ),
             error(&["failed to load secret \"$NS/$SECRET\"", "not found"]),
         ),
         row(
             "secret_ref_without_namespace",
-            csi_pv(json!({"controllerPublishSecretRef": {"name": "$SECRET"}}), json!({})),
+            csi_pv(
+                json!({"controllerPublishSecretRef": {"name": "$SECRET"}}),
+                json!({}),
+            ),
             Expect::Rejected("namespace"),
         ),
         Row {
-            secret: Some(json!({"metadata": {"name": "$SECRET"}, "data": {"password": big_secret}})),
+            secret: Some(
+                json!({"metadata": {"name": "$SECRET"}, "data": {"password": big_secret}}),
+            ),
             ..row(
                 "secret_value_1MiB",
-                csi_pv(json!({"controllerPublishSecretRef": {"namespace": "default", "name": "$SECRET"}}), json!({})),
+                csi_pv(
+                    json!({"controllerPublishSecretRef": {"namespace": "default", "name": "$SECRET"}}),
+                    json!({}),
+                ),
                 Expect::Attached(|publish, _| {
                     let len = publish["secrets"]["password"].as_str().map_or(0, str::len);
-                    (len == 1 << 20).then_some(()).ok_or(format!("secret reached the driver with {len} bytes"))
+                    (len == 1 << 20)
+                        .then_some(())
+                        .ok_or(format!("secret reached the driver with {len} bytes"))
                 }),
             )
         },
@@ -336,7 +489,10 @@ fn rows() -> Vec<Row> {
             secret: Some(json!({"metadata": {"name": "$SECRET"}, "data": {"": "", "k": ""}})),
             ..row(
                 "secret_with_empty_values",
-                csi_pv(json!({"controllerPublishSecretRef": {"namespace": "default", "name": "$SECRET"}}), json!({})),
+                csi_pv(
+                    json!({"controllerPublishSecretRef": {"namespace": "default", "name": "$SECRET"}}),
+                    json!({}),
+                ),
                 Expect::Rejected("data"),
             )
         },
@@ -396,7 +552,8 @@ async fn create<K>(api: &Api<K>, object: Value) -> Result<(), String>
 where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + serde::Serialize,
 {
-    let object: K = serde_json::from_value(object).map_err(|e| format!("not a valid object: {e}"))?;
+    let object: K =
+        serde_json::from_value(object).map_err(|e| format!("not a valid object: {e}"))?;
     api.create(&PostParams::default(), &object)
         .await
         .map(drop)
@@ -406,7 +563,8 @@ where
 /// Creates a row's objects; `Err` is the API server's refusal.
 async fn create_row(env: &Env, row: &Row, names: &Names) -> Result<(), String> {
     if let Some(secret) = &row.secret {
-        let api: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(env.client.clone(), "default");
+        let api: Api<k8s_openapi::api::core::v1::Secret> =
+            Api::namespaced(env.client.clone(), "default");
         create(&api, names.fill(&env.driver, secret)).await?;
     }
     if let Some(csinode) = &row.csinode {
@@ -426,7 +584,11 @@ async fn create_row(env: &Env, row: &Row, names: &Names) -> Result<(), String> {
 
 #[tokio::test]
 async fn hostile_objects_get_a_clear_error_or_reach_the_driver_unaltered() {
-    let env = Env::start(&[], &["--retry-interval-start=500ms", "--retry-interval-max=2s"]).await;
+    let env = Env::start(
+        &[],
+        &["--retry-interval-start=500ms", "--retry-interval-max=2s"],
+    )
+    .await;
     let rows = rows();
     let mut created = Vec::new();
     for row in &rows {
@@ -434,10 +596,16 @@ async fn hostile_objects_get_a_clear_error_or_reach_the_driver_unaltered() {
         let result = create_row(&env, row, &names).await;
         match (&row.expect, result) {
             (Expect::Rejected(part), Err(message)) => {
-                assert!(message.contains(part), "{}: refused, but {message:?} lacks {part:?}", row.name);
+                assert!(
+                    message.contains(part),
+                    "{}: refused, but {message:?} lacks {part:?}",
+                    row.name
+                );
             }
             (Expect::Rejected(_), Ok(())) => panic!("{}: the API server accepted it", row.name),
-            (_, Err(message)) => panic!("{}: the API server refused an object: {message}", row.name),
+            (_, Err(message)) => {
+                panic!("{}: the API server refused an object: {message}", row.name)
+            }
             (_, Ok(())) => created.push((row, names)),
         }
     }
@@ -453,7 +621,11 @@ async fn hostile_objects_get_a_clear_error_or_reach_the_driver_unaltered() {
                 for part in parts {
                     let part = names.fill(&env.driver, &json!(part));
                     let part = part.as_str().unwrap_or_default();
-                    assert!(message.contains(part), "{}: attachError {message:?} lacks {part:?}", row.name);
+                    assert!(
+                        message.contains(part),
+                        "{}: attachError {message:?} lacks {part:?}",
+                        row.name
+                    );
                 }
                 let status = va.status.unwrap_or_default();
                 assert!(!status.attached, "{}: attached", row.name);
@@ -469,13 +641,16 @@ async fn hostile_objects_get_a_clear_error_or_reach_the_driver_unaltered() {
                 let calls = env.mock.calls("ControllerPublishVolume").await;
                 let publish = calls
                     .iter()
-                    .find(|c| c["volume_id"].as_str().is_some_and(|v| v.contains(&handle_part)))
+                    .find(|c| {
+                        c["volume_id"]
+                            .as_str()
+                            .is_some_and(|v| v.contains(&handle_part))
+                    })
                     .unwrap_or_else(|| panic!("{}: no Publish for {handle_part}", row.name));
                 let publish = names.unfill(&env.driver, publish);
-                let va: VolumeAttachment = serde_json::from_value(names.unfill(
-                    &env.driver,
-                    &serde_json::to_value(&va).expect("VA JSON"),
-                ))
+                let va: VolumeAttachment = serde_json::from_value(
+                    names.unfill(&env.driver, &serde_json::to_value(&va).expect("VA JSON")),
+                )
                 .expect("VA");
                 if let Err(why) = check(&publish, &va) {
                     panic!("{}: {why}", row.name);
@@ -490,7 +665,11 @@ async fn hostile_objects_get_a_clear_error_or_reach_the_driver_unaltered() {
                     "{}: status written: {status:?}",
                     row.name
                 );
-                assert!(va.metadata.finalizers.is_none(), "{}: finalizer added", row.name);
+                assert!(
+                    va.metadata.finalizers.is_none(),
+                    "{}: finalizer added",
+                    row.name
+                );
             }
         }
     }
@@ -498,7 +677,10 @@ async fn hostile_objects_get_a_clear_error_or_reach_the_driver_unaltered() {
     assert!(good.status.is_some_and(|s| s.attached));
     let logs = env.logs();
     assert!(!logs.contains("panicked"), "a panic in the log");
-    assert!(!logs.contains("internal error"), "a caught panic in the log");
+    assert!(
+        !logs.contains("internal error"),
+        "a caught panic in the log"
+    );
 }
 
 /// A publish secret whose value is not UTF-8 cannot be passed to the driver
@@ -507,56 +689,104 @@ async fn hostile_objects_get_a_clear_error_or_reach_the_driver_unaltered() {
 #[tokio::test]
 #[ignore = "needs bounds branch"]
 async fn a_secret_value_that_is_not_utf8_is_a_clear_error_without_the_value() {
-    let env = Env::start(&[], &["--retry-interval-start=500ms", "--retry-interval-max=2s"]).await;
+    let env = Env::start(
+        &[],
+        &["--retry-interval-start=500ms", "--retry-interval-max=2s"],
+    )
+    .await;
     let secret = unique("secret");
     let value = base64::engine::general_purpose::STANDARD.encode([0xff, 0xfe, b'p', b'w']);
     env.create_secret(&secret, json!({"password": value})).await;
-    let volume = support::objects::pv(&unique("pv"), &env.driver).publish_secret("default", &secret);
+    let volume =
+        support::objects::pv(&unique("pv"), &env.driver).publish_secret("default", &secret);
     let a = env.create_attachment(volume).await;
     let va = env.wait_attach_error(&a.va).await;
     let message = attach_error_message(&va).unwrap_or_default();
     assert!(message.contains(&format!("default/{secret}")), "{message}");
     assert!(message.contains("UTF-8"), "{message}");
-    assert!(!message.contains("pw") && !message.contains('\u{fffd}'), "value leaked: {message}");
-    assert!(env.mock.calls("ControllerPublishVolume").await.is_empty(), "a lossy secret reached the driver");
+    assert!(
+        !message.contains("pw") && !message.contains('\u{fffd}'),
+        "value leaked: {message}"
+    );
+    assert!(
+        env.mock.calls("ControllerPublishVolume").await.is_empty(),
+        "a lossy secret reached the driver"
+    );
 }
 
 /// Detach rows: the VA is attached first, then something is broken, then it is deleted.
 #[tokio::test]
 async fn detach_with_broken_objects_says_why_or_falls_back() {
-    let env = Env::start(&[], &["--retry-interval-start=500ms", "--retry-interval-max=2s"]).await;
+    let env = Env::start(
+        &[],
+        &["--retry-interval-start=500ms", "--retry-interval-max=2s"],
+    )
+    .await;
     type Break = fn(&Env, &support::env::Attachment) -> futures::future::BoxFuture<'static, ()>;
     // (row, what breaks, detachError parts; empty = the VA must go)
     let rows: Vec<(&str, Break, &[&str])> = vec![
-        ("detach_after_csinode_deleted_uses_the_annotation", |env, a| {
-            let (api, node) = (env.csinodes.clone(), a.node.clone());
-            Box::pin(async move {
-                api.delete(&node, &DeleteParams::default()).await.expect("delete CSINode");
-            })
-        }, &[]),
-        ("detach_after_csinode_and_annotation_deleted", |env, a| {
-            let (api, vas, node, va) = (env.csinodes.clone(), env.vas.clone(), a.node.clone(), a.va.clone());
-            Box::pin(async move {
-                api.delete(&node, &DeleteParams::default()).await.expect("delete CSINode");
-                let patch = json!({"metadata": {"annotations": {"csi.alpha.kubernetes.io/node-id": null}}});
-                vas.patch(&va, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("strip annotation");
-            })
-        }, &["csinode.storage.k8s.io", "not found"]),
-        ("detach_with_forged_annotation_uses_the_csinode", |env, a| {
-            let (vas, va) = (env.vas.clone(), a.va.clone());
-            Box::pin(async move {
-                let patch = json!({"metadata": {"annotations": {"csi.alpha.kubernetes.io/node-id": "evil"}}});
-                vas.patch(&va, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("forge annotation");
-            })
-        }, &[]),
-        ("detach_after_pv_force_deleted", |env, a| {
-            let (pvs, pv) = (env.pvs.clone(), a.pv.clone());
-            Box::pin(async move {
-                let patch = json!({"metadata": {"finalizers": null}});
-                pvs.patch(&pv, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("strip PV finalizers");
-                pvs.delete(&pv, &DeleteParams::default()).await.expect("delete PV");
-            })
-        }, &["persistentvolume", "not found"]),
+        (
+            "detach_after_csinode_deleted_uses_the_annotation",
+            |env, a| {
+                let (api, node) = (env.csinodes.clone(), a.node.clone());
+                Box::pin(async move {
+                    api.delete(&node, &DeleteParams::default())
+                        .await
+                        .expect("delete CSINode");
+                })
+            },
+            &[],
+        ),
+        (
+            "detach_after_csinode_and_annotation_deleted",
+            |env, a| {
+                let (api, vas, node, va) = (
+                    env.csinodes.clone(),
+                    env.vas.clone(),
+                    a.node.clone(),
+                    a.va.clone(),
+                );
+                Box::pin(async move {
+                    api.delete(&node, &DeleteParams::default())
+                        .await
+                        .expect("delete CSINode");
+                    let patch = json!({"metadata": {"annotations": {"csi.alpha.kubernetes.io/node-id": null}}});
+                    vas.patch(&va, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                        .expect("strip annotation");
+                })
+            },
+            &["csinode.storage.k8s.io", "not found"],
+        ),
+        (
+            "detach_with_forged_annotation_uses_the_csinode",
+            |env, a| {
+                let (vas, va) = (env.vas.clone(), a.va.clone());
+                Box::pin(async move {
+                    let patch = json!({"metadata": {"annotations": {"csi.alpha.kubernetes.io/node-id": "evil"}}});
+                    vas.patch(&va, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                        .expect("forge annotation");
+                })
+            },
+            &[],
+        ),
+        (
+            "detach_after_pv_force_deleted",
+            |env, a| {
+                let (pvs, pv) = (env.pvs.clone(), a.pv.clone());
+                Box::pin(async move {
+                    let patch = json!({"metadata": {"finalizers": null}});
+                    pvs.patch(&pv, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                        .expect("strip PV finalizers");
+                    pvs.delete(&pv, &DeleteParams::default())
+                        .await
+                        .expect("delete PV");
+                })
+            },
+            &["persistentvolume", "not found"],
+        ),
     ];
     for (name, breaks, parts) in rows {
         let a = env.attached().await;
@@ -571,20 +801,35 @@ async fn detach_with_broken_objects_says_why_or_falls_back() {
                 .iter()
                 .find(|c| c["volume_id"] == a.handle)
                 .unwrap_or_else(|| panic!("{name}: no Unpublish"));
-            assert_eq!(call["node_id"], json!(format!("{}-id", a.node)), "{name}: node ID");
+            assert_eq!(
+                call["node_id"],
+                json!(format!("{}-id", a.node)),
+                "{name}: node ID"
+            );
         } else {
             let va = env
                 .wait_va(&a.va, "detach failed", |va| {
-                    va.and_then(|v| v.status.as_ref()).is_some_and(|s| s.detach_error.is_some())
+                    va.and_then(|v| v.status.as_ref())
+                        .is_some_and(|s| s.detach_error.is_some())
                 })
                 .await
                 .expect("VA kept by our finalizer");
-            let message = va.status.and_then(|s| s.detach_error).and_then(|e| e.message).unwrap_or_default();
+            let message = va
+                .status
+                .and_then(|s| s.detach_error)
+                .and_then(|e| e.message)
+                .unwrap_or_default();
             for part in parts {
-                assert!(message.contains(part), "{name}: detachError {message:?} lacks {part:?}");
+                assert!(
+                    message.contains(part),
+                    "{name}: detachError {message:?} lacks {part:?}"
+                );
             }
             assert!(
-                va.metadata.finalizers.unwrap_or_default().contains(&env.finalizer),
+                va.metadata
+                    .finalizers
+                    .unwrap_or_default()
+                    .contains(&env.finalizer),
                 "{name}: the detach is still owed"
             );
         }
@@ -596,18 +841,34 @@ async fn detach_with_broken_objects_says_why_or_falls_back() {
 #[tokio::test]
 async fn hostile_leases_are_taken_over() {
     let rows: Vec<(&str, Value)> = vec![
-        ("lease_held_by_a_ghost_long_expired", json!({"holderIdentity": "ghost", "leaseDurationSeconds": 1, "renewTime": "2001-01-01T00:00:00.000000Z"})),
-        ("lease_with_empty_holder", json!({"holderIdentity": "", "leaseDurationSeconds": 15})),
-        ("lease_renewed_in_the_year_2999", json!({"holderIdentity": "ghost", "leaseDurationSeconds": 1, "renewTime": "2999-01-01T00:00:00.000000Z", "acquireTime": "2999-01-01T00:00:00.000000Z"})),
-        ("lease_without_duration_or_times", json!({"holderIdentity": "ghost"})),
+        (
+            "lease_held_by_a_ghost_long_expired",
+            json!({"holderIdentity": "ghost", "leaseDurationSeconds": 1, "renewTime": "2001-01-01T00:00:00.000000Z"}),
+        ),
+        (
+            "lease_with_empty_holder",
+            json!({"holderIdentity": "", "leaseDurationSeconds": 15}),
+        ),
+        (
+            "lease_renewed_in_the_year_2999",
+            json!({"holderIdentity": "ghost", "leaseDurationSeconds": 1, "renewTime": "2999-01-01T00:00:00.000000Z", "acquireTime": "2999-01-01T00:00:00.000000Z"}),
+        ),
+        (
+            "lease_without_duration_or_times",
+            json!({"holderIdentity": "ghost"}),
+        ),
     ];
     for (name, spec) in rows {
         let env = Env::without_attacher(&[]).await;
         let leases: Api<Lease> = Api::namespaced(env.client.clone(), "default");
         let lease_name = format!("external-attacher-leader-{}", env.driver.replace('.', "-"));
-        let lease: Lease = serde_json::from_value(json!({"metadata": {"name": lease_name}, "spec": spec}))
-            .expect("lease JSON");
-        leases.create(&PostParams::default(), &lease).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+        let lease: Lease =
+            serde_json::from_value(json!({"metadata": {"name": lease_name}, "spec": spec}))
+                .expect("lease JSON");
+        leases
+            .create(&PostParams::default(), &lease)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
         let kubeconfig = env.cp.kubeconfig.clone();
         let env = env.with_attacher(
             &kubeconfig,
@@ -619,11 +880,19 @@ async fn hostile_leases_are_taken_over() {
                 "--leader-election-retry-period=200ms",
             ],
         );
-        let a = env.create_attachment(support::objects::pv(&unique("pv"), &env.driver)).await;
+        let a = env
+            .create_attachment(support::objects::pv(&unique("pv"), &env.driver))
+            .await;
         env.wait_attached(&a.va).await;
         let held = leases.get(&lease_name).await.expect("lease");
-        let holder = held.spec.and_then(|s| s.holder_identity).unwrap_or_default();
-        assert!(!holder.is_empty() && holder != "ghost", "{name}: holder {holder:?}");
+        let holder = held
+            .spec
+            .and_then(|s| s.holder_identity)
+            .unwrap_or_default();
+        assert!(
+            !holder.is_empty() && holder != "ghost",
+            "{name}: holder {holder:?}"
+        );
         assert!(!env.logs().contains("panicked"), "{name}");
     }
 }
@@ -635,16 +904,49 @@ async fn hostile_leases_are_taken_over() {
 async fn in_tree_pvs_with_hostile_ids_translate_or_fail_clearly() {
     let env = Env::named_without_attacher("ebs.csi.aws.com", &[]).await;
     let kubeconfig = env.cp.kubeconfig.clone();
-    let env = env.with_attacher(&kubeconfig, &["--retry-interval-start=500ms", "--retry-interval-max=2s"]);
+    let env = env.with_attacher(
+        &kubeconfig,
+        &["--retry-interval-start=500ms", "--retry-interval-max=2s"],
+    );
     // (row, volumeID, zone label, Ok(volume_id sent) or Err(attachError part))
     let rows: Vec<(&str, &str, &str, Result<&str, &str>)> = vec![
-        ("aws_volume_id_with_percent_and_euro", "aws://z/vol-%€", "z", Err("failed to translate in tree pv to CSI")),
-        ("aws_volume_id_empty_zone", "aws:///vol-0123", "us-east-1a", Ok("vol-0123")),
-        ("aws_volume_id_without_volume", "aws://us-east-1a/", "us-east-1a", Err("failed to translate in tree pv to CSI")),
-        ("aws_volume_id_plain_name_with_unicode", "vol-🔑", "us-east-1a", Ok("vol-🔑")),
+        (
+            "aws_volume_id_with_percent_and_euro",
+            "aws://z/vol-%€",
+            "z",
+            Err("failed to translate in tree pv to CSI"),
+        ),
+        (
+            "aws_volume_id_empty_zone",
+            "aws:///vol-0123",
+            "us-east-1a",
+            Ok("vol-0123"),
+        ),
+        (
+            "aws_volume_id_without_volume",
+            "aws://us-east-1a/",
+            "us-east-1a",
+            Err("failed to translate in tree pv to CSI"),
+        ),
+        (
+            "aws_volume_id_plain_name_with_unicode",
+            "vol-🔑",
+            "us-east-1a",
+            Ok("vol-🔑"),
+        ),
         // As csi-translation-lib: an ID without aws:// is taken as a bare volume ID.
-        ("aws_volume_id_other_scheme", "gcs://bucket/vol-1", "us-east-1a", Ok("gcs://bucket/vol-1")),
-        ("aws_zone_label_with_double_underscore", "aws://us-east-1a/vol-1", "a__b", Ok("vol-1")),
+        (
+            "aws_volume_id_other_scheme",
+            "gcs://bucket/vol-1",
+            "us-east-1a",
+            Ok("gcs://bucket/vol-1"),
+        ),
+        (
+            "aws_zone_label_with_double_underscore",
+            "aws://us-east-1a/vol-1",
+            "a__b",
+            Ok("vol-1"),
+        ),
     ];
     let mut started = Vec::new();
     for (name, volume_id, zone, want) in &rows {
@@ -668,8 +970,12 @@ async fn in_tree_pvs_with_hostile_ids_translate_or_fail_clearly() {
             panic!("{name}: PV refused: {err}");
         }
         let va_name = unique("va");
-        env.create_va(support::objects::va(&va_name, &env.driver, &node).pv(&pv_name).build())
-            .await;
+        env.create_va(
+            support::objects::va(&va_name, &env.driver, &node)
+                .pv(&pv_name)
+                .build(),
+        )
+        .await;
         started.push((name, va_name, want));
     }
     let mut wrong = Vec::new();
@@ -700,7 +1006,9 @@ async fn in_tree_pvs_with_hostile_ids_translate_or_fail_clearly() {
             Err(part) => !attached && message.as_deref().is_some_and(|m| m.contains(part)),
         };
         if !ok {
-            wrong.push(format!("{name}: attached={attached} sent={sent:?} attachError={message:?}"));
+            wrong.push(format!(
+                "{name}: attached={attached} sent={sent:?} attachError={message:?}"
+            ));
         }
     }
     assert!(wrong.is_empty(), "rows:\n{}", wrong.join("\n"));

@@ -152,7 +152,11 @@ fn cap_message(text: String, max: usize) -> String {
     while !text.is_char_boundary(keep) {
         keep -= 1;
     }
-    format!("{}... [{} bytes truncated]", &text[..keep], text.len() - keep)
+    format!(
+        "{}... [{} bytes truncated]",
+        &text[..keep],
+        text.len() - keep
+    )
 }
 
 #[cfg(test)]
@@ -163,14 +167,23 @@ mod tests {
     #[test]
     fn status_messages_are_kept_up_to_the_api_limit_and_cut_on_a_char_boundary() {
         let short = FlowError::Driver(RpcStatus::new(tonic::Code::Internal, "boom"));
-        assert_eq!(short.status_message(), "rpc error: code = Internal desc = boom");
+        assert_eq!(
+            short.status_message(),
+            "rpc error: code = Internal desc = boom"
+        );
         let exact = "x".repeat(MAX_STATUS_MESSAGE);
         assert_eq!(cap_message(exact.clone(), MAX_STATUS_MESSAGE), exact);
         for filler in ["e", "é", "🔑"] {
-            let long = FlowError::Driver(RpcStatus::new(tonic::Code::Internal, filler.repeat(MAX_STATUS_MESSAGE)));
+            let long = FlowError::Driver(RpcStatus::new(
+                tonic::Code::Internal,
+                filler.repeat(MAX_STATUS_MESSAGE),
+            ));
             let text = long.status_message();
             assert!(text.len() <= MAX_STATUS_MESSAGE, "{filler}: {}", text.len());
-            assert!(text.starts_with("rpc error: code = Internal desc = "), "{filler}");
+            assert!(
+                text.starts_with("rpc error: code = Internal desc = "),
+                "{filler}"
+            );
             assert!(text.ends_with("bytes truncated]"), "{filler}: {text}");
         }
     }

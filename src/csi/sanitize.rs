@@ -38,7 +38,9 @@ where
     }
 
     fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
-        self.0.call(request).map_ok(repair_response as Repair<ResBody>)
+        self.0
+            .call(request)
+            .map_ok(repair_response as Repair<ResBody>)
     }
 }
 

@@ -85,7 +85,10 @@ impl RawReply {
     }
 
     fn validate(&self) -> Result<(), String> {
-        for hex in [&self.body_hex, &self.grpc_message_hex].into_iter().flatten() {
+        for hex in [&self.body_hex, &self.grpc_message_hex]
+            .into_iter()
+            .flatten()
+        {
             Self::hex(hex)?;
         }
         Ok(())

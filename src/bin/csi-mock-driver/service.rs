@@ -326,7 +326,10 @@ pub struct RawReplies<S> {
 
 impl<S> tower::Service<http::Request<tonic::body::Body>> for RawReplies<S>
 where
-    S: tower::Service<http::Request<tonic::body::Body>, Response = http::Response<tonic::body::Body>>,
+    S: tower::Service<
+        http::Request<tonic::body::Body>,
+        Response = http::Response<tonic::body::Body>,
+    >,
     S::Future: Send + 'static,
 {
     type Response = http::Response<tonic::body::Body>;
@@ -353,7 +356,9 @@ where
         let outcome = match raw.grpc_status.as_deref().map(str::trim) {
             None | Some("0") => Ok(()),
             Some(code) => Err(Status::new(
-                code.parse::<i32>().map(tonic::Code::from_i32).unwrap_or(tonic::Code::Unknown),
+                code.parse::<i32>()
+                    .map(tonic::Code::from_i32)
+                    .unwrap_or(tonic::Code::Unknown),
                 "raw reply",
             )),
         };
