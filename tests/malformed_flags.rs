@@ -330,7 +330,7 @@ fn bad_flag_values_exit_with_a_clear_message() {
     for (name, args, code, text, same) in parse_rows() {
         let mut all = os(&["--kubeconfig=/nonexistent/kubeconfig"]);
         all.extend(args.iter().cloned());
-        // Rows about the socket address need a readable kubeconfig to get that far.
+        // Ours checks the values before the kubeconfig; the missing kubeconfig stops the rest.
         let (got, stderr) = run(&ours(), &all, Duration::from_secs(10));
         assert_eq!(got, Some(code), "{name}: exit code; stderr: {stderr}");
         assert!(
