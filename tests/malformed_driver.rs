@@ -367,7 +367,7 @@ async fn unknown_controller_capability_values_are_ignored() {
 }
 
 #[tokio::test]
-async fn a_plugin_capabilities_reply_with_invalid_utf8_in_a_string_exits_1() {
+async fn a_plugin_info_reply_with_invalid_utf8_in_the_name_exits_1() {
     // GetPluginInfo's name with invalid UTF-8: the attacher cannot know the driver.
     let env = Env::without_attacher(&[]).await;
     let encoded = prost::Message::encode_to_vec(&proto::GetPluginInfoResponse {
