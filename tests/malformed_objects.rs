@@ -687,7 +687,6 @@ async fn hostile_objects_get_a_clear_error_or_reach_the_driver_unaltered() {
 /// (CSI secrets are strings): a clear attachError naming the secret and key,
 /// never the value, and no lossy copy sent to the driver.
 #[tokio::test]
-#[ignore = "needs bounds branch"]
 async fn a_secret_value_that_is_not_utf8_is_a_clear_error_without_the_value() {
     let env = Env::start(
         &[],
