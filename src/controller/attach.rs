@@ -29,7 +29,8 @@ use crate::csi::proto::ControllerPublishVolumeRequest;
 /// One attach attempt. Safe to repeat after any failure, restart or failover.
 ///
 /// A failure before or during Publish is recorded in `attachError`; a failure
-/// to write `attached=true` is only logged (upstream), and both are retried.
+/// to write `attached=true` is only logged (upstream), unless the API server
+/// refuses that status as invalid; all are retried.
 ///
 /// `forced`: the reconciler saw the volume unpublished although the VA says
 /// attached; publish again even though the VA looks done.
@@ -47,10 +48,18 @@ pub async fn attach(ctx: &Ctx, va: &VolumeAttachment, forced: bool) -> Result<()
     let Some(patch) = patches::attached_status(va.status.as_ref(), &publish_context) else {
         return Ok(());
     };
-    ctx.api
-        .patch_va_status(va, &patch)
-        .await
-        .map_err(FlowError::MarkAttached)?;
+    if let Err(err) = ctx.api.patch_va_status(va, &patch).await {
+        let invalid = err.is_invalid() && !err.is_replaced();
+        let err = FlowError::MarkAttached(err);
+        // Refused for good (422, e.g. a publish context over the API server's
+        // 256 KiB attachmentMetadata limit): say so on the VA, or it would show
+        // nothing while Publish is retried forever. Other failures are only
+        // logged and retried, as upstream does.
+        if invalid {
+            ctx.record_attach_error(va, &err).await;
+        }
+        return Err(err);
+    }
     if let Some(created) = &va.metadata.creation_timestamp {
         ctx.flow_metrics.attach.observe(seconds_since(created));
     }

@@ -28,6 +28,11 @@ impl std::error::Error for ApiError {
 }
 
 impl ApiError {
+    /// Whether the server refused the object as invalid (422): retrying the same write cannot help.
+    pub fn is_invalid(&self) -> bool {
+        matches!(&self.0, kube::Error::Api(s) if s.code == 422)
+    }
+
     /// Whether the server said 404.
     pub fn is_not_found(&self) -> bool {
         matches!(&self.0, kube::Error::Api(s) if s.code == 404)
@@ -132,12 +137,71 @@ pub enum FlowError {
     Panicked(String),
 }
 
+/// The API server refuses a `VolumeError.message` longer than this many bytes,
+/// and the error would not be saved at all. (Its refusal says "may not be more
+/// than 262144 bytes", the attachmentMetadata limit, but it checks 1024: measured.)
+pub const MAX_STATUS_MESSAGE: usize = 1024;
+
 impl FlowError {
+    /// The text for `attachError` / `detachError`: the Display text, cut to
+    /// [`MAX_STATUS_MESSAGE`] bytes (on a character boundary) with a note of how
+    /// much was cut. Shorter texts are kept exactly.
+    pub fn status_message(&self) -> String {
+        cap_message(self.to_string(), MAX_STATUS_MESSAGE)
+    }
+
     /// The numeric gRPC code for `attachError.errorCode`: driver errors only.
     pub fn grpc_code(&self) -> Option<i32> {
         match self {
             Self::Driver(status) => Some(status.code_number()),
             _ => None,
+        }
+    }
+}
+
+/// `text`, or its first bytes and `... [N bytes truncated]` so that the whole is at most `max` bytes.
+fn cap_message(text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    // The note is at most 40 bytes; keep what fits before it.
+    let mut keep = max.saturating_sub(40);
+    while !text.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    format!(
+        "{}... [{} bytes truncated]",
+        &text[..keep],
+        text.len() - keep
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::csi::RpcStatus;
+
+    #[test]
+    fn status_messages_are_kept_up_to_the_api_limit_and_cut_on_a_char_boundary() {
+        let short = FlowError::Driver(RpcStatus::new(tonic::Code::Internal, "boom"));
+        assert_eq!(
+            short.status_message(),
+            "rpc error: code = Internal desc = boom"
+        );
+        let exact = "x".repeat(MAX_STATUS_MESSAGE);
+        assert_eq!(cap_message(exact.clone(), MAX_STATUS_MESSAGE), exact);
+        for filler in ["e", "é", "🔑"] {
+            let long = FlowError::Driver(RpcStatus::new(
+                tonic::Code::Internal,
+                filler.repeat(MAX_STATUS_MESSAGE),
+            ));
+            let text = long.status_message();
+            assert!(text.len() <= MAX_STATUS_MESSAGE, "{filler}: {}", text.len());
+            assert!(
+                text.starts_with("rpc error: code = Internal desc = "),
+                "{filler}"
+            );
+            assert!(text.ends_with("bytes truncated]"), "{filler}: {text}");
         }
     }
 }

@@ -168,7 +168,7 @@ impl Ctx {
     /// Saves `err` as `attachError`; a failure to save is only logged.
     pub async fn record_attach_error(&self, va: &VolumeAttachment, err: &FlowError) {
         let code = err.grpc_code().filter(|_| self.error_codes);
-        let patch = patches::attach_error(&err.to_string(), code, Timestamp::now());
+        let patch = patches::attach_error(&err.status_message(), code, Timestamp::now());
         match self.api.patch_va_status(va, &patch).await {
             Ok(()) => {}
             // The VA was deleted and re-created: the error was about the old one.
@@ -183,7 +183,7 @@ impl Ctx {
 
     /// Saves `err` as `detachError`; a failure to save is only logged.
     pub async fn record_detach_error(&self, va: &VolumeAttachment, err: &FlowError) {
-        let patch = patches::detach_error(&err.to_string(), Timestamp::now());
+        let patch = patches::detach_error(&err.status_message(), Timestamp::now());
         match self.api.patch_va_status(va, &patch).await {
             Ok(()) => {}
             // The VA was deleted and re-created: the error was about the old one.

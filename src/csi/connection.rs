@@ -22,6 +22,9 @@ use tonic::transport::{Channel, Endpoint};
 
 use super::Error;
 
+/// Largest header list (headers or trailers) accepted from the driver: gRPC-Go's default.
+const MAX_HEADER_LIST_SIZE: u32 = 16 << 20;
+
 /// Upstream gives up dialling after this long and exits.
 pub const DIAL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Upstream's reconnect backoff is capped at one second.
@@ -110,7 +113,12 @@ pub async fn connect(path: &Path, timeout: Duration) -> Result<(Channel, Connect
     let lost_tx = Arc::new(lost_tx);
     let socket = Arc::new(path.to_path_buf());
     // The URI is required by tonic but never resolved: the connector below dials the socket.
-    let endpoint = Endpoint::from_static("http://csi.driver.local");
+    // Header lists (the status trailers, with the driver's error message) up to
+    // gRPC-Go's client default of 16 MiB: with h2's 16 KiB, a driver error
+    // message over ~16 KiB would arrive as "ResourceExhausted: h2 protocol
+    // error" instead of the driver's code and (capped) text.
+    let endpoint = Endpoint::from_static("http://csi.driver.local")
+        .http2_max_header_list_size(MAX_HEADER_LIST_SIZE);
     let connector = tower::service_fn(move |_uri| {
         let socket = Arc::clone(&socket);
         let lost_tx = Arc::clone(&lost_tx);

@@ -13,6 +13,7 @@
 mod connection;
 mod error;
 pub mod proto;
+mod sanitize;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -133,11 +134,14 @@ pub struct VolumePage {
     pub next_token: String,
 }
 
+/// The driver connection, with the status trailers of its replies repaired.
+type Transport = sanitize::Sanitize<Channel>;
+
 /// A CSI client over one connection. Cheap to clone.
 #[derive(Clone)]
 pub struct Client {
-    identity: IdentityClient<Channel>,
-    controller: ControllerClient<Channel>,
+    identity: IdentityClient<Transport>,
+    controller: ControllerClient<Transport>,
     metrics: Arc<CsiCallMetrics>,
     timeout: Duration,
     max_log_length: Option<usize>,
@@ -155,8 +159,8 @@ impl Client {
     ) -> Result<(Self, ConnectionLoss), Error> {
         let (channel, loss) = connection::connect(address, dial_timeout).await?;
         let client = Self {
-            identity: IdentityClient::new(channel.clone()),
-            controller: ControllerClient::new(channel),
+            identity: IdentityClient::new(sanitize::Sanitize(channel.clone())),
+            controller: ControllerClient::new(sanitize::Sanitize(channel)),
             metrics,
             timeout,
             max_log_length: None,

@@ -76,6 +76,19 @@ impl MockDriver {
             .await;
     }
 
+    /// Clears the fault on one method (releases its hung calls).
+    pub async fn clear_fault(&self, method: &str) {
+        self.admin_call("DELETE", &format!("/faults/{method}"), None)
+            .await;
+    }
+
+    /// Makes `method` answer with hand-made bytes: `raw` is the mock's `RawReply` JSON
+    /// (`body_hex`, `unframed`, `grpc_status`, `grpc_message_hex`, `grpc_status_details`).
+    pub async fn set_raw_reply(&self, method: &str, raw: Value) {
+        self.set_fault(method, serde_json::json!({ "raw": raw }))
+            .await;
+    }
+
     /// Clears all faults (releases hung calls).
     pub async fn clear_faults(&self) {
         self.admin_call("DELETE", "/faults", None).await;
@@ -144,4 +157,14 @@ impl MockDriver {
         );
         serde_json::from_slice(&bytes).expect("admin JSON")
     }
+}
+
+/// Lower-case hex of `bytes`, for `RawReply` fields.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The protobuf encoding of `message`, hex, for `RawReply.body_hex`.
+pub fn proto_hex(message: &impl prost::Message) -> String {
+    hex(&message.encode_to_vec())
 }

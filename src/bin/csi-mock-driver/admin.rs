@@ -4,7 +4,7 @@
 //! |---|---|
 //! | `GET /ledger` | all ledger entries, as a JSON array |
 //! | `GET /faults` | the fault table |
-//! | `PUT /faults/<Method>` | set a fault (body: `Fault` JSON) for e.g. `ControllerPublishVolume` |
+//! | `PUT /faults/<Method>` | set a fault (body: `Fault` JSON) for e.g. `ControllerPublishVolume`; `raw` answers with hand-made bytes, `endless_tokens` pages ListVolumes forever |
 //! | `DELETE /faults[/<Method>]` | clear one or all faults (releases hangs) |
 //! | `GET /published`, `PUT /published` | read / replace the table `{volume: [node, ...]}` |
 //! | `PUT /ready` | `{"ready": bool}`: what Probe answers |

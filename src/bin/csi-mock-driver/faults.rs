@@ -1,6 +1,8 @@
-//! Programmable faults, one per CSI method: delay, error, hang, exit.
+//! Programmable faults, one per CSI method: delay, error, hang, exit, and
+//! hostile answers (a raw HTTP/2 reply of any bytes, endless ListVolumes tokens).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -30,6 +32,67 @@ pub struct Fault {
     /// Exit the process (simulates a driver crash).
     #[serde(default)]
     pub exit: bool,
+    /// Answer with these bytes instead of a well-formed gRPC reply (see [`RawReply`]).
+    #[serde(default)]
+    pub raw: Option<RawReply>,
+    /// ListVolumes: answer every page with no entries and a next_token never seen before.
+    #[serde(default)]
+    pub endless_tokens: bool,
+}
+
+/// A gRPC reply written byte by byte, for answers no well-behaved server sends:
+/// invalid UTF-8 in strings, unknown status codes, broken headers or framing.
+///
+/// The reply is HTTP/2 status 200, `content-type: application/grpc`, one data
+/// frame (when `body_hex` is set) and trailers `grpc-status` / `grpc-message` /
+/// `grpc-status-details-bin`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawReply {
+    /// The protobuf message, hex; framed with the 5-byte gRPC prefix unless `unframed`.
+    #[serde(default)]
+    pub body_hex: Option<String>,
+    /// Send `body_hex` as the whole data frame, without the gRPC length prefix.
+    #[serde(default)]
+    pub unframed: bool,
+    /// The `grpc-status` trailer, as sent (any text: `0`, `99`, `abc`).
+    #[serde(default)]
+    pub grpc_status: Option<String>,
+    /// The `grpc-message` trailer's bytes, hex (need not be UTF-8 or percent-encoded).
+    #[serde(default)]
+    pub grpc_message_hex: Option<String>,
+    /// The `grpc-status-details-bin` trailer, as sent (need not be base64).
+    #[serde(default)]
+    pub grpc_status_details: Option<String>,
+}
+
+impl RawReply {
+    /// Bytes of a hex string (whitespace allowed).
+    pub fn hex(text: &str) -> Result<Vec<u8>, String> {
+        let digits: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
+        if digits.len() % 2 != 0 {
+            return Err("hex needs an even number of digits".into());
+        }
+        digits
+            .chunks(2)
+            .map(|pair| {
+                std::str::from_utf8(pair)
+                    .ok()
+                    .and_then(|p| u8::from_str_radix(p, 16).ok())
+                    .ok_or_else(|| format!("not hex: {:?}", String::from_utf8_lossy(pair)))
+            })
+            .collect()
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        for hex in [&self.body_hex, &self.grpc_message_hex]
+            .into_iter()
+            .flatten()
+        {
+            Self::hex(hex)?;
+        }
+        Ok(())
+    }
 }
 
 impl Fault {
@@ -41,6 +104,9 @@ impl Fault {
         if self.times == Some(0) {
             return Err("times must be at least 1".into());
         }
+        if let Some(raw) = &self.raw {
+            raw.validate()?;
+        }
         Ok(())
     }
 }
@@ -49,6 +115,8 @@ impl Fault {
 pub struct Faults {
     table: Mutex<HashMap<String, Fault>>,
     changed: watch::Sender<u64>,
+    /// Counter behind `endless_tokens`.
+    tokens: AtomicU64,
 }
 
 impl Faults {
@@ -56,6 +124,7 @@ impl Faults {
         Self {
             table: Mutex::new(HashMap::new()),
             changed: watch::channel(0).0,
+            tokens: AtomicU64::new(0),
         }
     }
 
@@ -78,10 +147,25 @@ impl Faults {
         self.lock().clone()
     }
 
-    /// Applies the fault for `method`, if any. `Err` is the status to answer with.
-    pub async fn apply(&self, method: &str) -> Result<(), Status> {
+    /// A token no ListVolumes answer has carried before.
+    pub fn fresh_token(&self) -> String {
+        format!("endless-{}", self.tokens.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The raw reply for this call of `method`, if its fault has one (counts down `times`).
+    pub fn take_raw(&self, method: &str) -> Option<RawReply> {
+        let has_raw = self.lock().get(method).is_some_and(|f| f.raw.is_some());
+        if !has_raw {
+            return None;
+        }
+        self.take(method).and_then(|f| f.raw)
+    }
+
+    /// Applies the fault for `method`, if any. `Err` is the status to answer with;
+    /// `Ok` carries the fault (for the answer-shaping fields) when there is one.
+    pub async fn apply(&self, method: &str) -> Result<Option<Fault>, Status> {
         let Some(fault) = self.take(method) else {
-            return Ok(());
+            return Ok(None);
         };
         if fault.exit {
             eprintln!("csi-mock-driver: exit fault on {method}");
@@ -107,7 +191,7 @@ impl Faults {
                     .unwrap_or_else(|| "mock rpc error".into());
                 Err(Status::new(code, message))
             }
-            None => Ok(()),
+            None => Ok(Some(fault)),
         }
     }
 

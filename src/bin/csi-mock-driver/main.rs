@@ -120,6 +120,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
 
     let service = Service(driver);
     let result = tonic::transport::Server::builder()
+        .layer(service::RawReplyLayer(Arc::clone(&service.0)))
         .add_service(IdentityServer::new(service.clone()))
         .add_service(ControllerServer::new(service))
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown())

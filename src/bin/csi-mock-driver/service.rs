@@ -15,7 +15,7 @@ use csi_attacher::csi::proto::{
 use serde_json::{json, Map, Value};
 use tonic::{Request, Response, Status};
 
-use crate::faults::Faults;
+use crate::faults::{Fault, Faults, RawReply};
 use crate::ledger::Ledger;
 use crate::state::Published;
 
@@ -47,7 +47,7 @@ impl Driver {
         &self,
         method: &'static str,
         fields: Map<String, Value>,
-        body: impl FnOnce() -> Result<T, Status>,
+        body: impl FnOnce(Option<&Fault>) -> Result<T, Status>,
     ) -> Result<Response<T>, Status> {
         let mut guard = LedgerGuard {
             driver: self,
@@ -56,7 +56,7 @@ impl Driver {
             fields: Some(fields),
         };
         let result = match self.faults.apply(method).await {
-            Ok(()) => body(),
+            Ok(fault) => body(fault.as_ref()),
             Err(status) => Err(status),
         };
         guard.finish(result.as_ref().map(|_| ()).map_err(Clone::clone));
@@ -99,7 +99,7 @@ impl Identity for Service {
         _request: Request<proto::GetPluginInfoRequest>,
     ) -> Result<Response<proto::GetPluginInfoResponse>, Status> {
         self.0
-            .call("GetPluginInfo", Map::new(), || {
+            .call("GetPluginInfo", Map::new(), |_| {
                 Ok(proto::GetPluginInfoResponse {
                     name: self.0.name.clone(),
                     vendor_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -114,7 +114,7 @@ impl Identity for Service {
         _request: Request<proto::GetPluginCapabilitiesRequest>,
     ) -> Result<Response<proto::GetPluginCapabilitiesResponse>, Status> {
         self.0
-            .call("GetPluginCapabilities", Map::new(), || {
+            .call("GetPluginCapabilities", Map::new(), |_| {
                 let capabilities = self
                     .0
                     .plugin_caps
@@ -139,7 +139,7 @@ impl Identity for Service {
             .call(
                 "Probe",
                 Map::from_iter([("ready".into(), ready.into())]),
-                || Ok(proto::ProbeResponse { ready: Some(ready) }),
+                |_| Ok(proto::ProbeResponse { ready: Some(ready) }),
             )
             .await
     }
@@ -164,7 +164,7 @@ impl Controller for Service {
             ("volume_context".into(), json!(sorted(&req.volume_context))),
         ]);
         self.0
-            .call("ControllerPublishVolume", fields, || {
+            .call("ControllerPublishVolume", fields, |_| {
                 if req.volume_id.is_empty() {
                     return Err(Status::invalid_argument("volume_id is required"));
                 }
@@ -197,7 +197,7 @@ impl Controller for Service {
             ("secrets".into(), json!(sorted(&req.secrets))),
         ]);
         self.0
-            .call("ControllerUnpublishVolume", fields, || {
+            .call("ControllerUnpublishVolume", fields, |_| {
                 if req.volume_id.is_empty() {
                     return Err(Status::invalid_argument("volume_id is required"));
                 }
@@ -217,7 +217,13 @@ impl Controller for Service {
             ("starting_token".into(), req.starting_token.clone().into()),
         ]);
         self.0
-            .call("ListVolumes", fields, || {
+            .call("ListVolumes", fields, |fault| {
+                if fault.is_some_and(|f| f.endless_tokens) {
+                    return Ok(proto::ListVolumesResponse {
+                        entries: Vec::new(),
+                        next_token: self.0.faults.fresh_token(),
+                    });
+                }
                 let (entries, mut next_token) = self
                     .0
                     .published()
@@ -251,7 +257,7 @@ impl Controller for Service {
         _request: Request<proto::ControllerGetCapabilitiesRequest>,
     ) -> Result<Response<proto::ControllerGetCapabilitiesResponse>, Status> {
         self.0
-            .call("ControllerGetCapabilities", Map::new(), || {
+            .call("ControllerGetCapabilities", Map::new(), |_| {
                 let capabilities = self
                     .0
                     .controller_caps
@@ -293,4 +299,126 @@ fn capability_json(capability: Option<&VolumeCapability>) -> Value {
         }),
         None => json!({"access_type": null, "access_mode": mode}),
     }
+}
+
+/// Tower layer answering calls whose fault has a `raw` reply with exactly
+/// those bytes, before tonic's typed services (and their encoders) see them.
+#[derive(Clone)]
+pub struct RawReplyLayer(pub Arc<Driver>);
+
+impl<S> tower::Layer<S> for RawReplyLayer {
+    type Service = RawReplies<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RawReplies {
+            inner,
+            driver: Arc::clone(&self.0),
+        }
+    }
+}
+
+/// The service [`RawReplyLayer`] wraps around the gRPC routes.
+#[derive(Clone)]
+pub struct RawReplies<S> {
+    inner: S,
+    driver: Arc<Driver>,
+}
+
+impl<S> tower::Service<http::Request<tonic::body::Body>> for RawReplies<S>
+where
+    S: tower::Service<
+        http::Request<tonic::body::Body>,
+        Response = http::Response<tonic::body::Body>,
+    >,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = S::Error;
+    type Future = futures::future::BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        let method = request.uri().path().rsplit('/').next().unwrap_or_default();
+        let Some((method, raw)) = METHOD_NAMES
+            .iter()
+            .find(|m| **m == method)
+            .and_then(|m| self.driver.faults.take_raw(m).map(|raw| (*m, raw)))
+        else {
+            return Box::pin(self.inner.call(request));
+        };
+        let response = raw_response(&raw);
+        let outcome = match raw.grpc_status.as_deref().map(str::trim) {
+            None | Some("0") => Ok(()),
+            Some(code) => Err(Status::new(
+                code.parse::<i32>()
+                    .map(tonic::Code::from_i32)
+                    .unwrap_or(tonic::Code::Unknown),
+                "raw reply",
+            )),
+        };
+        let mut fields = Map::new();
+        fields.insert("raw".into(), true.into());
+        self.driver
+            .ledger
+            .record(method, SystemTime::now(), fields, &outcome);
+        Box::pin(async move { Ok(response) })
+    }
+}
+
+/// Methods a raw reply can be set on (the gRPC method names).
+const METHOD_NAMES: [&str; 7] = [
+    "Probe",
+    "GetPluginInfo",
+    "GetPluginCapabilities",
+    "ControllerGetCapabilities",
+    "ControllerPublishVolume",
+    "ControllerUnpublishVolume",
+    "ListVolumes",
+];
+
+fn raw_response(raw: &RawReply) -> http::Response<tonic::body::Body> {
+    use http_body_util::StreamBody;
+    use hyper::body::{Bytes, Frame};
+
+    let mut frames: Vec<Result<Frame<Bytes>, std::convert::Infallible>> = Vec::new();
+    if let Some(hex) = &raw.body_hex {
+        // Validated when the fault was set.
+        let payload = RawReply::hex(hex).unwrap_or_default();
+        let mut data = Vec::with_capacity(payload.len() + 5);
+        if !raw.unframed {
+            data.push(0);
+            data.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+        }
+        data.extend_from_slice(&payload);
+        frames.push(Ok(Frame::data(Bytes::from(data))));
+    }
+    let mut trailers = http::HeaderMap::new();
+    let status = raw.grpc_status.as_deref().unwrap_or("0");
+    if let Ok(value) = http::HeaderValue::from_bytes(status.as_bytes()) {
+        trailers.insert("grpc-status", value);
+    }
+    if let Some(hex) = &raw.grpc_message_hex {
+        if let Ok(value) = http::HeaderValue::from_bytes(&RawReply::hex(hex).unwrap_or_default()) {
+            trailers.insert("grpc-message", value);
+        }
+    }
+    if let Some(details) = &raw.grpc_status_details {
+        if let Ok(value) = http::HeaderValue::from_bytes(details.as_bytes()) {
+            trailers.insert("grpc-status-details-bin", value);
+        }
+    }
+    frames.push(Ok(Frame::trailers(trailers)));
+    let body = StreamBody::new(futures::stream::iter(frames));
+    let mut response = http::Response::new(tonic::body::Body::new(body));
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/grpc"),
+    );
+    response
 }
