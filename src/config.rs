@@ -40,7 +40,7 @@
 //! upstream, not checked.
 
 mod gates;
-mod go;
+pub mod go;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;

@@ -462,6 +462,9 @@ resource_as!(CachedVa, VolumeAttachment);
 resource_as!(CachedPv, PersistentVolume);
 
 #[cfg(test)]
+mod proptests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;

@@ -13,6 +13,8 @@
 mod connection;
 mod error;
 pub mod proto;
+#[cfg(test)]
+mod proptests;
 
 use std::collections::HashMap;
 use std::future::Future;
