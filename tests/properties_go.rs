@@ -30,7 +30,11 @@ fn goprops_binary() -> PathBuf {
         .stderr(Stdio::inherit())
         .output()
         .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
-    assert!(output.status.success(), "build-gotool.sh: {}", output.status);
+    assert!(
+        output.status.success(),
+        "build-gotool.sh: {}",
+        output.status
+    );
     let stdout = String::from_utf8_lossy(&output.stdout);
     PathBuf::from(stdout.lines().last().expect("binary path").trim())
 }
@@ -264,7 +268,9 @@ fn go_quote_prints_exactly_the_code_points_go_prints() {
     }
     let mut differ = Vec::new();
     for cp in 0..0x11_0000u32 {
-        let Some(c) = char::from_u32(cp) else { continue };
+        let Some(c) = char::from_u32(cp) else {
+            continue;
+        };
         if c == '"' || c == '\\' {
             continue;
         }
@@ -278,6 +284,11 @@ fn go_quote_prints_exactly_the_code_points_go_prints() {
         differ.is_empty(),
         "{} code points differ: {}",
         differ.len(),
-        differ.iter().take(40).cloned().collect::<Vec<_>>().join(", ")
+        differ
+            .iter()
+            .take(40)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ")
     );
 }

@@ -193,7 +193,10 @@ const ZONE_KEYS: [&str; 4] = [
 
 fn labels() -> impl Strategy<Value = Value> {
     (
-        prop::collection::vec((prop::sample::select(ZONE_KEYS.to_vec()), zone_label()), 0..4),
+        prop::collection::vec(
+            (prop::sample::select(ZONE_KEYS.to_vec()), zone_label()),
+            0..4,
+        ),
         prop::option::of((adversarial(), adversarial())),
     )
         .prop_map(|(zones, other)| {
@@ -271,8 +274,13 @@ fn source() -> BoxedStrategy<(String, Value)> {
         1 => adversarial(),
     ];
     prop_oneof![
-        (adversarial(), prop::option::of(-3i32..300), any::<bool>(), opt_string()).prop_map(
-            |(pd, partition, ro, fs)| {
+        (
+            adversarial(),
+            prop::option::of(-3i32..300),
+            any::<bool>(),
+            opt_string()
+        )
+            .prop_map(|(pd, partition, ro, fs)| {
                 let mut s = json!({"pdName": pd, "readOnly": ro});
                 if let Some(p) = partition {
                     s["partition"] = json!(p);
@@ -281,10 +289,15 @@ fn source() -> BoxedStrategy<(String, Value)> {
                     s["fsType"] = json!(fs);
                 }
                 ("gcePersistentDisk".to_owned(), s)
-            }
-        ).boxed(),
-        (aws_id, prop::option::of(-3i32..300), any::<bool>(), opt_string()).prop_map(
-            |(id, partition, ro, fs)| {
+            })
+            .boxed(),
+        (
+            aws_id,
+            prop::option::of(-3i32..300),
+            any::<bool>(),
+            opt_string()
+        )
+            .prop_map(|(id, partition, ro, fs)| {
                 let mut s = json!({"volumeID": id, "readOnly": ro});
                 if let Some(p) = partition {
                     s["partition"] = json!(p);
@@ -293,20 +306,30 @@ fn source() -> BoxedStrategy<(String, Value)> {
                     s["fsType"] = json!(fs);
                 }
                 ("awsElasticBlockStore".to_owned(), s)
-            }
-        ).boxed(),
-        (adversarial(), any::<bool>(), opt_string()).prop_map(|(id, ro, fs)| {
-            let mut s = json!({"volumeID": id, "readOnly": ro});
-            if let Some(fs) = fs {
-                s["fsType"] = json!(fs);
-            }
-            ("cinder".to_owned(), s)
-        }).boxed(),
+            })
+            .boxed(),
+        (adversarial(), any::<bool>(), opt_string())
+            .prop_map(|(id, ro, fs)| {
+                let mut s = json!({"volumeID": id, "readOnly": ro});
+                if let Some(fs) = fs {
+                    s["fsType"] = json!(fs);
+                }
+                ("cinder".to_owned(), s)
+            })
+            .boxed(),
         (
             adversarial(),
             adversarial(),
             prop::option::of(prop_oneof![
-                prop::sample::select(vec!["Managed", "managed", "MANAGED", "Shared", "Dedicated", ""]).prop_map(str::to_owned),
+                prop::sample::select(vec![
+                    "Managed",
+                    "managed",
+                    "MANAGED",
+                    "Shared",
+                    "Dedicated",
+                    ""
+                ])
+                .prop_map(str::to_owned),
                 adversarial()
             ]),
             opt_string(),
@@ -325,7 +348,8 @@ fn source() -> BoxedStrategy<(String, Value)> {
                     s["fsType"] = json!(fs);
                 }
                 ("azureDisk".to_owned(), s)
-            }).boxed(),
+            })
+            .boxed(),
         (
             prop_oneof![
                 adversarial().prop_map(|a| format!("azure-storage-account-{a}-secret")),
@@ -341,28 +365,34 @@ fn source() -> BoxedStrategy<(String, Value)> {
                     s["secretNamespace"] = json!(ns);
                 }
                 ("azureFile".to_owned(), s)
-            }).boxed(),
-        (adversarial(), opt_string(), opt_string()).prop_map(|(path, policy, fs)| {
-            let mut s = json!({"volumePath": path});
-            if let Some(p) = policy {
-                s["storagePolicyName"] = json!(p);
-            }
-            if let Some(fs) = fs {
-                s["fsType"] = json!(fs);
-            }
-            ("vsphereVolume".to_owned(), s)
-        }).boxed(),
-        (adversarial(), opt_string(), any::<bool>()).prop_map(|(id, fs, ro)| {
-            let mut s = json!({"volumeID": id, "readOnly": ro});
-            if let Some(fs) = fs {
-                s["fsType"] = json!(fs);
-            }
-            ("portworxVolume".to_owned(), s)
-        }).boxed(),
+            })
+            .boxed(),
+        (adversarial(), opt_string(), opt_string())
+            .prop_map(|(path, policy, fs)| {
+                let mut s = json!({"volumePath": path});
+                if let Some(p) = policy {
+                    s["storagePolicyName"] = json!(p);
+                }
+                if let Some(fs) = fs {
+                    s["fsType"] = json!(fs);
+                }
+                ("vsphereVolume".to_owned(), s)
+            })
+            .boxed(),
+        (adversarial(), opt_string(), any::<bool>())
+            .prop_map(|(id, fs, ro)| {
+                let mut s = json!({"volumeID": id, "readOnly": ro});
+                if let Some(fs) = fs {
+                    s["fsType"] = json!(fs);
+                }
+                ("portworxVolume".to_owned(), s)
+            })
+            .boxed(),
         Just((
             "csi".to_owned(),
             json!({"driver": "other.csi", "volumeHandle": "h"})
-        )).boxed(),
+        ))
+        .boxed(),
     ]
     .boxed()
 }
@@ -375,7 +405,11 @@ fn pv_case() -> BoxedStrategy<Value> {
             labels(),
             prop::option::of((opt_string(), opt_string(), opt_string())),
         ),
-        (node_affinity(), access_modes(), prop::option::of(opt_string())),
+        (
+            node_affinity(),
+            access_modes(),
+            prop::option::of(opt_string()),
+        ),
     )
         .prop_map(
             |((source, name, labels, annotations), (affinity, modes, claim_namespace))| {
@@ -420,8 +454,18 @@ fn pv_case() -> BoxedStrategy<Value> {
 fn handle_part() -> impl Strategy<Value = String> {
     prop_oneof![
         prop::sample::select(vec![
-            "projects", "UNSPECIFIED", "p1", "zones", "regions", "disks", "instances",
-            "us-central1-a", "a-b", "a-b-c-d", "", "x",
+            "projects",
+            "UNSPECIFIED",
+            "p1",
+            "zones",
+            "regions",
+            "disks",
+            "instances",
+            "us-central1-a",
+            "a-b",
+            "a-b-c-d",
+            "",
+            "x",
         ])
         .prop_map(str::to_owned),
         adversarial(),

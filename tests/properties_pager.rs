@@ -219,10 +219,7 @@ fn model(script: &Script) -> Want {
 fn script() -> impl Strategy<Value = Script> {
     (
         prop::collection::vec(
-            (
-                "v[0-9]{1,2}",
-                prop::collection::vec("n[0-3]", 0..3),
-            ),
+            ("v[0-9]{1,2}", prop::collection::vec("n[0-3]", 0..3)),
             0..12,
         ),
         1usize..5,
@@ -230,10 +227,7 @@ fn script() -> impl Strategy<Value = Script> {
         prop::option::of((0usize..4, 1usize..3)),
         prop::option::weighted(
             0.15,
-            (
-                0usize..4,
-                prop::sample::select(vec![2, 4, 5, 13, 14]),
-            ),
+            (0usize..4, prop::sample::select(vec![2, 4, 5, 13, 14])),
         ),
         prop::option::weighted(0.15, 1usize..4),
     )
@@ -310,9 +304,7 @@ fn run(script: &Script, max_entries: i32) -> Result<Want, ReconcileError> {
             calls: 0,
         };
     }
-    let (published, _pages) = h
-        .runtime
-        .block_on(list_published(&h.client, max_entries))?;
+    let (published, _pages) = h.runtime.block_on(list_published(&h.client, max_entries))?;
     Ok(Want::Published(published))
 }
 

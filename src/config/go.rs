@@ -409,10 +409,7 @@ pub fn parse_duration(s: &str) -> Result<i64, String> {
             .position(|c| *c == b'.' || c.is_ascii_digit())
             .unwrap_or(rest.len());
         if unit_len == 0 {
-            return Err(format!(
-                "time: missing unit in duration {}",
-                time_quote(s)
-            ));
+            return Err(format!("time: missing unit in duration {}", time_quote(s)));
         }
         let unit_text = &rest[..unit_len];
         rest = &rest[unit_len..];
@@ -568,7 +565,11 @@ pub fn quantity_is_zero(s: &str) -> Result<bool, &'static str> {
     // Without digits, Go's fast path still yields 0, but its slow path (a
     // binary exponent past 2^43, or a decimal scale below nano) parses the
     // empty number and fails.
-    let slow_path = if binary { exponent * 3 / 10 > 13 } else { exponent < -9 };
+    let slow_path = if binary {
+        exponent * 3 / 10 > 13
+    } else {
+        exponent < -9
+    };
     if !has_digit && slow_path {
         return Err(QUANTITY_NUMERIC);
     }
@@ -772,7 +773,16 @@ mod tests {
     #[test]
     fn a_quantity_without_digits_fails_where_go_takes_its_slow_path() {
         // Found by tests/properties_go.rs ("Pi" was taken as zero; Go refuses it).
-        for bad in ["Pi", "Ei", "+.Pi", "-Ei", "e-10", ".e-10", "-E-10", "e4294967286"] {
+        for bad in [
+            "Pi",
+            "Ei",
+            "+.Pi",
+            "-Ei",
+            "e-10",
+            ".e-10",
+            "-E-10",
+            "e4294967286",
+        ] {
             assert_eq!(quantity_is_zero(bad), Err(QUANTITY_NUMERIC), "{bad}");
         }
         for zero in ["Ti", "n", "+.Ki", "0Pi", ".0Ei", "e-9", "E5"] {

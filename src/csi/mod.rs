@@ -12,9 +12,9 @@
 
 mod connection;
 mod error;
-pub mod proto;
 #[cfg(test)]
 mod proptests;
+pub mod proto;
 
 use std::collections::HashMap;
 use std::future::Future;

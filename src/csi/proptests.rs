@@ -3,8 +3,8 @@
 //! the decode with the field named, and that is what the VA's error says.
 //! 256 cases each (`PROPTEST_CASES` for more).
 
-use prost::Message;
 use proptest::prelude::*;
+use prost::Message;
 
 use super::proto::*;
 use super::RpcStatus;
@@ -97,12 +97,12 @@ fn publish_context_with_invalid_utf8() -> Vec<u8> {
 
 #[test]
 fn invalid_utf8_in_the_publish_context_is_a_decode_error_naming_the_field() {
-    let err = ControllerPublishVolumeResponse::decode(publish_context_with_invalid_utf8().as_slice())
-        .expect_err("not UTF-8");
+    let err =
+        ControllerPublishVolumeResponse::decode(publish_context_with_invalid_utf8().as_slice())
+            .expect_err("not UTF-8");
     let text = err.to_string();
     assert!(
-        text.contains("ControllerPublishVolumeResponse.publish_context")
-            && text.contains("UTF-8"),
+        text.contains("ControllerPublishVolumeResponse.publish_context") && text.contains("UTF-8"),
         "{text}"
     );
     // tonic's prost codec turns a decode error into INTERNAL with that text;

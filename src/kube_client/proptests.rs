@@ -43,7 +43,17 @@ fn qps() -> impl Strategy<Value = f64> {
 
 fn burst() -> impl Strategy<Value = i64> {
     prop_oneof![
-        prop::sample::select(vec![0, -1, 1, 2, 10, 100, i64::MIN, i64::MAX, u32::MAX as i64 + 1]),
+        prop::sample::select(vec![
+            0,
+            -1,
+            1,
+            2,
+            10,
+            100,
+            i64::MIN,
+            i64::MAX,
+            u32::MAX as i64 + 1
+        ]),
         any::<i64>(),
         1i64..2_000,
     ]

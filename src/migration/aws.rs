@@ -301,9 +301,15 @@ mod tests {
     fn escaped_bytes_that_are_not_utf8_become_one_replacement_each() {
         // Found by tests/properties_migration.rs: "%e2%82" is a cut 3-byte
         // character; Go's JSON shows two U+FFFD, from_utf8_lossy made one.
-        assert_eq!(ebs_volume_id("aws://z/vol-%e2%82"), Ok("vol-\u{fffd}\u{fffd}".into()));
+        assert_eq!(
+            ebs_volume_id("aws://z/vol-%e2%82"),
+            Ok("vol-\u{fffd}\u{fffd}".into())
+        );
         assert_eq!(ebs_volume_id("aws://z/vol-%e2%82%ac"), Ok("vol-€".into()));
-        assert_eq!(ebs_volume_id("aws://z/vol-%ff%41"), Ok("vol-\u{fffd}A".into()));
+        assert_eq!(
+            ebs_volume_id("aws://z/vol-%ff%41"),
+            Ok("vol-\u{fffd}A".into())
+        );
     }
 
     #[test]
@@ -313,8 +319,14 @@ mod tests {
         assert!(err("aws://a%zz@z/vol-1").ends_with(r#"invalid URL escape "%zz""#));
         assert_eq!(ebs_volume_id("aws://u:p@z/vol-1"), Ok("vol-1".into()));
         assert!(err("aws://[1.2.3.4]/vol-1").ends_with("invalid IP-literal"));
-        assert_eq!(ebs_volume_id("aws://[::ffff:1.2.3.4]/vol-1"), Ok("vol-1".into()));
-        assert_eq!(ebs_volume_id("aws://[fe80::1%25en0]:9/vol-1"), Ok("vol-1".into()));
+        assert_eq!(
+            ebs_volume_id("aws://[::ffff:1.2.3.4]/vol-1"),
+            Ok("vol-1".into())
+        );
+        assert_eq!(
+            ebs_volume_id("aws://[fe80::1%25en0]:9/vol-1"),
+            Ok("vol-1".into())
+        );
         assert!(err("aws://[fe80::1%25%0A]/vol-1").ends_with(r#"invalid URL escape "%0A""#));
         assert!(err("aws://[fe80::1%25]/vol-1").ends_with("zone must be a non-empty string"));
     }

@@ -87,7 +87,10 @@ fn meta() -> BoxedStrategy<Value> {
         ("name", field(text())),
         ("uid", field(text())),
         ("resourceVersion", field(text())),
-        ("generation", field(any::<i64>().prop_map(|n| json!(n)).boxed())),
+        (
+            "generation",
+            field(any::<i64>().prop_map(|n| json!(n)).boxed()),
+        ),
         ("creationTimestamp", field(time())),
         ("deletionTimestamp", field(time())),
         ("finalizers", field(strings())),
@@ -99,7 +102,14 @@ fn meta() -> BoxedStrategy<Value> {
                 Just(json!([{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u"}])).boxed(),
             ),
         ),
-        ("managedFields", field(any_json().prop_map(|v| json!([{"manager": "m", "fieldsV1": v}])).boxed())),
+        (
+            "managedFields",
+            field(
+                any_json()
+                    .prop_map(|v| json!([{"manager": "m", "fieldsV1": v}]))
+                    .boxed(),
+            ),
+        ),
     ])
 }
 
@@ -120,28 +130,49 @@ fn pv_spec() -> BoxedStrategy<Value> {
         ),
         (
             "csi",
-            field(
-                object(vec![
-                    ("driver", field(text())),
-                    ("volumeHandle", field(text())),
-                    ("readOnly", field(any::<bool>().prop_map(Value::Bool).boxed())),
-                    ("volumeAttributes", field(map_of_text())),
-                ])
-            ),
+            field(object(vec![
+                ("driver", field(text())),
+                ("volumeHandle", field(text())),
+                (
+                    "readOnly",
+                    field(any::<bool>().prop_map(Value::Bool).boxed()),
+                ),
+                ("volumeAttributes", field(map_of_text())),
+            ])),
         ),
         (
             "gcePersistentDisk",
-            field(object(vec![("pdName", field(text())), ("partition", field(any::<i32>().prop_map(|n| json!(n)).boxed()))])),
+            field(object(vec![
+                ("pdName", field(text())),
+                (
+                    "partition",
+                    field(any::<i32>().prop_map(|n| json!(n)).boxed()),
+                ),
+            ])),
         ),
-        ("awsElasticBlockStore", field(object(vec![("volumeID", field(text()))]))),
-        ("claimRef", field(object(vec![("name", field(text())), ("namespace", field(text()))]))),
+        (
+            "awsElasticBlockStore",
+            field(object(vec![("volumeID", field(text()))])),
+        ),
+        (
+            "claimRef",
+            field(object(vec![
+                ("name", field(text())),
+                ("namespace", field(text())),
+            ])),
+        ),
         ("mountOptions", field(strings())),
         ("storageClassName", field(text())),
         ("persistentVolumeReclaimPolicy", field(text())),
         (
             "nodeAffinity",
-            field(Just(json!({"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                {"key": "k", "operator": "In", "values": ["a"]}]}]}})).boxed()),
+            field(
+                Just(
+                    json!({"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "k", "operator": "In", "values": ["a"]}]}]}}),
+                )
+                .boxed(),
+            ),
         ),
     ])
 }
@@ -150,13 +181,19 @@ fn volume_error() -> BoxedStrategy<Value> {
     object(vec![
         ("message", field(text())),
         ("time", field(time())),
-        ("errorCode", field(any::<i32>().prop_map(|n| json!(n)).boxed())),
+        (
+            "errorCode",
+            field(any::<i32>().prop_map(|n| json!(n)).boxed()),
+        ),
     ])
 }
 
 fn va_json() -> BoxedStrategy<Value> {
     object(vec![
-        ("apiVersion", field(Just(json!("storage.k8s.io/v1")).boxed())),
+        (
+            "apiVersion",
+            field(Just(json!("storage.k8s.io/v1")).boxed()),
+        ),
         ("kind", field(Just(json!("VolumeAttachment")).boxed())),
         ("metadata", field(meta())),
         (
@@ -181,7 +218,10 @@ fn va_json() -> BoxedStrategy<Value> {
         (
             "status",
             field(object(vec![
-                ("attached", field(any::<bool>().prop_map(Value::Bool).boxed())),
+                (
+                    "attached",
+                    field(any::<bool>().prop_map(Value::Bool).boxed()),
+                ),
                 ("attachmentMetadata", field(map_of_text())),
                 ("attachError", field(volume_error())),
                 ("detachError", field(volume_error())),
@@ -196,7 +236,10 @@ fn pv_json() -> BoxedStrategy<Value> {
         ("spec", field(pv_spec())),
         (
             "status",
-            field(object(vec![("phase", field(text())), ("message", field(text()))])),
+            field(object(vec![
+                ("phase", field(text())),
+                ("message", field(text())),
+            ])),
         ),
     ])
 }
@@ -206,7 +249,11 @@ fn with_repeated_label(value: &Value) -> Option<String> {
     let text = value.to_string();
     let at = text.find("\"labels\":{\"")?;
     let insert = at + "\"labels\":{".len();
-    Some(format!("{}\"dup\":\"first\",\"dup\":\"last\",{}", &text[..insert], &text[insert..]))
+    Some(format!(
+        "{}\"dup\":\"first\",\"dup\":\"last\",{}",
+        &text[..insert],
+        &text[insert..]
+    ))
 }
 
 proptest! {

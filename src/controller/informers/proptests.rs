@@ -16,13 +16,15 @@ const FIN: &str = "external-attacher/x";
 
 fn error() -> impl Strategy<Value = Option<VolumeError>> {
     prop::option::of(
-        (prop::sample::select(vec!["a", "b"]), prop::option::of(0i32..3)).prop_map(|(m, code)| {
-            VolumeError {
+        (
+            prop::sample::select(vec!["a", "b"]),
+            prop::option::of(0i32..3),
+        )
+            .prop_map(|(m, code)| VolumeError {
                 message: Some(m.to_owned()),
                 error_code: code,
                 ..Default::default()
-            }
-        }),
+            }),
     )
 }
 
@@ -79,7 +81,7 @@ fn va() -> impl Strategy<Value = VolumeAttachment> {
                 va.metadata.annotations = annotations;
                 va.metadata.labels = labels;
                 va.metadata.deletion_timestamp =
-                    deleting.then(|| Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+                    deleting.then_some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
                 va.spec.attacher = "d".into();
                 va.spec.node_name = node.into();
                 va.spec.source.persistent_volume_name = pv.map(str::to_owned);
@@ -91,14 +93,21 @@ fn va() -> impl Strategy<Value = VolumeAttachment> {
 
 /// An old VA and an update of it: random edits to any subset of its fields.
 fn update() -> impl Strategy<Value = (VolumeAttachment, VolumeAttachment)> {
-    (va(), va(), prop::collection::vec(0usize..9, 0..4), any::<bool>()).prop_map(
-        |(old, other, edits, same_rv)| {
+    (
+        va(),
+        va(),
+        prop::collection::vec(0usize..9, 0..4),
+        any::<bool>(),
+    )
+        .prop_map(|(old, other, edits, same_rv)| {
             let mut new = old.clone();
             for edit in edits {
                 match edit {
                     0 => new.spec.node_name = other.spec.node_name.clone(),
                     1 => new.spec.source = other.spec.source.clone(),
-                    2 => new.metadata.deletion_timestamp = other.metadata.deletion_timestamp.clone(),
+                    2 => {
+                        new.metadata.deletion_timestamp = other.metadata.deletion_timestamp.clone()
+                    }
                     3 => new.metadata.finalizers = other.metadata.finalizers.clone(),
                     4 => new.metadata.annotations = other.metadata.annotations.clone(),
                     5 => new.metadata.labels = other.metadata.labels.clone(),
@@ -126,8 +135,7 @@ fn update() -> impl Strategy<Value = (VolumeAttachment, VolumeAttachment)> {
                 new.metadata.resource_version = Some("2".into());
             }
             (old, new)
-        },
-    )
+        })
 }
 
 fn has_error(va: &VolumeAttachment) -> bool {

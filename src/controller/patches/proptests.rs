@@ -14,8 +14,13 @@ use super::*;
 
 fn name() -> impl Strategy<Value = String> {
     prop_oneof![
-        prop::sample::select(vec!["a", "b", "external-attacher/x", "kubernetes.io/pv-protection"])
-            .prop_map(str::to_owned),
+        prop::sample::select(vec![
+            "a",
+            "b",
+            "external-attacher/x",
+            "kubernetes.io/pv-protection"
+        ])
+        .prop_map(str::to_owned),
         ".{0,6}",
     ]
 }

@@ -120,7 +120,12 @@ fn check_ceiling(concurrency: &Concurrency, held: &[(String, usize)]) -> Result<
         .map(|l| held.iter().filter(|(_, hl)| *hl == l).count())
         .collect();
     let total: usize = per_lane.iter().sum();
-    prop_assert!(total <= concurrency.total, "{} in flight > ceiling {}", total, concurrency.total);
+    prop_assert!(
+        total <= concurrency.total,
+        "{} in flight > ceiling {}",
+        total,
+        concurrency.total
+    );
     for lane in 0..LANES {
         let others = total - per_lane[lane];
         prop_assert!(
@@ -149,7 +154,11 @@ fn take(
         "{} handed out while held",
         key
     );
-    prop_assert!(model.pending.remove(&key), "{} handed out without a new add", key);
+    prop_assert!(
+        model.pending.remove(&key),
+        "{} handed out without a new add",
+        key
+    );
     model.held.push((key.clone(), lane));
     check_ceiling(concurrency, &model.held)?;
     Ok(Some(key))
@@ -168,7 +177,9 @@ fn finish(q: &WorkQueue, model: &mut Model, index: usize) {
 
 async fn run(ops: Vec<Op>, total: usize, shut_down: bool) -> Result<(), TestCaseError> {
     let concurrency = Concurrency::with_reserved_tenth(total, LANES);
-    let q = Arc::new(WorkQueue::new("props", LANES, BACKOFF, None).with_concurrency(concurrency.clone()));
+    let q = Arc::new(
+        WorkQueue::new("props", LANES, BACKOFF, None).with_concurrency(concurrency.clone()),
+    );
     let timers = tokio::spawn({
         let q = q.clone();
         async move { q.run_timers().await }
