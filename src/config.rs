@@ -57,7 +57,7 @@
 //! operator's view.
 
 mod gates;
-mod go;
+pub mod go;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;

@@ -416,6 +416,9 @@ where
 }
 
 #[cfg(test)]
+mod proptests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Instant;

@@ -342,7 +342,7 @@ pub fn parse_bool(s: &str) -> Option<bool> {
 /// accumulated to 19 digits and scaled in f64, and a bare number other than 0
 /// needs a unit.
 pub fn parse_duration(s: &str) -> Result<i64, String> {
-    let invalid = || format!("time: invalid duration {}", quote(s));
+    let invalid = || format!("time: invalid duration {}", time_quote(s));
     let mut rest = s.as_bytes();
     let mut negative = false;
     if let [sign @ (b'-' | b'+'), tail @ ..] = rest {
@@ -409,7 +409,7 @@ pub fn parse_duration(s: &str) -> Result<i64, String> {
             .position(|c| *c == b'.' || c.is_ascii_digit())
             .unwrap_or(rest.len());
         if unit_len == 0 {
-            return Err(format!("time: missing unit in duration {}", quote(s)));
+            return Err(format!("time: missing unit in duration {}", time_quote(s)));
         }
         let unit_text = &rest[..unit_len];
         rest = &rest[unit_len..];
@@ -425,8 +425,8 @@ pub fn parse_duration(s: &str) -> Result<i64, String> {
             other => {
                 return Err(format!(
                     "time: unknown unit {} in duration {}",
-                    quote(&String::from_utf8_lossy(other)),
-                    quote(s)
+                    time_quote(&String::from_utf8_lossy(other)),
+                    time_quote(s)
                 ))
             }
         };
@@ -452,6 +452,29 @@ pub fn parse_duration(s: &str) -> Result<i64, String> {
     i64::try_from(total).map_err(|_| invalid())
 }
 
+/// The `time` package's own quoting (it cannot use strconv): `"` and `\\`
+/// escaped, every byte of a control or non-ASCII character as `\xNN`, the rest
+/// (DEL too) as is.
+fn time_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        if c < ' ' || !c.is_ascii() {
+            let mut buf = [0u8; 4];
+            for b in c.encode_utf8(&mut buf).bytes() {
+                out.push_str(&format!("\\x{b:02x}"));
+            }
+        } else {
+            if c == '"' || c == '\\' {
+                out.push('\\');
+            }
+            out.push(c);
+        }
+    }
+    out.push('"');
+    out
+}
+
 /// Go's `strconv.Quote`.
 pub fn quote(s: &str) -> String {
     crate::logging::go_quote(s)
@@ -462,6 +485,8 @@ pub const QUANTITY_FORMAT: &str =
     "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'";
 /// Kubernetes' unknown-suffix error (`resource.ErrSuffix`).
 pub const QUANTITY_SUFFIX: &str = "unable to parse quantity's suffix";
+/// Kubernetes' numeric error (`resource.ErrNumeric`).
+pub const QUANTITY_NUMERIC: &str = "unable to parse numeric part of quantity";
 
 /// `resource.ParseQuantity`, reduced to what the logging buffer flags need: whether
 /// the text is a quantity, and whether it is zero (non-zero amounts never round to 0).
@@ -484,6 +509,8 @@ pub fn quantity_is_zero(s: &str) -> Result<bool, &'static str> {
     let digits = |from: usize| from + b[from..].iter().take_while(|c| c.is_ascii_digit()).count();
     let num_end = digits(pos);
     let mut zero = b[pos..num_end].iter().all(|c| *c == b'0');
+    // Any digit at all, leading zeros included (`+.` and `.` have none).
+    let mut has_digit = b[..num_end].iter().any(u8::is_ascii_digit);
     pos = num_end;
     if pos == b.len() {
         return Ok(zero);
@@ -491,6 +518,7 @@ pub fn quantity_is_zero(s: &str) -> Result<bool, &'static str> {
     if b[pos] == b'.' {
         let denom_end = digits(pos + 1);
         zero &= b[pos + 1..denom_end].iter().all(|c| *c == b'0');
+        has_digit |= denom_end > pos + 1;
         pos = denom_end;
         if pos == b.len() {
             return Ok(zero);
@@ -507,32 +535,45 @@ pub fn quantity_is_zero(s: &str) -> Result<bool, &'static str> {
         return Err(QUANTITY_FORMAT);
     }
     let suffix = &s[suffix_start..];
-    let known = matches!(
-        suffix,
-        "Ki" | "Mi"
-            | "Gi"
-            | "Ti"
-            | "Pi"
-            | "Ei"
-            | "n"
-            | "u"
-            | "m"
-            | ""
-            | "k"
-            | "M"
-            | "G"
-            | "T"
-            | "P"
-            | "E"
-    );
-    let exponent = suffix.len() > 1
-        && matches!(suffix.as_bytes()[0], b'e' | b'E')
-        && parse_decimal_i64(&suffix[1..]).is_some();
-    if known || exponent {
-        Ok(zero)
+    // (binary?, power of 2 or of 10)
+    let (binary, exponent) = match suffix {
+        "Ki" => (true, 10),
+        "Mi" => (true, 20),
+        "Gi" => (true, 30),
+        "Ti" => (true, 40),
+        "Pi" => (true, 50),
+        "Ei" => (true, 60),
+        "n" => (false, -9),
+        "u" => (false, -6),
+        "m" => (false, -3),
+        "" => (false, 0),
+        "k" => (false, 3),
+        "M" => (false, 6),
+        "G" => (false, 9),
+        "T" => (false, 12),
+        "P" => (false, 15),
+        "E" => (false, 18),
+        _ if suffix.len() > 1 && matches!(suffix.as_bytes()[0], b'e' | b'E') => {
+            match parse_decimal_i64(&suffix[1..]) {
+                // Go keeps the exponent as an int32.
+                Some(e) => (false, e as i32),
+                None => return Err(QUANTITY_SUFFIX),
+            }
+        }
+        _ => return Err(QUANTITY_SUFFIX),
+    };
+    // Without digits, Go's fast path still yields 0, but its slow path (a
+    // binary exponent past 2^43, or a decimal scale below nano) parses the
+    // empty number and fails.
+    let slow_path = if binary {
+        exponent * 3 / 10 > 13
     } else {
-        Err(QUANTITY_SUFFIX)
+        exponent < -9
+    };
+    if !has_digit && slow_path {
+        return Err(QUANTITY_NUMERIC);
     }
+    Ok(zero)
 }
 
 /// `strconv.ParseInt(s, 10, 64)` succeeding.
@@ -727,6 +768,44 @@ mod tests {
             assert!(quantity_is_zero(bad).is_err(), "{bad}");
         }
         assert_eq!(quantity_is_zero("1k5"), Err(QUANTITY_SUFFIX));
+    }
+
+    #[test]
+    fn a_quantity_without_digits_fails_where_go_takes_its_slow_path() {
+        // Found by tests/properties_go.rs ("Pi" was taken as zero; Go refuses it).
+        for bad in [
+            "Pi",
+            "Ei",
+            "+.Pi",
+            "-Ei",
+            "e-10",
+            ".e-10",
+            "-E-10",
+            "e4294967286",
+        ] {
+            assert_eq!(quantity_is_zero(bad), Err(QUANTITY_NUMERIC), "{bad}");
+        }
+        for zero in ["Ti", "n", "+.Ki", "0Pi", ".0Ei", "e-9", "E5"] {
+            assert_eq!(quantity_is_zero(zero), Ok(true), "{zero}");
+        }
+    }
+
+    #[test]
+    fn duration_errors_quote_as_the_time_package_does() {
+        // Found by tests/properties_go.rs: `time` escapes each byte of a
+        // non-ASCII character, where strconv.Quote would print it.
+        assert_eq!(
+            parse_duration("¡").unwrap_err(),
+            r#"time: invalid duration "\xc2\xa1""#
+        );
+        assert_eq!(
+            parse_duration("1é").unwrap_err(),
+            r#"time: unknown unit "\xc3\xa9" in duration "1\xc3\xa9""#
+        );
+        assert_eq!(
+            parse_duration("\"\u{7f}\t").unwrap_err(),
+            "time: invalid duration \"\\\"\u{7f}\\x09\""
+        );
     }
 
     #[test]

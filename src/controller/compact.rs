@@ -240,7 +240,7 @@ impl CompactPvSpec {
 /// A cached PersistentVolume.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 pub struct CachedPv {
-    #[serde(default, rename = "metadata")]
+    #[serde(default, rename = "metadata", deserialize_with = "null_as_default")]
     meta: Meta,
     spec: Option<CompactPvSpec>,
     status: Option<PersistentVolumeStatus>,
@@ -283,7 +283,7 @@ impl CachedPv {
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct CompactVaStatus {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub attached: bool,
     #[serde(default)]
     attachment_metadata: Pairs<String>,
@@ -306,9 +306,9 @@ pub struct CachedVa {
 /// A VolumeAttachment as the API server sends it.
 #[derive(Deserialize)]
 struct WireVa {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     metadata: Meta,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     spec: WireVaSpec,
     status: Option<CompactVaStatus>,
 }
@@ -316,12 +316,23 @@ struct WireVa {
 #[derive(Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct WireVaSpec {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     attacher: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     node_name: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     source: WireVaSource,
+}
+
+/// `null` read as the default, as k8s-openapi reads `metadata`, `spec`,
+/// `source`, `attacher`, `nodeName` and `attached` (found by the compact
+/// decode property: `"spec": null` or `"attacher": null` was an error here).
+fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
 
 #[derive(Default, Deserialize)]
@@ -460,6 +471,9 @@ macro_rules! resource_as {
 
 resource_as!(CachedVa, VolumeAttachment);
 resource_as!(CachedPv, PersistentVolume);
+
+#[cfg(test)]
+mod proptests;
 
 #[cfg(test)]
 mod tests {
@@ -611,6 +625,28 @@ mod tests {
         );
         let null: Pairs<String> = serde_json::from_str("null").expect("null");
         assert_eq!(null, Pairs(None));
+        // k8s-openapi reads a null metadata, spec or source as empty; so do we.
+        for (va_json, pv_json) in [
+            (
+                json!({"metadata": null, "spec": null}),
+                json!({"metadata": null}),
+            ),
+            (
+                json!({"spec": {"source": null}}),
+                json!({"metadata": {}, "spec": null}),
+            ),
+            (
+                json!({"spec": {"attacher": null, "nodeName": null}, "status": {"attached": null}}),
+                json!({}),
+            ),
+        ] {
+            let full = va(va_json.clone());
+            let wire: CachedVa = serde_json::from_value(va_json).expect("null va parts");
+            assert_eq!(wire.to_full(), full);
+            let full = pv(pv_json.clone());
+            let wire: CachedPv = serde_json::from_value(pv_json).expect("null pv parts");
+            assert_eq!(wire.to_full(), full);
+        }
         let bare: CachedVa =
             serde_json::from_value(json!({"metadata": {"name": "x"}})).expect("bare");
         assert_eq!(bare.to_full().metadata.name.as_deref(), Some("x"));

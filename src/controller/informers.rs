@@ -263,6 +263,9 @@ pub fn should_enqueue_change(old: &CachedVa, new: &CachedVa, finalizer: &str) ->
 }
 
 #[cfg(test)]
+mod proptests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use k8s_openapi::api::storage::v1::{VolumeAttachment, VolumeAttachmentStatus, VolumeError};

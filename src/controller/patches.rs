@@ -168,6 +168,9 @@ fn to_json_patch(ops: Value) -> json_patch::Patch {
 }
 
 #[cfg(test)]
+mod proptests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

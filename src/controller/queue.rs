@@ -51,13 +51,21 @@ pub struct Backoff {
 impl Backoff {
     /// The delay after `failures` earlier failures.
     pub fn delay(&self, failures: u32) -> Duration {
-        let factor = 2f64.powi(failures.min(62) as i32);
-        let secs = self.start.as_secs_f64() * factor;
-        if !secs.is_finite() || secs >= self.max.as_secs_f64() {
-            self.max
-        } else {
-            Duration::from_secs_f64(secs)
+        // Exact, in integer nanoseconds: no float rounding, no overflow.
+        const NANOS_PER_SEC: u128 = 1_000_000_000;
+        if self.start.is_zero() {
+            return Duration::ZERO;
         }
+        let max = self.max.as_nanos();
+        let nanos = 1u128
+            .checked_shl(failures)
+            .and_then(|factor| self.start.as_nanos().checked_mul(factor))
+            .map_or(max, |n| n.min(max));
+        // At most `max`, so the seconds fit in a u64.
+        Duration::new(
+            (nanos / NANOS_PER_SEC) as u64,
+            (nanos % NANOS_PER_SEC) as u32,
+        )
     }
 }
 
@@ -470,6 +478,9 @@ impl WorkQueue {
 }
 
 #[cfg(test)]
+mod proptests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::Arc;
@@ -510,6 +521,29 @@ mod tests {
         let delays: Vec<u64> = (0..11).map(|f| b.delay(f).as_secs()).collect();
         assert_eq!(delays, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
         assert_eq!(b.delay(u32::MAX), Duration::from_secs(300));
+    }
+
+    #[test]
+    fn backoff_is_exact_past_2_to_the_62() {
+        // Found by the backoff property: the factor stopped at 2^62, so a
+        // 1 ns start reached only 2^62 ns however large `max` was.
+        let b = Backoff {
+            start: Duration::from_nanos(1),
+            max: Duration::from_secs(4_611_686_019),
+        };
+        assert_eq!(b.delay(62), Duration::from_nanos(1 << 62));
+        assert_eq!(b.delay(63), b.max);
+        assert_eq!(b.delay(u32::MAX), b.max);
+        let zero = Backoff {
+            start: Duration::ZERO,
+            max: Duration::MAX,
+        };
+        assert_eq!(zero.delay(u32::MAX), Duration::ZERO);
+        let huge = Backoff {
+            start: Duration::MAX,
+            max: Duration::MAX,
+        };
+        assert_eq!(huge.delay(5), Duration::MAX);
     }
 
     #[tokio::test(start_paused = true)]

@@ -12,6 +12,8 @@
 
 mod connection;
 mod error;
+#[cfg(test)]
+mod proptests;
 pub mod proto;
 mod sanitize;
 

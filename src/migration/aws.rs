@@ -48,8 +48,10 @@ fn ebs_volume_id(kubernetes_id: &str) -> Result<String, String> {
 }
 
 /// The unescaped path of an absolute `scheme://authority/path?query#fragment`
-/// URL, rejecting what Go's `net/url.Parse` rejects for such URLs: control
-/// characters, malformed `%` escapes, bad ports and invalid host characters.
+/// URL, rejecting what Go's `net/url.Parse` rejects for such URLs, in Go's
+/// order: control characters, then the host (IP literal, port, escapes and
+/// characters, first offender first), then the userinfo, then the path and
+/// the fragment escapes.
 fn url_path(raw: &str) -> Result<String, String> {
     let (before_fragment, fragment) = raw.split_once('#').unwrap_or((raw, ""));
     let parse_error = |url: &str, e: String| format!("parse {}: {e}", go_quote(url));
@@ -68,14 +70,32 @@ fn url_path(raw: &str) -> Result<String, String> {
     };
     let rest = rest.strip_prefix("//").unwrap_or(rest);
     let (authority, path) = rest.find('/').map_or((rest, ""), |i| rest.split_at(i));
-    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let (userinfo, host) = match authority.rsplit_once('@') {
+        Some((user, host)) => (Some(user), host),
+        None => (None, authority),
+    };
     check_host(host).map_err(|e| parse_error(before_fragment, e))?;
+    if let Some(userinfo) = userinfo {
+        check_userinfo(userinfo).map_err(|e| parse_error(before_fragment, e))?;
+    }
     let path = unescape(path).map_err(|e| parse_error(before_fragment, e))?;
     unescape(fragment).map_err(|e| parse_error(raw, e))?;
     Ok(path)
 }
 
-fn check_escapes(s: &str, host: bool) -> Result<(), String> {
+/// Which part of a URL `check_escapes` reads (Go's `encoding` modes).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Part {
+    /// Path, fragment, userinfo: only the escapes are checked.
+    Other,
+    /// Host: escapes only for non-ASCII bytes (and `%25`); ASCII must be a host character.
+    Host,
+    /// IPv6 zone: escapes only for what could be written as is (or a space).
+    Zone,
+}
+
+/// One pass, as Go's `unescape` does: the first offending byte decides the error.
+fn check_escapes(s: &str, part: Part) -> Result<(), String> {
     let b = s.as_bytes();
     let mut i = 0;
     while i < b.len() {
@@ -87,73 +107,161 @@ fn check_escapes(s: &str, host: bool) -> Result<(), String> {
                 let end = (i + 3).min(b.len());
                 return Err(format!("invalid URL escape {}", go_quote_bytes(&b[i..end])));
             }
-            // In a host, %-escapes are for non-ASCII bytes (and %25). A valid
-            // escape is ASCII, so these 3 bytes are characters.
-            if host && b[i + 1] < b'8' && &b[i..i + 3] != b"%25" {
-                return Err(format!(
-                    "invalid URL escape {}",
-                    go_quote_bytes(&b[i..i + 3])
-                ));
+            // A valid escape is ASCII, so these 3 bytes are characters.
+            let escape = &b[i..i + 3];
+            let value = hex_byte(b[i + 1]) << 4 | hex_byte(b[i + 2]);
+            let refused = match part {
+                Part::Other => false,
+                Part::Host => b[i + 1] < b'8' && escape != b"%25",
+                Part::Zone => {
+                    escape != b"%25"
+                        && value != b' '
+                        && !(value.is_ascii() && host_char(char::from(value)))
+                }
+            };
+            if refused {
+                return Err(format!("invalid URL escape {}", go_quote_bytes(escape)));
             }
             i += 3;
         } else {
+            if part != Part::Other && b[i].is_ascii() && !host_char(char::from(b[i])) {
+                return Err(format!(
+                    "invalid character {} in host name",
+                    go_quote(&char::from(b[i]).to_string())
+                ));
+            }
             i += 1;
         }
     }
     Ok(())
 }
 
+fn hex_byte(c: u8) -> u8 {
+    match c {
+        b'0'..=b'9' => c - b'0',
+        b'a'..=b'f' => c - b'a' + 10,
+        b'A'..=b'F' => c - b'A' + 10,
+        _ => 0,
+    }
+}
+
 fn unescape(s: &str) -> Result<String, String> {
-    check_escapes(s, false)?;
+    check_escapes(s, Part::Other)?;
+    Ok(unescape_checked(s))
+}
+
+/// `s` with its (already checked) escapes decoded.
+fn unescape_checked(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'%' {
-            let hex = std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("00");
-            out.push(u8::from_str_radix(hex, 16).unwrap_or(0));
+        if b[i] == b'%' && i + 2 < b.len() {
+            out.push(hex_byte(b[i + 1]) << 4 | hex_byte(b[i + 2]));
             i += 3;
         } else {
             out.push(b[i]);
             i += 1;
         }
     }
-    Ok(String::from_utf8_lossy(&out).into_owned())
+    // Go keeps the bytes; what it hands on (JSON) shows each byte that is not
+    // UTF-8 as one U+FFFD. Rust's lossy decoding would merge a broken
+    // sequence into one.
+    let mut text = String::with_capacity(out.len());
+    for chunk in out.utf8_chunks() {
+        text.push_str(chunk.valid());
+        text.extend(chunk.invalid().iter().map(|_| char::REPLACEMENT_CHARACTER));
+    }
+    text
 }
 
-fn check_host(host: &str) -> Result<(), String> {
-    let port = if let Some(open) = host.rfind('[') {
-        if open > 0 {
-            return Err("invalid IP-literal".to_owned());
-        }
-        let close = host.rfind(']').ok_or("missing ']' in host")?;
-        let literal = &host[1..close];
-        let address = literal.split("%25").next().unwrap_or(literal);
-        if address.parse::<std::net::Ipv6Addr>().is_err() {
-            return Err(format!(
-                "invalid host: ParseAddr({}): unable to parse IP",
-                go_quote(literal)
-            ));
-        }
-        &host[close + 1..]
-    } else {
-        host.rfind(':').map_or("", |i| &host[i..])
-    };
-    let valid_port =
-        port.is_empty() || (port.starts_with(':') && port[1..].bytes().all(|c| c.is_ascii_digit()));
-    if !valid_port {
-        return Err(format!("invalid port {} after host", go_quote(port)));
+/// Go's `validUserinfo`, then the userinfo's escapes.
+fn check_userinfo(userinfo: &str) -> Result<(), String> {
+    let valid = userinfo
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-._:~!$&'()*+,;=%@".contains(c));
+    if !valid {
+        return Err("net/url: invalid userinfo".to_owned());
     }
-    check_escapes(host, true)?;
-    if let Some(c) = host.chars().find(|c| c.is_ascii() && !host_char(*c)) {
-        if c != '%' {
-            return Err(format!(
-                "invalid character {} in host name",
-                go_quote(&c.to_string())
-            ));
-        }
+    for part in userinfo.splitn(2, ':') {
+        check_escapes(part, Part::Other)?;
     }
     Ok(())
+}
+
+/// Go's `validOptionalPort`.
+fn check_port(port: &str) -> Result<(), String> {
+    let valid =
+        port.is_empty() || (port.starts_with(':') && port[1..].bytes().all(|c| c.is_ascii_digit()));
+    if valid {
+        Ok(())
+    } else {
+        Err(format!("invalid port {} after host", go_quote(port)))
+    }
+}
+
+/// Go's `parseHost` for a non-HTTP scheme.
+fn check_host(host: &str) -> Result<(), String> {
+    match host.rfind('[') {
+        Some(open) if open > 0 => Err("invalid IP-literal".to_owned()),
+        Some(_) => {
+            let close = host.rfind(']').ok_or("missing ']' in host")?;
+            let port = &host[close + 1..];
+            check_port(port)?;
+            check_escapes(port, Part::Host)?;
+            let literal = &host[1..close];
+            let address = match literal.find("%25") {
+                Some(zone) => {
+                    check_escapes(&literal[..zone], Part::Host)?;
+                    check_escapes(&literal[zone..], Part::Zone)?;
+                    unescape_checked(literal)
+                }
+                None => {
+                    check_escapes(literal, Part::Host)?;
+                    unescape_checked(literal)
+                }
+            };
+            match parse_addr(&address)? {
+                IpKind::V4 => Err("invalid IP-literal".to_owned()),
+                IpKind::V6 => Ok(()),
+            }
+        }
+        None => {
+            if let Some(colon) = host.rfind(':') {
+                check_port(&host[colon..])?;
+            }
+            check_escapes(host, Part::Host)
+        }
+    }
+}
+
+enum IpKind {
+    V4,
+    V6,
+}
+
+/// What Go's `netip.ParseAddr` makes of an IP literal: its first `.`, `:` or
+/// `%` decides the family.
+fn parse_addr(s: &str) -> Result<IpKind, String> {
+    let error = |msg: &str| format!("invalid host: ParseAddr({}): {msg}", go_quote(s));
+    match s.bytes().find(|b| matches!(b, b'.' | b':' | b'%')) {
+        Some(b'.') => match s.parse::<std::net::Ipv4Addr>() {
+            Ok(_) => Ok(IpKind::V4),
+            Err(_) => Err(error("unable to parse IP")),
+        },
+        Some(b':') => {
+            let (address, zone) = s.split_once('%').map_or((s, None), |(a, z)| (a, Some(z)));
+            if zone == Some("") {
+                return Err(error("zone must be a non-empty string"));
+            }
+            match address.parse::<std::net::Ipv6Addr>() {
+                Ok(_) => Ok(IpKind::V6),
+                Err(_) => Err(error("unable to parse IP")),
+            }
+        }
+        Some(_) => Err(error("missing IPv6 address")),
+        None => Err(error("unable to parse IP")),
+    }
 }
 
 /// ASCII characters Go's URL parser accepts unescaped in a host.
@@ -173,6 +281,54 @@ mod tests {
         assert_eq!(ebs_volume_id("aws:///vol-1/"), Ok("vol-1".into()));
         assert_eq!(ebs_volume_id("aws://z/vol-%41"), Ok("vol-A".into()));
         assert_eq!(ebs_volume_id("aws://z/vol-1?x=/y#f"), Ok("vol-1".into()));
+    }
+
+    #[test]
+    fn the_first_offending_byte_of_a_host_decides_the_error() {
+        // Found by tests/properties_migration.rs: Go reports the space, which
+        // comes first; we reported the bad escape after it.
+        assert_eq!(
+            ebs_volume_id("aws:// %"),
+            Err(r#"Invalid disk name (aws:// %): parse "aws:// %": invalid character " " in host name"#.into())
+        );
+        assert_eq!(
+            ebs_volume_id("aws://%zz /vol-1"),
+            Err(r#"Invalid disk name (aws://%zz /vol-1): parse "aws://%zz /vol-1": invalid URL escape "%zz""#.into())
+        );
+    }
+
+    #[test]
+    fn escaped_bytes_that_are_not_utf8_become_one_replacement_each() {
+        // Found by tests/properties_migration.rs: "%e2%82" is a cut 3-byte
+        // character; Go's JSON shows two U+FFFD, from_utf8_lossy made one.
+        assert_eq!(
+            ebs_volume_id("aws://z/vol-%e2%82"),
+            Ok("vol-\u{fffd}\u{fffd}".into())
+        );
+        assert_eq!(ebs_volume_id("aws://z/vol-%e2%82%ac"), Ok("vol-€".into()));
+        assert_eq!(
+            ebs_volume_id("aws://z/vol-%ff%41"),
+            Ok("vol-\u{fffd}A".into())
+        );
+    }
+
+    #[test]
+    fn userinfo_and_ip_literals_are_checked_as_go_does() {
+        let err = |id: &str| ebs_volume_id(id).unwrap_err();
+        assert!(err("aws://a b@z/vol-1").ends_with("net/url: invalid userinfo"));
+        assert!(err("aws://a%zz@z/vol-1").ends_with(r#"invalid URL escape "%zz""#));
+        assert_eq!(ebs_volume_id("aws://u:p@z/vol-1"), Ok("vol-1".into()));
+        assert!(err("aws://[1.2.3.4]/vol-1").ends_with("invalid IP-literal"));
+        assert_eq!(
+            ebs_volume_id("aws://[::ffff:1.2.3.4]/vol-1"),
+            Ok("vol-1".into())
+        );
+        assert_eq!(
+            ebs_volume_id("aws://[fe80::1%25en0]:9/vol-1"),
+            Ok("vol-1".into())
+        );
+        assert!(err("aws://[fe80::1%25%0A]/vol-1").ends_with(r#"invalid URL escape "%0A""#));
+        assert!(err("aws://[fe80::1%25]/vol-1").ends_with("zone must be a non-empty string"));
     }
 
     #[test]

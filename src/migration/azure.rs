@@ -87,15 +87,17 @@ pub fn translate_file(pv: &mut PersistentVolume) -> Result<(), TranslateError> {
 }
 
 /// The account in `azure-storage-account-<account>-secret`, found anywhere in
-/// the name (leftmost start, greedy account: the last `-secret` after it).
+/// the name (leftmost start, greedy account: the last `-secret` after it on
+/// the same line, as the library's `(.+)` does not cross a newline).
 fn storage_account(secret_name: &str) -> Option<&str> {
     secret_name
         .match_indices(ACCOUNT_SECRET_PREFIX)
         .find_map(|(start, _)| {
             let from = start + ACCOUNT_SECRET_PREFIX.len();
+            let line = secret_name[from..].split('\n').next().unwrap_or_default();
             // The last suffix is the greedy match; the account has at least one character.
-            let end = secret_name[from..].rfind(ACCOUNT_SECRET_SUFFIX)?;
-            (end > 0).then(|| &secret_name[from..from + end])
+            let end = line.rfind(ACCOUNT_SECRET_SUFFIX)?;
+            (end > 0).then(|| &line[..end])
         })
 }
 
@@ -116,5 +118,15 @@ mod tests {
         assert_eq!(storage_account("azure-storage-account--secret"), None);
         assert_eq!(storage_account("azure-storage-account---secret"), Some("-"));
         assert_eq!(storage_account("my-secret"), None);
+        // Found by tests/properties_migration.rs: the account never spans a newline.
+        assert_eq!(storage_account("azure-storage-account-\n-secret"), None);
+        assert_eq!(
+            storage_account("azure-storage-account-a\nazure-storage-account-b-secret"),
+            Some("b")
+        );
+        assert_eq!(
+            storage_account("azure-storage-account-a-secret\n-secret"),
+            Some("a")
+        );
     }
 }

@@ -132,6 +132,9 @@ fn spec_mut(pv: &mut PersistentVolume) -> &mut PersistentVolumeSpec {
 }
 
 #[cfg(test)]
+mod proptests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;

@@ -1,0 +1,294 @@
+//! Property test: the Go value syntax of `src/config/go.rs` (durations, ints,
+//! uints, klog levels, floats, bools, quantities) and `logging::go_quote` /
+//! `go_quote_bytes` against Go itself: hack/tools-goprops answers with
+//! `time.ParseDuration`, `strconv.*` and apimachinery's `resource.ParseQuantity`
+//! (built by `hack/build-gotool.sh`, cached; `CSI_ATTACHER_GOPROPS_BIN`
+//! overrides the binary).
+//!
+//! Cases: 512 per parser by default, `PROPTEST_CASES` for more
+//! (`hack/properties.sh`).
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+
+use base64::Engine as _;
+use csi_attacher::config::go;
+use csi_attacher::logging::{go_quote, go_quote_bytes};
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+fn goprops_binary() -> PathBuf {
+    if let Some(bin) = std::env::var_os("CSI_ATTACHER_GOPROPS_BIN") {
+        return PathBuf::from(bin);
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("hack/build-gotool.sh");
+    let output = Command::new("bash")
+        .arg(&script)
+        .args(["tools-goprops", "goprops", "."])
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+    assert!(
+        output.status.success(),
+        "build-gotool.sh: {}",
+        output.status
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    PathBuf::from(stdout.lines().last().expect("binary path").trim())
+}
+
+/// One long-lived goprops process, one JSON line per question.
+struct Go {
+    _child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Go {
+    fn ask(&mut self, request: &Value) -> Value {
+        let mut line = serde_json::to_vec(request).expect("json");
+        line.push(b'\n');
+        self.stdin.write_all(&line).expect("write to goprops");
+        self.stdin.flush().expect("flush");
+        let mut answer = String::new();
+        self.stdout.read_line(&mut answer).expect("read goprops");
+        assert!(!answer.is_empty(), "goprops ended");
+        serde_json::from_str(&answer).expect("goprops answer")
+    }
+}
+
+fn ask(op: &str, s: &str) -> Value {
+    static GO: OnceLock<Mutex<Go>> = OnceLock::new();
+    let go = GO.get_or_init(|| {
+        let binary = goprops_binary();
+        let mut child = Command::new(&binary)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        Mutex::new(Go {
+            _child: child,
+            stdin,
+            stdout,
+        })
+    });
+    let request = if op == "quotebytes" {
+        json!({"op": op, "b": s})
+    } else {
+        json!({"op": op, "s": s})
+    };
+    go.lock().unwrap_or_else(|e| e.into_inner()).ask(&request)
+}
+
+/// Go's answer as `Ok(integer)` or `Err((kind, text))`.
+fn go_int(answer: &Value) -> Result<i128, (String, String)> {
+    match answer.get("int") {
+        Some(n) => Ok(n.to_string().parse().expect("integer")),
+        None => Err((
+            answer["kind"].as_str().unwrap_or_default().to_owned(),
+            answer["err"].as_str().unwrap_or_default().to_owned(),
+        )),
+    }
+}
+
+fn num_kind(e: go::NumError) -> String {
+    match e {
+        go::NumError::Syntax => "syntax".to_owned(),
+        go::NumError::Range => "range".to_owned(),
+    }
+}
+
+// ---- generators: Go-syntax-shaped text, plus anything ----
+
+fn number_text() -> BoxedStrategy<String> {
+    let piece = prop_oneof![
+        6 => prop::sample::select(vec![
+            "0", "1", "7", "9", "10", "123456789", "9223372036854775807", "9223372036854775808",
+            "18446744073709551615", "18446744073709551616", "2147483647", "2147483648",
+            "99999999999999999999", "_", "__", ".", "..", "e", "E", "e-", "e+", "p", "P", "p-",
+            "0x", "0X", "0b", "0B", "0o", "0O", "00", "+", "-", "inf", "Inf", "infinity",
+            "INFINITY", "nan", "NaN", "h", "m", "s", "ms", "us", "µs", "μs", "ns", "Ki", "Mi",
+            "Gi", "Ti", "Pi", "Ei", "k", "K", "M", "G", "T", "P", "n", "u", "i", "a", "f", "F",
+            "t", "T", "true", "TRUE", "True", "tRUE", "false", "FALSE", "False", "1e308", "1e309",
+            "4.9e-324", "2.5e-324", "1e-400", "0x1p-1074", "0x1p1024", "0x1.fffffffffffffp1023",
+            "00000000000000000000001", " ", "é", "\u{0}",
+        ])
+        .prop_map(str::to_owned),
+        1 => "[0-9a-fA-F]{1,25}",
+        1 => any::<char>().prop_map(String::from),
+    ];
+    prop_oneof![
+        8 => prop::collection::vec(piece, 0..7).prop_map(|p| p.concat()),
+        1 => ".{0,10}",
+        1 => prop::collection::vec("[0-9]", 20..400).prop_map(|d| d.concat()),
+    ]
+    .boxed()
+}
+
+fn quote_text() -> BoxedStrategy<String> {
+    prop_oneof![
+        4 => any::<String>(),
+        2 => prop::collection::vec(
+            prop_oneof![
+                // Every plane, controls, format characters, private use, unassigned, marks.
+                any::<char>(),
+                prop::sample::select(vec![
+                    '\u{0}', '\u{7}', '\u{1b}', '\u{7f}', '\u{80}', '\u{9f}', '\u{a0}', '\u{ad}',
+                    '\u{300}', '\u{301}', '\u{378}', '\u{61c}', '\u{1680}', '\u{180e}', '\u{200b}',
+                    '\u{200d}', '\u{2028}', '\u{2029}', '\u{202e}', '\u{2060}', '\u{3000}',
+                    '\u{e000}', '\u{fe0f}', '\u{feff}', '\u{fff9}', '\u{fffd}', '\u{ffff}',
+                    '\u{1F600}', '\u{1F1E6}', '\u{e0001}', '\u{e0100}', '\u{f0000}', '\u{10ffff}',
+                    '"', '\\', '\'', '\n', ' ',
+                ]),
+                // Recently assigned or changed code points (Unicode 15–16).
+                (0x1_0000u32..0x3_2000).prop_filter_map("char", char::from_u32),
+            ],
+            0..12,
+        )
+        .prop_map(|c| c.into_iter().collect()),
+    ]
+    .boxed()
+}
+
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(default)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases(512)))]
+
+    #[test]
+    fn parse_duration_is_go_time_parse_duration(s in number_text()) {
+        let theirs = go_int(&ask("duration", &s)).map_err(|(_, text)| text);
+        let ours = go::parse_duration(&s).map(i128::from);
+        prop_assert_eq!(ours, theirs, "input {:?}", s);
+    }
+
+    #[test]
+    fn parse_int_is_go_strconv_parse_int(s in number_text()) {
+        let theirs = go_int(&ask("int", &s)).map_err(|(kind, _)| kind);
+        let ours = go::parse_int(&s).map(i128::from).map_err(num_kind);
+        prop_assert_eq!(ours, theirs, "input {:?}", s);
+    }
+
+    #[test]
+    fn parse_uint_is_go_strconv_parse_uint(s in number_text()) {
+        let theirs = go_int(&ask("uint", &s)).map_err(|(kind, _)| kind);
+        let ours = go::parse_uint(&s).map(i128::from).map_err(num_kind);
+        prop_assert_eq!(ours, theirs, "input {:?}", s);
+    }
+
+    #[test]
+    fn parse_level_is_go_strconv_parse_uint_31_bits(s in number_text()) {
+        let theirs = go_int(&ask("level", &s)).map_err(|(_, text)| text);
+        let ours = go::parse_level(&s).map(i128::from);
+        prop_assert_eq!(ours, theirs, "input {:?}", s);
+    }
+
+    #[test]
+    fn parse_float_is_go_strconv_parse_float(s in number_text()) {
+        let answer = ask("float", &s);
+        let theirs = match answer.get("bits") {
+            Some(bits) => Ok(f64::from_bits(bits.as_u64().expect("bits"))),
+            None => Err(answer["kind"].as_str().unwrap_or_default().to_owned()),
+        };
+        let ours = go::parse_float(&s).map_err(num_kind);
+        match (&ours, &theirs) {
+            // Go's NaN has other payload bits than Rust's; NaN is NaN.
+            (Ok(a), Ok(b)) if a.is_nan() || b.is_nan() => {
+                prop_assert!(a.is_nan() && b.is_nan(), "input {:?}: {:?} vs {:?}", s, a, b)
+            }
+            (Ok(a), Ok(b)) => prop_assert_eq!(a.to_bits(), b.to_bits(), "input {:?}: {} vs {}", s, a, b),
+            _ => prop_assert_eq!(ours, theirs, "input {:?}", s),
+        }
+    }
+
+    #[test]
+    fn parse_bool_is_go_strconv_parse_bool(s in number_text()) {
+        let theirs = ask("bool", &s).get("bool").and_then(Value::as_bool);
+        prop_assert_eq!(go::parse_bool(&s), theirs, "input {:?}", s);
+    }
+
+    #[test]
+    fn quantity_is_zero_is_apimachinery_parse_quantity(s in number_text()) {
+        let answer = ask("quantity", &s);
+        let theirs = match answer.get("bool") {
+            Some(zero) => Ok(zero.as_bool().expect("bool")),
+            None => Err(answer["err"].as_str().unwrap_or_default().to_owned()),
+        };
+        let ours = go::quantity_is_zero(&s).map_err(str::to_owned);
+        prop_assert_eq!(ours, theirs, "input {:?}", s);
+    }
+
+    #[test]
+    fn go_quote_is_strconv_quote(s in quote_text()) {
+        let theirs = ask("quote", &s)["s"].as_str().expect("quoted").to_owned();
+        prop_assert_eq!(go_quote(&s), theirs, "input {:?}", s);
+    }
+
+    #[test]
+    fn go_quote_bytes_is_strconv_quote_of_the_bytes(
+        b in prop_oneof![
+            prop::collection::vec(any::<u8>(), 0..24),
+            quote_text().prop_map(String::into_bytes),
+            // Valid UTF-8 cut anywhere.
+            (quote_text(), any::<prop::sample::Index>()).prop_map(|(s, i)| {
+                let b = s.into_bytes();
+                let cut = if b.is_empty() { 0 } else { i.index(b.len()) };
+                b[..cut].to_vec()
+            }),
+        ]
+    ) {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(&b);
+        let theirs = ask("quotebytes", &encoded)["s"].as_str().expect("quoted").to_owned();
+        prop_assert_eq!(go_quote_bytes(&b), theirs, "input {:?}", b);
+    }
+}
+
+/// Exhaustive: every code point is printed by `go_quote` as it is exactly
+/// when Go's `strconv.IsPrint` says so (Rust's and Go's Unicode tables differ
+/// in version; `logging.rs` carries the difference).
+#[test]
+fn go_quote_prints_exactly_the_code_points_go_prints() {
+    let answer = ask("printable", "");
+    let ranges: Vec<(u32, u32)> = serde_json::from_value(answer["ranges"].clone()).expect("ranges");
+    let mut go_printable = vec![false; 0x11_0000];
+    for (lo, hi) in ranges {
+        for cp in lo..=hi {
+            go_printable[cp as usize] = true;
+        }
+    }
+    let mut differ = Vec::new();
+    for cp in 0..0x11_0000u32 {
+        let Some(c) = char::from_u32(cp) else {
+            continue;
+        };
+        if c == '"' || c == '\\' {
+            continue;
+        }
+        let s = c.to_string();
+        let printed = go_quote(&s) == format!("\"{s}\"");
+        if printed != go_printable[cp as usize] {
+            differ.push(format!("U+{cp:04X} (ours {printed})"));
+        }
+    }
+    assert!(
+        differ.is_empty(),
+        "{} code points differ: {}",
+        differ.len(),
+        differ
+            .iter()
+            .take(40)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+}
