@@ -46,9 +46,9 @@ fn build_identity() -> Result<(), Box<dyn std::error::Error>> {
 
     let date = match non_empty_env("SOURCE_DATE_EPOCH") {
         Some(epoch) => {
-            let seconds: i64 = epoch
-                .parse()
-                .map_err(|e| format!("SOURCE_DATE_EPOCH={epoch:?} is not a number of seconds: {e}"))?;
+            let seconds: i64 = epoch.parse().map_err(|e| {
+                format!("SOURCE_DATE_EPOCH={epoch:?} is not a number of seconds: {e}")
+            })?;
             jiff::Timestamp::from_second(seconds)?
         }
         None => jiff::Timestamp::now(),

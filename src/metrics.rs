@@ -715,10 +715,17 @@ mod tests {
             )],
             "{text}"
         );
-        assert!(text.contains("# TYPE csi_attacher_build_info gauge"), "{text}");
+        assert!(
+            text.contains("# TYPE csi_attacher_build_info gauge"),
+            "{text}"
+        );
         // This test runs in a checkout: build.rs found the commit and the compiler.
         assert_eq!(build::GIT_COMMIT.len(), 40, "{}", build::GIT_COMMIT);
-        assert!(build::RUSTC_VERSION.starts_with("rustc "), "{}", build::RUSTC_VERSION);
+        assert!(
+            build::RUSTC_VERSION.starts_with("rustc "),
+            "{}",
+            build::RUSTC_VERSION
+        );
         assert!(build::BUILD_DATE.ends_with('Z'), "{}", build::BUILD_DATE);
     }
 
