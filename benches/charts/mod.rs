@@ -50,10 +50,10 @@ const CHARTS: &[Chart] = &[
     },
     Chart {
         file: "failover.svg",
-        title: "P5 new VA attached after the leader stops, lease 15 s (lower is better)",
+        title: "P5 leader stopped → new VA attached, lease 15 s, default gates (lower is better)",
         unit: "seconds",
         groups: &[
-            ("SIGTERM", "P5 failover to attached s (SIGTERM)"),
+            ("SIGTERM (upstream keeps the Lease)", "P5 failover to attached s (SIGTERM)"),
             ("SIGKILL", "P5 failover to attached s (SIGKILL)"),
         ],
     },
@@ -175,9 +175,15 @@ fn short(v: f64) -> String {
     }
 }
 
+/// Axis numbers without trailing zeros: 0, 0.5, 700.
+fn axis_number(v: f64) -> String {
+    let text = format!("{v:.3}");
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
 fn draw(file: &Path, chart: &Chart, subtitle: &str, groups: &[Group]) -> Result<()> {
     let width = 220 + 170 * groups.len() as u32;
-    let root = SVGBackend::new(file, (width.max(560), 420)).into_drawing_area();
+    let root = SVGBackend::new(file, (width.max(720), 420)).into_drawing_area();
     root.fill(&WHITE).map_err(plot_error)?;
     let top = groups
         .iter()
@@ -202,6 +208,7 @@ fn draw(file: &Path, chart: &Chart, subtitle: &str, groups: &[Group]) -> Result<
         .disable_x_axis()
         .y_desc(chart.unit)
         .y_label_style((FONT, 13))
+        .y_label_formatter(&|v| axis_number(*v))
         .axis_desc_style((FONT, 14))
         .light_line_style(WHITE.mix(0.0))
         .draw()
