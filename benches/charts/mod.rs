@@ -53,7 +53,10 @@ const CHARTS: &[Chart] = &[
         title: "P5 leader stopped → new VA attached, lease 15 s, default gates (lower is better)",
         unit: "seconds",
         groups: &[
-            ("SIGTERM (upstream keeps the Lease)", "P5 failover to attached s (SIGTERM)"),
+            (
+                "SIGTERM (upstream keeps the Lease)",
+                "P5 failover to attached s (SIGTERM)",
+            ),
             ("SIGKILL", "P5 failover to attached s (SIGKILL)"),
         ],
     },
