@@ -7,12 +7,13 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-/// metric → ("upstream" | "ours" | "apiserver") → the value of each round.
-type Results = BTreeMap<String, BTreeMap<String, Vec<f64>>>;
+/// metric → ("upstream" | "ours" | "apiserver") → the value of each round
+/// (`null` where a round measured nothing: JSON has no NaN).
+type Results = BTreeMap<String, BTreeMap<String, Vec<Option<f64>>>>;
 
 const UPSTREAM: RGBColor = RGBColor(0x9a, 0xa5, 0xb1);
 const OURS: RGBColor = RGBColor(0xd9, 0x5f, 0x0e);
@@ -128,9 +129,11 @@ pub fn write_from_json(dir: &Path) -> Result<Vec<PathBuf>> {
             continue;
         }
         let file = dir.join(chart.file);
-        draw(&file, chart, &subtitle, &groups)
-            .with_context(|| format!("drawing {}", file.display()))?;
-        written.push(file);
+        if draw(&file, chart, &subtitle, &groups)
+            .with_context(|| format!("drawing {}", file.display()))?
+        {
+            written.push(file);
+        }
     }
     Ok(written)
 }
@@ -143,10 +146,18 @@ struct Group {
 }
 
 impl Group {
-    fn new(label: &str, sides: &BTreeMap<String, Vec<f64>>) -> Option<Self> {
+    fn new(label: &str, sides: &BTreeMap<String, Vec<Option<f64>>>) -> Option<Self> {
         let stats = |side: &str| {
-            let values = sides.get(side).filter(|v| !v.is_empty())?;
-            let mut sorted = values.clone();
+            let mut sorted: Vec<f64> = sides
+                .get(side)?
+                .iter()
+                .flatten()
+                .copied()
+                .filter(|v| v.is_finite())
+                .collect();
+            if sorted.is_empty() {
+                return None;
+            }
             sorted.sort_by(f64::total_cmp);
             let mid = sorted.len() / 2;
             let median = if sorted.len() % 2 == 1 {
@@ -184,19 +195,20 @@ fn axis_number(v: f64) -> String {
     text.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
-fn draw(file: &Path, chart: &Chart, subtitle: &str, groups: &[Group]) -> Result<()> {
-    let width = 220 + 170 * groups.len() as u32;
-    let root = SVGBackend::new(file, (width.max(720), 420)).into_drawing_area();
-    root.fill(&WHITE).map_err(plot_error)?;
+/// Draws `chart` into `file`; false (and no file) when every value is zero.
+fn draw(file: &Path, chart: &Chart, subtitle: &str, groups: &[Group]) -> Result<bool> {
     let top = groups
         .iter()
         .flat_map(|g| [g.upstream, g.ours])
         .flatten()
         .map(|(_, _, max)| max)
         .fold(0.0, f64::max);
-    if !top.is_finite() || top <= 0.0 {
-        bail!("nothing to draw: every value is zero or not a number");
+    if top <= 0.0 {
+        return Ok(false);
     }
+    let width = 220 + 170 * groups.len() as u32;
+    let root = SVGBackend::new(file, (width.max(720), 420)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_error)?;
     let n = groups.len() as f64;
     let mut plot = ChartBuilder::on(&root)
         .caption(chart.title, (FONT, 17))
@@ -302,7 +314,7 @@ fn draw(file: &Path, chart: &Chart, subtitle: &str, groups: &[Group]) -> Result<
     ))
     .map_err(plot_error)?;
     root.present().map_err(plot_error)?;
-    Ok(())
+    Ok(true)
 }
 
 fn plot_error<E: std::fmt::Display>(err: E) -> anyhow::Error {
