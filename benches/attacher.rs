@@ -2,8 +2,10 @@
 //! hack/build-controlplane.sh) and ours, on one control plane (real
 //! kube-apiserver + etcd) and one csi-mock-driver, scenarios alternating
 //! upstream/ours round after round. Writes `<out>/results.md` and
-//! `<out>/results.json`. Run through `hack/bench.sh` (see there for flags).
+//! `<out>/results.json`, and SVG charts of them (`charts/`). Run through
+//! `hack/bench.sh` (see there for flags).
 
+mod charts;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -930,6 +932,7 @@ struct Options {
     only: Option<Vec<String>>,
     rounds: Option<usize>,
     ours_only: bool,
+    charts_only: bool,
 }
 
 fn options() -> Result<Options> {
@@ -939,6 +942,7 @@ fn options() -> Result<Options> {
         only: None,
         rounds: None,
         ours_only: false,
+        charts_only: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -949,7 +953,8 @@ fn options() -> Result<Options> {
             "--only" => o.only = Some(args.next().context("--only needs a list")?.split(',').map(str::to_owned).collect()),
             "--rounds" => o.rounds = Some(args.next().context("--rounds needs a number")?.parse()?),
             "--ours-only" => o.ours_only = true,
-            other => bail!("unknown argument {other:?} (known: --smoke, --out DIR, --only p1,p2,..., --rounds N, --ours-only)"),
+            "--charts-only" => o.charts_only = true,
+            other => bail!("unknown argument {other:?} (known: --smoke, --out DIR, --only p1,p2,..., --rounds N, --ours-only, --charts-only)"),
         }
     }
     Ok(o)
@@ -1061,12 +1066,24 @@ fn report(results: &Results, sizes: &Sizes, smoke: bool, out: &Path) -> Result<(
     }, "smoke": smoke, "machine": machine(), "results": results}))?,
     )?;
     eprintln!("\n{md}");
+    write_charts(out)
+}
+
+/// The SVG charts of `<out>/results.json`, beside it.
+fn write_charts(out: &Path) -> Result<()> {
+    for file in charts::write_from_json(out)? {
+        eprintln!("bench: wrote {}", file.display());
+    }
     Ok(())
 }
 
 #[tokio::main]
 async fn main() -> Result<()> {
     let options = options()?;
+    // Charts from the results already there: no control plane, no attachers.
+    if options.charts_only {
+        return write_charts(&options.out);
+    }
     let mut sizes = if options.smoke { SMOKE } else { FULL };
     if let Some(r) = options.rounds {
         sizes.rounds = r;

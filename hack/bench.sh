@@ -8,8 +8,16 @@
 #   hack/bench.sh --rounds N      another number of rounds
 #   hack/bench.sh --out DIR       where results go
 #   hack/bench.sh --ours-only     skip upstream (profiling; CSI_ATTACHER_BENCH_OURS=wrapper runs ours under a profiler)
+#   hack/bench.sh --charts-only   redraw the SVG charts from bench/results.json (or --out DIR's), running nothing
+#
+# Every run also writes its charts (throughput, cpu, failover, latency,
+# latency-load .svg) next to results.md.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+if [[ " $* " == *" --charts-only "* ]]; then
+  exec cargo bench --locked --bench attacher -- "$@"
+fi
 
 CSI_ATTACHER_TOOLS_BIN=$(bash hack/build-controlplane.sh | tail -n1)
 export CSI_ATTACHER_TOOLS_BIN

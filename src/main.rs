@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use csi_attacher::config::{Config, ParseError};
+use csi_attacher::metrics::build;
 
 /// mimalloc: the attacher's work is many small, short-lived allocations (watch
 /// events, requests); glibc's malloc spent a sixth of the CPU on them.
@@ -45,10 +46,22 @@ fn main() -> ExitCode {
         let program = std::env::args()
             .next()
             .unwrap_or_else(|| "csi-attacher".into());
-        println!("{program} {}", env!("CARGO_PKG_VERSION"));
+        // Upstream's one line `<argv0> <version>`, then the build's identity.
+        println!(
+            "{program} {} (commit {}, built {}, {})",
+            build::VERSION,
+            build::GIT_COMMIT,
+            build::BUILD_DATE,
+            build::RUSTC_VERSION
+        );
         return ExitCode::SUCCESS;
     }
-    tracing::info!(version = env!("CARGO_PKG_VERSION"), "Version");
+    tracing::info!(
+        version = build::VERSION,
+        commit = build::GIT_COMMIT,
+        build_date = build::BUILD_DATE,
+        "Version"
+    );
     if let Err(err) = config.validate() {
         tracing::error!(error = %err, "invalid flags");
         return ExitCode::FAILURE;

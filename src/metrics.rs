@@ -35,6 +35,18 @@ const E2E_BUCKETS: [f64; 14] = [
     0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
 ];
 
+/// This binary's identity, from build.rs: `--version` and `csi_attacher_build_info`.
+pub mod build {
+    /// The crate version (Cargo.toml).
+    pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+    /// The git commit built, or `unknown` (no checkout and no `CSI_ATTACHER_GIT_COMMIT`).
+    pub const GIT_COMMIT: &str = env!("CSI_ATTACHER_GIT_COMMIT");
+    /// RFC 3339 UTC: `SOURCE_DATE_EPOCH` when the build set it, else when build.rs ran.
+    pub const BUILD_DATE: &str = env!("CSI_ATTACHER_BUILD_DATE");
+    /// `rustc --version` of the compiler that built this binary.
+    pub const RUSTC_VERSION: &str = env!("CSI_ATTACHER_RUSTC_VERSION");
+}
+
 /// The application's metrics registry and families.
 #[derive(Clone)]
 pub struct Metrics {
@@ -58,6 +70,7 @@ impl Metrics {
         let _ = registry.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
         ));
+        register_build_info(&registry);
         let csi = Arc::new(CsiCallMetrics::new(registry.clone()));
         let queues = Arc::new(QueueFamilies::new(&registry));
         let flows = Arc::new(FlowMetrics::new(&registry));
@@ -277,6 +290,29 @@ fn register<C: prometheus::core::Collector + Clone + 'static>(registry: &Registr
         tracing::error!(error = %err, "cannot register a metric family");
     }
     c
+}
+
+/// `csi_attacher_build_info{version,commit,build_date,rustc_version} 1`: joins
+/// any series to the build that produced it (`* on(pod) group_left(version)`).
+fn register_build_info(registry: &Registry) {
+    let info = register(
+        registry,
+        IntGaugeVec::new(
+            Opts::new(
+                "csi_attacher_build_info",
+                "A metric with a constant '1' value labeled by the version, git commit, build date and rustc version this attacher was built from.",
+            ),
+            &["version", "commit", "build_date", "rustc_version"],
+        )
+        .unwrap_or_else(|_| unreachable()),
+    );
+    info.with_label_values(&[
+        build::VERSION,
+        build::GIT_COMMIT,
+        build::BUILD_DATE,
+        build::RUSTC_VERSION,
+    ])
+    .set(1);
 }
 
 /// Upstream's `workqueue_*` families (label `name`) and ours per lane (label `lane`).
@@ -670,6 +706,38 @@ mod tests {
             encode_text(&registry.gather()),
             "# HELP g help with \\\\ and\\nnewline\n# TYPE g gauge\ng{l=\"a\\\"b\\\\c\\nd\"} -1\n"
         );
+    }
+
+    #[test]
+    fn build_info_is_one_series_with_the_build_identity() {
+        let text = Metrics::new().render();
+        let series: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("csi_attacher_build_info{"))
+            .collect();
+        assert_eq!(
+            series,
+            [format!(
+                r#"csi_attacher_build_info{{build_date="{}",commit="{}",rustc_version="{}",version="{}"}} 1"#,
+                build::BUILD_DATE,
+                build::GIT_COMMIT,
+                build::RUSTC_VERSION,
+                env!("CARGO_PKG_VERSION"),
+            )],
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE csi_attacher_build_info gauge"),
+            "{text}"
+        );
+        // This test runs in a checkout: build.rs found the commit and the compiler.
+        assert_eq!(build::GIT_COMMIT.len(), 40, "{}", build::GIT_COMMIT);
+        assert!(
+            build::RUSTC_VERSION.starts_with("rustc "),
+            "{}",
+            build::RUSTC_VERSION
+        );
+        assert!(build::BUILD_DATE.ends_with('Z'), "{}", build::BUILD_DATE);
     }
 
     #[test]

@@ -137,8 +137,10 @@ async fn flag_errors_help_and_version_exit_like_go() {
         stdout.starts_with(env!("CARGO_BIN_EXE_csi-attacher")),
         "{stdout}"
     );
-    assert!(
-        stdout.trim_end().ends_with(env!("CARGO_PKG_VERSION")),
+    // Upstream's `<argv0> <version>`, then the build (tests/release.rs).
+    assert_eq!(
+        stdout.split_whitespace().nth(1),
+        Some(env!("CARGO_PKG_VERSION")),
         "{stdout}"
     );
 
