@@ -39,6 +39,9 @@ pub enum ReconcileError {
     /// The driver returned a token it had returned before.
     #[error("failed to list volumes: the driver repeated next_token {0:?}")]
     RepeatedToken(String),
+    /// The leadership window closed before or during the pass: nothing forced.
+    #[error(transparent)]
+    NotLeading(#[from] crate::leader::NotLeading),
 }
 
 /// VAs whose next sync must run the full flow even if they look done.
@@ -109,7 +112,19 @@ pub async fn pass(
     queue: &WorkQueue,
     max_entries: i32,
 ) -> Result<PassReport, ReconcileError> {
-    let (published, pages) = list_published(&ctx.csi, max_entries).await?;
+    // ListVolumes only reads, so it is not counted as a call the driver may
+    // still run; but a listing from outside the window forces nothing.
+    if !ctx.leadership.may_start() {
+        return Err(crate::leader::NotLeading.into());
+    }
+    let (published, pages) = tokio::select! {
+        biased;
+        () = ctx.leadership.closed() => return Err(crate::leader::NotLeading.into()),
+        listed = list_published(&ctx.csi, max_entries) => listed?,
+    };
+    if !ctx.leadership.may_start() {
+        return Err(crate::leader::NotLeading.into());
+    }
     let mut report = PassReport {
         pages,
         ..PassReport::default()
