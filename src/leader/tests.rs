@@ -471,27 +471,32 @@ async fn a_partitioned_leader_stops_lease_duration_minus_renew_deadline_before_a
         shared: Arc::clone(&shared),
         cut: Arc::new(AtomicBool::new(false)),
     };
+    let start = Instant::now();
     let mut a = Elector::new(api_a, settings("a"), None);
     a.acquire(never()).await;
     let leadership = a.leadership();
-    let mut b = Elector::new(api_b, settings("b"), None);
-    // b has seen a's lease now.
-    assert!(!b.try_acquire_or_renew().await);
-    cut.store(true, Ordering::SeqCst);
     let a_task = tokio::spawn(async move {
         a.renew_until_lost().await;
         Instant::now()
     });
-    b.acquire(never()).await;
-    let b_acquired = Instant::now();
+    let mut b = Elector::new(api_b, settings("b"), None);
+    let b_task = tokio::spawn(async move {
+        b.acquire(never()).await;
+        Instant::now()
+    });
+    // a renews at 0, 5 and 10 s (retry period 5 s); cut off from 12 s on.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    cut.store(true, Ordering::SeqCst);
+    leadership.closed().await;
+    let window_closed = Instant::now();
     let a_lost = a_task.await.expect("a's renewals");
-    let Window::Closed = leadership.window() else {
-        panic!("a still has a window")
-    };
+    let b_acquired = b_task.await.expect("b's acquisition");
+    assert_eq!(window_closed - start, Duration::from_secs(20), "10 s + renew deadline");
+    assert_eq!(a_lost, window_closed, "the elector gives up when the window closes");
     assert!(
-        b_acquired >= a_lost + Duration::from_secs(5),
+        b_acquired >= window_closed + Duration::from_secs(5),
         "margin {:?}",
-        b_acquired - a_lost
+        b_acquired - window_closed
     );
 }
 
