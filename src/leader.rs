@@ -825,4 +825,6 @@ fn jittered(period: Duration) -> Duration {
 }
 
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
 mod tests;
