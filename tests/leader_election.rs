@@ -288,7 +288,9 @@ fn record_lease(leases: Api<Lease>, name: &str) -> Arc<Mutex<Vec<LeaseSpec>>> {
         while let Some(event) = events.next().await {
             if let Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease)) = event {
                 if let Some(spec) = lease.spec {
-                    sink.lock().unwrap_or_else(PoisonError::into_inner).push(spec);
+                    sink.lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(spec);
                 }
             }
         }
@@ -381,11 +383,19 @@ async fn a_leader_frozen_past_its_lease_calls_its_driver_no_more_when_resumed() 
     })
     .await;
     let a_log = a.logs();
-    assert_eq!(code, Some(1), "lost leadership:\n{}", support::env::tail(&a_log, 30));
+    assert_eq!(
+        code,
+        Some(1),
+        "lost leadership:\n{}",
+        support::env::tail(&a_log, 30)
+    );
 
     // replica-a's window: its last renewal (by its own timestamp, taken after
     // the attempt started) + renew deadline; replica-b's starts at its acquisition.
-    let specs = history.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    let specs = history
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
     let holder_is = |s: &LeaseSpec, who: &str| s.holder_identity.as_deref() == Some(who);
     let a_last_renewal = specs
         .iter()
@@ -407,10 +417,11 @@ async fn a_leader_frozen_past_its_lease_calls_its_driver_no_more_when_resumed() 
         .map(|(method, at)| (method, (at - a_window_end) as f64 / 1e9))
         .collect();
     println!(
-        "frozen for {took_over:?} until replica-b took over; replica-a's window ended {:.3}s before replica-b acquired; replica-a made {} calls, replica-b {}",
+        "frozen for {took_over:?} until replica-b took over; replica-a's window ended {:.3}s before replica-b acquired; replica-a made {} calls, replica-b {}; replica-a refused {} syncs after it resumed",
         (b_acquired - a_window_end) as f64 / 1e9,
         a_calls.len(),
-        b_calls.len()
+        b_calls.len(),
+        a_log.matches("Not leading").count()
     );
     assert!(
         late.is_empty(),
@@ -426,7 +437,10 @@ async fn a_leader_frozen_past_its_lease_calls_its_driver_no_more_when_resumed() 
         .iter()
         .filter(|(method, at)| STATE_CALLS.contains(&method.as_str()) && *at < b_acquired)
         .collect();
-    assert!(early.is_empty(), "replica-b called before it led: {early:?}");
+    assert!(
+        early.is_empty(),
+        "replica-b called before it led: {early:?}"
+    );
     assert!(
         b_calls.iter().any(|(m, _)| m == "ControllerPublishVolume"),
         "replica-b attached the volume"
@@ -458,7 +472,10 @@ fn leader_election_timing_client_go_refuses_exits_as_upstream() {
     // Upstream checks the timing after it has probed the driver.
     let mock = MockDriver::start(&[]).expect("mock");
     let dir = tempfile::tempdir().expect("tempdir");
-    let kubeconfig = format!("--kubeconfig={}", unreachable_kubeconfig(dir.path()).display());
+    let kubeconfig = format!(
+        "--kubeconfig={}",
+        unreachable_kubeconfig(dir.path()).display()
+    );
     let csi = format!("--csi-address={}", mock.address());
     // Measured on upstream v4.12.0: client-go's NewLeaderElector error as a panic, exit 2.
     let cases: &[(&[&str], &str)] = &[
@@ -502,7 +519,11 @@ fn leader_election_timing_client_go_refuses_exits_as_upstream() {
                 "{} {extra:?}: {stderr}",
                 binary.display()
             );
-            assert!(stderr.contains(text), "{} {extra:?}: {stderr}", binary.display());
+            assert!(
+                stderr.contains(text),
+                "{} {extra:?}: {stderr}",
+                binary.display()
+            );
         }
     }
 }

@@ -368,11 +368,7 @@ fn without_faults_one_replica_leads_throughout() {
         freezes: vec![Vec::new(), Vec::new()],
     };
     let open = simulate(&case);
-    let led: Duration = open
-        .iter()
-        .flatten()
-        .map(|(from, to)| *to - *from)
-        .sum();
+    let led: Duration = open.iter().flatten().map(|(from, to)| *to - *from).sum();
     assert!(led > RUN_FOR - ms(100), "led for {led:?} of {RUN_FOR:?}");
 }
 

@@ -301,7 +301,11 @@ fn timing_is_validated_as_client_go_does_on_exact_durations() {
     assert_eq!(check(15_000, 10_000, 5_000), None);
     // Sub-second values are compared as they are, not as whole seconds.
     assert_eq!(check(500, 400, 100), None);
-    assert_eq!(check(1_500, 1_200, 500), None, "1.5 s > 1.2 s > 1.2 * 0.5 s");
+    assert_eq!(
+        check(1_500, 1_200, 500),
+        None,
+        "1.5 s > 1.2 s > 1.2 * 0.5 s"
+    );
     let text = |lease, renew, retry| check(lease, renew, retry).map(|e| e.to_string());
     assert_eq!(
         text(10_000, 10_000, 5_000).as_deref(),
@@ -334,7 +338,10 @@ fn lease_seconds_round_up_so_a_standby_never_waits_less_than_the_leader_assumes(
     assert_eq!(lease_duration_seconds(Duration::from_millis(1_001)), 2);
     assert_eq!(lease_duration_seconds(Duration::from_secs(15)), 15);
     assert_eq!(lease_duration_seconds(Duration::ZERO), 1);
-    assert_eq!(lease_duration_seconds(Duration::from_secs(u64::MAX)), i32::MAX);
+    assert_eq!(
+        lease_duration_seconds(Duration::from_secs(u64::MAX)),
+        i32::MAX
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -408,7 +415,11 @@ async fn a_call_in_flight_is_abandoned_the_moment_the_window_closes() {
         .call(tokio::time::sleep(Duration::from_secs(3600)))
         .await;
     assert_eq!(outcome, Err(NotLeading));
-    assert_eq!(started.elapsed(), Duration::from_secs(10), "at the window's end");
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_secs(10),
+        "at the window's end"
+    );
     assert_eq!(leadership.abandoned(), 1);
     assert_eq!(leadership.in_flight(), 0);
     let lost_at = renewing.await.expect("renewal task");
@@ -491,8 +502,15 @@ async fn a_partitioned_leader_stops_lease_duration_minus_renew_deadline_before_a
     let window_closed = Instant::now();
     let a_lost = a_task.await.expect("a's renewals");
     let b_acquired = b_task.await.expect("b's acquisition");
-    assert_eq!(window_closed - start, Duration::from_secs(20), "10 s + renew deadline");
-    assert_eq!(a_lost, window_closed, "the elector gives up when the window closes");
+    assert_eq!(
+        window_closed - start,
+        Duration::from_secs(20),
+        "10 s + renew deadline"
+    );
+    assert_eq!(
+        a_lost, window_closed,
+        "the elector gives up when the window closes"
+    );
     assert!(
         b_acquired >= window_closed + Duration::from_secs(5),
         "margin {:?}",
