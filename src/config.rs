@@ -38,6 +38,23 @@
 //!
 //! Without `--leader-election` the leader-election values are unused and, as
 //! upstream, not checked.
+//!
+//! # Values upstream accepts but cannot run with sensibly (raised, with a warning)
+//! [`Config::try_parse_go`] raises them and [`Config::validate`] logs each change:
+//!
+//! | Value | Upstream | Here |
+//! |---|---|---|
+//! | `--timeout` below 100 ms (`0`) | every CSI call fails before it is sent; never starts | 100 ms |
+//! | `--retry-interval-start`/`-max` below 100 ms (`0`) | failed VAs retry in a busy loop | 100 ms |
+//! | `--reconcile-sync` below 100 ms (`0`) | ListVolumes passes back to back | 100 ms |
+//! | `--resync` between 0 and 1 s | client-go raises it to 1 s, with a warning | 1 s (0 still disables) |
+//! | `--worker-threads` above 10,000 | one goroutine per worker: memory runs out | 10,000 |
+//!
+//! `--retry-interval-max` below `--retry-interval-start` is kept, as upstream
+//! (every retry waits `--retry-interval-max`), with a warning. Huge durations
+//! (up to Go's 292 years) are kept: nothing overflows with them. Zero
+//! `--worker-threads` stays an error, as upstream. `docs/bounds.md` has the
+//! operator's view.
 
 mod gates;
 mod go;
@@ -223,6 +240,10 @@ pub struct Config {
     #[arg(skip)]
     pub negative_durations: Vec<(&'static str, String)>,
 
+    /// Values raised to a sane bound by [`Config::try_parse_go`], logged by [`Config::validate`].
+    #[arg(skip)]
+    pub adjusted: Vec<Adjustment>,
+
     /// Arguments after the first non-flag argument (ignored, as Go's flag package does).
     #[arg(hide = true, trailing_var_arg = true)]
     pub rest: Vec<String>,
@@ -300,6 +321,26 @@ pub enum Error {
     },
 }
 
+/// A flag value replaced by a sane bound.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Adjustment {
+    /// The flag's name.
+    pub flag: &'static str,
+    /// The value as parsed (Go's spelling for durations).
+    pub given: String,
+    /// The value used.
+    pub used: String,
+    /// Why.
+    pub reason: &'static str,
+}
+
+/// The smallest `--timeout`, retry interval and `--reconcile-sync` used.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
+/// The smallest non-zero `--resync` (client-go's `minimumResyncPeriod`).
+pub const MIN_RESYNC: Duration = Duration::from_secs(1);
+/// The most `--worker-threads` used.
+pub const MAX_WORKERS: u64 = 10_000;
+
 /// Duration flags: (clap id, flag name).
 const DURATIONS: &[(&str, &str)] = &[
     ("timeout", "timeout"),
@@ -371,7 +412,69 @@ impl Config {
                 }
             }
         }
+        config.raise_absurd_values();
         Ok(config)
+    }
+
+    /// Replaces values upstream accepts but cannot run with (see the module docs).
+    fn raise_absurd_values(&mut self) {
+        let negative: Vec<&str> = self.negative_durations.iter().map(|(f, _)| *f).collect();
+        let mut adjusted = Vec::new();
+        let mut floor = |flag: &'static str, value: &mut Duration, min: Duration, reason| {
+            // A negative value is refused by `validate`; say that, not this.
+            if *value < min && !negative.contains(&flag) {
+                adjusted.push(Adjustment {
+                    flag,
+                    given: format!("{value:?}"),
+                    used: format!("{min:?}"),
+                    reason,
+                });
+                *value = min;
+            }
+        };
+        floor(
+            "timeout",
+            &mut self.timeout,
+            MIN_INTERVAL,
+            "a CSI call cannot answer within a shorter deadline",
+        );
+        floor(
+            "retry-interval-start",
+            &mut self.retry_interval_start,
+            MIN_INTERVAL,
+            "failed operations would retry in a busy loop",
+        );
+        floor(
+            "retry-interval-max",
+            &mut self.retry_interval_max,
+            MIN_INTERVAL,
+            "failed operations would retry in a busy loop",
+        );
+        floor(
+            "reconcile-sync",
+            &mut self.reconcile_sync,
+            MIN_INTERVAL,
+            "ListVolumes passes would run back to back",
+        );
+        if !self.resync.is_zero() {
+            floor(
+                "resync",
+                &mut self.resync,
+                MIN_RESYNC,
+                "client-go's minimum resync period",
+            );
+        }
+        if self.worker_threads > MAX_WORKERS {
+            adjusted.push(Adjustment {
+                flag: "worker-threads",
+                given: self.worker_threads.to_string(),
+                used: MAX_WORKERS.to_string(),
+                reason:
+                    "more workers than the API rate limit or any driver can use, at a memory cost",
+            });
+            self.worker_threads = MAX_WORKERS;
+        }
+        self.adjusted = adjusted;
     }
 
     /// The derived command plus the flags whose occurrences merge.
@@ -494,6 +597,22 @@ impl Config {
         }
         if self.leader_election {
             self.validate_leader_election()?;
+        }
+        for a in &self.adjusted {
+            tracing::warn!(
+                flag = a.flag,
+                given = %a.given,
+                used = %a.used,
+                reason = a.reason,
+                "Flag value out of range; using the nearest sane value"
+            );
+        }
+        if self.retry_interval_max < self.retry_interval_start {
+            tracing::warn!(
+                retry_interval_start = ?self.retry_interval_start,
+                retry_interval_max = ?self.retry_interval_max,
+                "--retry-interval-max is below --retry-interval-start: every retry waits --retry-interval-max (as upstream)"
+            );
         }
         Ok(())
     }
@@ -1185,12 +1304,21 @@ mod tests {
 
     #[test]
     fn durations_are_go_durations() {
-        assert_eq!(ok(&["--timeout=1.5µs"]).timeout, Duration::from_nanos(1500));
-        assert_eq!(ok(&["--timeout=+1s"]).timeout, Duration::from_secs(1));
-        assert_eq!(ok(&["--timeout=-0"]).timeout, Duration::ZERO);
+        // A flag no lower bound applies to (see `raise_absurd_values`).
+        let parsed = |value: &str| {
+            ok(&[&format!("--leader-election-retry-period={value}")]).leader_election_retry_period
+        };
+        assert_eq!(parsed("1.5µs"), Duration::from_nanos(1500));
+        assert_eq!(parsed("+1s"), Duration::from_secs(1));
+        assert_eq!(parsed("-0"), Duration::ZERO);
         assert_eq!(
-            ok(&["--timeout=2562047h47m16.854775807s"]).timeout,
+            parsed("2562047h47m16.854775807s"),
             Duration::from_nanos(i64::MAX as u64)
+        );
+        assert_eq!(
+            ok(&["--timeout=-0"]).timeout,
+            MIN_INTERVAL,
+            "zero is raised"
         );
         for bad in ["15", "abc", "1e3s", "-", ".s", "2562047h47m16.854775808s"] {
             assert_eq!(
@@ -1376,6 +1504,58 @@ mod tests {
             Some("Option -worker-threads must be greater than zero")
         );
         assert!(err(&["--http-endpoint=:8080", "--metrics-address=:8081"]).is_some());
+    }
+
+    #[test]
+    fn zero_and_absurd_values_are_raised_and_recorded() {
+        let c = ok(&[
+            "--timeout=0",
+            "--retry-interval-start=0",
+            "--retry-interval-max=1ns",
+            "--reconcile-sync=0",
+            "--resync=1ms",
+            "--worker-threads=100000000",
+        ]);
+        assert_eq!(c.timeout, MIN_INTERVAL);
+        assert_eq!(c.retry_interval_start, MIN_INTERVAL);
+        assert_eq!(c.retry_interval_max, MIN_INTERVAL);
+        assert_eq!(c.reconcile_sync, MIN_INTERVAL);
+        assert_eq!(c.resync, MIN_RESYNC);
+        assert_eq!(c.worker_threads, MAX_WORKERS);
+        let flags: Vec<&str> = c.adjusted.iter().map(|a| a.flag).collect();
+        assert_eq!(
+            flags,
+            [
+                "timeout",
+                "retry-interval-start",
+                "retry-interval-max",
+                "reconcile-sync",
+                "resync",
+                "worker-threads"
+            ]
+        );
+        assert_eq!(c.adjusted[0].given, "0ns");
+        assert_eq!(c.adjusted[0].used, "100ms");
+        assert!(c.validate().is_ok());
+        // Zero resync disables it, as upstream; sane and huge values stay as given.
+        let c = ok(&[
+            "--resync=0",
+            "--timeout=100ms",
+            "--retry-interval-start=10s",
+            "--retry-interval-max=1s",
+            "--reconcile-sync=2562047h",
+            "--worker-threads=10000",
+        ]);
+        assert!(c.adjusted.is_empty(), "{:?}", c.adjusted);
+        assert_eq!(c.resync, Duration::ZERO);
+        assert_eq!(c.retry_interval_max, Duration::from_secs(1));
+        assert_eq!(c.reconcile_sync, Duration::from_secs(2_562_047 * 3600));
+        // A negative value is refused, not raised.
+        let c = ok(&["--timeout=-1s"]);
+        assert!(c.adjusted.is_empty());
+        assert!(c.validate().is_err());
+        // Zero workers stays upstream's error.
+        assert!(ok(&["--worker-threads=0"]).validate().is_err());
     }
 
     #[test]

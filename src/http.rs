@@ -6,16 +6,32 @@
 //! | `/healthz/leader-election` | 200 `ok`; 500 when this replica leads and has not renewed for lease duration + 20 s (only with `--http-endpoint` and `--leader-election`, as upstream) |
 //! | `/healthz` | 200 `ok` while the process serves (ours) |
 //! | `/readyz` | 200 once the driver answered and the caches synced, else 503 (ours) |
+//!
+//! # Bounds
+//! The endpoint runs on a thread and runtime of its own ([`serve`]), so a
+//! flood of connections costs that thread only: the controller and the Lease
+//! renewals never wait behind it. On that thread:
+//! - a request's headers must arrive within [`HEADER_READ_TIMEOUT`] of the
+//!   connection's start or of the previous response (a slowloris client is
+//!   closed then);
+//! - at most [`max_connections`] connections are open; one more closes the
+//!   oldest (an idle flood then churns through the cap while probes, which
+//!   send their request at once, are answered);
+//! - a failed accept (EMFILE: no file descriptors left) closes the oldest
+//!   connection, if any, and waits 5 ms, doubling to 1 s while it keeps
+//!   failing (as Go's `net/http`), instead of retrying in a busy loop.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 
@@ -103,30 +119,120 @@ fn bind_dual_stack(port: u16) -> std::io::Result<TcpListener> {
     TcpListener::from_std(socket.into())
 }
 
-/// Serves `endpoint` on `listener` until the task is dropped.
+/// How long a client may take to send a request's headers.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Open connections at most (fewer with a low file-descriptor limit).
+pub const MAX_CONNECTIONS: usize = 64;
+/// First and longest pause after a failed accept.
+const ACCEPT_BACKOFF_START: Duration = Duration::from_millis(5);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// The connection cap: [`MAX_CONNECTIONS`], or a quarter of the soft
+/// RLIMIT_NOFILE when that is lower (at least 4), so HTTP clients cannot take
+/// the descriptors the API and driver connections need.
+pub fn max_connections() -> usize {
+    let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    let quarter = soft.map_or(usize::MAX, |n| usize::try_from(n / 4).unwrap_or(usize::MAX));
+    quarter.clamp(4, MAX_CONNECTIONS)
+}
+
+/// Serves `endpoint` on `listener`, on a thread with its own runtime; the
+/// returned future resolves only if that thread ends.
 pub async fn serve(listener: TcpListener, endpoint: Endpoint) {
+    let listener = match listener.into_std() {
+        Ok(listener) => listener,
+        Err(err) => {
+            tracing::error!(error = %err, "HTTP endpoint cannot start");
+            return;
+        }
+    };
+    let (done, ended) = tokio::sync::oneshot::channel::<()>();
+    let spawned = std::thread::Builder::new()
+        .name("http".into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            match runtime {
+                Ok(runtime) => runtime.block_on(async move {
+                    match TcpListener::from_std(listener) {
+                        Ok(listener) => serve_here(listener, endpoint, max_connections()).await,
+                        Err(err) => tracing::error!(error = %err, "HTTP endpoint cannot start"),
+                    }
+                }),
+                Err(err) => tracing::error!(error = %err, "HTTP endpoint cannot start its runtime"),
+            }
+            drop(done);
+        });
+    if let Err(err) = spawned {
+        tracing::error!(error = %err, "HTTP endpoint cannot start its thread");
+        return;
+    }
+    let _ = ended.await;
+}
+
+/// Whether an accept error means "out of descriptors or memory" (closing a
+/// connection helps).
+fn is_resource_exhaustion(err: &std::io::Error) -> bool {
+    use rustix::io::Errno;
+    matches!(
+        Errno::from_io_error(err),
+        Some(Errno::MFILE | Errno::NFILE | Errno::NOBUFS | Errno::NOMEM)
+    )
+}
+
+/// The accept loop, on the current runtime, with at most `cap` connections.
+pub async fn serve_here(listener: TcpListener, endpoint: Endpoint, cap: usize) {
     let endpoint = Arc::new(endpoint);
+    let mut open: VecDeque<tokio::task::AbortHandle> = VecDeque::new();
+    let mut backoff = ACCEPT_BACKOFF_START;
     loop {
         let (stream, peer) = match listener.accept().await {
-            Ok(conn) => conn,
+            Ok(conn) => {
+                backoff = ACCEPT_BACKOFF_START;
+                conn
+            }
             Err(err) => {
-                tracing::warn!(error = %err, "HTTP accept failed");
+                open.retain(|c| !c.is_finished());
+                let evicted = is_resource_exhaustion(&err) && close_oldest(&mut open);
+                tracing::warn!(error = %err, retry_in = ?backoff, closed_oldest_connection = evicted, "HTTP accept failed");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
                 continue;
             }
         };
+        open.retain(|c| !c.is_finished());
+        if open.len() >= cap {
+            close_oldest(&mut open);
+            tracing::debug!(%peer, cap, "HTTP connection cap reached; closed the oldest connection");
+        }
         let endpoint = Arc::clone(&endpoint);
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {
                 let endpoint = Arc::clone(&endpoint);
                 async move { Ok::<_, Infallible>(handle(&endpoint, &req)) }
             });
             if let Err(err) = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), service)
                 .await
             {
                 tracing::debug!(%peer, error = %err, "HTTP connection ended");
             }
         });
+        open.push_back(task.abort_handle());
+    }
+}
+
+/// Closes the oldest open connection; false when there is none.
+fn close_oldest(open: &mut VecDeque<tokio::task::AbortHandle>) -> bool {
+    match open.pop_front() {
+        Some(oldest) => {
+            oldest.abort();
+            true
+        }
+        None => false,
     }
 }
 

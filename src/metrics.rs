@@ -363,6 +363,9 @@ pub struct FlowMetrics {
     pub attach: Histogram,
     /// VA deletion requested → our finalizer removed.
     pub detach: Histogram,
+    /// `csi_attacher_sync_panics_total{lane}`: syncs that panicked (bugs),
+    /// each turned into that object's error and retried.
+    pub panics: IntCounterVec,
 }
 
 impl FlowMetrics {
@@ -371,6 +374,14 @@ impl FlowMetrics {
         Self {
             attach: register(registry, Histogram::with_opts(hist("csi_attacher_attach_latency_seconds", "Seconds from VolumeAttachment creation to attached=true written by this attacher.")).unwrap_or_else(|_| unreachable())),
             detach: register(registry, Histogram::with_opts(hist("csi_attacher_detach_latency_seconds", "Seconds from VolumeAttachment deletion request to the removal of this attacher's finalizer.")).unwrap_or_else(|_| unreachable())),
+            panics: {
+                let panics = register(registry, IntCounterVec::new(Opts::new("csi_attacher_sync_panics_total", "Syncs that panicked (a bug: please report it), per lane; each became its object's error and is retried."), &["lane"]).unwrap_or_else(|_| unreachable()));
+                // Present at 0 from the start, so an alert can use rate().
+                for lane in ["attach", "detach", "pv"] {
+                    panics.with_label_values(&[lane]);
+                }
+                panics
+            },
         }
     }
 }

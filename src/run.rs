@@ -90,6 +90,7 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
         max_grpc_log_length,
         feature_gates: _,
         negative_durations: _,
+        adjusted: _,
         leader_election,
         leader_election_namespace,
         leader_election_lease_duration,
@@ -122,7 +123,7 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
     let address = csi::parse_address(&csi_address).map_err(RunError::Startup)?;
 
     // Kubernetes API clients: throttled like client-go; leader election on its own, unthrottled.
-    let kube_config = kube_client::load_config(&kubeconfig).await?;
+    let kube_config = kube_client::bounded(kube_client::load_config(&kubeconfig).await?, timeout);
     let kube = kube_client::build(kube_config.clone(), kube_api_qps, kube_api_burst)?;
     let election_client = kube_client::build_unthrottled(kube_config)?;
 

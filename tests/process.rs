@@ -299,3 +299,151 @@ async fn an_attacher_started_with_repeated_flags_runs() {
         Some(0)
     );
 }
+
+/// Runs `binary` with `args` and a kubeconfig/driver that lead nowhere, for at
+/// most `within`: `Some(code)` if it exited, `None` if it was still running
+/// (it got past flag validation and is dialling the driver), and its stderr.
+fn run_bounded(
+    binary: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    args: &[&str],
+    within: Duration,
+) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stderr_path = dir.path().join("stderr");
+    let stderr = std::fs::File::create(&stderr_path).expect("stderr file");
+    let mut command = Command::new(binary);
+    command
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .arg("--csi-address=/nonexistent/csi.sock")
+        .args(args)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .stdout(Stdio::null())
+        .stderr(stderr);
+    let mut process = Guard(Some(procs::spawn(command).expect("spawn")));
+    let deadline = std::time::Instant::now() + within;
+    let code = loop {
+        if let Some(status) = process.try_wait().expect("try_wait") {
+            break status.code();
+        }
+        if std::time::Instant::now() >= deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    drop(process);
+    (
+        code,
+        std::fs::read_to_string(&stderr_path).unwrap_or_default(),
+    )
+}
+
+/// Zero and absurd durations and counts: what upstream refuses is refused the
+/// same way (exit code and text); what it accepts starts here too, with the
+/// values that would spin raised and a warning saying so.
+#[test]
+fn zero_and_absurd_values_are_refused_or_raised_like_upstream_accepts_them() {
+    let ours = std::path::Path::new(env!("CARGO_BIN_EXE_csi-attacher"));
+    let upstream = support::controlplane::tools_dir()
+        .expect("tools")
+        .join("csi-attacher-upstream");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\n\
+         clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n\
+         users: [{name: u, user: {token: t}}]\n\
+         contexts: [{name: x, context: {cluster: c, user: u}}]\n\
+         current-context: x\n",
+    )
+    .expect("kubeconfig");
+    let within = Duration::from_secs(3);
+
+    // Refused by upstream v4.12.0 (measured): exit code and the text both print.
+    let refused: &[(&[&str], i32, &str)] = &[
+        (
+            &["--worker-threads=0"],
+            1,
+            "Option -worker-threads must be greater than zero",
+        ),
+        (
+            &["--timeout=2562048h"],
+            2,
+            "invalid value \"2562048h\" for flag -timeout",
+        ),
+        (
+            &["--worker-threads=18446744073709551616"],
+            2,
+            "invalid value \"18446744073709551616\" for flag -worker-threads",
+        ),
+    ];
+    for (args, code, text) in refused {
+        for binary in [ours, upstream.as_path()] {
+            let (got, stderr) = run_bounded(binary, &kubeconfig, args, within);
+            assert_eq!(got, Some(*code), "{} {args:?}: {stderr}", binary.display());
+            assert!(
+                stderr.contains(text),
+                "{} {args:?}: {stderr}",
+                binary.display()
+            );
+        }
+    }
+
+    // Accepted by upstream (it runs on, dialling the driver); ours too, and
+    // the flag that would spin is named in a warning.
+    let accepted: &[(&[&str], Option<&str>)] = &[
+        (&["--timeout=0"], Some("flag=\"timeout\"")),
+        (
+            &["--retry-interval-start=0"],
+            Some("flag=\"retry-interval-start\""),
+        ),
+        (
+            &["--retry-interval-max=0"],
+            Some("flag=\"retry-interval-max\""),
+        ),
+        (&["--reconcile-sync=0"], Some("flag=\"reconcile-sync\"")),
+        (&["--resync=1ms"], Some("flag=\"resync\"")),
+        (
+            &["--worker-threads=100000000"],
+            Some("flag=\"worker-threads\""),
+        ),
+        (
+            &["--retry-interval-start=10s", "--retry-interval-max=1s"],
+            Some("--retry-interval-max is below --retry-interval-start"),
+        ),
+        (&["--resync=0"], None),
+        (&["--timeout=2562047h", "--reconcile-sync=2562047h"], None),
+        (&["--retry-interval-max=2562047h"], None),
+    ];
+    // Each run waits `within`: run them side by side.
+    let runs: Vec<_> = std::thread::scope(|scope| {
+        let handles: Vec<_> = accepted
+            .iter()
+            .flat_map(|(args, warning)| {
+                [ours, upstream.as_path()].map(|binary| {
+                    let kubeconfig = &kubeconfig;
+                    scope.spawn(move || {
+                        let (got, stderr) = run_bounded(binary, kubeconfig, args, within);
+                        (binary, *args, *warning, got, stderr)
+                    })
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("run"))
+            .collect()
+    });
+    for (binary, args, warning, got, stderr) in runs {
+        {
+            assert_eq!(got, None, "{} {args:?} exited: {stderr}", binary.display());
+            if binary == ours {
+                match warning {
+                    Some(text) => assert!(stderr.contains(text), "{args:?}: {stderr}"),
+                    None => assert!(!stderr.contains("out of range"), "{args:?}: {stderr}"),
+                }
+            }
+        }
+    }
+}

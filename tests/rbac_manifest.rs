@@ -1,7 +1,10 @@
-//! `deploy/kubernetes/rbac.yaml` is what the attacher needs: applied to the
-//! real API server and bound to a service account, it is enough for attach,
-//! detach, PV finalizers, secrets and leader election; and without any one of
-//! its rules the same scenario does not complete.
+//! `deploy/kubernetes/rbac*.yaml` are what the attacher needs, no more:
+//! applied to the real API server and bound to a service account,
+//! `rbac.yaml` is enough for attach, detach, PV finalizers and leader
+//! election, and without any one of its rules that scenario does not complete;
+//! the opt-in `rbac-secrets.yaml` and `rbac-events.yaml` add publish secrets
+//! and failure Events; and every verb the three files grant shows up in the
+//! API server's audit log of one run (no unused verb).
 
 mod support;
 
@@ -18,10 +21,10 @@ use support::env::Env;
 use support::objects::{pv, va};
 use support::unique;
 
-/// The manifest's documents.
-fn manifest() -> Vec<Value> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/kubernetes/rbac.yaml");
-    let text = std::fs::read_to_string(path).expect("read rbac.yaml");
+/// The documents of `deploy/kubernetes/<file>`.
+fn manifest(file: &str) -> Vec<Value> {
+    let path = format!("{}/deploy/kubernetes/{file}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));
     serde_yaml_ng::Deserializer::from_str(&text)
         .map(|doc| Value::deserialize(doc).expect("valid YAML"))
         .filter(|v| !v.is_null())
@@ -39,8 +42,13 @@ fn rules(docs: &[Value]) -> Vec<(usize, usize, String)> {
     out
 }
 
-/// Applies `docs` with unique names, optionally without one rule; returns the kubeconfig.
-async fn apply(env: &Env, docs: &[Value], without: Option<(usize, usize)>) -> std::path::PathBuf {
+/// Applies `docs` with unique names, optionally without one rule; returns the
+/// kubeconfig and the service account's user name.
+async fn apply(
+    env: &Env,
+    docs: &[Value],
+    without: Option<(usize, usize)>,
+) -> (std::path::PathBuf, String) {
     let suffix = unique("rbac");
     let client = env.client.clone();
     let rename =
@@ -109,56 +117,78 @@ async fn apply(env: &Env, docs: &[Value], without: Option<(usize, usize)>) -> st
         .expect("apply manifest object");
     }
     let user = format!("system:serviceaccount:default:{sa_name}");
-    env.cp
+    let kubeconfig = env
+        .cp
         .write_kubeconfig(
             &sa_name,
             &user,
             &["system:serviceaccounts", "system:serviceaccounts:default"],
         )
-        .expect("kubeconfig")
+        .expect("kubeconfig");
+    (kubeconfig, user)
 }
 
-/// Attach (PV with a publish secret, leader election on), detach, PV deletion
-/// releasing our finalizer. `Err` says which step did not happen in `bound`.
+/// What a scenario exercises beyond attach, detach, PV finalizer and Lease.
+#[derive(Clone, Copy, Default)]
+struct Extras {
+    /// The PV has a controllerPublishSecretRef.
+    secret: bool,
+    /// Expect a failure Event (the first Publishes fail).
+    events: bool,
+    /// Also a standby replica, a VA naming another driver's PV and a VA on a
+    /// node with no CSINode: the reads only those need (Lease list/watch, PV
+    /// and CSINode GET).
+    fallbacks: bool,
+}
+
+/// Attach (leader election on), detach, PV deletion releasing our finalizer,
+/// plus `extras`. `Err` says which step did not happen in `bound`; `Ok` gives
+/// the service account's user name.
 async fn scenario(
     docs: &[Value],
     without: Option<(usize, usize)>,
     bound: Duration,
-) -> Result<(), String> {
+    extras: Extras,
+) -> Result<String, String> {
     let env = Env::without_attacher(&[]).await;
-    let kubeconfig = apply(&env, docs, without).await;
-    let env = env.with_attacher(
-        &kubeconfig,
-        &[
-            "--leader-election",
-            "--leader-election-namespace=default",
-            "--retry-interval-start=200ms",
-            "--retry-interval-max=1s",
-        ],
-    );
-    let secret_name = unique("secret");
-    env.create_secret(&secret_name, json!({"k": "dg=="})).await;
+    let (kubeconfig, user) = apply(&env, docs, without).await;
+    let args = [
+        "--leader-election",
+        "--leader-election-namespace=default",
+        "--retry-interval-start=200ms",
+        "--retry-interval-max=1s",
+    ];
+    let env = env.with_attacher(&kubeconfig, &args);
+    // A standby watches the Lease (its list and watch verbs).
+    let _standby = extras.fallbacks.then(|| {
+        let args = [&args[..], &["--leader-election-identity=standby"]].concat();
+        env.spawn_attacher("standby", &kubeconfig, &args)
+    });
     let node = unique("node");
     let pv_name = unique("pv");
     let va_name = unique("va");
     env.create_node(&node).await;
-    env.create_pv(
-        pv(&pv_name, &env.driver)
-            .publish_secret("default", &secret_name)
-            .build(),
-    )
-    .await;
-    // Three failed publishes first: the third posts an Event.
-    env.mock
-        .set_fault(
-            "ControllerPublishVolume",
-            json!({"code": "Internal", "message": "flaky", "times": 3}),
-        )
-        .await;
+    let mut volume = pv(&pv_name, &env.driver);
+    if extras.secret {
+        let secret_name = unique("secret");
+        env.create_secret(&secret_name, json!({"k": "dg=="})).await;
+        volume = volume.publish_secret("default", &secret_name);
+    }
+    env.create_pv(volume.build()).await;
+    if extras.events {
+        // Four failed publishes first: the third posts an Event, the fourth
+        // (the same Event again) patches its series.
+        env.mock
+            .set_fault(
+                "ControllerPublishVolume",
+                json!({"code": "Internal", "message": "flaky", "times": 4}),
+            )
+            .await;
+    }
     env.create_va(va(&va_name, &env.driver, &node).pv(&pv_name).build())
         .await;
 
-    let within = |what: &'static str, done: bool| if done { Ok(()) } else { Err(what.to_string()) };
+    let within = within_bound;
     let attached = wait(bound, || async {
         env.vas
             .get_opt(&va_name)
@@ -170,19 +200,47 @@ async fn scenario(
     })
     .await;
     within("attach", attached)?;
-    let events: Api<k8s_openapi::api::events::v1::Event> =
-        Api::namespaced(env.client.clone(), "default");
-    let posted = wait(bound, || async {
-        events.list(&Default::default()).await.is_ok_and(|list| {
-            list.items.iter().any(|e| {
-                e.reason.as_deref() == Some("AttachFailed")
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref())
-                        == Some(va_name.as_str())
+    if extras.events {
+        within("failure event", posted_event(&env, &va_name, bound).await)?;
+    }
+    if extras.fallbacks {
+        let foreign_pv = unique("pv");
+        env.create_pv(pv(&foreign_pv, "other.csi.example.com").build())
+            .await;
+        let on_foreign = unique("va");
+        env.create_va(va(&on_foreign, &env.driver, &node).pv(&foreign_pv).build())
+            .await;
+        let lone_pv = unique("pv");
+        env.create_pv(pv(&lone_pv, &env.driver).build()).await;
+        let no_csinode = unique("va");
+        env.create_va(
+            va(&no_csinode, &env.driver, &unique("node"))
+                .pv(&lone_pv)
+                .build(),
+        )
+        .await;
+        // As upstream, a VA of this driver is attached whatever driver its
+        // PV names; a node without a CSINode is an error on the VA.
+        for (name, attached) in [(&on_foreign, true), (&no_csinode, false)] {
+            let done = wait(bound, || async {
+                env.vas
+                    .get_opt(name)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|v| v.status)
+                    .is_some_and(|s| {
+                        if attached {
+                            s.attached
+                        } else {
+                            s.attach_error.is_some()
+                        }
+                    })
             })
-        })
-    })
-    .await;
-    within("failure event", posted)?;
+            .await;
+            within_bound("the VAs that need the fallback reads", done)?;
+        }
+    }
     env.delete_va(&va_name).await;
     let gone = wait(bound, || async {
         env.vas.get_opt(&va_name).await.ok().flatten().is_none()
@@ -207,7 +265,31 @@ async fn scenario(
             })
     })
     .await;
-    within("PV finalizer release", released)
+    within("PV finalizer release", released)?;
+    Ok(user)
+}
+
+fn within_bound(what: &'static str, done: bool) -> Result<(), String> {
+    if done {
+        Ok(())
+    } else {
+        Err(what.to_string())
+    }
+}
+
+/// Whether an `AttachFailed` Event regarding `va_name` appears within `bound`.
+async fn posted_event(env: &Env, va_name: &str, bound: Duration) -> bool {
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(env.client.clone(), "default");
+    wait(bound, || async {
+        events.list(&Default::default()).await.is_ok_and(|list| {
+            list.items.iter().any(|e| {
+                e.reason.as_deref() == Some("AttachFailed")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(va_name)
+            })
+        })
+    })
+    .await
 }
 
 async fn wait<F, Fut>(bound: Duration, mut check: F) -> bool
@@ -227,34 +309,136 @@ where
 
 #[tokio::test]
 async fn the_shipped_rbac_is_enough_and_every_rule_is_needed() {
-    let docs = manifest();
+    let docs = manifest("rbac.yaml");
     let all_rules = rules(&docs);
-    assert_eq!(all_rules.len(), 7, "rules in rbac.yaml: {all_rules:?}");
+    assert_eq!(all_rules.len(), 5, "rules in rbac.yaml: {all_rules:?}");
 
-    scenario(&docs, None, Duration::from_secs(30)).await.expect(
-        "the shipped RBAC is enough for attach, detach, PV finalizers, secrets, events and leader election",
-    );
+    scenario(&docs, None, Duration::from_secs(30), Extras::default())
+        .await
+        .expect("rbac.yaml is enough for attach, detach, PV finalizers and leader election");
 
     let results = join_all(all_rules.iter().map(|(d, r, label)| {
         let docs = &docs;
         async move {
-            (
-                label.clone(),
-                scenario(docs, Some((*d, *r)), Duration::from_secs(8)).await,
+            let result = scenario(
+                docs,
+                Some((*d, *r)),
+                Duration::from_secs(8),
+                Extras::default(),
             )
+            .await;
+            (label.clone(), result)
         }
     }))
     .await;
     for (label, result) in results {
-        assert!(
-            result.is_err(),
-            "removing the rule {label} broke nothing: it is not needed"
-        );
-        println!(
-            "without {label}: {} did not complete",
-            result.err().unwrap_or_default()
-        );
+        match result {
+            Ok(_) => panic!("removing the rule {label} broke nothing: it is not needed"),
+            Err(step) => println!("without {label}: {step} did not complete"),
+        }
     }
+}
+
+/// (API group, resource[/subresource], verb) triples.
+type Grants = std::collections::BTreeSet<(String, String, String)>;
+
+fn granted(docs: &[Value]) -> Grants {
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    let mut out = Grants::new();
+    for doc in docs {
+        for rule in doc["rules"].as_array().into_iter().flatten() {
+            for group in rule["apiGroups"].as_array().into_iter().flatten() {
+                for resource in rule["resources"].as_array().into_iter().flatten() {
+                    for verb in rule["verbs"].as_array().into_iter().flatten() {
+                        out.insert((text(group), text(resource), text(verb)));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// What `user` was allowed to do, from the API server's audit log.
+fn used(audit: &[Value], user: &str) -> Grants {
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    audit
+        .iter()
+        .filter(|e| e["user"]["username"] == user)
+        .filter(|e| e["annotations"]["authorization.k8s.io/decision"] == "allow")
+        .map(|e| {
+            let o = &e["objectRef"];
+            let mut resource = text(&o["resource"]);
+            if let Some(sub) = o["subresource"].as_str() {
+                resource = format!("{resource}/{sub}");
+            }
+            (text(&o["apiGroup"]), resource, text(&e["verb"]))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_opt_in_files_add_secrets_and_events_and_every_granted_verb_is_used() {
+    let base = manifest("rbac.yaml");
+    let secrets = manifest("rbac-secrets.yaml");
+    let events = manifest("rbac-events.yaml");
+    let all: Vec<Value> = [&base[..], &secrets[..], &events[..]].concat();
+    let everything = Extras {
+        secret: true,
+        events: true,
+        fallbacks: true,
+    };
+    let only = |secret, events| Extras {
+        secret,
+        events,
+        fallbacks: false,
+    };
+    let without_secrets: Vec<Value> = [&base[..], &events[..]].concat();
+    let without_events: Vec<Value> = [&base[..], &secrets[..]].concat();
+    let (full, no_secret, no_event) = tokio::join!(
+        scenario(&all, None, Duration::from_secs(30), everything),
+        scenario(
+            &without_secrets,
+            None,
+            Duration::from_secs(8),
+            only(true, false)
+        ),
+        scenario(
+            &without_events,
+            None,
+            Duration::from_secs(8),
+            only(false, true)
+        ),
+    );
+    let user = full.expect("the three files are enough for secrets, Events and the fallback reads");
+    assert_eq!(
+        no_secret.err().as_deref(),
+        Some("attach"),
+        "without rbac-secrets.yaml a PV with a publish secret cannot attach"
+    );
+    assert_eq!(
+        no_event.err().as_deref(),
+        Some("failure event"),
+        "without rbac-events.yaml no Event is posted (and the attach itself succeeds)"
+    );
+
+    let granted = granted(&all);
+    let cp = support::controlplane::shared();
+    // The audit log is written as requests complete: wait for every grant to show up.
+    let mut unused = granted.clone();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while tokio::time::Instant::now() < deadline {
+        let used = used(&cp.audit_events(), &user);
+        unused = granted.difference(&used).cloned().collect();
+        if unused.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        unused.is_empty(),
+        "granted but never used in a run that exercises every path: {unused:?}"
+    );
 }
 
 #[tokio::test]

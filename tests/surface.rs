@@ -80,6 +80,7 @@ async fn metrics_and_health_after_an_attach_and_a_failed_attach() {
         // Upstream's label value: csi-lib-utils never names its LeaderElectionConfig.
         r#"leader_election_master_status{name=""} 1"#.to_string(),
         r#"csi_attacher_attach_latency_seconds_count 1"#.to_string(),
+        r#"csi_attacher_sync_panics_total{lane="attach"} 0"#.to_string(),
     ] {
         assert!(text.contains(&expected), "missing {expected}\n{text}");
     }

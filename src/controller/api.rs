@@ -13,7 +13,7 @@ use kube::Resource;
 use serde::de::IgnoredAny;
 use serde_json::Value;
 
-use super::error::ApiError;
+use super::error::{ApiError, SecretError};
 
 /// API access for the flows; cheap to clone.
 #[derive(Clone)]
@@ -113,14 +113,49 @@ impl KubeApi {
         &self,
         namespace: &str,
         name: &str,
-    ) -> Result<BTreeMap<String, String>, ApiError> {
+    ) -> Result<BTreeMap<String, String>, SecretError> {
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
         let secret = secrets.get(name).await.map_err(ApiError)?;
-        Ok(secret
-            .data
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
-            .collect())
+        secret_strings(secret.data.unwrap_or_default())
+    }
+}
+
+/// A Secret's data as the strings CSI carries. A value that is not UTF-8 fails
+/// the whole operation, naming its key only: altering it (as a lossy
+/// conversion would) sends the driver a credential nobody wrote, and upstream
+/// fails too, when gRPC-Go refuses to marshal the request.
+fn secret_strings(
+    data: BTreeMap<String, k8s_openapi::ByteString>,
+) -> Result<BTreeMap<String, String>, SecretError> {
+    data.into_iter()
+        .map(|(key, value)| match String::from_utf8(value.0) {
+            Ok(text) => Ok((key, text)),
+            Err(_) => Err(SecretError::NotUtf8(key)),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::ByteString;
+
+    #[test]
+    fn a_value_that_is_not_utf8_fails_naming_the_key_only() {
+        let data = BTreeMap::from([
+            ("good".to_string(), ByteString(b"fine".to_vec())),
+            (
+                "password".to_string(),
+                ByteString(vec![b's', 0xff, 0xfe, b'x']),
+            ),
+        ]);
+        let err = secret_strings(data).expect_err("not UTF-8");
+        let text = err.to_string();
+        assert_eq!(
+            text,
+            "the value of key \"password\" is not valid UTF-8 (CSI secrets are strings)"
+        );
+        let good = BTreeMap::from([("k".to_string(), ByteString("ü".as_bytes().to_vec()))]);
+        assert_eq!(secret_strings(good).expect("UTF-8")["k"], "ü");
     }
 }

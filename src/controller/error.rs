@@ -34,6 +34,17 @@ impl ApiError {
     }
 }
 
+/// Why a Secret's data could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    /// The GET failed.
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    /// A value is not UTF-8: CSI secrets are strings. The value is never shown.
+    #[error("the value of key {0:?} is not valid UTF-8 (CSI secrets are strings)")]
+    NotUtf8(String),
+}
+
 /// One failed step of a flow; the variant names the step.
 #[derive(Debug, thiserror::Error)]
 pub enum FlowError {
@@ -80,9 +91,9 @@ pub enum FlowError {
         namespace: String,
         /// Secret name.
         name: String,
-        /// The API error.
+        /// The API error, or a value that cannot be sent.
         #[source]
-        source: ApiError,
+        source: SecretError,
     },
     /// No CSINode object for the node.
     #[error("csinode.storage.k8s.io {0:?} not found")]

@@ -4,34 +4,59 @@
 //! spaces them) posts a Warning Event on the VolumeAttachment: reason
 //! `AttachFailed` or `DetachFailed`, the error message as note. If RBAC does
 //! not allow Events, that is logged once and the attacher carries on.
+//!
+//! # Off the worker path
+//! A worker only puts the Event in a bounded queue ([`QUEUE_CAPACITY`]); one
+//! background task posts them in order. When the queue is full (the Events
+//! API is slow or unreachable), the Event is dropped, counted in
+//! `csi_attacher_events_dropped_total` and logged at debug level: an Event is
+//! a courtesy, and no attach or detach may wait for one.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::Resource;
+use prometheus::{IntCounter, Opts, Registry};
+use tokio::sync::mpsc;
 
 use super::error::FlowError;
 
 /// Consecutive failures before the first Event.
 pub const FAILURES_BEFORE_EVENT: u32 = 3;
 
-/// Posts failure Events.
+/// Events waiting to be posted, at most.
+pub const QUEUE_CAPACITY: usize = 256;
+
+/// An Event and the object it is about.
+struct Pending {
+    event: Event,
+    reference: ObjectReference,
+}
+
+/// Posts failure Events from a background task.
 pub struct FailureEvents {
-    recorder: Recorder,
-    forbidden_logged: AtomicBool,
+    queue: mpsc::Sender<Pending>,
+    dropped: IntCounter,
 }
 
 impl FailureEvents {
-    /// Events reported as `reporter`.
-    pub fn new(client: kube::Client, reporter: Reporter) -> Self {
+    /// Events reported as `reporter`; the drop counter is registered in `registry`.
+    ///
+    /// Spawns the poster task (it ends when this value is dropped), so it must
+    /// be called inside a Tokio runtime.
+    pub fn new(client: kube::Client, reporter: Reporter, registry: &Registry) -> Self {
+        let (queue, pending) = mpsc::channel(QUEUE_CAPACITY);
+        tokio::spawn(post(Recorder::new(client, reporter), pending));
         Self {
-            recorder: Recorder::new(client, reporter),
-            forbidden_logged: AtomicBool::new(false),
+            queue,
+            dropped: dropped_counter(registry),
         }
     }
 
     /// Called after each failed sync; `failures` counts consecutive failures.
+    /// Never waits: the Event is queued, or dropped when the queue is full.
     pub async fn failed(
         &self,
         va: &VolumeAttachment,
@@ -47,21 +72,98 @@ impl FailureEvents {
         } else {
             ("AttachFailed", "Attach")
         };
-        let event = Event {
-            type_: EventType::Warning,
-            reason: reason.into(),
-            note: Some(err.to_string()),
-            action: action.into(),
-            secondary: None,
+        let pending = Pending {
+            event: Event {
+                type_: EventType::Warning,
+                reason: reason.into(),
+                note: Some(err.to_string()),
+                action: action.into(),
+                secondary: None,
+            },
+            reference: va.object_ref(&()),
         };
-        match self.recorder.publish(&event, &va.object_ref(&())).await {
+        if let Err(err) = self.queue.try_send(pending) {
+            self.dropped.inc();
+            let why = match err {
+                mpsc::error::TrySendError::Full(_) => "the queue is full",
+                mpsc::error::TrySendError::Closed(_) => "the poster stopped",
+            };
+            tracing::debug!(why, "Dropped an Event");
+        }
+    }
+
+    /// Events dropped so far.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.get()
+    }
+}
+
+fn dropped_counter(registry: &Registry) -> IntCounter {
+    let opts = Opts::new(
+        "csi_attacher_events_dropped_total",
+        "Warning Events not posted because the queue in front of the Events API was full.",
+    );
+    let counter = IntCounter::with_opts(opts).unwrap_or_else(|_| unreachable_counter());
+    if let Err(err) = registry.register(Box::new(counter.clone())) {
+        tracing::debug!(error = %err, "Event drop counter not registered");
+    }
+    counter
+}
+
+fn unreachable_counter() -> IntCounter {
+    unreachable!("a counter with a literal, valid name") // allow-panic: constant input
+}
+
+/// Posts queued Events one by one until the queue's sender is gone.
+async fn post(recorder: Recorder, mut pending: mpsc::Receiver<Pending>) {
+    let forbidden_logged = AtomicBool::new(false);
+    while let Some(Pending { event, reference }) = pending.recv().await {
+        match recorder.publish(&event, &reference).await {
             Ok(()) => {}
             Err(kube::Error::Api(status)) if status.code == 403 => {
-                if !self.forbidden_logged.swap(true, Ordering::Relaxed) {
+                if !forbidden_logged.swap(true, Ordering::Relaxed) {
                     tracing::warn!(error = %status.message, "Not allowed to create Events; continuing without them");
                 }
             }
             Err(err) => tracing::debug!(error = %err, "Could not post an Event"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client whose every request hangs (nothing listens behind the socket's backlog).
+    fn hanging_client() -> (kube::Client, std::net::TcpListener) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let config = kube::Config::new(url.parse().expect("url"));
+        (kube::Client::try_from(config).expect("client"), listener)
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_drops_and_counts_without_waiting() {
+        let (client, _listener) = hanging_client();
+        let registry = Registry::new();
+        let reporter = Reporter {
+            controller: "test".into(),
+            instance: None,
+        };
+        let events = FailureEvents::new(client, reporter, &registry);
+        let mut va = VolumeAttachment::default();
+        va.metadata.name = Some("va".into());
+        let err = FlowError::PvNotFound("pv".into());
+        let started = std::time::Instant::now();
+        // The poster takes one and hangs on it; the queue holds QUEUE_CAPACITY more.
+        for _ in 0..QUEUE_CAPACITY + 50 {
+            events.failed(&va, false, FAILURES_BEFORE_EVENT, &err).await;
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
+        assert!(events.dropped() >= 49, "dropped {}", events.dropped());
+        let text = prometheus::TextEncoder::new()
+            .encode_to_string(&registry.gather())
+            .expect("encode");
+        assert!(text.contains("csi_attacher_events_dropped_total"), "{text}");
     }
 }

@@ -319,7 +319,7 @@ pub async fn run(
         error_codes,
         flow_metrics: Arc::clone(&metrics.flows),
         force_sync: reconcile::ForceSync::default(),
-        events: reporter.map(|r| events::FailureEvents::new(client, r)),
+        events: reporter.map(|r| events::FailureEvents::new(client, r, metrics.registry())),
         leadership,
     });
     tasks.spawn(report_backlog(Arc::clone(&va_queue), Arc::clone(&pv_queue)));
@@ -386,7 +386,8 @@ async fn va_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue>, lane: usize) {
     };
     while let Some(key) = queue.get(lane).await {
         let span = tracing::info_span!("sync", va = %key, lane = lane_name);
-        let result = supervised(sync_va(&ctx, &key))
+        let panics = ctx.flow_metrics.panics.with_label_values(&[lane_name]);
+        let result = supervised(sync_va(&ctx, &key), &panics)
             .instrument(span.clone())
             .await;
         match result {
@@ -442,7 +443,8 @@ async fn pv_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue>) {
         let span = tracing::info_span!("sync", pv = %key, lane = "pv");
         let result = match ctx.stores.pv(&key) {
             Some(pv) if ctx.capabilities.attach_required() => {
-                supervised(pv_finalizer::release(&ctx, &pv))
+                let panics = ctx.flow_metrics.panics.with_label_values(&["pv"]);
+                supervised(pv_finalizer::release(&ctx, &pv), &panics)
                     .instrument(span.clone())
                     .await
             }
@@ -459,12 +461,18 @@ async fn pv_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue>) {
     }
 }
 
-/// Runs one sync attempt; a panic in it (a bug) becomes that attempt's error,
-/// so the key is released and retried with backoff and the worker lives on.
-async fn supervised(sync: impl Future<Output = Result<(), FlowError>>) -> Result<(), FlowError> {
+/// Runs one sync attempt; a panic in it (a bug) becomes that attempt's error
+/// (on the object's status, in the log, as an Event from the third failure on,
+/// and counted in `panics`), so the key is released and retried with backoff
+/// and the worker lives on.
+async fn supervised(
+    sync: impl Future<Output = Result<(), FlowError>>,
+    panics: &prometheus::IntCounter,
+) -> Result<(), FlowError> {
     match AssertUnwindSafe(sync).catch_unwind().await {
         Ok(result) => result,
         Err(panic) => {
+            panics.inc();
             let message = panic
                 .downcast_ref::<&str>()
                 .map(|s| s.to_string())
@@ -546,12 +554,15 @@ mod tests {
 
     #[tokio::test]
     async fn a_panicking_sync_becomes_its_error_and_the_caller_goes_on() {
+        let panics = prometheus::IntCounter::new("panics", "test").unwrap();
         let boom = async { panic!("a bug") };
-        match supervised(boom).await {
+        match supervised(boom, &panics).await {
             Err(FlowError::Panicked(message)) => assert_eq!(message, "a bug"),
             other => panic!("expected Panicked, got {other:?}"),
         }
-        assert!(supervised(async { Ok(()) }).await.is_ok());
+        assert_eq!(panics.get(), 1);
+        assert!(supervised(async { Ok(()) }, &panics).await.is_ok());
+        assert_eq!(panics.get(), 1);
         let err = FlowError::Panicked("x".into()).to_string();
         assert_eq!(err, "internal error (please report it): x");
     }

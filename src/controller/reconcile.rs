@@ -7,7 +7,11 @@
 //! writes nothing to the API.
 //!
 //! # Beyond upstream
-//! - Each page has its own deadline (`--timeout`), not one for the whole pass.
+//! - Each page has its own deadline (`--timeout`), and the whole pass one of
+//!   `max(--reconcile-sync, --timeout)` ([`pass_limit`]): a pass never takes
+//!   longer than the pause between passes, and always has at least one page's
+//!   deadline. A driver whose next_token never ends (new tokens forever) ends
+//!   the pass there with [`ReconcileError::PassTimeout`], not an endless loop.
 //! - ABORTED (invalid token) restarts the listing from the start, once per pass;
 //!   a token that repeats ends the pass with an error instead of looping.
 //! - A VA already queued, in flight or in backoff is left to its lane: no storms.
@@ -39,10 +43,26 @@ pub enum ReconcileError {
     /// The driver returned a token it had returned before.
     #[error("failed to list volumes: the driver repeated next_token {0:?}")]
     RepeatedToken(String),
+    /// The listing did not end within the pass limit.
+    #[error("failed to list volumes: the listing did not end within {limit:?} ({pages} pages read; the driver keeps returning a next_token)")]
+    PassTimeout {
+        /// The pass limit.
+        limit: Duration,
+        /// Pages read before it.
+        pages: usize,
+    },
     /// The leadership window closed before or during the pass: nothing forced.
     #[error(transparent)]
     NotLeading(#[from] crate::leader::NotLeading),
 }
+
+/// How long one whole pass may take: `max(period, timeout)`.
+pub fn pass_limit(period: Duration, timeout: Duration) -> Duration {
+    period.max(timeout)
+}
+
+/// The reconcile period upstream defaults to (`--reconcile-sync=1m`).
+const DEFAULT_PERIOD: Duration = Duration::from_secs(60);
 
 /// VAs whose next sync must run the full flow even if they look done.
 #[derive(Clone, Default)]
@@ -85,9 +105,10 @@ pub async fn run(
     max_entries: i32,
     metrics: ReconcileMetrics,
 ) {
+    let limit = pass_limit(period, ctx.csi.timeout());
     loop {
         let started = Instant::now();
-        match pass(&ctx, &queue, max_entries).await {
+        match pass(&ctx, &queue, max_entries, limit).await {
             Ok(report) => {
                 metrics.record(started.elapsed(), &report);
                 if report.attached_not_published + report.published_not_attached > 0 {
@@ -111,6 +132,7 @@ pub async fn pass(
     ctx: &Ctx,
     queue: &WorkQueue,
     max_entries: i32,
+    limit: Duration,
 ) -> Result<PassReport, ReconcileError> {
     // ListVolumes only reads, so it is not counted as a call the driver may
     // still run; but a listing from outside the window forces nothing.
@@ -120,7 +142,7 @@ pub async fn pass(
     let (published, pages) = tokio::select! {
         biased;
         () = ctx.leadership.closed() => return Err(crate::leader::NotLeading.into()),
-        listed = list_published(&ctx.csi, max_entries) => listed?,
+        listed = list_published_within(&ctx.csi, max_entries, limit) => listed?,
     };
     if !ctx.leadership.may_start() {
         return Err(crate::leader::NotLeading.into());
@@ -227,18 +249,37 @@ pub fn mismatches(
     out
 }
 
-/// All pages of ListVolumes: volume ID → node IDs, and the number of pages.
+/// All pages of ListVolumes: volume ID → node IDs, and the number of pages;
+/// within the pass limit of the default `--reconcile-sync`.
 pub async fn list_published(
     csi: &crate::csi::Client,
     max_entries: i32,
 ) -> Result<(HashMap<String, HashSet<String>>, usize), ReconcileError> {
+    let limit = pass_limit(DEFAULT_PERIOD, csi.timeout());
+    list_published_within(csi, max_entries, limit).await
+}
+
+/// All pages of ListVolumes, read within `limit`.
+pub async fn list_published_within(
+    csi: &crate::csi::Client,
+    max_entries: i32,
+    limit: Duration,
+) -> Result<(HashMap<String, HashSet<String>>, usize), ReconcileError> {
+    // A limit beyond what the clock can add (a huge --reconcile-sync) is no limit.
+    let deadline = Instant::now()
+        .checked_add(limit)
+        .unwrap_or_else(|| Instant::now() + Duration::from_secs(100 * 365 * 86_400));
     let mut published: HashMap<String, HashSet<String>> = HashMap::new();
     let mut token = String::new();
     let mut seen_tokens = HashSet::new();
     let mut restarted = false;
     let mut pages = 0;
     loop {
-        let page = match csi.list_volumes(max_entries, token.clone()).await {
+        let page = tokio::time::timeout_at(deadline, csi.list_volumes(max_entries, token.clone()));
+        let Ok(page) = page.await else {
+            return Err(ReconcileError::PassTimeout { limit, pages });
+        };
+        let page = match page {
             Ok(page) => page,
             Err(status) if status.code == Code::Aborted && !restarted => {
                 // The token went stale (the driver's list changed): start over, once.

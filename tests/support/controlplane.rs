@@ -60,6 +60,10 @@ rules:
         resources: [persistentvolumes]
       - group: storage.k8s.io
         resources: [volumeattachments, volumeattachments/status]
+  # Every request of a service account (tests that bind RBAC to one): which
+  # verbs the attacher really uses.
+  - level: Metadata
+    userGroups: [system:serviceaccounts, "system:serviceaccounts:default"]
   - level: None
 "#;
 
