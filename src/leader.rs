@@ -8,18 +8,53 @@
 //! - The leader renews every `retry_period` by replacing its cached Lease
 //!   (fast path, no GET); a failed fast path falls back to GET + replace and
 //!   counts `leader_election_slowpath_total`.
-//! - If no renewal succeeds for `renew_deadline`, leadership is lost: the
-//!   process exits 1, as upstream.
+//! - If no renewal succeeds within its leadership window (below), leadership
+//!   is lost: the process exits 1, as upstream.
+//!
+//! # The leadership window: why `renew_deadline` < `lease_duration` is a margin
+//! Two clocks decide who may call the driver, and neither replica reads the
+//! other's:
+//! - The **leader** may start a driver call (ControllerPublish/Unpublish,
+//!   ListVolumes) only before `S + renew_deadline`, where `S` is the instant
+//!   (its own monotonic clock) at which it *started* the attempt that last
+//!   renewed the Lease successfully: the API server wrote that renewal after
+//!   `S`. [`Leadership`] carries this window to the workers; when it closes,
+//!   calls in flight are abandoned (their futures dropped, which cancels the
+//!   gRPC call) and no new one starts, even if the renewal loop has not
+//!   noticed yet or the process was frozen (SIGSTOP, a VM pause) across the
+//!   deadline: the check is against the clock, not against a flag the
+//!   renewal loop would have to clear.
+//! - A **standby** takes the Lease no sooner than `O + lease_duration`, where
+//!   `O` is when *it observed* (its own clock) the holder's last renewal.
+//!   `O` comes after the API server wrote it, so after `S`.
+//!
+//! Hence the leader's window ends at least `lease_duration - renew_deadline`
+//! before any standby can take over (15 s - 10 s = 5 s with the defaults):
+//! the margin absorbs clock-rate differences between the two machines and
+//! the time a cancelled call takes to stop on our side. The Lease carries
+//! whole seconds, so a sub-second `lease_duration` is written rounded *up*
+//! (a standby then waits at least as long as we assume; client-go truncates
+//! 500 ms to 0 s, which lets a standby take over at once).
+//!
+//! What no client can rule out: a call the driver received inside the window
+//! but keeps running after it (a driver that ignores cancellation), or a
+//! freeze in the microseconds between the window check and the write to the
+//! socket. CSI has no fencing token; the margin is the defence.
 //!
 //! # Beyond upstream
 //! - A standby watches the Lease and tries the moment it is released, and
 //!   schedules its next try for the instant the observed lease expires, so a
 //!   takeover does not wait for a jittered retry period.
 //! - On SIGTERM the leader releases the Lease (holder `""`) unless
-//!   `--feature-gates=ReleaseLeaderElectionOnExit=false`.
+//!   `--feature-gates=ReleaseLeaderElectionOnExit=false`, and only when no
+//!   driver call it made can still be running (see [`Leadership::abandoned`]).
+//! - The renewal loop gives up at the end of the window (`S +
+//!   renew_deadline`); client-go gives up `renew_deadline` after the start of
+//!   the failing round, up to a retry period later.
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -30,6 +65,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// Extra time a leader may go without renewing before `/healthz/leader-election` fails.
@@ -52,6 +88,213 @@ pub struct Settings {
     pub retry_period: Duration,
     /// Labels put on the Lease while leading.
     pub labels: BTreeMap<String, String>,
+}
+
+/// client-go's `JitterFactor`: a retry period may stretch to 2.2 times itself.
+pub const JITTER_FACTOR: f64 = 1.2;
+
+/// Leader-election timing client-go's `NewLeaderElector` refuses; the text is
+/// client-go's (upstream panics with it, exit 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidTiming(pub &'static str);
+
+/// The checks of client-go's `NewLeaderElector`, in its order, on exact
+/// durations (a `500ms` lease is 500 ms here, not 0 s).
+pub fn validate_timing(
+    lease_duration: Duration,
+    renew_deadline: Duration,
+    retry_period: Duration,
+) -> Result<(), InvalidTiming> {
+    let nanos = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+    let (lease, renew, retry) = (
+        nanos(lease_duration),
+        nanos(renew_deadline),
+        nanos(retry_period),
+    );
+    // Go: time.Duration(JitterFactor * float64(RetryPeriod)), truncated toward zero.
+    let jittered_retry = (JITTER_FACTOR * retry as f64) as i64;
+    let problem = if lease <= renew {
+        "leaseDuration must be greater than renewDeadline"
+    } else if renew <= jittered_retry {
+        "renewDeadline must be greater than retryPeriod*JitterFactor"
+    } else if lease < 1 {
+        "leaseDuration must be greater than zero"
+    } else if renew < 1 {
+        "renewDeadline must be greater than zero"
+    } else if retry < 1 {
+        "retryPeriod must be greater than zero"
+    } else {
+        return Ok(());
+    };
+    Err(InvalidTiming(problem))
+}
+
+/// `leaseDurationSeconds` for `duration`: whole seconds rounded up, at least 1,
+/// so a standby never waits less than the leader assumes.
+pub fn lease_duration_seconds(duration: Duration) -> i32 {
+    let seconds = duration.as_nanos().div_ceil(1_000_000_000).max(1);
+    i32::try_from(seconds).unwrap_or(i32::MAX)
+}
+
+/// Until when this replica may start driver calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Window {
+    /// Not leading.
+    Closed,
+    /// Leading until this instant (last successful renewal's start + renew deadline).
+    Until(Instant),
+    /// No leader election: always.
+    Unbounded,
+}
+
+impl Window {
+    /// Whether a call may start at `now`.
+    pub fn is_open(&self, now: Instant) -> bool {
+        match self {
+            Self::Closed => false,
+            Self::Until(end) => now < *end,
+            Self::Unbounded => true,
+        }
+    }
+}
+
+/// A driver call was not started, or was abandoned, because this replica's
+/// leadership window closed. Retriable (by the next leader); never written on
+/// an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("not leading: the driver call was not started or was abandoned")]
+pub struct NotLeading;
+
+/// The leadership window as the workers see it, and the driver calls made under it.
+///
+/// Every call to the driver that changes or reads published state goes through
+/// [`Leadership::call`]: it starts only inside the window and is abandoned
+/// (dropped, which cancels the gRPC call) the moment the window closes.
+#[derive(Clone, Debug)]
+pub struct Leadership {
+    window: watch::Receiver<Window>,
+    calls: Arc<CallCounts>,
+}
+
+#[derive(Default, Debug)]
+struct CallCounts {
+    in_flight: AtomicUsize,
+    abandoned: AtomicUsize,
+}
+
+/// Counts one call in flight; a drop before [`InFlight::finished`] counts it abandoned.
+struct InFlight<'a> {
+    counts: &'a CallCounts,
+    finished: bool,
+}
+
+impl<'a> InFlight<'a> {
+    fn start(counts: &'a CallCounts) -> Self {
+        counts.in_flight.fetch_add(1, Ordering::SeqCst);
+        Self {
+            counts,
+            finished: false,
+        }
+    }
+
+    fn finished(mut self) {
+        self.finished = true;
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.counts.abandoned.fetch_add(1, Ordering::SeqCst);
+        }
+        self.counts.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Leadership {
+    /// Without leader election: the window never closes.
+    pub fn unbounded() -> Self {
+        let (_, window) = watch::channel(Window::Unbounded);
+        Self {
+            window,
+            calls: Arc::default(),
+        }
+    }
+
+    /// The window now.
+    pub fn window(&self) -> Window {
+        *self.window.borrow()
+    }
+
+    /// Whether a driver call may start now.
+    pub fn may_start(&self) -> bool {
+        self.window().is_open(Instant::now())
+    }
+
+    /// Driver calls running now.
+    pub fn in_flight(&self) -> usize {
+        self.calls.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Driver calls dropped before they returned (window closed, shutdown
+    /// aborted them): the driver may still be running them.
+    pub fn abandoned(&self) -> usize {
+        self.calls.abandoned.load(Ordering::SeqCst)
+    }
+
+    /// Runs the driver call `call` if the window is open, and abandons it
+    /// when the window closes.
+    ///
+    /// # Cancel safety
+    /// Dropping the returned future abandons the call (counted in
+    /// [`Leadership::abandoned`]).
+    pub async fn call<F: Future>(&self, call: F) -> Result<F::Output, NotLeading> {
+        if !self.may_start() {
+            return Err(NotLeading);
+        }
+        let tracked = InFlight::start(&self.calls);
+        // Biased: after a freeze, the closed window is seen before the call is polled.
+        tokio::select! {
+            biased;
+            () = self.closed() => Err(NotLeading),
+            out = call => {
+                tracked.finished();
+                Ok(out)
+            }
+        }
+    }
+
+    /// Resolves once the window is closed (at once if it is).
+    pub async fn closed(&self) {
+        let mut window = self.window.clone();
+        loop {
+            let current = *window.borrow_and_update();
+            match current {
+                Window::Closed => return,
+                Window::Until(end) => {
+                    if Instant::now() >= end {
+                        return;
+                    }
+                    tokio::select! {
+                        () = tokio::time::sleep_until(end) => {}
+                        changed = window.changed() => {
+                            if changed.is_err() {
+                                // No more renewals: the window ends as it stands.
+                                tokio::time::sleep_until(end).await;
+                                return;
+                            }
+                        }
+                    }
+                }
+                Window::Unbounded => {
+                    if window.changed().await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The Lease API the elector needs; a trait so the state machine can be tested.
@@ -211,6 +454,9 @@ pub struct Elector<A> {
     observed: Option<(Lease, Instant)>,
     health: Health,
     metrics: Option<Metrics>,
+    /// The leadership window the workers check.
+    window: watch::Sender<Window>,
+    calls: Arc<CallCounts>,
 }
 
 impl<A: LeaseApi> Elector<A> {
@@ -235,6 +481,24 @@ impl<A: LeaseApi> Elector<A> {
             observed: None,
             health,
             metrics,
+            window: watch::Sender::new(Window::Closed),
+            calls: Arc::default(),
+        }
+    }
+
+    /// The leadership window for the workers (closed until this replica leads).
+    pub fn leadership(&self) -> Leadership {
+        Leadership {
+            window: self.window.subscribe(),
+            calls: Arc::clone(&self.calls),
+        }
+    }
+
+    /// When the current leadership window ends (`None`: not leading).
+    pub fn window_end(&self) -> Option<Instant> {
+        match *self.window.borrow() {
+            Window::Until(end) => Some(end),
+            Window::Closed | Window::Unbounded => None,
         }
     }
 
@@ -276,19 +540,23 @@ impl<A: LeaseApi> Elector<A> {
         }
     }
 
-    /// Renews every retry period; returns when renewals failed for the renew deadline.
+    /// Renews every retry period; returns when no renewal succeeded within the
+    /// leadership window (last successful attempt's start + renew deadline).
     pub async fn renew_until_lost(&mut self) {
         loop {
-            let deadline = Instant::now() + self.settings.renew_deadline;
+            let deadline = self.window_end().unwrap_or_else(Instant::now);
             let renewed = loop {
+                if Instant::now() >= deadline {
+                    break false;
+                }
                 let attempt = tokio::time::timeout_at(deadline, self.try_acquire_or_renew()).await;
                 match attempt {
                     Ok(true) => break true,
-                    Ok(false) if Instant::now() < deadline => {
+                    Ok(false) => {
                         let next = Instant::now() + self.settings.retry_period;
                         tokio::time::sleep_until(next.min(deadline)).await;
                     }
-                    _ => break false,
+                    Err(_) => break false,
                 }
             };
             if !renewed {
@@ -300,13 +568,30 @@ impl<A: LeaseApi> Elector<A> {
         }
     }
 
-    /// Gives the lease up so a standby can take over at once.
-    pub async fn release(&mut self) {
-        if !self.is_leader() {
-            return;
+    /// Gives the lease up so a standby can take over at once, if no driver
+    /// call of ours can still be running; otherwise leaves it to expire and
+    /// says why. Stops leading either way. True if released.
+    pub async fn release(&mut self) -> bool {
+        let was_leader = self.is_leader();
+        // No call starts from here on.
+        self.set_leading(false, None);
+        if !was_leader {
+            return false;
+        }
+        let leadership = self.leadership();
+        let (in_flight, abandoned) = (leadership.in_flight(), leadership.abandoned());
+        if in_flight + abandoned > 0 {
+            tracing::warn!(
+                lease = %self.settings.name,
+                in_flight,
+                abandoned,
+                expires_in = ?self.observed_expiry().map(|e| e.saturating_duration_since(Instant::now())),
+                "Not releasing the leader lease: driver calls were abandoned before they returned and may still be running in the driver; the lease is left to expire"
+            );
+            return false;
         }
         let Some((mut lease, _)) = self.observed.clone() else {
-            return;
+            return false;
         };
         let now = MicroTime(Timestamp::now());
         let transitions = lease.spec.as_ref().and_then(|s| s.lease_transitions);
@@ -322,17 +607,21 @@ impl<A: LeaseApi> Elector<A> {
             Ok(written) => {
                 tracing::info!(lease = %self.settings.name, "Released leader lease");
                 self.observed = Some((written, Instant::now()));
+                true
             }
             Err(err) => {
-                tracing::warn!(lease = %self.settings.name, error = %err, "Failed to release lease")
+                tracing::warn!(lease = %self.settings.name, error = %err, "Failed to release lease");
+                false
             }
         }
-        self.set_leading(false, None);
     }
 
     /// One attempt; true if we hold the lease afterwards (client-go `tryAcquireOrRenew`).
     async fn try_acquire_or_renew(&mut self) -> bool {
-        let now = Instant::now();
+        // Whatever this attempt writes, the API server writes it after now:
+        // the leadership window is timed from here.
+        let started = Instant::now();
+        let now = started;
         // 1. Fast path: we lead and our cached lease is valid: replace it as is.
         if self.is_leader() && self.is_valid(now) {
             if let Some((cached, _)) = self.observed.clone() {
@@ -342,7 +631,7 @@ impl<A: LeaseApi> Elector<A> {
                     .replace(&self.desired(cached, acquired, transitions))
                     .await
                 {
-                    Ok(written) => return self.record_success(written),
+                    Ok(written) => return self.record_success(written, started),
                     Err(err) => {
                         tracing::info!(error = %err, "Failed to update lease optimistically, falling back to slow path");
                     }
@@ -355,7 +644,7 @@ impl<A: LeaseApi> Elector<A> {
         let mut current = self.api.get().await;
         if let Ok(None) = current {
             match self.try_create().await {
-                Ok(written) => return self.record_success(written),
+                Ok(written) => return self.record_success(written, started),
                 Err(err) if is_conflict(&err) => current = self.api.get().await,
                 Err(err) => {
                     // Wrong RBAC or namespace ends here: say so at default verbosity.
@@ -414,7 +703,7 @@ impl<A: LeaseApi> Elector<A> {
             .replace(&self.desired(current, acquired, transitions))
             .await
         {
-            Ok(written) => self.record_success(written),
+            Ok(written) => self.record_success(written, started),
             // Losing a race to another replica is routine; anything else is not.
             Err(err) if is_conflict(&err) => {
                 tracing::debug!(error = %err, "Failed to update lease");
@@ -450,7 +739,7 @@ impl<A: LeaseApi> Elector<A> {
         acquired: Option<MicroTime>,
         transitions: Option<i32>,
     ) -> Lease {
-        let seconds = i32::try_from(self.settings.lease_duration.as_secs()).unwrap_or(i32::MAX);
+        let seconds = lease_duration_seconds(self.settings.lease_duration);
         base.spec = Some(LeaseSpec {
             holder_identity: Some(self.settings.identity.clone()),
             lease_duration_seconds: Some(seconds),
@@ -466,14 +755,26 @@ impl<A: LeaseApi> Elector<A> {
         base
     }
 
-    fn record_success(&mut self, written: Lease) -> bool {
+    /// `started`: when the successful attempt began (before anything it wrote).
+    fn record_success(&mut self, written: Lease, started: Instant) -> bool {
         let now = Instant::now();
         self.observed = Some((written, now));
+        let end = started + self.settings.renew_deadline;
+        self.window.send_if_modified(|window| match window {
+            Window::Until(current) if *current >= end => false,
+            _ => {
+                *window = Window::Until(end);
+                true
+            }
+        });
         self.set_leading(true, Some(now));
         true
     }
 
     fn set_leading(&self, leading: bool, renewed: Option<Instant>) {
+        if !leading {
+            self.window.send_replace(Window::Closed);
+        }
         self.health.set(leading, renewed);
         if let Some(m) = &self.metrics {
             m.master_status
@@ -520,8 +821,10 @@ fn jittered(period: Duration) -> Duration {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
-    period + period.mul_f64(1.2 * f64::from(nanos % 1000) / 1000.0)
+    period + period.mul_f64(JITTER_FACTOR * f64::from(nanos % 1000) / 1000.0)
 }
 
+#[cfg(test)]
+mod proptests;
 #[cfg(test)]
 mod tests;

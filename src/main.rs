@@ -64,6 +64,10 @@ fn main() -> ExitCode {
     );
     if let Err(err) = config.validate() {
         tracing::error!(error = %err, "invalid flags");
+        // Upstream panics on leader-election timing client-go refuses: exit 2.
+        if matches!(err, csi_attacher::config::Error::LeaderElection(_)) {
+            return ExitCode::from(2);
+        }
         return ExitCode::FAILURE;
     }
 
@@ -87,7 +91,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             tracing::error!(error = %err, "exiting");
-            ExitCode::FAILURE
+            ExitCode::from(err.exit_code())
         }
     }
 }

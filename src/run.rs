@@ -3,9 +3,14 @@
 //!
 //! # Exit
 //! - SIGTERM/SIGINT: workers stop taking keys, in-flight operations finish
-//!   (bounded by `--timeout`), the Lease is released, exit 0.
+//!   (bounded by `--timeout`), exit 0. The Lease is released only if every
+//!   driver call returned; calls the drain had to abandon may still run in
+//!   the driver, so then the Lease is left to expire (and the log says so).
 //! - Lost driver connection: the reason goes to the termination log, exit 1.
-//! - Lost leadership: exit 1 (the container restarts as a standby).
+//! - Lost leadership: exit 1 (the container restarts as a standby). Driver
+//!   calls stop earlier, when the leadership window closes (`leader.rs`).
+//! - Leader-election timing client-go refuses: exit 2 with client-go's text
+//!   (upstream panics with it, after connecting to the driver).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -50,6 +55,20 @@ pub enum RunError {
     /// Another replica took over, or the Lease could not be renewed.
     #[error("Stopped leading")]
     LostLeadership,
+    /// Leader-election durations client-go's `NewLeaderElector` refuses.
+    #[error(transparent)]
+    LeaderElection(#[from] leader::InvalidTiming),
+}
+
+impl RunError {
+    /// The process exit code: 2 where upstream panics (Go's exit code for a
+    /// panic), 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Self::LeaderElection(_) => 2,
+            _ => 1,
+        }
+    }
 }
 
 /// Runs the sidecar until SIGTERM/SIGINT (Ok) or a fatal error.
@@ -143,6 +162,11 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
 
     // Leader election (the Lease name needs the driver name).
     let elector = if leader_election {
+        leader::validate_timing(
+            leader_election_lease_duration,
+            leader_election_renew_deadline,
+            leader_election_retry_period,
+        )?;
         let settings = leader::Settings {
             namespace: lease_namespace(&leader_election_namespace),
             name: sanitize_driver_name(&format!("external-attacher-leader-{}", info.name)),
@@ -203,6 +227,9 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
     // Leadership: a task that acquires, renews, and releases when told to stop.
     let (leading_tx, mut leading_rx) = watch::channel(false);
     let (stop_tx, stop_rx) = watch::channel(false);
+    let leadership = elector
+        .as_ref()
+        .map_or_else(leader::Leadership::unbounded, Elector::leadership);
     let mut election = match elector {
         Some(elector) => Some(tokio::spawn(lead(
             elector,
@@ -242,6 +269,7 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
         leading: async move {
             let _ = leading_rx.wait_for(|leading| *leading).await;
         },
+        leadership,
         shutdown: async {
             shutdown_signal().await;
             tracing::info!("Shutting down");
@@ -268,7 +296,8 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
     }
 }
 
-/// Acquires, then renews until lost or until `stop` (then releases if `release`).
+/// Acquires, then renews until lost or until `stop` (then releases if
+/// `release` and no driver call can still be running: [`Elector::release`]).
 ///
 /// Returning before `stop` means leadership was lost.
 async fn lead(

@@ -1,17 +1,26 @@
 //! Two replicas on the real API server: only the leader acts, a standby takes
-//! over after SIGKILL within lease duration + 2 s and after SIGTERM within 2 s.
+//! over after SIGKILL within lease duration + 2 s and after SIGTERM within 2 s;
+//! a leader frozen (SIGSTOP) past its lease calls its driver no more once
+//! resumed; timing client-go refuses exits as upstream does.
 
 mod support;
 
 use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::coordination::v1::Lease;
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::api::Api;
+use kube::runtime::watcher;
 
 use support::controlplane::free_port;
 use support::env::{Env, Replica};
+use support::mock::MockDriver;
 use support::objects::{pv, va};
+use support::procs::{self, Guard};
 use support::{http_get, unique};
 
 const LEASE: Duration = Duration::from_secs(4);
@@ -233,4 +242,288 @@ async fn a_leader_whose_lease_is_taken_exits_1() {
     .await;
     assert_eq!(code, Some(1));
     assert!(member.replica.logs().contains("Stopped leading"));
+}
+
+/// Starts an attacher named `name` on its own driver `mock` (so the driver's
+/// ledger is this replica's), logging to `<dir>/<name>.log`.
+fn start_on(env: &Env, mock: &MockDriver, dir: &Path, name: &str, extra: &[&str]) -> Replica {
+    let log_path = dir.join(format!("{name}.log"));
+    let log = std::fs::File::create(&log_path).expect("attacher log");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_csi-attacher"));
+    command
+        .arg(format!("--csi-address={}", mock.address()))
+        .arg(format!("--kubeconfig={}", env.cp.kubeconfig.display()))
+        .arg(format!(
+            "--termination-log-path={}",
+            dir.join(format!("{name}.termination-log")).display()
+        ))
+        .arg(format!("--leader-election-identity={name}"))
+        .args([
+            "--v=2",
+            "--kube-api-qps=1000",
+            "--kube-api-burst=2000",
+            "--leader-election",
+            "--leader-election-namespace=default",
+            "--leader-election-lease-duration=4s",
+            "--leader-election-renew-deadline=3s",
+            "--leader-election-retry-period=1s",
+        ])
+        .args(extra)
+        .env("RUST_LOG", "info,csi_attacher=debug")
+        .stdout(Stdio::null())
+        .stderr(log);
+    Replica {
+        process: Guard(Some(procs::spawn(command).expect("start csi-attacher"))),
+        log: log_path,
+    }
+}
+
+/// Every version of the Lease `name`, in order, from a watch.
+fn record_lease(leases: Api<Lease>, name: &str) -> Arc<Mutex<Vec<LeaseSpec>>> {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&seen);
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    tokio::spawn(async move {
+        let mut events = std::pin::pin!(watcher::watcher(leases, config));
+        while let Some(event) = events.next().await {
+            if let Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease)) = event {
+                if let Some(spec) = lease.spec {
+                    sink.lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(spec);
+                }
+            }
+        }
+    });
+    seen
+}
+
+fn nanos(time: &k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime) -> i128 {
+    time.0.as_nanosecond()
+}
+
+/// (method, received at in Unix nanoseconds) of every call in `mock`'s ledger.
+async fn driver_calls(mock: &MockDriver) -> Vec<(String, i128)> {
+    mock.ledger()
+        .await
+        .iter()
+        .map(|e| {
+            (
+                e["method"].as_str().unwrap_or_default().to_string(),
+                i128::from(e["time_unix_nanos"].as_u64().unwrap_or_default()),
+            )
+        })
+        .collect()
+}
+
+const RENEW_DEADLINE: Duration = Duration::from_secs(3);
+const STATE_CALLS: [&str; 3] = [
+    "ControllerPublishVolume",
+    "ControllerUnpublishVolume",
+    "ListVolumes",
+];
+
+#[tokio::test]
+async fn a_leader_frozen_past_its_lease_calls_its_driver_no_more_when_resumed() {
+    let env = Env::without_attacher(&[]).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let leases: Api<Lease> = Api::namespaced(env.client.clone(), "default");
+    let lease_name = format!("external-attacher-leader-{}", env.driver.replace('.', "-"));
+    let history = record_lease(leases.clone(), &lease_name);
+    // Each replica has a driver of its own: its ledger tells who called.
+    let mock_a = &env.mock;
+    let mock_b = MockDriver::start(&[&format!("--name={}", env.driver)]).expect("mock b");
+    let node = unique("node");
+    env.create_node(&node).await;
+    // Fast retries, so the frozen leader has a retry due the moment it resumes.
+    let retries = ["--retry-interval-start=100ms", "--retry-interval-max=200ms"];
+
+    let mut a = start_on(&env, mock_a, dir.path(), "replica-a", &retries);
+    support::eventually("replica-a leads", Duration::from_secs(20), || async {
+        holder(&leases, &lease_name)
+            .await
+            .filter(|h| h == "replica-a")
+    })
+    .await;
+    let b = start_on(&env, &mock_b, dir.path(), "replica-b", &retries);
+
+    // replica-a's driver refuses the publish: replica-a keeps retrying it.
+    mock_a
+        .set_fault(
+            "ControllerPublishVolume",
+            serde_json::json!({"code": "Internal", "message": "injected"}),
+        )
+        .await;
+    let pv_name = unique("pv");
+    env.create_pv(pv(&pv_name, &env.driver).build()).await;
+    let va_name = unique("va");
+    env.create_va(va(&va_name, &env.driver, &node).pv(&pv_name).build())
+        .await;
+    support::eventually("replica-a retrying", Duration::from_secs(20), || async {
+        let publishes = mock_a.calls("ControllerPublishVolume").await.len();
+        (publishes >= 3).then_some(())
+    })
+    .await;
+
+    // Freeze replica-a until replica-b has taken over and attached the volume.
+    a.process.signal(libc::SIGSTOP);
+    let frozen_at = Instant::now();
+    support::eventually("replica-b takes over", Duration::from_secs(20), || async {
+        holder(&leases, &lease_name)
+            .await
+            .filter(|h| h == "replica-b")
+    })
+    .await;
+    let took_over = frozen_at.elapsed();
+    env.wait_attached(&va_name).await;
+    a.process.signal(libc::SIGCONT);
+    let code = support::eventually("replica-a to exit", Duration::from_secs(20), || {
+        let status = a.process.try_wait().expect("try_wait");
+        async move { status.map(|s| s.code()) }
+    })
+    .await;
+    let a_log = a.logs();
+    assert_eq!(
+        code,
+        Some(1),
+        "lost leadership:\n{}",
+        support::env::tail(&a_log, 30)
+    );
+
+    // replica-a's window: its last renewal (by its own timestamp, taken after
+    // the attempt started) + renew deadline; replica-b's starts at its acquisition.
+    let specs = history
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let holder_is = |s: &LeaseSpec, who: &str| s.holder_identity.as_deref() == Some(who);
+    let a_last_renewal = specs
+        .iter()
+        .filter(|s| holder_is(s, "replica-a"))
+        .filter_map(|s| s.renew_time.as_ref().map(nanos))
+        .max()
+        .expect("replica-a renewed");
+    let a_window_end = a_last_renewal + RENEW_DEADLINE.as_nanos() as i128;
+    let b_acquired = specs
+        .iter()
+        .find(|s| holder_is(s, "replica-b"))
+        .and_then(|s| s.acquire_time.as_ref().map(nanos))
+        .expect("replica-b acquired");
+    let a_calls = driver_calls(mock_a).await;
+    let b_calls = driver_calls(&mock_b).await;
+    let late: Vec<_> = a_calls
+        .iter()
+        .filter(|(method, at)| STATE_CALLS.contains(&method.as_str()) && *at >= a_window_end)
+        .map(|(method, at)| (method, (at - a_window_end) as f64 / 1e9))
+        .collect();
+    println!(
+        "frozen for {took_over:?} until replica-b took over; replica-a's window ended {:.3}s before replica-b acquired; replica-a made {} calls, replica-b {}; replica-a refused {} syncs after it resumed",
+        (b_acquired - a_window_end) as f64 / 1e9,
+        a_calls.len(),
+        b_calls.len(),
+        a_log.matches("Not leading").count()
+    );
+    assert!(
+        late.is_empty(),
+        "replica-a called its driver after its window (method, seconds late): {late:?}\n{}",
+        support::env::tail(&a_log, 30)
+    );
+    assert!(
+        b_acquired >= a_window_end,
+        "replica-b acquired {:.3}s inside replica-a's window",
+        (a_window_end - b_acquired) as f64 / 1e9
+    );
+    let early: Vec<_> = b_calls
+        .iter()
+        .filter(|(method, at)| STATE_CALLS.contains(&method.as_str()) && *at < b_acquired)
+        .collect();
+    assert!(
+        early.is_empty(),
+        "replica-b called before it led: {early:?}"
+    );
+    assert!(
+        b_calls.iter().any(|(m, _)| m == "ControllerPublishVolume"),
+        "replica-b attached the volume"
+    );
+    drop(b);
+}
+
+/// A kubeconfig for a server that is never reached: timing is checked first.
+fn unreachable_kubeconfig(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        "apiVersion: v1\nkind: Config\n\
+         clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n\
+         users: [{name: u, user: {token: t}}]\n\
+         contexts: [{name: x, context: {cluster: c, user: u}}]\n\
+         current-context: x\n",
+    )
+    .expect("kubeconfig");
+    path
+}
+
+#[test]
+fn leader_election_timing_client_go_refuses_exits_as_upstream() {
+    let ours = Path::new(env!("CARGO_BIN_EXE_csi-attacher"));
+    let upstream = support::controlplane::tools_dir()
+        .expect("tools")
+        .join("csi-attacher-upstream");
+    // Upstream checks the timing after it has probed the driver.
+    let mock = MockDriver::start(&[]).expect("mock");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = format!(
+        "--kubeconfig={}",
+        unreachable_kubeconfig(dir.path()).display()
+    );
+    let csi = format!("--csi-address={}", mock.address());
+    // Measured on upstream v4.12.0: client-go's NewLeaderElector error as a panic, exit 2.
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--leader-election-lease-duration=10s"],
+            "leaseDuration must be greater than renewDeadline",
+        ),
+        (
+            &["--leader-election-renew-deadline=20s"],
+            "leaseDuration must be greater than renewDeadline",
+        ),
+        (
+            &[
+                "--leader-election-lease-duration=900ms",
+                "--leader-election-renew-deadline=950ms",
+                "--leader-election-retry-period=100ms",
+            ],
+            "leaseDuration must be greater than renewDeadline",
+        ),
+        (
+            &["--leader-election-retry-period=9s"],
+            "renewDeadline must be greater than retryPeriod*JitterFactor",
+        ),
+        (
+            &["--leader-election-retry-period=0"],
+            "retryPeriod must be greater than zero",
+        ),
+    ];
+    for (extra, text) in cases {
+        for binary in [ours, upstream.as_path()] {
+            let output = Command::new(binary)
+                .args([kubeconfig.as_str(), csi.as_str(), "--leader-election"])
+                .args(*extra)
+                .env_remove("KUBERNETES_SERVICE_HOST")
+                .output()
+                .expect("run");
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert_eq!(
+                output.status.code(),
+                Some(2),
+                "{} {extra:?}: {stderr}",
+                binary.display()
+            );
+            assert!(
+                stderr.contains(text),
+                "{} {extra:?}: {stderr}",
+                binary.display()
+            );
+        }
+    }
 }

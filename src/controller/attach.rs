@@ -41,7 +41,9 @@ pub async fn attach(ctx: &Ctx, va: &VolumeAttachment, forced: bool) -> Result<()
     let publish_context = match publish(ctx, va).await {
         Ok(context) => context,
         Err(err) => {
-            ctx.record_attach_error(va, &err).await;
+            if !matches!(err, FlowError::NotLeading(_)) {
+                ctx.record_attach_error(va, &err).await;
+            }
             return Err(err);
         }
     };
@@ -86,7 +88,10 @@ async fn publish(ctx: &Ctx, va: &VolumeAttachment) -> Result<BTreeMap<String, St
             .await
             .map_err(FlowError::SaveVolumeAttachment)?;
     }
-    let context = ctx.csi.publish(request, migrated).await?;
+    let context = ctx
+        .leadership
+        .call(ctx.csi.publish(request, migrated))
+        .await??;
     Ok(context.into_iter().collect())
 }
 

@@ -37,7 +37,9 @@ pub async fn detach(ctx: &Ctx, va: &VolumeAttachment, forced: bool) -> Result<()
             Ok(())
         }
         Err(err) => {
-            ctx.record_detach_error(va, &err).await;
+            if !matches!(err, FlowError::NotLeading(_)) {
+                ctx.record_detach_error(va, &err).await;
+            }
             Err(err)
         }
     }
@@ -63,7 +65,9 @@ async fn unpublish_and_release(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), F
         node_id,
         secrets: secrets.into_iter().collect(),
     };
-    ctx.csi.unpublish(request, volume.migrated).await?;
+    ctx.leadership
+        .call(ctx.csi.unpublish(request, volume.migrated))
+        .await??;
 
     let mut current = None;
     if let Some(patch) = patches::remove_va_finalizer(va, &ctx.finalizer) {

@@ -132,6 +132,10 @@ pub enum FlowError {
     /// Removing our finalizer from a PV failed.
     #[error("could not remove PersistentVolume finalizer: {0}")]
     RemovePvFinalizer(#[source] ApiError),
+    /// The leadership window closed: the driver call was not started, or was
+    /// abandoned. Retriable, and never written on the VA.
+    #[error(transparent)]
+    NotLeading(#[from] crate::leader::NotLeading),
     /// The attempt panicked: a bug, kept to this one object and retried.
     #[error("internal error (please report it): {0}")]
     Panicked(String),

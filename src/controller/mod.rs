@@ -51,6 +51,7 @@ use store::{PvRefs, Stores};
 
 use crate::csi::{self, Capabilities};
 use crate::http::Readiness;
+use crate::leader::Leadership;
 use crate::metrics::{FlowMetrics, Metrics};
 
 /// VA lane for live VAs.
@@ -114,6 +115,8 @@ pub struct Hooks<L, S> {
     pub readiness: Readiness,
     /// Resolves when this replica may write (leadership); caches fill before.
     pub leading: L,
+    /// The leadership window every driver call is checked against.
+    pub leadership: Leadership,
     /// Resolves when the sidecar should stop.
     pub shutdown: S,
 }
@@ -142,6 +145,8 @@ pub struct Ctx {
     pub force_sync: reconcile::ForceSync,
     /// Events on repeated failures.
     pub events: Option<events::FailureEvents>,
+    /// Driver calls start only inside this window and are abandoned when it closes.
+    pub leadership: Leadership,
 }
 
 impl Ctx {
@@ -224,6 +229,7 @@ pub async fn run(
         metrics,
         readiness,
         leading,
+        leadership,
         shutdown,
     } = hooks;
     let finalizer = names::finalizer(&driver_name);
@@ -328,6 +334,7 @@ pub async fn run(
         flow_metrics: Arc::clone(&metrics.flows),
         force_sync: reconcile::ForceSync::default(),
         events: reporter.map(|r| events::FailureEvents::new(client, r, metrics.registry())),
+        leadership,
     });
     tasks.spawn(report_backlog(Arc::clone(&va_queue), Arc::clone(&pv_queue)));
     // Upstream's informers start with the leadership and add every object;
@@ -399,6 +406,11 @@ async fn va_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue>, lane: usize) {
             .await;
         match result {
             Ok(()) => queue.forget(&key),
+            Err(FlowError::NotLeading(_)) => {
+                // Not an error of the VA: whoever leads next does it.
+                let delay = queue.add_rate_limited(&key, lane);
+                span.in_scope(|| tracing::info!(retry_in = ?delay, "Not leading: driver call not started or abandoned"));
+            }
             Err(err) => {
                 let va = ctx.stores.va(&key);
                 let lane = va.as_ref().map_or(lane, lane_of);

@@ -51,6 +51,9 @@ pub enum ReconcileError {
         /// Pages read before it.
         pages: usize,
     },
+    /// The leadership window closed before or during the pass: nothing forced.
+    #[error(transparent)]
+    NotLeading(#[from] crate::leader::NotLeading),
 }
 
 /// How long one whole pass may take: `max(period, timeout)`.
@@ -131,7 +134,19 @@ pub async fn pass(
     max_entries: i32,
     limit: Duration,
 ) -> Result<PassReport, ReconcileError> {
-    let (published, pages) = list_published_within(&ctx.csi, max_entries, limit).await?;
+    // ListVolumes only reads, so it is not counted as a call the driver may
+    // still run; but a listing from outside the window forces nothing.
+    if !ctx.leadership.may_start() {
+        return Err(crate::leader::NotLeading.into());
+    }
+    let (published, pages) = tokio::select! {
+        biased;
+        () = ctx.leadership.closed() => return Err(crate::leader::NotLeading.into()),
+        listed = list_published_within(&ctx.csi, max_entries, limit) => listed?,
+    };
+    if !ctx.leadership.may_start() {
+        return Err(crate::leader::NotLeading.into());
+    }
     let mut report = PassReport {
         pages,
         ..PassReport::default()

@@ -15,6 +15,17 @@ struct FakeLeases {
     down: AtomicBool,
     gets: AtomicU32,
     hide_next_get: AtomicBool,
+    /// Time every call takes before the server acts on it.
+    latency: Mutex<Duration>,
+}
+
+impl FakeLeases {
+    async fn delay(&self) {
+        let latency = *self.latency.lock().unwrap_or_else(PoisonError::into_inner);
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+    }
 }
 
 fn api_error(code: u16, reason: &str) -> kube::Error {
@@ -25,6 +36,7 @@ fn api_error(code: u16, reason: &str) -> kube::Error {
 
 impl LeaseApi for Arc<FakeLeases> {
     async fn get(&self) -> Result<Option<Lease>, kube::Error> {
+        self.delay().await;
         self.gets.fetch_add(1, Ordering::SeqCst);
         if self.down.load(Ordering::SeqCst) {
             return Err(api_error(503, "ServiceUnavailable"));
@@ -37,6 +49,7 @@ impl LeaseApi for Arc<FakeLeases> {
     }
 
     async fn create(&self, lease: &Lease) -> Result<Lease, kube::Error> {
+        self.delay().await;
         if self.down.load(Ordering::SeqCst) {
             return Err(api_error(503, "ServiceUnavailable"));
         }
@@ -52,6 +65,7 @@ impl LeaseApi for Arc<FakeLeases> {
     }
 
     async fn replace(&self, lease: &Lease) -> Result<Lease, kube::Error> {
+        self.delay().await;
         if self.down.load(Ordering::SeqCst) {
             return Err(api_error(503, "ServiceUnavailable"));
         }
@@ -270,4 +284,263 @@ async fn health_fails_when_the_leader_has_not_renewed_for_lease_duration_plus_20
                 .to_string()
         )
     );
+}
+
+fn lease_seconds(api: &FakeLeases) -> Option<i32> {
+    api.lease
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .as_ref()
+        .and_then(|l| l.spec.as_ref()?.lease_duration_seconds)
+}
+
+#[test]
+fn timing_is_validated_as_client_go_does_on_exact_durations() {
+    let ms = Duration::from_millis;
+    let check = |lease, renew, retry| validate_timing(ms(lease), ms(renew), ms(retry)).err();
+    assert_eq!(check(15_000, 10_000, 5_000), None);
+    // Sub-second values are compared as they are, not as whole seconds.
+    assert_eq!(check(500, 400, 100), None);
+    assert_eq!(
+        check(1_500, 1_200, 500),
+        None,
+        "1.5 s > 1.2 s > 1.2 * 0.5 s"
+    );
+    let text = |lease, renew, retry| check(lease, renew, retry).map(|e| e.to_string());
+    assert_eq!(
+        text(10_000, 10_000, 5_000).as_deref(),
+        Some("leaseDuration must be greater than renewDeadline")
+    );
+    assert_eq!(
+        text(900, 950, 100).as_deref(),
+        Some("leaseDuration must be greater than renewDeadline")
+    );
+    // 1.2 * 500 ms = 600 ms: a 600 ms renew deadline is not enough, 601 ms is.
+    assert_eq!(
+        text(2_000, 600, 500).as_deref(),
+        Some("renewDeadline must be greater than retryPeriod*JitterFactor")
+    );
+    assert_eq!(text(2_000, 601, 500), None);
+    // client-go's order: the comparisons come before the zero checks.
+    assert_eq!(
+        text(0, 0, 0).as_deref(),
+        Some("leaseDuration must be greater than renewDeadline")
+    );
+    assert_eq!(
+        text(2_000, 1_000, 0).as_deref(),
+        Some("retryPeriod must be greater than zero")
+    );
+}
+
+#[test]
+fn lease_seconds_round_up_so_a_standby_never_waits_less_than_the_leader_assumes() {
+    assert_eq!(lease_duration_seconds(Duration::from_millis(500)), 1);
+    assert_eq!(lease_duration_seconds(Duration::from_millis(1_001)), 2);
+    assert_eq!(lease_duration_seconds(Duration::from_secs(15)), 15);
+    assert_eq!(lease_duration_seconds(Duration::ZERO), 1);
+    assert_eq!(
+        lease_duration_seconds(Duration::from_secs(u64::MAX)),
+        i32::MAX
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sub_second_lease_is_written_as_one_second_not_zero() {
+    let api = Arc::new(FakeLeases::default());
+    let mut fast = settings("a");
+    fast.lease_duration = Duration::from_millis(500);
+    fast.renew_deadline = Duration::from_millis(400);
+    fast.retry_period = Duration::from_millis(100);
+    let mut a = Elector::new(Arc::clone(&api), fast, None);
+    a.acquire(never()).await;
+    assert_eq!(lease_seconds(&api), Some(1));
+    // A standby therefore waits for it instead of taking it at once.
+    let mut b = elector(&api, "b");
+    assert!(!b.try_acquire_or_renew().await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_window_is_timed_from_the_start_of_the_renewal_not_its_answer() {
+    let api = Arc::new(FakeLeases::default());
+    *api.latency.lock().unwrap_or_else(PoisonError::into_inner) = Duration::from_secs(3);
+    let mut a = elector(&api, "a");
+    let leadership = a.leadership();
+    assert_eq!(leadership.window(), Window::Closed);
+    let started = Instant::now();
+    a.acquire(never()).await;
+    // GET (3 s) + CREATE (3 s): the attempt started 6 s ago.
+    assert_eq!(started.elapsed(), Duration::from_secs(6));
+    assert_eq!(
+        leadership.window(),
+        Window::Until(started + Duration::from_secs(10))
+    );
+    assert!(leadership.may_start());
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_call_starts_after_the_window_even_after_a_freeze() {
+    let api = Arc::new(FakeLeases::default());
+    let mut a = elector(&api, "a");
+    a.acquire(never()).await;
+    let leadership = a.leadership();
+    assert_eq!(leadership.call(async { 7 }).await, Ok(7));
+    // Frozen: nothing runs the renewal loop for 11 s (> renew deadline).
+    tokio::time::advance(Duration::from_secs(11)).await;
+    assert!(!leadership.may_start());
+    let polled = AtomicBool::new(false);
+    let attempt = leadership
+        .call(async {
+            polled.store(true, Ordering::SeqCst);
+        })
+        .await;
+    assert_eq!(attempt, Err(NotLeading));
+    assert!(!polled.load(Ordering::SeqCst), "the call was never started");
+    assert_eq!(leadership.abandoned(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_in_flight_is_abandoned_the_moment_the_window_closes() {
+    let api = Arc::new(FakeLeases::default());
+    let mut a = elector(&api, "a");
+    let started = Instant::now();
+    a.acquire(never()).await;
+    let leadership = a.leadership();
+    // The API goes away: no renewal succeeds again.
+    api.down.store(true, Ordering::SeqCst);
+    let renewing = tokio::spawn(async move {
+        a.renew_until_lost().await;
+        Instant::now()
+    });
+    let outcome = leadership
+        .call(tokio::time::sleep(Duration::from_secs(3600)))
+        .await;
+    assert_eq!(outcome, Err(NotLeading));
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_secs(10),
+        "at the window's end"
+    );
+    assert_eq!(leadership.abandoned(), 1);
+    assert_eq!(leadership.in_flight(), 0);
+    let lost_at = renewing.await.expect("renewal task");
+    assert_eq!(lost_at - started, Duration::from_secs(10));
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewals_keep_a_long_call_going() {
+    let api = Arc::new(FakeLeases::default());
+    let mut a = elector(&api, "a");
+    a.acquire(never()).await;
+    let leadership = a.leadership();
+    let renewing = tokio::spawn(async move { a.renew_until_lost().await });
+    let outcome = leadership
+        .call(tokio::time::sleep(Duration::from_secs(60)))
+        .await;
+    assert_eq!(outcome, Ok(()));
+    assert_eq!(leadership.abandoned(), 0);
+    renewing.abort();
+}
+
+/// Two replicas on one Lease where only the leader's requests fail (a partition).
+#[derive(Clone)]
+struct Partitioned {
+    shared: Arc<FakeLeases>,
+    cut: Arc<AtomicBool>,
+}
+
+impl LeaseApi for Partitioned {
+    async fn get(&self) -> Result<Option<Lease>, kube::Error> {
+        if self.cut.load(Ordering::SeqCst) {
+            return Err(api_error(503, "ServiceUnavailable"));
+        }
+        self.shared.get().await
+    }
+    async fn create(&self, lease: &Lease) -> Result<Lease, kube::Error> {
+        if self.cut.load(Ordering::SeqCst) {
+            return Err(api_error(503, "ServiceUnavailable"));
+        }
+        self.shared.create(lease).await
+    }
+    async fn replace(&self, lease: &Lease) -> Result<Lease, kube::Error> {
+        if self.cut.load(Ordering::SeqCst) {
+            return Err(api_error(503, "ServiceUnavailable"));
+        }
+        self.shared.replace(lease).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_partitioned_leader_stops_lease_duration_minus_renew_deadline_before_a_standby_takes_over(
+) {
+    let shared = Arc::new(FakeLeases::default());
+    let cut = Arc::new(AtomicBool::new(false));
+    let api_a = Partitioned {
+        shared: Arc::clone(&shared),
+        cut: Arc::clone(&cut),
+    };
+    let api_b = Partitioned {
+        shared: Arc::clone(&shared),
+        cut: Arc::new(AtomicBool::new(false)),
+    };
+    let start = Instant::now();
+    let mut a = Elector::new(api_a, settings("a"), None);
+    a.acquire(never()).await;
+    let leadership = a.leadership();
+    let a_task = tokio::spawn(async move {
+        a.renew_until_lost().await;
+        Instant::now()
+    });
+    let mut b = Elector::new(api_b, settings("b"), None);
+    let b_task = tokio::spawn(async move {
+        b.acquire(never()).await;
+        Instant::now()
+    });
+    // a renews at 0, 5 and 10 s (retry period 5 s); cut off from 12 s on.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    cut.store(true, Ordering::SeqCst);
+    leadership.closed().await;
+    let window_closed = Instant::now();
+    let a_lost = a_task.await.expect("a's renewals");
+    let b_acquired = b_task.await.expect("b's acquisition");
+    assert_eq!(
+        window_closed - start,
+        Duration::from_secs(20),
+        "10 s + renew deadline"
+    );
+    assert_eq!(
+        a_lost, window_closed,
+        "the elector gives up when the window closes"
+    );
+    assert!(
+        b_acquired >= window_closed + Duration::from_secs(5),
+        "margin {:?}",
+        b_acquired - window_closed
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_waits_for_no_call_and_keeps_the_lease_when_a_call_was_abandoned() {
+    let api = Arc::new(FakeLeases::default());
+    let mut a = elector(&api, "a");
+    a.acquire(never()).await;
+    let leadership = a.leadership();
+    // A call that is dropped before it returned (a drain that timed out).
+    let abandoned = tokio::time::timeout(
+        Duration::from_secs(1),
+        leadership.call(tokio::time::sleep(Duration::from_secs(3600))),
+    )
+    .await;
+    assert!(abandoned.is_err());
+    assert_eq!(leadership.abandoned(), 1);
+    assert!(!a.release().await, "the lease is left to expire");
+    assert_eq!(api.holder().as_deref(), Some("a"));
+    assert!(!leadership.may_start(), "but no call starts any more");
+
+    let api = Arc::new(FakeLeases::default());
+    let mut c = elector(&api, "c");
+    c.acquire(never()).await;
+    let leadership = c.leadership();
+    assert_eq!(leadership.call(async {}).await, Ok(()));
+    assert!(c.release().await);
+    assert_eq!(api.holder().as_deref(), Some(""));
 }
