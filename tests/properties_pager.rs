@@ -328,8 +328,9 @@ proptest! {
             Ok(published) => published,
             Err(ReconcileError::List(status)) => Want::ListError(status.code),
             Err(ReconcileError::RepeatedToken(token)) => Want::RepeatedToken(token),
-            // A finite listing never takes the whole pass limit.
-            Err(err @ ReconcileError::PassTimeout { .. }) => {
+            // A finite listing never takes the whole pass limit, and no
+            // leadership is in play here.
+            Err(err @ (ReconcileError::PassTimeout { .. } | ReconcileError::NotLeading(_))) => {
                 return Err(TestCaseError::fail(format!("script {script:?}: {err}")));
             }
         };
