@@ -105,7 +105,9 @@ fn chaos() {
         .enable_all()
         .build()
         .expect("runtime");
-    let report = runtime.block_on(run(seed, faults, &size)).expect("chaos run");
+    let report = runtime
+        .block_on(run(seed, faults, &size))
+        .expect("chaos run");
     eprintln!("{report}");
     if let Ok(path) = std::env::var("CHAOS_REPORT") {
         std::fs::write(&path, &report).expect("write CHAOS_REPORT");
@@ -118,7 +120,10 @@ fn chaos() {
 
 async fn run(seed: u64, fault_count: usize, size: &str) -> Result<String> {
     let started = Instant::now();
-    let dir = tempfile::Builder::new().prefix("csi-attacher-chaos-").tempdir()?.keep();
+    let dir = tempfile::Builder::new()
+        .prefix("csi-attacher-chaos-")
+        .tempdir()?
+        .keep();
     if std::env::var_os("CHAOS_KEEP").is_none() {
         support::procs::remove_at_exit(dir.clone());
     }
@@ -143,7 +148,24 @@ async fn run(seed: u64, fault_count: usize, size: &str) -> Result<String> {
             "validations": [{"expression": "false", "message": "chaos: writes rejected"}],
         },
     });
-    post(&client, "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies", &policy).await?;
+    post(
+        &client,
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+        &policy,
+    )
+    .await?;
+    // A priority level with no seats at all, for the 429 fault's FlowSchema to point at.
+    let level = json!({
+        "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
+        "metadata": {"name": "chaos-starved"},
+        "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": 0, "lendablePercent": 0, "borrowingLimitPercent": 0, "limitResponse": {"type": "Reject"}}},
+    });
+    post(
+        &client,
+        "/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations",
+        &level,
+    )
+    .await?;
     for k in 0..workload::NODES {
         let node = workload::node_name(k);
         faults::create_csinode(&client, &node, &format!("{node}-id")).await?;
@@ -152,19 +174,32 @@ async fn run(seed: u64, fault_count: usize, size: &str) -> Result<String> {
     let work = workload::Workload::new(client.clone());
     let mut rng = rng::Rng::new(seed);
     let first = work.probe_va(&mut rng).await;
-    wait_attached(&client, first.as_deref().unwrap_or_default(), Duration::from_secs(60)).await?;
+    wait_attached(
+        &client,
+        first.as_deref().unwrap_or_default(),
+        Duration::from_secs(60),
+    )
+    .await?;
     let setup = started.elapsed();
     let runner = tokio::spawn(Arc::clone(&work).run(seed));
 
     // Faults: every kind once (shuffled), then weighted draws.
-    let injector = faults::Injector { world: Arc::clone(&world), client: client.clone() };
+    let injector = faults::Injector {
+        world: Arc::clone(&world),
+        client: client.clone(),
+    };
     let mut plan: Vec<&str> = faults::KINDS.to_vec();
     for i in (1..plan.len()).rev() {
         plan.swap(i, rng.below(i as u64 + 1) as usize);
     }
     let total_weight: u64 = faults::KINDS.iter().map(|k| faults::weight(k)).sum();
     let mut windows = Vec::new();
-    while windows.iter().filter(|w: &&faults::Window| !w.skipped).count() < fault_count {
+    while windows
+        .iter()
+        .filter(|w: &&faults::Window| !w.skipped)
+        .count()
+        < fault_count
+    {
         let kind = if windows.len() < plan.len() {
             plan[windows.len()]
         } else {
@@ -173,7 +208,12 @@ async fn run(seed: u64, fault_count: usize, size: &str) -> Result<String> {
                 .iter()
                 .find(|k| {
                     let w = faults::weight(k);
-                    if pick < w { true } else { pick -= w; false }
+                    if pick < w {
+                        true
+                    } else {
+                        pick -= w;
+                        false
+                    }
                 })
                 .unwrap_or(&"proxy-delay")
         };
@@ -181,7 +221,13 @@ async fn run(seed: u64, fault_count: usize, size: &str) -> Result<String> {
         let (note, skipped) = injector.inject(kind, &mut rng).await;
         let end = world::now_nanos();
         eprintln!("chaos: [{:>4}] {kind}: {note}", windows.len());
-        windows.push(faults::Window { kind: kind.to_string(), start, end, note, skipped });
+        windows.push(faults::Window {
+            kind: kind.to_string(),
+            start,
+            end,
+            note,
+            skipped,
+        });
         tokio::time::sleep(Duration::from_millis(200 + rng.below(600))).await;
         if windows.len() > fault_count * 3 {
             break;
@@ -210,7 +256,12 @@ async fn run(seed: u64, fault_count: usize, size: &str) -> Result<String> {
     let bound = TIMEOUT * 2 + Duration::from_secs(1);
     let probe_started = Instant::now();
     let probe = work.probe_va(&mut rng).await;
-    let probe_result = wait_attached(&client, probe.as_deref().unwrap_or_default(), Duration::from_secs(60)).await;
+    let probe_result = wait_attached(
+        &client,
+        probe.as_deref().unwrap_or_default(),
+        Duration::from_secs(60),
+    )
+    .await;
     let probe_took = probe_started.elapsed();
     if probe_result.is_err() || probe_took > bound {
         violations.push(("I5".into(), format!("new VA {probe:?} after the faults: attached after {probe_took:?} (bound {bound:?}): {probe_result:?}; leader {leader:?}")));
@@ -227,15 +278,24 @@ async fn run(seed: u64, fault_count: usize, size: &str) -> Result<String> {
     }
     let drained_after = drain.elapsed();
     if !pending.is_empty() {
-        violations.push(("I5".into(), format!("not drained 60 s after the faults: {pending}")));
+        violations.push((
+            "I5".into(),
+            format!("not drained 60 s after the faults: {pending}"),
+        ));
     }
     // One reconcile pass (--reconcile-sync=5s) after draining, so a driver that lost its state is repaired.
     tokio::time::sleep(Duration::from_secs(6)).await;
     if let Some(l) = world.leader(&client).await {
         if let Some(metrics) = world.metrics(l).await {
-            for line in metrics.lines().filter(|l| l.starts_with("csi_attacher_lane_depth{")) {
+            for line in metrics
+                .lines()
+                .filter(|l| l.starts_with("csi_attacher_lane_depth{"))
+            {
                 if !line.ends_with(" 0") {
-                    violations.push(("I5".into(), format!("leader replica-{l} lane not empty: {line}")));
+                    violations.push((
+                        "I5".into(),
+                        format!("leader replica-{l} lane not empty: {line}"),
+                    ));
                 }
             }
         }
@@ -244,14 +304,29 @@ async fn run(seed: u64, fault_count: usize, size: &str) -> Result<String> {
     // Evidence.
     let vas: Api<VolumeAttachment> = Api::all(client.clone());
     let pvs: Api<PersistentVolume> = Api::all(client.clone());
-    let live_vas: Vec<Value> = vas.list(&ListParams::default()).await?.items.iter().filter_map(|v| serde_json::to_value(v).ok()).collect();
-    let pv_list: Vec<Value> = pvs.list(&ListParams::default()).await?.items.iter().filter_map(|v| serde_json::to_value(v).ok()).collect();
+    let live_vas: Vec<Value> = vas
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter_map(|v| serde_json::to_value(v).ok())
+        .collect();
+    let pv_list: Vec<Value> = pvs
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter_map(|v| serde_json::to_value(v).ok())
+        .collect();
     let events: Api<Event> = Api::all(client.clone());
     let events_text = serde_json::to_string(&events.list(&ListParams::default()).await?.items)?;
     let published = world.driver.admin("GET", "/published", None).await?;
     let mut metrics = Vec::new();
     for r in 0..world.replicas.len() {
-        metrics.push((format!("replica-{r} /metrics"), world.metrics(r).await.unwrap_or_default()));
+        metrics.push((
+            format!("replica-{r} /metrics"),
+            world.metrics(r).await.unwrap_or_default(),
+        ));
     }
     // Let the audit log catch up with the last writes.
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -261,10 +336,21 @@ async fn run(seed: u64, fault_count: usize, size: &str) -> Result<String> {
     let mut logs: Vec<(String, String)> = world
         .replicas
         .iter()
-        .map(|r| (format!("replica-{} log", r.index), std::fs::read_to_string(&r.log).unwrap_or_default()))
+        .map(|r| {
+            (
+                format!("replica-{} log", r.index),
+                std::fs::read_to_string(&r.log).unwrap_or_default(),
+            )
+        })
         .collect();
-    logs.push(("driver log".into(), std::fs::read_to_string(&world.driver.log).unwrap_or_default()));
-    logs.push(("kube-apiserver log".into(), std::fs::read_to_string(dir.join("kube-apiserver.log")).unwrap_or_default()));
+    logs.push((
+        "driver log".into(),
+        std::fs::read_to_string(&world.driver.log).unwrap_or_default(),
+    ));
+    logs.push((
+        "kube-apiserver log".into(),
+        std::fs::read_to_string(dir.join("kube-apiserver.log")).unwrap_or_default(),
+    ));
     let instances = lock(&work.state).instances.clone();
     let exits = lock(&world.exits).clone();
     let node_of_id = |id: &str| id.split_once("-id").map(|(n, _)| n.to_string());
@@ -290,7 +376,11 @@ async fn run(seed: u64, fault_count: usize, size: &str) -> Result<String> {
     let mut by_kind: BTreeMap<&str, (u32, u32)> = BTreeMap::new();
     for w in &windows {
         let e = by_kind.entry(w.kind.as_str()).or_default();
-        if w.skipped { e.1 += 1 } else { e.0 += 1 }
+        if w.skipped {
+            e.1 += 1
+        } else {
+            e.0 += 1
+        }
     }
     let mut by_invariant: BTreeMap<&str, u32> = BTreeMap::new();
     for (inv, _) in &violations {
@@ -299,17 +389,51 @@ async fn run(seed: u64, fault_count: usize, size: &str) -> Result<String> {
     let state = lock(&work.state);
     let mut out = String::new();
     writeln!(out, "# Chaos run\n")?;
-    writeln!(out, "- size `{size}`, seed `{seed}` (replay: `CHAOS_SEED={seed} hack/chaos.sh{}`)", if size == "full" { " --full" } else { "" })?;
-    writeln!(out, "- faults injected: {} ({} skipped: nothing to act on)", windows.iter().filter(|w| !w.skipped).count(), windows.iter().filter(|w| w.skipped).count())?;
-    writeln!(out, "- wall time: {:.0} s (setup {:.0} s, faults {:.0} s, heal + checks {:.0} s)", started.elapsed().as_secs_f64(), setup.as_secs_f64(), faulting.as_secs_f64(), (started.elapsed() - setup - faulting).as_secs_f64())?;
+    writeln!(
+        out,
+        "- size `{size}`, seed `{seed}` (replay: `CHAOS_SEED={seed} hack/chaos.sh{}`)",
+        if size == "full" { " --full" } else { "" }
+    )?;
+    writeln!(
+        out,
+        "- faults injected: {} ({} skipped: nothing to act on)",
+        windows.iter().filter(|w| !w.skipped).count(),
+        windows.iter().filter(|w| w.skipped).count()
+    )?;
+    writeln!(
+        out,
+        "- wall time: {:.0} s (setup {:.0} s, faults {:.0} s, heal + checks {:.0} s)",
+        started.elapsed().as_secs_f64(),
+        setup.as_secs_f64(),
+        faulting.as_secs_f64(),
+        (started.elapsed() - setup - faulting).as_secs_f64()
+    )?;
     writeln!(out, "- workload: {} VAs created, {} deleted, {} re-created on another node, {} API errors seen by the workload", state.creates, state.deletes, state.moves, state.errors)?;
-    writeln!(out, "- driver calls: {} (Publish {}, Unpublish {}, ListVolumes {}); replica restarts: {}", calls.len(),
-        calls.iter().filter(|c| c.method == "ControllerPublishVolume").count(),
-        calls.iter().filter(|c| c.method == "ControllerUnpublishVolume").count(),
-        calls.iter().filter(|c| c.method == "ListVolumes").count(), exits.len())?;
+    writeln!(
+        out,
+        "- driver calls: {} (Publish {}, Unpublish {}, ListVolumes {}); replica restarts: {}",
+        calls.len(),
+        calls
+            .iter()
+            .filter(|c| c.method == "ControllerPublishVolume")
+            .count(),
+        calls
+            .iter()
+            .filter(|c| c.method == "ControllerUnpublishVolume")
+            .count(),
+        calls.iter().filter(|c| c.method == "ListVolumes").count(),
+        exits.len()
+    )?;
     writeln!(out, "- after the faults: new VA attached in {probe_took:.2?} (bound {bound:?}), drained in {drained_after:.2?}")?;
-    writeln!(out, "- leadership terms (from the Lease's audit events): {}\n", check::terms(&audit, world::LEASE).len())?;
-    writeln!(out, "## Faults by type\n\n| fault | injected | skipped |\n|---|---|---|")?;
+    writeln!(
+        out,
+        "- leadership terms (from the Lease's audit events): {}\n",
+        check::terms(&audit, world::LEASE).len()
+    )?;
+    writeln!(
+        out,
+        "## Faults by type\n\n| fault | injected | skipped |\n|---|---|---|"
+    )?;
     for (kind, (n, s)) in &by_kind {
         writeln!(out, "| {kind} | {n} | {s} |")?;
     }
@@ -322,12 +446,22 @@ async fn run(seed: u64, fault_count: usize, size: &str) -> Result<String> {
         }
         writeln!(out, "\n| invariant | evidence |\n|---|---|")?;
         for (inv, evidence) in violations.iter().take(200) {
-            writeln!(out, "| {inv} | {} |", evidence.replace('|', "\\|").replace('\n', " "))?;
+            writeln!(
+                out,
+                "| {inv} | {} |",
+                evidence.replace('|', "\\|").replace('\n', " ")
+            )?;
         }
     }
     writeln!(out, "\n## Fault log\n")?;
     for (i, w) in windows.iter().enumerate() {
-        writeln!(out, "{i}. `{}` at {}: {}", w.kind, check::format_time(w.start), w.note)?;
+        writeln!(
+            out,
+            "{i}. `{}` at {}: {}",
+            w.kind,
+            check::format_time(w.start),
+            w.note
+        )?;
     }
     Ok(out)
 }
@@ -342,7 +476,10 @@ async fn pending_work(client: &kube::Client) -> String {
     for va in list.items {
         let name = va.metadata.name.clone().unwrap_or_default();
         if va.metadata.deletion_timestamp.is_some() {
-            out.push(format!("{name} deleting (finalizers {:?})", va.metadata.finalizers));
+            out.push(format!(
+                "{name} deleting (finalizers {:?})",
+                va.metadata.finalizers
+            ));
         } else if !va.status.as_ref().is_some_and(|s| s.attached) {
             out.push(format!("{name} not attached (status {:?})", va.status));
         }
@@ -355,7 +492,9 @@ async fn wait_attached(client: &kube::Client, name: &str, timeout: Duration) -> 
     let vas: Api<VolumeAttachment> = Api::all(client.clone());
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
-        if let Ok(Ok(Some(va))) = tokio::time::timeout(Duration::from_secs(3), vas.get_opt(name)).await {
+        if let Ok(Ok(Some(va))) =
+            tokio::time::timeout(Duration::from_secs(3), vas.get_opt(name)).await
+        {
             if va.status.is_some_and(|s| s.attached) {
                 return Ok(());
             }

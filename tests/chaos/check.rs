@@ -83,12 +83,24 @@ pub fn terms(audit: &[Value], lease: &str) -> Vec<Term> {
     let mut writes: Vec<(i128, Option<String>)> = audit
         .iter()
         .filter(|e| e["objectRef"]["resource"] == "leases" && e["objectRef"]["name"] == lease)
-        .filter(|e| e["responseStatus"]["code"].as_i64().is_some_and(|c| (200..300).contains(&c)))
+        .filter(|e| {
+            matches!(
+                e["verb"].as_str(),
+                Some("create" | "update" | "patch" | "delete")
+            )
+        })
+        .filter(|e| {
+            e["responseStatus"]["code"]
+                .as_i64()
+                .is_some_and(|c| (200..300).contains(&c))
+        })
         .map(|e| {
             let holder = if e["verb"] == "delete" {
                 None
             } else {
-                e["responseObject"]["spec"]["holderIdentity"].as_str().map(str::to_string)
+                e["responseObject"]["spec"]["holderIdentity"]
+                    .as_str()
+                    .map(str::to_string)
             };
             (received(e), holder)
         })
@@ -155,7 +167,12 @@ fn i1(inp: &Inputs<'_>, v: &mut Vec<(String, String)>) {
     let live: BTreeSet<(&str, &str)> = inp
         .live_vas
         .iter()
-        .filter_map(|va| Some((va["metadata"]["name"].as_str()?, va["metadata"]["uid"].as_str()?)))
+        .filter_map(|va| {
+            Some((
+                va["metadata"]["name"].as_str()?,
+                va["metadata"]["uid"].as_str()?,
+            ))
+        })
         .collect();
     for inst in inp.instances {
         if inst.deleted.is_none() || live.contains(&(inst.name.as_str(), inst.uid.as_str())) {
@@ -165,7 +182,9 @@ fn i1(inp: &Inputs<'_>, v: &mut Vec<(String, String)>) {
         let publishes: Vec<&Call> = inp
             .calls
             .iter()
-            .filter(|c| c.method == "ControllerPublishVolume" && c.volume == inst.handle && node_ok(&c.node))
+            .filter(|c| {
+                c.method == "ControllerPublishVolume" && c.volume == inst.handle && node_ok(&c.node)
+            })
             .collect();
         let Some(last) = publishes.iter().max_by_key(|c| c.end) else {
             continue; // never published: nothing to undo
@@ -189,7 +208,9 @@ fn i1(inp: &Inputs<'_>, v: &mut Vec<(String, String)>) {
                 e["objectRef"]["resource"] == "volumeattachments"
                     && e["objectRef"]["name"] == inst.name.as_str()
                     && e["responseObject"]["metadata"]["uid"] == inst.uid.as_str()
-                    && e["responseStatus"]["code"].as_i64().is_some_and(|c| (200..300).contains(&c))
+                    && e["responseStatus"]["code"]
+                        .as_i64()
+                        .is_some_and(|c| (200..300).contains(&c))
                     && e["responseObject"]["metadata"]["deletionTimestamp"].is_string()
                     && !has_ours(&e["responseObject"])
             })
@@ -199,8 +220,10 @@ fn i1(inp: &Inputs<'_>, v: &mut Vec<(String, String)>) {
             None => v.push((
                 "I1".into(),
                 format!(
-                    "VA {} (uid {}, volume {}, node {}) deleted and gone, last Publish to {} by replica-{} ended {} ({}), no OK Unpublish to that node ID started after it",
-                    inst.name, inst.uid, inst.handle, inst.node, last.node, last.caller, secs(last.end), last.code
+                    "VA {} (uid {}, volume {}, node {}, created {}, delete requested {}) is gone; its last Publish (to {} by replica-{}, {} .. {}, {}{}) has no OK Unpublish to that node ID started after it",
+                    inst.name, inst.uid, inst.handle, inst.node, secs(inst.created), inst.deleted.map(secs).unwrap_or_default(),
+                    last.node, last.caller, secs(last.start), secs(last.end), last.code,
+                    if last.abandoned.is_some() { ", abandoned by its caller" } else { "" }
                 ),
             )),
             Some(u) => {
@@ -227,7 +250,10 @@ fn i2(inp: &Inputs<'_>, v: &mut Vec<(String, String)>) {
                 "I2".into(),
                 format!(
                     "VA {} deleting since {} still has our finalizer (finalizers {}, status {})",
-                    va["metadata"]["name"], va["metadata"]["deletionTimestamp"], va["metadata"]["finalizers"], va["status"]
+                    va["metadata"]["name"],
+                    va["metadata"]["deletionTimestamp"],
+                    va["metadata"]["finalizers"],
+                    va["status"]
                 ),
             ));
         }
@@ -239,10 +265,16 @@ fn i2(inp: &Inputs<'_>, v: &mut Vec<(String, String)>) {
         .collect();
     for pv in inp.pvs {
         let name = pv["metadata"]["name"].as_str().unwrap_or_default();
-        if pv["metadata"]["deletionTimestamp"].is_string() && has_ours(pv) && !referenced.contains(name) {
+        if pv["metadata"]["deletionTimestamp"].is_string()
+            && has_ours(pv)
+            && !referenced.contains(name)
+        {
             v.push((
                 "I2".into(),
-                format!("PV {name} deleting, no VA references it, still has our finalizer ({})", pv["metadata"]["finalizers"]),
+                format!(
+                    "PV {name} deleting, no VA references it, still has our finalizer ({})",
+                    pv["metadata"]["finalizers"]
+                ),
             ));
         }
     }
@@ -253,7 +285,10 @@ fn i3(inp: &Inputs<'_>, v: &mut Vec<(String, String)>) {
     if let Some(table) = inp.published.as_object() {
         for (volume, nodes) in table {
             for node in nodes.as_array().into_iter().flatten() {
-                driver.insert((volume.clone(), node.as_str().unwrap_or_default().to_string()));
+                driver.insert((
+                    volume.clone(),
+                    node.as_str().unwrap_or_default().to_string(),
+                ));
             }
         }
     }
@@ -264,7 +299,11 @@ fn i3(inp: &Inputs<'_>, v: &mut Vec<(String, String)>) {
         }
         let name = va["metadata"]["name"].as_str().unwrap_or_default();
         let uid = va["metadata"]["uid"].as_str().unwrap_or_default();
-        let Some(inst) = inp.instances.iter().find(|i| i.name == name && i.uid == uid) else {
+        let Some(inst) = inp
+            .instances
+            .iter()
+            .find(|i| i.name == name && i.uid == uid)
+        else {
             continue;
         };
         // The node ID it was last published to (CSINode may have been re-registered since).
@@ -283,10 +322,18 @@ fn i3(inp: &Inputs<'_>, v: &mut Vec<(String, String)>) {
         expected.insert((inst.handle.clone(), node_id));
     }
     for extra in driver.difference(&expected) {
-        v.push(("I3".into(), format!("driver has {extra:?} published, no live attached VA for it")));
+        v.push((
+            "I3".into(),
+            format!("driver has {extra:?} published, no live attached VA for it"),
+        ));
     }
     for missing in expected.difference(&driver) {
-        v.push(("I3".into(), format!("a live VA is attached=true for {missing:?}, the driver does not have it published")));
+        v.push((
+            "I3".into(),
+            format!(
+                "a live VA is attached=true for {missing:?}, the driver does not have it published"
+            ),
+        ));
     }
 }
 
@@ -313,13 +360,18 @@ fn i4(inp: &Inputs<'_>, v: &mut Vec<(String, String)>) {
                 }
             }
         }
-        let keep = open.get(&call.caller).is_none_or(|o| o.caller_end() < call.caller_end());
+        let keep = open
+            .get(&call.caller)
+            .is_none_or(|o| o.caller_end() < call.caller_end());
         if keep {
             open.insert(call.caller, call);
         }
     }
     if overlaps > 20 {
-        v.push(("I4".into(), format!("{overlaps} overlapping call pairs in all (first 20 shown)")));
+        v.push((
+            "I4".into(),
+            format!("{overlaps} overlapping call pairs in all (first 20 shown)"),
+        ));
     }
     let terms = terms(inp.audit, inp.lease);
     let mut outside = 0;
@@ -333,28 +385,44 @@ fn i4(inp: &Inputs<'_>, v: &mut Vec<(String, String)>) {
             if outside <= 20 {
                 let near = terms
                     .iter()
-                    .filter(|t| t.identity == identity && t.acquired <= call.start)
-                    .next_back()
-                    .map(|t| format!("its last term: acquired {} last renewal {}", secs(t.acquired), secs(t.last_renewal)))
+                    .rfind(|t| t.identity == identity && t.acquired <= call.start)
+                    .map(|t| {
+                        format!(
+                            "its last term: acquired {} last renewal {}",
+                            secs(t.acquired),
+                            secs(t.last_renewal)
+                        )
+                    })
                     .unwrap_or_else(|| "no term of it started before".into());
                 v.push((
                     "I4".into(),
                     format!(
                         "replica-{} {} {} [{} .. {}] outside its leadership ({near})",
-                        call.caller, call.method, call.volume, secs(call.start), secs(call.caller_end())
+                        call.caller,
+                        call.method,
+                        call.volume,
+                        secs(call.start),
+                        secs(call.caller_end())
                     ),
                 ));
             }
         }
     }
     if outside > 20 {
-        v.push(("I4".into(), format!("{outside} calls outside their caller's leadership in all (first 20 shown)")));
+        v.push((
+            "I4".into(),
+            format!("{outside} calls outside their caller's leadership in all (first 20 shown)"),
+        ));
     }
 }
 
 fn i6(inp: &Inputs<'_>, v: &mut Vec<(String, String)>) {
-    for (name, log) in inp.logs {
-        for line in log.lines().filter(|l| l.contains("panicked")) {
+    for (name, log) in inp
+        .logs
+        .iter()
+        .filter(|(n, _)| !n.starts_with("kube-apiserver"))
+    {
+        for line in log.lines().filter(|l| l.contains("panicked at")) {
             v.push(("I6".into(), format!("{name}: {line}")));
         }
     }
@@ -374,17 +442,31 @@ fn i6(inp: &Inputs<'_>, v: &mut Vec<(String, String)>) {
     // Request rate of standbys during outages (429s, rejections, partitions): per second buckets.
     let terms = terms(inp.audit, inp.lease);
     for window in inp.windows.iter().filter(|w| {
-        matches!(w.kind.as_str(), "apf-429" | "write-rejection-vap" | "apiserver-sigstop" | "etcd-stall" | "lease-stolen" | "lease-deleted")
+        matches!(
+            w.kind.as_str(),
+            "apf-429"
+                | "write-rejection-vap"
+                | "apiserver-sigstop"
+                | "etcd-stall"
+                | "lease-stolen"
+                | "lease-deleted"
+        )
     }) {
         for r in 0..inp.replicas {
             let identity = format!("replica-{r}");
             let user = format!("chaos-{identity}");
-            let leading = terms.iter().any(|t| t.identity == identity && t.acquired < window.end && t.until() > window.start);
+            let leading = terms.iter().any(|t| {
+                t.identity == identity && t.acquired < window.end && t.until() > window.start
+            });
             if leading {
                 continue;
             }
             let mut buckets: BTreeMap<i128, u32> = BTreeMap::new();
-            for e in inp.audit.iter().filter(|e| e["user"]["username"] == user.as_str()) {
+            for e in inp
+                .audit
+                .iter()
+                .filter(|e| e["user"]["username"] == user.as_str())
+            {
                 let at = received(e);
                 if at >= window.start && at <= window.end + 1_000_000_000 {
                     *buckets.entry(at / 1_000_000_000).or_default() += 1;
@@ -394,7 +476,11 @@ fn i6(inp: &Inputs<'_>, v: &mut Vec<(String, String)>) {
                 if *n > 40 {
                     v.push((
                         "I6".into(),
-                        format!("standby {identity} made {n} API requests in the second {} during {}", secs(second * 1_000_000_000), window.kind),
+                        format!(
+                            "standby {identity} made {n} API requests in the second {} during {}",
+                            secs(second * 1_000_000_000),
+                            window.kind
+                        ),
                     ));
                 }
             }
@@ -413,7 +499,10 @@ fn i7(inp: &Inputs<'_>, v: &mut Vec<(String, String)>) {
     }
     for va in inp.live_vas {
         if va["status"].to_string().contains(inp.canary) {
-            v.push(("I7".into(), format!("canary in the status of VA {}", va["metadata"]["name"])));
+            v.push((
+                "I7".into(),
+                format!("canary in the status of VA {}", va["metadata"]["name"]),
+            ));
         }
     }
 }

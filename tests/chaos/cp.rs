@@ -136,7 +136,8 @@ impl ChaosCp {
             apiserver,
             api_args,
         };
-        cp.kubeconfig = cp.write_kubeconfig("admin", "chaos-admin", &["system:masters"], api_port)?;
+        cp.kubeconfig =
+            cp.write_kubeconfig("admin", "chaos-admin", &["system:masters"], api_port)?;
         cp.wait_ready(Duration::from_secs(120)).await?;
         Ok(cp)
     }
@@ -242,8 +243,7 @@ impl ChaosCp {
     pub async fn client(&self) -> Result<kube::Client> {
         let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)?;
         let mut config =
-            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
         config.read_timeout = Some(Duration::from_secs(10));
         config.connect_timeout = Some(Duration::from_secs(3));
         Ok(kube::Client::try_from(config)?)

@@ -112,7 +112,10 @@ impl Injector {
                 let mut cp = w.cp.lock().await;
                 let revision = cp.compact_etcd().await;
                 let restart = cp.restart_apiserver().await;
-                (format!("compacted at {revision:?}, API server restarted: {restart:?}"), false)
+                (
+                    format!("compacted at {revision:?}, API server restarted: {restart:?}"),
+                    false,
+                )
             }
             "leader-partition" => {
                 let leader = self.leader().await;
@@ -132,10 +135,17 @@ impl Injector {
                 for r in &w.replicas {
                     r.proxy.set(Mode::Pass);
                 }
-                (format!("every replica +{delay} ms per chunk for {ms} ms"), false)
+                (
+                    format!("every replica +{delay} ms per chunk for {ms} ms"),
+                    false,
+                )
             }
             "proxy-reset" => {
-                let target = if rng.f64() < 0.6 { self.leader().await } else { rng.below(w.replicas.len() as u64) as usize };
+                let target = if rng.f64() < 0.6 {
+                    self.leader().await
+                } else {
+                    rng.below(w.replicas.len() as u64) as usize
+                };
                 let ms = 500 + rng.below(1500);
                 w.replicas[target].proxy.set(Mode::Reset);
                 pause(ms).await;
@@ -157,11 +167,19 @@ impl Injector {
                     "metadata": {"name": "chaos-reject"},
                     "spec": {"policyName": "chaos-reject", "validationActions": ["Deny"]},
                 });
-                let path = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings";
+                let path =
+                    "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings";
                 let created = crate::post(&self.client, path, &binding).await;
                 pause(ms).await;
                 let deleted = crate::delete(&self.client, &format!("{path}/chaos-reject")).await;
-                (format!("binding on {ms} ms (create {:?}, delete {:?})", created.err(), deleted.err()), false)
+                (
+                    format!(
+                        "binding on {ms} ms (create {:?}, delete {:?})",
+                        created.err(),
+                        deleted.err()
+                    ),
+                    false,
+                )
             }
             "apf-429" => {
                 let ms = 1500 + rng.below(2500);
@@ -182,7 +200,14 @@ impl Injector {
                 let created = crate::post(&self.client, path, &schema).await;
                 pause(ms).await;
                 let deleted = crate::delete(&self.client, &format!("{path}/chaos-attachers")).await;
-                (format!("FlowSchema on {ms} ms (create {:?}, delete {:?})", created.err(), deleted.err()), false)
+                (
+                    format!(
+                        "FlowSchema on {ms} ms (create {:?}, delete {:?})",
+                        created.err(),
+                        deleted.err()
+                    ),
+                    false,
+                )
             }
             "foreign-finalizers" => {
                 let n = self.foreign_finalizers(rng).await;
@@ -192,27 +217,55 @@ impl Injector {
                 let delay = 300 + rng.below(1200);
                 let ms = 2000 + rng.below(2000);
                 for m in ["ControllerPublishVolume", "ControllerUnpublishVolume"] {
-                    let _ = drv.admin("PUT", &format!("/faults/{m}"), Some(json!({"delay_ms": delay}))).await;
+                    let _ = drv
+                        .admin(
+                            "PUT",
+                            &format!("/faults/{m}"),
+                            Some(json!({"delay_ms": delay})),
+                        )
+                        .await;
                 }
                 pause(ms).await;
                 let _ = drv.admin("DELETE", "/faults", None).await;
                 (format!("delay {delay} ms for {ms} ms"), false)
             }
             "driver-failing" => {
-                let codes = ["Internal", "Unavailable", "ResourceExhausted", "Aborted", "DeadlineExceeded"];
+                let codes = [
+                    "Internal",
+                    "Unavailable",
+                    "ResourceExhausted",
+                    "Aborted",
+                    "DeadlineExceeded",
+                ];
                 let code = codes[rng.below(codes.len() as u64) as usize];
                 let times = 2 + rng.below(6);
                 for m in ["ControllerPublishVolume", "ControllerUnpublishVolume"] {
-                    let _ = drv.admin("PUT", &format!("/faults/{m}"), Some(json!({"code": code, "times": times}))).await;
+                    let _ = drv
+                        .admin(
+                            "PUT",
+                            &format!("/faults/{m}"),
+                            Some(json!({"code": code, "times": times})),
+                        )
+                        .await;
                 }
                 pause(1500).await;
                 let _ = drv.admin("DELETE", "/faults", None).await;
                 (format!("{code} x{times}"), false)
             }
             "driver-hang" => {
-                let method = if rng.f64() < 0.5 { "ControllerPublishVolume" } else { "ControllerUnpublishVolume" };
+                let method = if rng.f64() < 0.5 {
+                    "ControllerPublishVolume"
+                } else {
+                    "ControllerUnpublishVolume"
+                };
                 let ms = 1500 + rng.below(2500);
-                let _ = drv.admin("PUT", &format!("/faults/{method}"), Some(json!({"hang": true}))).await;
+                let _ = drv
+                    .admin(
+                        "PUT",
+                        &format!("/faults/{method}"),
+                        Some(json!({"hang": true})),
+                    )
+                    .await;
                 pause(ms).await;
                 let _ = drv.admin("DELETE", "/faults", None).await;
                 (format!("{method} hung {ms} ms"), false)
@@ -225,25 +278,51 @@ impl Injector {
             }
             "driver-late-publish" => {
                 let delay = TIMEOUT.as_millis() as u64 + 500 + rng.below(1000);
-                let _ = drv.admin("PUT", "/faults/ControllerPublishVolume", Some(json!({"delay_ms": delay, "times": 3}))).await;
+                let _ = drv
+                    .admin(
+                        "PUT",
+                        "/faults/ControllerPublishVolume",
+                        Some(json!({"delay_ms": delay, "times": 3})),
+                    )
+                    .await;
                 pause(delay + 1000).await;
                 let _ = drv.admin("DELETE", "/faults", None).await;
-                (format!("Publish delayed {delay} ms (> --timeout) x3"), false)
+                (
+                    format!("Publish delayed {delay} ms (> --timeout) x3"),
+                    false,
+                )
             }
-            "kill-before-publish" | "kill-after-publish" | "kill-before-unpublish" | "kill-after-unpublish" => {
-                let method = if kind.ends_with("unpublish") { "ControllerUnpublishVolume" } else { "ControllerPublishVolume" };
+            "kill-before-publish"
+            | "kill-after-publish"
+            | "kill-before-unpublish"
+            | "kill-after-unpublish" => {
+                let method = if kind.ends_with("unpublish") {
+                    "ControllerUnpublishVolume"
+                } else {
+                    "ControllerPublishVolume"
+                };
                 let before = kind.starts_with("kill-before");
                 let mut rx = w.ledger_tx.subscribe();
                 let line = w
                     .next_ledger(&mut rx, Duration::from_secs(8), |l| {
                         l["method"] == method
-                            && if before { l["event"] == "start" } else { l["event"].is_null() && l["code"] == "OK" }
+                            && if before {
+                                l["event"] == "start"
+                            } else {
+                                l["event"].is_null() && l["code"] == "OK"
+                            }
                     })
                     .await;
                 match line.and_then(|l| l["caller"].as_u64()) {
                     Some(caller) => {
                         w.signal_replica(caller as usize, libc::SIGKILL);
-                        (format!("SIGKILL replica-{caller} at {method} {}", if before { "start" } else { "end" }), false)
+                        (
+                            format!(
+                                "SIGKILL replica-{caller} at {method} {}",
+                                if before { "start" } else { "end" }
+                            ),
+                            false,
+                        )
                     }
                     None => (format!("no {method} within 8 s"), true),
                 }
@@ -257,10 +336,18 @@ impl Injector {
                 (format!("replica-{leader} stopped {ms} ms"), false)
             }
             "sigterm-while-driver-hangs" => {
-                let _ = drv.admin("PUT", "/faults/ControllerPublishVolume", Some(json!({"hang": true}))).await;
+                let _ = drv
+                    .admin(
+                        "PUT",
+                        "/faults/ControllerPublishVolume",
+                        Some(json!({"hang": true})),
+                    )
+                    .await;
                 let mut rx = w.ledger_tx.subscribe();
                 let line = w
-                    .next_ledger(&mut rx, Duration::from_secs(8), |l| l["method"] == "ControllerPublishVolume" && l["event"] == "start")
+                    .next_ledger(&mut rx, Duration::from_secs(8), |l| {
+                        l["method"] == "ControllerPublishVolume" && l["event"] == "start"
+                    })
                     .await;
                 let note = match line.and_then(|l| l["caller"].as_u64()) {
                     Some(caller) => {
@@ -268,10 +355,15 @@ impl Injector {
                         let starts = lock(&w.replicas[caller].slot).starts;
                         w.signal_replica(caller, libc::SIGTERM);
                         let t0 = tokio::time::Instant::now();
-                        while lock(&w.replicas[caller].slot).starts == starts && t0.elapsed() < Duration::from_secs(15) {
+                        while lock(&w.replicas[caller].slot).starts == starts
+                            && t0.elapsed() < Duration::from_secs(15)
+                        {
                             pause(50).await;
                         }
-                        format!("SIGTERM replica-{caller} during a hung Publish; restarted after {:?}", t0.elapsed())
+                        format!(
+                            "SIGTERM replica-{caller} during a hung Publish; restarted after {:?}",
+                            t0.elapsed()
+                        )
                     }
                     None => "no Publish within 8 s".into(),
                 };
@@ -279,14 +371,21 @@ impl Injector {
                 (note.clone(), note.starts_with("no "))
             }
             "lease-deleted" => {
-                let result = crate::delete(&self.client, &format!("/apis/coordination.k8s.io/v1/namespaces/default/leases/{LEASE}")).await;
+                let result = crate::delete(
+                    &self.client,
+                    &format!("/apis/coordination.k8s.io/v1/namespaces/default/leases/{LEASE}"),
+                )
+                .await;
                 (format!("delete: {:?}", result.err()), false)
             }
             "lease-stolen" => {
-                let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(self.client.clone(), "default");
+                let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+                    Api::namespaced(self.client.clone(), "default");
                 let now = chrono_now();
                 let patch = json!({"spec": {"holderIdentity": "chaos-thief", "renewTime": now, "acquireTime": now, "leaseDurationSeconds": LEASE_DURATION.as_secs()}});
-                let result = leases.patch(LEASE, &PatchParams::default(), &Patch::Merge(&patch)).await;
+                let result = leases
+                    .patch(LEASE, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await;
                 (format!("stolen: {:?}", result.err()), false)
             }
             "csinode-reregistered" => {
@@ -298,7 +397,10 @@ impl Injector {
                 let generation = rng.below(1_000_000);
                 let id = format!("{node}-id.{generation}");
                 let result = create_csinode(&self.client, &node, &id).await;
-                (format!("{node} re-registered as {id}: {:?}", result.err()), false)
+                (
+                    format!("{node} re-registered as {id}: {:?}", result.err()),
+                    false,
+                )
             }
             "fd-limit-and-idle-flood" => self.fd_flood(rng).await,
             other => (format!("unknown fault {other}"), true),
@@ -312,7 +414,9 @@ impl Injector {
         let vas: Api<VolumeAttachment> = Api::all(self.client.clone());
         let pvs: Api<k8s_openapi::api::core::v1::PersistentVolume> = Api::all(self.client.clone());
         let mut writes = 0;
-        let Ok(list) = vas.list(&ListParams::default()).await else { return 0 };
+        let Ok(list) = vas.list(&ListParams::default()).await else {
+            return 0;
+        };
         let mut touched_vas = Vec::new();
         for va in list.items.iter().filter(|_| rng.f64() < 0.4) {
             let name = va.metadata.name.clone().unwrap_or_default();
@@ -344,16 +448,33 @@ impl Injector {
     async fn fd_flood(&self, rng: &mut Rng) -> (String, bool) {
         let w = &self.world;
         let target = rng.below(w.replicas.len() as u64) as usize;
-        let pid = lock(&w.replicas[target].slot).process.as_ref().map(|p| p.id()).unwrap_or(0);
-        let open = std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0);
+        let pid = lock(&w.replicas[target].slot)
+            .process
+            .as_ref()
+            .map(|p| p.id())
+            .unwrap_or(0);
+        let open = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|d| d.count())
+            .unwrap_or(0);
         let limit = (open + 40) as u64;
-        let mut old = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-        let new = libc::rlimit { rlim_cur: limit, rlim_max: limit.max(4096) };
+        let mut old = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        let new = libc::rlimit {
+            rlim_cur: limit,
+            rlim_max: limit.max(4096),
+        };
         // SAFETY: prlimit on our own child's pid, valid pointers.
         let set = unsafe { libc::prlimit(pid as libc::pid_t, libc::RLIMIT_NOFILE, &new, &mut old) };
         let mut conns = Vec::new();
         for _ in 0..200 {
-            match tokio::time::timeout(Duration::from_millis(200), tokio::net::TcpStream::connect(w.replicas[target].http)).await {
+            match tokio::time::timeout(
+                Duration::from_millis(200),
+                tokio::net::TcpStream::connect(w.replicas[target].http),
+            )
+            .await
+            {
                 Ok(Ok(c)) => conns.push(c),
                 _ => break,
             }
@@ -362,10 +483,19 @@ impl Injector {
         pause(2000 + rng.below(2000)).await;
         drop(conns);
         pause(300).await;
-        let healthy = crate::support::http_get(w.replicas[target].http, "/healthz").await.map(|(s, _)| s);
+        let healthy = crate::support::http_get(w.replicas[target].http, "/healthz")
+            .await
+            .map(|(s, _)| s);
         if set == 0 {
             // SAFETY: as above, restoring the previous limit.
-            unsafe { libc::prlimit(pid as libc::pid_t, libc::RLIMIT_NOFILE, &old, std::ptr::null_mut()) };
+            unsafe {
+                libc::prlimit(
+                    pid as libc::pid_t,
+                    libc::RLIMIT_NOFILE,
+                    &old,
+                    std::ptr::null_mut(),
+                )
+            };
         }
         (format!("replica-{target}: RLIMIT_NOFILE {limit} (prlimit {set}), {flooded} idle connections, /healthz after: {healthy:?}"), false)
     }
@@ -377,7 +507,9 @@ where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     for _ in 0..5 {
-        let Ok(Some(obj)) = api.get_opt(name).await else { return false };
+        let Ok(Some(obj)) = api.get_opt(name).await else {
+            return false;
+        };
         let current: Vec<String> = obj.meta().finalizers.clone().unwrap_or_default();
         let has = current.iter().any(|f| f == finalizer);
         if has == add {
@@ -398,8 +530,13 @@ where
             json!([{"op": "test", "path": "/metadata/finalizers", "value": current},
                    {"op": "replace", "path": "/metadata/finalizers", "value": next}])
         };
-        let Ok(patch) = serde_json::from_value::<json_patch::Patch>(patch) else { return false };
-        match api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch)).await {
+        let Ok(patch) = serde_json::from_value::<json_patch::Patch>(patch) else {
+            return false;
+        };
+        match api
+            .patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+            .await
+        {
             Ok(_) => return true,
             Err(_) => pause(50).await,
         }

@@ -45,10 +45,6 @@ impl Proxy {
     pub fn set(&self, mode: Mode) {
         self.mode.send_replace(mode);
     }
-
-    pub fn mode(&self) -> Mode {
-        *self.mode.borrow()
-    }
 }
 
 async fn accept_loop(listener: TcpListener, upstream: SocketAddr, rx: watch::Receiver<Mode>) {

@@ -30,6 +30,7 @@ pub struct Instance {
     pub pv: String,
     pub handle: String,
     pub node: String,
+    /// When the suite asked for it.
     pub created: i128,
     pub deleted: Option<i128>,
 }
@@ -92,7 +93,7 @@ impl Workload {
     }
 
     pub async fn run(self: Arc<Self>, seed: u64) {
-        let mut rng = Rng::new(seed ^ 0x5eed_0f_a11);
+        let mut rng = Rng::new(seed ^ 0x0005_eed0_fa11);
         while !self.stop.load(Ordering::Relaxed) {
             let live = lock(&self.state)
                 .instances
@@ -255,7 +256,10 @@ impl Workload {
     async fn delete_instance(&self, index: usize) -> bool {
         let (name, uid) = {
             let state = lock(&self.state);
-            (state.instances[index].name.clone(), state.instances[index].uid.clone())
+            (
+                state.instances[index].name.clone(),
+                state.instances[index].uid.clone(),
+            )
         };
         let params = DeleteParams {
             preconditions: Some(kube::api::Preconditions {
@@ -267,7 +271,10 @@ impl Workload {
         let at = now_nanos();
         match tokio::time::timeout(Duration::from_secs(5), self.vas().delete(&name, &params)).await
         {
-            Ok(result) if result.as_ref().is_ok() || matches!(result, Err(kube::Error::Api(ref s)) if s.code == 404) => {
+            Ok(result)
+                if result.as_ref().is_ok()
+                    || matches!(result, Err(kube::Error::Api(ref s)) if s.code == 404) =>
+            {
                 let mut state = lock(&self.state);
                 state.instances[index].deleted = Some(at);
                 state.deletes += 1;
@@ -285,7 +292,9 @@ impl Workload {
             .instances
             .iter()
             .enumerate()
-            .filter(|(_, i)| i.deleted.is_none() && (!custom_only || i.name.starts_with("chaos-va-")))
+            .filter(|(_, i)| {
+                i.deleted.is_none() && (!custom_only || i.name.starts_with("chaos-va-"))
+            })
             .map(|(n, _)| n)
             .collect()
     }
@@ -313,7 +322,10 @@ impl Workload {
             }
             let (name, pv_name) = {
                 let state = lock(&this.state);
-                (state.instances[index].name.clone(), state.instances[index].pv.clone())
+                (
+                    state.instances[index].name.clone(),
+                    state.instances[index].pv.clone(),
+                )
             };
             let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
             loop {

@@ -179,8 +179,12 @@ impl World {
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": crate::cp::REPLICA_GROUP}],
         });
-        crate::post(&client, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", &binding)
-            .await?;
+        crate::post(
+            &client,
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            &binding,
+        )
+        .await?;
         let driver = Driver {
             sockets: (0..replicas)
                 .map(|i| dir.join(format!("csi-{i}.sock")))
@@ -303,9 +307,7 @@ impl World {
             .ok()?
             .ok()??;
         let holder = lease.spec?.holder_identity?;
-        self.replicas
-            .iter()
-            .position(|r| r.identity == holder)
+        self.replicas.iter().position(|r| r.identity == holder)
     }
 
     /// Waits for the next ledger line matching `pred` (lines already read do not count).

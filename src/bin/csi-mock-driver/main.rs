@@ -109,9 +109,10 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let mut published = Published::with_limit(args.max_volumes_per_node);
     if let Some(path) = &args.state_file {
         match std::fs::read(path) {
-            Ok(bytes) => published.replace(serde_json::from_slice(&bytes).map_err(|e| {
-                anyhow::anyhow!("--state-file {}: {e}", path.display())
-            })?),
+            Ok(bytes) => published.replace(
+                serde_json::from_slice(&bytes)
+                    .map_err(|e| anyhow::anyhow!("--state-file {}: {e}", path.display()))?,
+            ),
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
             Err(err) => anyhow::bail!("--state-file {}: {err}", path.display()),
         }
@@ -243,7 +244,9 @@ struct AbandonGuard {
 impl Drop for AbandonGuard {
     fn drop(&mut self) {
         if !self.done {
-            self.driver.ledger.event("abandoned", &self.method, &self.tag);
+            self.driver
+                .ledger
+                .event("abandoned", &self.method, &self.tag);
         }
     }
 }
@@ -258,9 +261,8 @@ where
 {
     type Response = S::Response;
     type Error = BoxError;
-    type Future = std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<S::Response, BoxError>> + Send>,
-    >;
+    type Future =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<S::Response, BoxError>> + Send>>;
 
     fn poll_ready(
         &mut self,
