@@ -425,6 +425,18 @@ async fn run(seed: u64, fault_count: usize, size: &str) -> Result<String> {
         exits.len()
     )?;
     writeln!(out, "- after the faults: new VA attached in {probe_took:.2?} (bound {bound:?}), drained in {drained_after:.2?}")?;
+    let replica_codes = |code: i64| {
+        audit
+            .iter()
+            .filter(|e| {
+                e["user"]["username"]
+                    .as_str()
+                    .is_some_and(|u| u.starts_with("chaos-replica-"))
+            })
+            .filter(|e| e["responseStatus"]["code"] == code)
+            .count()
+    };
+    writeln!(out, "- API answers to the replicas (audit log): {} × 429, {} × 422, {} × 403, {} × 409, {} × 410", replica_codes(429), replica_codes(422), replica_codes(403), replica_codes(409), replica_codes(410))?;
     writeln!(
         out,
         "- leadership terms (from the Lease's audit events): {}\n",
