@@ -426,6 +426,27 @@ fn i6(inp: &Inputs<'_>, v: &mut Vec<(String, String)>) {
             v.push(("I6".into(), format!("{name}: {line}")));
         }
     }
+    // A log flood is a hot loop: more than 1,000 lines in one second of a replica's log.
+    for (name, log) in inp.logs.iter().filter(|(n, _)| n.starts_with("replica-")) {
+        let mut per_second: BTreeMap<&str, (u32, &str)> = BTreeMap::new();
+        for line in log.lines() {
+            if let Some(second) = line.get(6..14) {
+                let entry = per_second.entry(second).or_insert((0, line));
+                entry.0 += 1;
+            }
+        }
+        if let Some((second, (n, first))) = per_second.iter().max_by_key(|(_, (n, _))| *n) {
+            if *n > 1000 {
+                v.push((
+                    "I6".into(),
+                    format!(
+                        "{name}: {n} lines in the second {second} (a hot loop); first: {}",
+                        first.get(..200).unwrap_or(first)
+                    ),
+                ));
+            }
+        }
+    }
     for exit in inp.exits {
         let ours = exit.sent.is_some();
         let ok = matches!(exit.code, Some(0) | Some(1)) || (ours && exit.signal == exit.sent);

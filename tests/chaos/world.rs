@@ -269,6 +269,9 @@ impl World {
             .arg(format!("--timeout={}s", TIMEOUT.as_secs()))
             .arg("--reconcile-sync=5s")
             .arg("--worker-threads=8")
+            // The default 5 QPS would make the post-fault backlog, not the attacher, decide I5.
+            .arg("--kube-api-qps=50")
+            .arg("--kube-api-burst=100")
             .arg(format!(
                 "--termination-log-path={}",
                 self.dir
