@@ -174,6 +174,14 @@ fn i1(inp: &Inputs<'_>, v: &mut Vec<(String, String)>) {
             ))
         })
         .collect();
+    let mut va_writes: BTreeMap<&str, Vec<&Value>> = BTreeMap::new();
+    for e in inp.audit {
+        if e["objectRef"]["resource"] == "volumeattachments" {
+            if let Some(name) = e["objectRef"]["name"].as_str() {
+                va_writes.entry(name).or_default().push(e);
+            }
+        }
+    }
     for inst in inp.instances {
         if inst.deleted.is_none() || live.contains(&(inst.name.as_str(), inst.uid.as_str())) {
             continue; // not deleted, or still deleting (I2's business)
@@ -201,20 +209,19 @@ fn i1(inp: &Inputs<'_>, v: &mut Vec<(String, String)>) {
             })
             .min_by_key(|c| c.end);
         // When our finalizer left: first write on this VA whose response lacks it.
-        let removal = inp
-            .audit
-            .iter()
+        let removal = va_writes
+            .get(inst.name.as_str())
+            .into_iter()
+            .flatten()
             .filter(|e| {
-                e["objectRef"]["resource"] == "volumeattachments"
-                    && e["objectRef"]["name"] == inst.name.as_str()
-                    && e["responseObject"]["metadata"]["uid"] == inst.uid.as_str()
+                e["responseObject"]["metadata"]["uid"] == inst.uid.as_str()
                     && e["responseStatus"]["code"]
                         .as_i64()
                         .is_some_and(|c| (200..300).contains(&c))
                     && e["responseObject"]["metadata"]["deletionTimestamp"].is_string()
                     && !has_ours(&e["responseObject"])
             })
-            .map(received)
+            .map(|e| received(e))
             .min();
         match unpublish {
             None => v.push((
