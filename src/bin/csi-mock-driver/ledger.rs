@@ -1,4 +1,11 @@
 //! The call ledger: one JSON line per CSI call, in a file and in memory.
+//!
+//! Every entry names the socket the call came through (`caller`, the index of
+//! its `--endpoint`) and a per-process `call_id`. With `--ledger-events` the
+//! file also gets a line when a Controller call starts (`"event": "start"`)
+//! and when its caller goes away before the answer (`"event": "abandoned"`),
+//! so a test can act the moment a call begins and bound a call by its caller's
+//! lifetime. Those event lines are not in the in-memory ledger (`GET /ledger`).
 
 use std::fs::File;
 use std::io::Write;
@@ -6,15 +13,37 @@ use std::path::Path;
 use std::sync::{Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
+
+/// The socket and call a request came through.
+#[derive(Debug, Clone)]
+pub struct CallTag {
+    /// Index of the `--endpoint` the call arrived on.
+    pub caller: usize,
+    /// Unique within this process.
+    pub call_id: u64,
+}
+
+tokio::task_local! {
+    /// Set around every call by the caller layer in `main.rs`.
+    pub static CALL: CallTag;
+}
 
 pub struct Ledger {
     file: Option<Mutex<File>>,
     entries: Mutex<Vec<Value>>,
+    /// Write `start` / `abandoned` event lines to the file.
+    events: bool,
+}
+
+fn unix_nanos(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or_default()
 }
 
 impl Ledger {
-    pub fn open(path: Option<&Path>) -> std::io::Result<Self> {
+    pub fn open(path: Option<&Path>, events: bool) -> std::io::Result<Self> {
         let file = match path {
             Some(p) => Some(Mutex::new(
                 std::fs::OpenOptions::new()
@@ -27,10 +56,34 @@ impl Ledger {
         Ok(Self {
             file,
             entries: Mutex::new(Vec::new()),
+            events,
         })
     }
 
-    /// Appends one entry: `fields` plus method, time, code and message.
+    fn write_line(&self, entry: &Value) {
+        if let Some(file) = &self.file {
+            let mut file = file.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Err(err) = writeln!(file, "{entry}") {
+                eprintln!("csi-mock-driver: cannot write ledger: {err}");
+            }
+        }
+    }
+
+    /// An event line (`start`, `abandoned`) for one call, when enabled.
+    pub fn event(&self, event: &str, method: &str, tag: &CallTag) {
+        if !self.events {
+            return;
+        }
+        self.write_line(&json!({
+            "event": event,
+            "method": method,
+            "caller": tag.caller,
+            "call_id": tag.call_id,
+            "time_unix_nanos": unix_nanos(SystemTime::now()),
+        }));
+    }
+
+    /// Appends one entry: `fields` plus method, time, code, message and the caller.
     pub fn record(
         &self,
         method: &str,
@@ -38,16 +91,12 @@ impl Ledger {
         mut fields: Map<String, Value>,
         result: &Result<(), tonic::Status>,
     ) {
-        let nanos = received
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or_default();
         let took = received
             .elapsed()
             .map(|d| d.as_secs_f64() * 1e3)
             .unwrap_or_default();
         fields.insert("method".into(), method.into());
-        fields.insert("time_unix_nanos".into(), nanos.into());
+        fields.insert("time_unix_nanos".into(), unix_nanos(received).into());
         fields.insert("duration_ms".into(), took.into());
         let (code, message) = match result {
             Ok(()) => ("OK", String::new()),
@@ -58,13 +107,12 @@ impl Ledger {
         };
         fields.insert("code".into(), code.into());
         fields.insert("message".into(), message.into());
-        let entry = Value::Object(fields);
-        if let Some(file) = &self.file {
-            let mut file = file.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Err(err) = writeln!(file, "{entry}") {
-                eprintln!("csi-mock-driver: cannot write ledger: {err}");
-            }
+        if let Ok(tag) = CALL.try_with(CallTag::clone) {
+            fields.insert("caller".into(), tag.caller.into());
+            fields.insert("call_id".into(), tag.call_id.into());
         }
+        let entry = Value::Object(fields);
+        self.write_line(&entry);
         self.entries
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

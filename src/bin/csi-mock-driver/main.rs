@@ -6,6 +6,13 @@
 //! faults and state edits over a loopback admin API (see `admin.rs`).
 //!
 //! On start it prints one JSON line to stdout: `{"endpoint": ..., "admin": ...}`.
+//!
+//! `--endpoint` may be repeated: one socket per client (e.g. per attacher
+//! replica), all sharing one published table; the ledger names the socket
+//! (`caller`, its index) of every call. `--finish-abandoned-calls` lets a call
+//! whose caller gave up (deadline, crash) run to its end, as a real storage
+//! backend finishes an operation it started. `--state-file` keeps the
+//! published table over a restart: loaded at start, written on SIGTERM/SIGINT.
 
 mod admin;
 mod faults;
@@ -16,7 +23,7 @@ mod state;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use clap::Parser;
@@ -28,7 +35,7 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::faults::Faults;
-use crate::ledger::Ledger;
+use crate::ledger::{CallTag, Ledger, CALL};
 use crate::service::{Driver, Service};
 use crate::state::Published;
 
@@ -40,9 +47,9 @@ use crate::state::Published;
     about = "Mock CSI controller plugin for tests"
 )]
 struct Args {
-    /// Unix socket to serve on (path or unix:///path).
-    #[arg(long)]
-    endpoint: String,
+    /// Unix socket to serve on (path or unix:///path); repeat for one socket per client.
+    #[arg(long, required = true)]
+    endpoint: Vec<String>,
     /// Driver name returned by GetPluginInfo.
     #[arg(long, default_value = "io.kubernetes.storage.mock")]
     name: String,
@@ -57,6 +64,15 @@ struct Args {
     /// JSON-lines call ledger.
     #[arg(long)]
     ledger: Option<PathBuf>,
+    /// Also write `start` and `abandoned` event lines to the ledger file.
+    #[arg(long)]
+    ledger_events: bool,
+    /// A call whose client went away still runs to its end (delay, publish).
+    #[arg(long)]
+    finish_abandoned_calls: bool,
+    /// Published table kept over restarts: read at start, written on SIGTERM/SIGINT.
+    #[arg(long)]
+    state_file: Option<PathBuf>,
     /// Admin API address; must be a loopback address (port 0 picks one).
     #[arg(long)]
     admin_addr: Option<SocketAddr>,
@@ -85,15 +101,30 @@ async fn main() -> ExitCode {
 
 async fn serve(args: Args) -> anyhow::Result<()> {
     let (plugin_caps, controller_caps) = parse_capabilities(&args.capabilities)?;
-    let socket = csi_attacher::csi::parse_address(&args.endpoint)?;
+    let sockets = args
+        .endpoint
+        .iter()
+        .map(|e| csi_attacher::csi::parse_address(e))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut published = Published::with_limit(args.max_volumes_per_node);
+    if let Some(path) = &args.state_file {
+        match std::fs::read(path) {
+            Ok(bytes) => published.replace(
+                serde_json::from_slice(&bytes)
+                    .map_err(|e| anyhow::anyhow!("--state-file {}: {e}", path.display()))?,
+            ),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => anyhow::bail!("--state-file {}: {err}", path.display()),
+        }
+    }
     let driver = Arc::new(Driver {
         name: args.name,
         plugin_caps,
         controller_caps,
         ready: AtomicBool::new(!args.start_unready),
         faults: Faults::new(),
-        ledger: Ledger::open(args.ledger.as_deref())?,
-        published: Mutex::new(Published::with_limit(args.max_volumes_per_node)),
+        ledger: Ledger::open(args.ledger.as_deref(), args.ledger_events)?,
+        published: Mutex::new(published),
         repeat_list_token: args.repeat_list_token,
     });
 
@@ -110,23 +141,178 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         None => None,
     };
 
-    let _ = std::fs::remove_file(&socket);
-    let listener = UnixListener::bind(&socket)
-        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", socket.display()))?;
+    let mut listeners = Vec::new();
+    for socket in &sockets {
+        let _ = std::fs::remove_file(socket);
+        let listener = UnixListener::bind(socket)
+            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", socket.display()))?;
+        listeners.push(listener);
+    }
     println!(
         "{}",
-        serde_json::json!({"endpoint": socket, "admin": admin.map(|a| a.to_string())})
+        serde_json::json!({"endpoint": sockets[0], "endpoints": sockets, "admin": admin.map(|a| a.to_string())})
     );
 
-    let service = Service(driver);
-    let result = tonic::transport::Server::builder()
-        .layer(service::RawReplyLayer(Arc::clone(&service.0)))
-        .add_service(IdentityServer::new(service.clone()))
-        .add_service(ControllerServer::new(service))
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown())
-        .await;
-    let _ = std::fs::remove_file(&socket);
-    result.map_err(Into::into)
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    {
+        let driver = Arc::clone(&driver);
+        let state_file = args.state_file.clone();
+        tokio::spawn(async move {
+            shutdown().await;
+            if let Some(path) = state_file {
+                let table = driver.published().table();
+                if let Err(err) = std::fs::write(&path, serde_json::json!(table).to_string()) {
+                    eprintln!("csi-mock-driver: cannot write {}: {err}", path.display());
+                }
+            }
+            let _ = stop_tx.send(true);
+        });
+    }
+    let next_call = Arc::new(AtomicU64::new(0));
+    let mut servers = tokio::task::JoinSet::new();
+    for (caller, listener) in listeners.into_iter().enumerate() {
+        let service = Service(Arc::clone(&driver));
+        let layer = CallerLayer {
+            caller,
+            next_call: Arc::clone(&next_call),
+            driver: Arc::clone(&driver),
+            finish_abandoned: args.finish_abandoned_calls,
+        };
+        let mut stop = stop_rx.clone();
+        servers.spawn(
+            tonic::transport::Server::builder()
+                .layer(layer)
+                .layer(service::RawReplyLayer(Arc::clone(&driver)))
+                .add_service(IdentityServer::new(service.clone()))
+                .add_service(ControllerServer::new(service))
+                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                }),
+        );
+    }
+    let mut result = Ok(());
+    while let Some(joined) = servers.join_next().await {
+        match joined {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => result = Err(err.into()),
+            Err(err) => result = Err(err.into()),
+        }
+    }
+    for socket in &sockets {
+        let _ = std::fs::remove_file(socket);
+    }
+    result
+}
+
+/// Tags every call with its socket (for the ledger), writes the `start` and
+/// `abandoned` events, and with `finish_abandoned` runs the call on its own
+/// task so a caller going away does not cut it short.
+#[derive(Clone)]
+struct CallerLayer {
+    caller: usize,
+    next_call: Arc<AtomicU64>,
+    driver: Arc<Driver>,
+    finish_abandoned: bool,
+}
+
+impl<S> tower::Layer<S> for CallerLayer {
+    type Service = CallerService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        CallerService {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+struct CallerService<S> {
+    inner: S,
+    layer: CallerLayer,
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Records `abandoned` if dropped before `done`.
+struct AbandonGuard {
+    driver: Arc<Driver>,
+    method: String,
+    tag: CallTag,
+    done: bool,
+}
+
+impl Drop for AbandonGuard {
+    fn drop(&mut self) {
+        if !self.done {
+            self.driver
+                .ledger
+                .event("abandoned", &self.method, &self.tag);
+        }
+    }
+}
+
+impl<S, B> tower::Service<http::Request<B>> for CallerService<S>
+where
+    S: tower::Service<http::Request<B>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Response: Send + 'static,
+    S::Error: Into<BoxError> + Send + 'static,
+    B: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<S::Response, BoxError>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let method = request
+            .uri()
+            .path()
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let controller = request.uri().path().starts_with("/csi.v1.Controller/");
+        let tag = CallTag {
+            caller: self.layer.caller,
+            call_id: self.layer.next_call.fetch_add(1, Ordering::Relaxed),
+        };
+        // The clone that was polled ready serves this call (tower's rule).
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let driver = Arc::clone(&self.layer.driver);
+        if controller {
+            driver.ledger.event("start", &method, &tag);
+        }
+        let call = CALL.scope(tag.clone(), async move { inner.call(request).await });
+        let finish_abandoned = self.layer.finish_abandoned;
+        Box::pin(async move {
+            let mut guard = AbandonGuard {
+                driver,
+                method,
+                tag,
+                done: !controller,
+            };
+            let result = if finish_abandoned {
+                match tokio::spawn(call).await {
+                    Ok(result) => result.map_err(Into::into),
+                    Err(err) => Err(err.into()),
+                }
+            } else {
+                call.await.map_err(Into::into)
+            };
+            guard.done = true;
+            result
+        })
+    }
 }
 
 async fn shutdown() {

@@ -1,0 +1,517 @@
+//! Chaos suite: 3 attacher replicas with leader election (short leases) and
+//! one mock driver (a socket per replica, so its ledger names the caller) on a
+//! control plane of its own, under a workload of creates, deletes and
+//! same-name re-creates while faults are injected one after another: API
+//! server kill/stop/restart, etcd stall and compaction (410), per-replica TCP
+//! fault proxies (partition, delay, reset, lost replies), admission rejection,
+//! 429s from API Priority and Fairness, foreign finalizer writers, driver
+//! faults and restarts, attacher kills around Publish/Unpublish, a leader
+//! stopped past its lease, Lease deletion and theft, CSINode re-registration,
+//! a file-descriptor limit with an idle-connection flood. Then the invariants
+//! I1–I7 (docs/chaos.md) are checked from the audit log, the driver's ledger
+//! and state, the objects, metrics and logs.
+//!
+//! `CHAOS_SIZE=ci` (default, ≥ 60 faults) or `full` (≥ 500), `CHAOS_SEED=<u64>`
+//! replays a run, `CHAOS_FAULTS=<n>` overrides the count, `CHAOS_REPORT=<path>`
+//! writes the summary as Markdown. `hack/chaos.sh` wraps it.
+
+mod support;
+
+#[path = "chaos/check.rs"]
+mod check;
+#[path = "chaos/cp.rs"]
+mod cp;
+#[path = "chaos/faults.rs"]
+mod faults;
+#[path = "chaos/proxy.rs"]
+mod proxy;
+#[path = "chaos/workload.rs"]
+mod workload;
+#[path = "chaos/world.rs"]
+mod world;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use k8s_openapi::api::core::v1::{Event, PersistentVolume};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use kube::api::{Api, ListParams};
+use serde_json::{json, Value};
+
+use world::{lock, World, TIMEOUT};
+
+/// A small deterministic generator (splitmix64), so a seed replays a run's choices.
+mod rng {
+    pub struct Rng(u64);
+    impl Rng {
+        pub fn new(seed: u64) -> Self {
+            Self(seed)
+        }
+        pub fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+        pub fn f64(&mut self) -> f64 {
+            (self.next() >> 11) as f64 / (1u64 << 53) as f64
+        }
+        pub fn below(&mut self, n: u64) -> u64 {
+            if n == 0 {
+                0
+            } else {
+                self.next() % n
+            }
+        }
+    }
+}
+
+pub async fn post(client: &kube::Client, path: &str, body: &Value) -> Result<Value> {
+    let req = http::Request::post(path)
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(body)?)?;
+    Ok(client.request::<Value>(req).await?)
+}
+
+pub async fn delete(client: &kube::Client, path: &str) -> Result<Value> {
+    let req = http::Request::delete(path).body(Vec::new())?;
+    Ok(client.request::<Value>(req).await?)
+}
+
+#[test]
+fn chaos() {
+    let size = std::env::var("CHAOS_SIZE").unwrap_or_else(|_| "ci".into());
+    let seed: u64 = std::env::var("CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+        });
+    let faults: usize = std::env::var("CHAOS_FAULTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if size == "full" { 500 } else { 60 });
+    eprintln!("chaos: size={size} seed={seed} faults={faults} (replay: CHAOS_SEED={seed} CHAOS_SIZE={size})");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let report = runtime
+        .block_on(run(seed, faults, &size))
+        .expect("chaos run");
+    eprintln!("{report}");
+    if let Ok(path) = std::env::var("CHAOS_REPORT") {
+        std::fs::write(&path, &report).expect("write CHAOS_REPORT");
+    }
+    assert!(
+        !report.contains("| I"),
+        "invariant violations (seed {seed}); see the report above"
+    );
+}
+
+async fn run(seed: u64, fault_count: usize, size: &str) -> Result<String> {
+    let started = Instant::now();
+    let dir = tempfile::Builder::new()
+        .prefix("csi-attacher-chaos-")
+        .tempdir()?
+        .keep();
+    if std::env::var_os("CHAOS_KEEP").is_none() {
+        support::procs::remove_at_exit(dir.clone());
+    }
+    eprintln!("chaos: files in {}", dir.display());
+    let world = World::start(&dir, 3).await?;
+    let client = world.cp.lock().await.client().await?;
+    let canary = format!("canary-{seed:x}-s3cr3t");
+    use base64::Engine;
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": workload::SECRET, "namespace": "default"},
+        "data": {"password": base64::engine::general_purpose::STANDARD.encode(&canary)}});
+    post(&client, "/api/v1/namespaces/default/secrets", &secret).await?;
+    let policy = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": "chaos-reject"},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [
+                {"apiGroups": ["storage.k8s.io"], "apiVersions": ["*"], "operations": ["UPDATE"], "resources": ["volumeattachments", "volumeattachments/status"]},
+                {"apiGroups": [""], "apiVersions": ["*"], "operations": ["UPDATE"], "resources": ["persistentvolumes"]},
+            ]},
+            "matchConditions": [{"name": "attachers", "expression": format!("request.userInfo.groups.exists(g, g == '{}')", cp::REPLICA_GROUP)}],
+            "validations": [{"expression": "false", "message": "chaos: writes rejected"}],
+        },
+    });
+    post(
+        &client,
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+        &policy,
+    )
+    .await?;
+    // A priority level with no seats at all, for the 429 fault's FlowSchema to point at.
+    let level = json!({
+        "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
+        "metadata": {"name": "chaos-starved"},
+        "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": 0, "lendablePercent": 0, "borrowingLimitPercent": 0, "limitResponse": {"type": "Reject"}}},
+    });
+    post(
+        &client,
+        "/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations",
+        &level,
+    )
+    .await?;
+    for k in 0..workload::NODES {
+        let node = workload::node_name(k);
+        faults::create_csinode(&client, &node, &format!("{node}-id")).await?;
+    }
+    // A leader and a first attach before the faults start.
+    let work = workload::Workload::new(client.clone());
+    let mut rng = rng::Rng::new(seed);
+    let first = work.probe_va(&mut rng).await;
+    wait_attached(
+        &client,
+        first.as_deref().unwrap_or_default(),
+        Duration::from_secs(60),
+    )
+    .await?;
+    let setup = started.elapsed();
+    let runner = tokio::spawn(Arc::clone(&work).run(seed));
+
+    // Faults: every kind once (shuffled), then weighted draws.
+    let injector = faults::Injector {
+        world: Arc::clone(&world),
+        client: client.clone(),
+    };
+    let mut plan: Vec<&str> = faults::KINDS.to_vec();
+    for i in (1..plan.len()).rev() {
+        plan.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    let total_weight: u64 = faults::KINDS.iter().map(|k| faults::weight(k)).sum();
+    let mut windows = Vec::new();
+    while windows
+        .iter()
+        .filter(|w: &&faults::Window| !w.skipped)
+        .count()
+        < fault_count
+    {
+        let kind = if windows.len() < plan.len() {
+            plan[windows.len()]
+        } else {
+            let mut pick = rng.below(total_weight);
+            *faults::KINDS
+                .iter()
+                .find(|k| {
+                    let w = faults::weight(k);
+                    if pick < w {
+                        true
+                    } else {
+                        pick -= w;
+                        false
+                    }
+                })
+                .unwrap_or(&"proxy-delay")
+        };
+        let start = world::now_nanos();
+        let (note, skipped) = injector.inject(kind, &mut rng).await;
+        let end = world::now_nanos();
+        eprintln!("chaos: [{:>4}] {kind}: {note}", windows.len());
+        windows.push(faults::Window {
+            kind: kind.to_string(),
+            start,
+            end,
+            note,
+            skipped,
+        });
+        tokio::time::sleep(Duration::from_millis(200 + rng.below(600))).await;
+        if windows.len() > fault_count * 3 {
+            break;
+        }
+    }
+    let faulting = started.elapsed() - setup;
+
+    // Heal: stop the workload, clear everything, wait for a leader.
+    work.stop.store(true, Ordering::Relaxed);
+    let _ = runner.await;
+    for r in &world.replicas {
+        r.proxy.set(proxy::Mode::Pass);
+    }
+    let _ = world.driver.admin("DELETE", "/faults", None).await;
+    faults::clear_foreign(&client).await;
+    let mut violations: Vec<(String, String)> = Vec::new();
+    let healed = Instant::now();
+    let mut leader = None;
+    while healed.elapsed() < Duration::from_secs(30) && leader.is_none() {
+        leader = world.leader(&client).await;
+        if leader.is_none() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    // I5: a new VA attaches within 2 × --timeout + 1 s.
+    let bound = TIMEOUT * 2 + Duration::from_secs(1);
+    let probe_started = Instant::now();
+    let probe = work.probe_va(&mut rng).await;
+    let probe_result = wait_attached(
+        &client,
+        probe.as_deref().unwrap_or_default(),
+        Duration::from_secs(60),
+    )
+    .await;
+    let probe_took = probe_started.elapsed();
+    if probe_result.is_err() || probe_took > bound {
+        violations.push(("I5".into(), format!("new VA {probe:?} after the faults: attached after {probe_took:?} (bound {bound:?}): {probe_result:?}; leader {leader:?}")));
+    }
+    // I5: queues drain: every live VA attached, every deleted one gone, leader lanes empty.
+    let drain = Instant::now();
+    let mut pending = String::new();
+    while drain.elapsed() < Duration::from_secs(60) {
+        pending = pending_work(&client).await;
+        if pending.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let drained_after = drain.elapsed();
+    if !pending.is_empty() {
+        violations.push((
+            "I5".into(),
+            format!("not drained 60 s after the faults: {pending}"),
+        ));
+    }
+    // One reconcile pass (--reconcile-sync=5s) after draining, so a driver that lost its state is repaired.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    if let Some(l) = world.leader(&client).await {
+        if let Some(metrics) = world.metrics(l).await {
+            for line in metrics
+                .lines()
+                .filter(|l| l.starts_with("csi_attacher_lane_depth{"))
+            {
+                if !line.ends_with(" 0") {
+                    violations.push((
+                        "I5".into(),
+                        format!("leader replica-{l} lane not empty: {line}"),
+                    ));
+                }
+            }
+        }
+    }
+
+    // Evidence.
+    let vas: Api<VolumeAttachment> = Api::all(client.clone());
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let live_vas: Vec<Value> = vas
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter_map(|v| serde_json::to_value(v).ok())
+        .collect();
+    let pv_list: Vec<Value> = pvs
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter_map(|v| serde_json::to_value(v).ok())
+        .collect();
+    let events: Api<Event> = Api::all(client.clone());
+    let events_text = serde_json::to_string(&events.list(&ListParams::default()).await?.items)?;
+    let published = world.driver.admin("GET", "/published", None).await?;
+    let mut metrics = Vec::new();
+    for r in 0..world.replicas.len() {
+        metrics.push((
+            format!("replica-{r} /metrics"),
+            world.metrics(r).await.unwrap_or_default(),
+        ));
+    }
+    // Let the audit log catch up with the last writes.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let audit = world.cp.lock().await.audit_events();
+    let ledger = lock(&world.ledger).clone();
+    let calls = world::calls(&ledger);
+    let mut logs: Vec<(String, String)> = world
+        .replicas
+        .iter()
+        .map(|r| {
+            (
+                format!("replica-{} log", r.index),
+                std::fs::read_to_string(&r.log).unwrap_or_default(),
+            )
+        })
+        .collect();
+    logs.push((
+        "driver log".into(),
+        std::fs::read_to_string(&world.driver.log).unwrap_or_default(),
+    ));
+    logs.push((
+        "kube-apiserver log".into(),
+        std::fs::read_to_string(dir.join("kube-apiserver.log")).unwrap_or_default(),
+    ));
+    let instances = lock(&work.state).instances.clone();
+    let exits = lock(&world.exits).clone();
+    let node_of_id = |id: &str| id.split_once("-id").map(|(n, _)| n.to_string());
+    violations.extend(check::check(&check::Inputs {
+        audit: &audit,
+        calls: &calls,
+        instances: &instances,
+        live_vas: &live_vas,
+        pvs: &pv_list,
+        published: &published,
+        exits: &exits,
+        logs: &logs,
+        events_text: &events_text,
+        metrics: &metrics,
+        canary: &canary,
+        windows: &windows,
+        replicas: world.replicas.len(),
+        lease: world::LEASE,
+        node_of_id: &node_of_id,
+    }));
+
+    // Summary.
+    let mut by_kind: BTreeMap<&str, (u32, u32)> = BTreeMap::new();
+    for w in &windows {
+        let e = by_kind.entry(w.kind.as_str()).or_default();
+        if w.skipped {
+            e.1 += 1
+        } else {
+            e.0 += 1
+        }
+    }
+    let mut by_invariant: BTreeMap<&str, u32> = BTreeMap::new();
+    for (inv, _) in &violations {
+        *by_invariant.entry(inv.as_str()).or_default() += 1;
+    }
+    let state = lock(&work.state);
+    let mut out = String::new();
+    writeln!(out, "# Chaos run\n")?;
+    writeln!(
+        out,
+        "- size `{size}`, seed `{seed}` (replay: `CHAOS_SEED={seed} hack/chaos.sh{}`)",
+        if size == "full" { " --full" } else { "" }
+    )?;
+    writeln!(
+        out,
+        "- faults injected: {} ({} skipped: nothing to act on)",
+        windows.iter().filter(|w| !w.skipped).count(),
+        windows.iter().filter(|w| w.skipped).count()
+    )?;
+    writeln!(
+        out,
+        "- wall time: {:.0} s (setup {:.0} s, faults {:.0} s, heal + checks {:.0} s)",
+        started.elapsed().as_secs_f64(),
+        setup.as_secs_f64(),
+        faulting.as_secs_f64(),
+        (started.elapsed() - setup - faulting).as_secs_f64()
+    )?;
+    writeln!(out, "- workload: {} VAs created, {} deleted, {} re-created on another node, {} API errors seen by the workload", state.creates, state.deletes, state.moves, state.errors)?;
+    writeln!(
+        out,
+        "- driver calls: {} (Publish {}, Unpublish {}, ListVolumes {}); replica restarts: {}",
+        calls.len(),
+        calls
+            .iter()
+            .filter(|c| c.method == "ControllerPublishVolume")
+            .count(),
+        calls
+            .iter()
+            .filter(|c| c.method == "ControllerUnpublishVolume")
+            .count(),
+        calls.iter().filter(|c| c.method == "ListVolumes").count(),
+        exits.len()
+    )?;
+    writeln!(out, "- after the faults: new VA attached in {probe_took:.2?} (bound {bound:?}), drained in {drained_after:.2?}")?;
+    let replica_codes = |code: i64| {
+        audit
+            .iter()
+            .filter(|e| {
+                e["user"]["username"]
+                    .as_str()
+                    .is_some_and(|u| u.starts_with("chaos-replica-"))
+            })
+            .filter(|e| e["responseStatus"]["code"] == code)
+            .count()
+    };
+    writeln!(out, "- API answers to the replicas (audit log): {} × 429, {} × 422, {} × 403, {} × 409, {} × 410", replica_codes(429), replica_codes(422), replica_codes(403), replica_codes(409), replica_codes(410))?;
+    writeln!(
+        out,
+        "- leadership terms (from the Lease's audit events): {}\n",
+        check::terms(&audit, world::LEASE).len()
+    )?;
+    writeln!(
+        out,
+        "## Faults by type\n\n| fault | injected | skipped |\n|---|---|---|"
+    )?;
+    for (kind, (n, s)) in &by_kind {
+        writeln!(out, "| {kind} | {n} | {s} |")?;
+    }
+    writeln!(out, "\n## Invariant violations\n")?;
+    if violations.is_empty() {
+        writeln!(out, "None.")?;
+    } else {
+        for (inv, n) in &by_invariant {
+            writeln!(out, "- {inv}: {n}")?;
+        }
+        writeln!(out, "\n| invariant | evidence |\n|---|---|")?;
+        for (inv, evidence) in violations.iter().take(200) {
+            writeln!(
+                out,
+                "| {inv} | {} |",
+                evidence.replace('|', "\\|").replace('\n', " ")
+            )?;
+        }
+    }
+    writeln!(out, "\n## Fault log\n")?;
+    for (i, w) in windows.iter().enumerate() {
+        writeln!(
+            out,
+            "{i}. `{}` at {}: {}",
+            w.kind,
+            check::format_time(w.start),
+            w.note
+        )?;
+    }
+    Ok(out)
+}
+
+/// What is still to do: live VAs not attached, deleted VAs still present, as text.
+async fn pending_work(client: &kube::Client) -> String {
+    let vas: Api<VolumeAttachment> = Api::all(client.clone());
+    let Ok(list) = vas.list(&ListParams::default()).await else {
+        return "cannot list VAs".into();
+    };
+    let mut out = Vec::new();
+    for va in list.items {
+        let name = va.metadata.name.clone().unwrap_or_default();
+        if va.metadata.deletion_timestamp.is_some() {
+            out.push(format!(
+                "{name} deleting (finalizers {:?})",
+                va.metadata.finalizers
+            ));
+        } else if !va.status.as_ref().is_some_and(|s| s.attached) {
+            out.push(format!("{name} not attached (status {:?})", va.status));
+        }
+    }
+    out.truncate(10);
+    out.join("; ")
+}
+
+async fn wait_attached(client: &kube::Client, name: &str, timeout: Duration) -> Result<()> {
+    let vas: Api<VolumeAttachment> = Api::all(client.clone());
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if let Ok(Ok(Some(va))) =
+            tokio::time::timeout(Duration::from_secs(3), vas.get_opt(name)).await
+        {
+            if va.status.is_some_and(|s| s.attached) {
+                return Ok(());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    anyhow::bail!("VA {name:?} not attached after {timeout:?}")
+}

@@ -1,0 +1,581 @@
+//! The faults. Each is injected, held for a while, and healed before the next.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{json, Value};
+
+use crate::proxy::Mode;
+use crate::rng::Rng;
+use crate::workload::{node_name, NODES};
+use crate::world::{lock, World, DRIVER, LEASE, LEASE_DURATION, TIMEOUT};
+
+pub const KINDS: &[&str] = &[
+    "apiserver-sigkill",
+    "apiserver-sigstop",
+    "etcd-stall",
+    "watch-expiry-410",
+    "leader-partition",
+    "proxy-delay",
+    "proxy-reset",
+    "lost-responses",
+    "write-rejection-vap",
+    "apf-429",
+    "foreign-finalizers",
+    "driver-slow",
+    "driver-failing",
+    "driver-hang",
+    "driver-restart",
+    "driver-restart-empty",
+    "driver-late-publish",
+    "kill-before-publish",
+    "kill-after-publish",
+    "kill-before-unpublish",
+    "kill-after-unpublish",
+    "leader-sigstop-past-lease",
+    "sigterm-while-driver-hangs",
+    "lease-deleted",
+    "lease-stolen",
+    "csinode-reregistered",
+    "fd-limit-and-idle-flood",
+];
+
+/// Relative frequency (slow faults less often).
+pub fn weight(kind: &str) -> u64 {
+    match kind {
+        "apiserver-sigkill" | "watch-expiry-410" => 1,
+        "leader-sigstop-past-lease" | "leader-partition" | "fd-limit-and-idle-flood" => 2,
+        _ => 3,
+    }
+}
+
+/// A fault and the time it was active.
+#[derive(Debug, Clone)]
+pub struct Window {
+    pub kind: String,
+    pub start: i128,
+    pub end: i128,
+    /// What happened (e.g. "killed replica-1 at Publish start").
+    pub note: String,
+    /// The fault could not be injected (e.g. no call to wait for); not counted.
+    pub skipped: bool,
+}
+
+pub struct Injector {
+    pub world: Arc<World>,
+    pub client: kube::Client,
+}
+
+async fn pause(ms: u64) {
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+}
+
+impl Injector {
+    async fn leader(&self) -> usize {
+        for _ in 0..20 {
+            if let Some(l) = self.world.leader(&self.client).await {
+                return l;
+            }
+            pause(250).await;
+        }
+        0
+    }
+
+    /// Injects `kind`; returns (note, skipped).
+    pub async fn inject(&self, kind: &str, rng: &mut Rng) -> (String, bool) {
+        let w = &self.world;
+        let drv = &w.driver;
+        match kind {
+            "apiserver-sigkill" => {
+                let result = w.cp.lock().await.restart_apiserver().await;
+                (format!("restart: {result:?}"), false)
+            }
+            "apiserver-sigstop" => {
+                let ms = 1500 + rng.below(2500);
+                let cp = w.cp.lock().await;
+                cp.signal_apiserver(libc::SIGSTOP);
+                pause(ms).await;
+                cp.signal_apiserver(libc::SIGCONT);
+                (format!("stopped {ms} ms"), false)
+            }
+            "etcd-stall" => {
+                let ms = 1500 + rng.below(2500);
+                let cp = w.cp.lock().await;
+                cp.signal_etcd(libc::SIGSTOP);
+                pause(ms).await;
+                cp.signal_etcd(libc::SIGCONT);
+                (format!("etcd stopped {ms} ms"), false)
+            }
+            "watch-expiry-410" => {
+                let mut cp = w.cp.lock().await;
+                let revision = cp.compact_etcd().await;
+                let restart = cp.restart_apiserver().await;
+                (
+                    format!("compacted at {revision:?}, API server restarted: {restart:?}"),
+                    false,
+                )
+            }
+            "leader-partition" => {
+                let leader = self.leader().await;
+                let ms = LEASE_DURATION.as_millis() as u64 + 1000 + rng.below(1000);
+                w.replicas[leader].proxy.set(Mode::Blackhole);
+                pause(ms).await;
+                w.replicas[leader].proxy.set(Mode::Pass);
+                (format!("replica-{leader} black-holed {ms} ms"), false)
+            }
+            "proxy-delay" => {
+                let delay = 100 + rng.below(700);
+                let ms = 2000 + rng.below(2000);
+                for r in &w.replicas {
+                    r.proxy.set(Mode::Delay(delay));
+                }
+                pause(ms).await;
+                for r in &w.replicas {
+                    r.proxy.set(Mode::Pass);
+                }
+                (
+                    format!("every replica +{delay} ms per chunk for {ms} ms"),
+                    false,
+                )
+            }
+            "proxy-reset" => {
+                let target = if rng.f64() < 0.6 {
+                    self.leader().await
+                } else {
+                    rng.below(w.replicas.len() as u64) as usize
+                };
+                let ms = 500 + rng.below(1500);
+                w.replicas[target].proxy.set(Mode::Reset);
+                pause(ms).await;
+                w.replicas[target].proxy.set(Mode::Pass);
+                (format!("replica-{target} reset for {ms} ms"), false)
+            }
+            "lost-responses" => {
+                let leader = self.leader().await;
+                let ms = 300 + rng.below(1200);
+                w.replicas[leader].proxy.set(Mode::LoseReplies);
+                pause(ms).await;
+                w.replicas[leader].proxy.set(Mode::Pass);
+                (format!("replica-{leader} replies lost for {ms} ms"), false)
+            }
+            "write-rejection-vap" => {
+                let ms = 1500 + rng.below(2500);
+                let binding = json!({
+                    "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+                    "metadata": {"name": "chaos-reject"},
+                    "spec": {"policyName": "chaos-reject", "validationActions": ["Deny"]},
+                });
+                let path =
+                    "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings";
+                let created = crate::post(&self.client, path, &binding).await;
+                pause(ms).await;
+                let deleted = crate::delete(&self.client, &format!("{path}/chaos-reject")).await;
+                (
+                    format!(
+                        "binding on {ms} ms (create {:?}, delete {:?})",
+                        created.err(),
+                        deleted.err()
+                    ),
+                    false,
+                )
+            }
+            "apf-429" => {
+                let ms = 1500 + rng.below(2500);
+                let path = "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas";
+                let schema = json!({
+                    "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
+                    "metadata": {"name": "chaos-attachers"},
+                    "spec": {
+                        "matchingPrecedence": 100,
+                        "priorityLevelConfiguration": {"name": "chaos-starved"},
+                        "rules": [{
+                            "subjects": [{"kind": "Group", "group": {"name": crate::cp::REPLICA_GROUP}}],
+                            "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"], "clusterScope": true, "namespaces": ["*"]}],
+                            "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+                        }],
+                    },
+                });
+                let created = crate::post(&self.client, path, &schema).await;
+                pause(ms).await;
+                let deleted = crate::delete(&self.client, &format!("{path}/chaos-attachers")).await;
+                (
+                    format!(
+                        "FlowSchema on {ms} ms (create {:?}, delete {:?})",
+                        created.err(),
+                        deleted.err()
+                    ),
+                    false,
+                )
+            }
+            "foreign-finalizers" => {
+                // Its draws depend on how many objects exist: a stream of its own keeps the
+                // fault sequence of a seed independent of timing.
+                let n = self.foreign_finalizers(&mut Rng::new(rng.next())).await;
+                (format!("{n} foreign finalizer writes"), false)
+            }
+            "driver-slow" => {
+                let delay = 300 + rng.below(1200);
+                let ms = 2000 + rng.below(2000);
+                for m in ["ControllerPublishVolume", "ControllerUnpublishVolume"] {
+                    let _ = drv
+                        .admin(
+                            "PUT",
+                            &format!("/faults/{m}"),
+                            Some(json!({"delay_ms": delay})),
+                        )
+                        .await;
+                }
+                pause(ms).await;
+                let _ = drv.admin("DELETE", "/faults", None).await;
+                (format!("delay {delay} ms for {ms} ms"), false)
+            }
+            "driver-failing" => {
+                let codes = [
+                    "Internal",
+                    "Unavailable",
+                    "ResourceExhausted",
+                    "Aborted",
+                    "DeadlineExceeded",
+                ];
+                let code = codes[rng.below(codes.len() as u64) as usize];
+                let times = 2 + rng.below(6);
+                for m in ["ControllerPublishVolume", "ControllerUnpublishVolume"] {
+                    let _ = drv
+                        .admin(
+                            "PUT",
+                            &format!("/faults/{m}"),
+                            Some(json!({"code": code, "times": times})),
+                        )
+                        .await;
+                }
+                pause(1500).await;
+                let _ = drv.admin("DELETE", "/faults", None).await;
+                (format!("{code} x{times}"), false)
+            }
+            "driver-hang" => {
+                let method = if rng.f64() < 0.5 {
+                    "ControllerPublishVolume"
+                } else {
+                    "ControllerUnpublishVolume"
+                };
+                let ms = 1500 + rng.below(2500);
+                let _ = drv
+                    .admin(
+                        "PUT",
+                        &format!("/faults/{method}"),
+                        Some(json!({"hang": true})),
+                    )
+                    .await;
+                pause(ms).await;
+                let _ = drv.admin("DELETE", "/faults", None).await;
+                (format!("{method} hung {ms} ms"), false)
+            }
+            "driver-restart" | "driver-restart-empty" => {
+                let empty = kind == "driver-restart-empty";
+                let signal = if empty { libc::SIGKILL } else { libc::SIGTERM };
+                let result = drv.restart(signal, empty);
+                (format!("restart: {result:?}"), false)
+            }
+            "driver-late-publish" => {
+                let delay = TIMEOUT.as_millis() as u64 + 500 + rng.below(1000);
+                let _ = drv
+                    .admin(
+                        "PUT",
+                        "/faults/ControllerPublishVolume",
+                        Some(json!({"delay_ms": delay, "times": 3})),
+                    )
+                    .await;
+                pause(delay + 1000).await;
+                let _ = drv.admin("DELETE", "/faults", None).await;
+                (
+                    format!("Publish delayed {delay} ms (> --timeout) x3"),
+                    false,
+                )
+            }
+            "kill-before-publish"
+            | "kill-after-publish"
+            | "kill-before-unpublish"
+            | "kill-after-unpublish" => {
+                let method = if kind.ends_with("unpublish") {
+                    "ControllerUnpublishVolume"
+                } else {
+                    "ControllerPublishVolume"
+                };
+                let before = kind.starts_with("kill-before");
+                let mut rx = w.ledger_tx.subscribe();
+                let line = w
+                    .next_ledger(&mut rx, Duration::from_secs(8), |l| {
+                        l["method"] == method
+                            && if before {
+                                l["event"] == "start"
+                            } else {
+                                l["event"].is_null() && l["code"] == "OK"
+                            }
+                    })
+                    .await;
+                match line.and_then(|l| l["caller"].as_u64()) {
+                    Some(caller) => {
+                        w.signal_replica(caller as usize, libc::SIGKILL);
+                        (
+                            format!(
+                                "SIGKILL replica-{caller} at {method} {}",
+                                if before { "start" } else { "end" }
+                            ),
+                            false,
+                        )
+                    }
+                    None => (format!("no {method} within 8 s"), true),
+                }
+            }
+            "leader-sigstop-past-lease" => {
+                let leader = self.leader().await;
+                let ms = LEASE_DURATION.as_millis() as u64 + 1000 + rng.below(1500);
+                w.signal_replica(leader, libc::SIGSTOP);
+                pause(ms).await;
+                w.signal_replica(leader, libc::SIGCONT);
+                (format!("replica-{leader} stopped {ms} ms"), false)
+            }
+            "sigterm-while-driver-hangs" => {
+                let _ = drv
+                    .admin(
+                        "PUT",
+                        "/faults/ControllerPublishVolume",
+                        Some(json!({"hang": true})),
+                    )
+                    .await;
+                let mut rx = w.ledger_tx.subscribe();
+                let line = w
+                    .next_ledger(&mut rx, Duration::from_secs(8), |l| {
+                        l["method"] == "ControllerPublishVolume" && l["event"] == "start"
+                    })
+                    .await;
+                let note = match line.and_then(|l| l["caller"].as_u64()) {
+                    Some(caller) => {
+                        let caller = caller as usize;
+                        let starts = lock(&w.replicas[caller].slot).starts;
+                        w.signal_replica(caller, libc::SIGTERM);
+                        let t0 = tokio::time::Instant::now();
+                        while lock(&w.replicas[caller].slot).starts == starts
+                            && t0.elapsed() < Duration::from_secs(15)
+                        {
+                            pause(50).await;
+                        }
+                        format!(
+                            "SIGTERM replica-{caller} during a hung Publish; restarted after {:?}",
+                            t0.elapsed()
+                        )
+                    }
+                    None => "no Publish within 8 s".into(),
+                };
+                let _ = drv.admin("DELETE", "/faults", None).await;
+                (note.clone(), note.starts_with("no "))
+            }
+            "lease-deleted" => {
+                let result = crate::delete(
+                    &self.client,
+                    &format!("/apis/coordination.k8s.io/v1/namespaces/default/leases/{LEASE}"),
+                )
+                .await;
+                (format!("delete: {:?}", result.err()), false)
+            }
+            "lease-stolen" => {
+                let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+                    Api::namespaced(self.client.clone(), "default");
+                let now = chrono_now();
+                let patch = json!({"spec": {"holderIdentity": "chaos-thief", "renewTime": now, "acquireTime": now, "leaseDurationSeconds": LEASE_DURATION.as_secs()}});
+                let result = leases
+                    .patch(LEASE, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await;
+                (format!("stolen: {:?}", result.err()), false)
+            }
+            "csinode-reregistered" => {
+                let k = rng.below(NODES as u64) as usize;
+                let node = node_name(k);
+                let csinodes: Api<CSINode> = Api::all(self.client.clone());
+                let _ = csinodes.delete(&node, &DeleteParams::default()).await;
+                pause(300 + rng.below(700)).await;
+                let generation = rng.below(1_000_000);
+                let id = format!("{node}-id.{generation}");
+                let result = create_csinode(&self.client, &node, &id).await;
+                (
+                    format!("{node} re-registered as {id}: {:?}", result.err()),
+                    false,
+                )
+            }
+            "fd-limit-and-idle-flood" => self.fd_flood(rng).await,
+            other => (format!("unknown fault {other}"), true),
+        }
+    }
+
+    /// Adds a foreign finalizer to some VAs and PVs, waits, removes them (JSON patches
+    /// with a `test` of the list, as a careful controller would; conflicts are retried).
+    async fn foreign_finalizers(&self, rng: &mut Rng) -> usize {
+        const FOREIGN: &str = "chaos.example.com/foreign";
+        let vas: Api<VolumeAttachment> = Api::all(self.client.clone());
+        let pvs: Api<k8s_openapi::api::core::v1::PersistentVolume> = Api::all(self.client.clone());
+        let mut writes = 0;
+        let Ok(list) = vas.list(&ListParams::default()).await else {
+            return 0;
+        };
+        let mut touched_vas = Vec::new();
+        for va in list.items.iter().filter(|_| rng.f64() < 0.4) {
+            let name = va.metadata.name.clone().unwrap_or_default();
+            if toggle(&vas, &name, FOREIGN, true).await {
+                writes += 1;
+                touched_vas.push(name);
+            }
+        }
+        let mut touched_pvs = Vec::new();
+        if let Ok(list) = pvs.list(&ListParams::default()).await {
+            for pv in list.items.iter().filter(|_| rng.f64() < 0.3) {
+                let name = pv.metadata.name.clone().unwrap_or_default();
+                if toggle(&pvs, &name, FOREIGN, true).await {
+                    writes += 1;
+                    touched_pvs.push(name);
+                }
+            }
+        }
+        pause(1000 + rng.below(2000)).await;
+        for name in touched_vas {
+            writes += usize::from(toggle(&vas, &name, FOREIGN, false).await);
+        }
+        for name in touched_pvs {
+            writes += usize::from(toggle(&pvs, &name, FOREIGN, false).await);
+        }
+        writes
+    }
+
+    async fn fd_flood(&self, rng: &mut Rng) -> (String, bool) {
+        let w = &self.world;
+        let target = rng.below(w.replicas.len() as u64) as usize;
+        let pid = lock(&w.replicas[target].slot)
+            .process
+            .as_ref()
+            .map(|p| p.id())
+            .unwrap_or(0);
+        let open = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|d| d.count())
+            .unwrap_or(0);
+        let limit = (open + 40) as u64;
+        let mut old = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        let new = libc::rlimit {
+            rlim_cur: limit,
+            rlim_max: limit.max(4096),
+        };
+        // SAFETY: prlimit on our own child's pid, valid pointers.
+        let set = unsafe { libc::prlimit(pid as libc::pid_t, libc::RLIMIT_NOFILE, &new, &mut old) };
+        let mut conns = Vec::new();
+        for _ in 0..200 {
+            match tokio::time::timeout(
+                Duration::from_millis(200),
+                tokio::net::TcpStream::connect(w.replicas[target].http),
+            )
+            .await
+            {
+                Ok(Ok(c)) => conns.push(c),
+                _ => break,
+            }
+        }
+        let flooded = conns.len();
+        pause(2000 + rng.below(2000)).await;
+        drop(conns);
+        pause(300).await;
+        let healthy = crate::support::http_get(w.replicas[target].http, "/healthz")
+            .await
+            .map(|(s, _)| s);
+        if set == 0 {
+            // SAFETY: as above, restoring the previous limit.
+            unsafe {
+                libc::prlimit(
+                    pid as libc::pid_t,
+                    libc::RLIMIT_NOFILE,
+                    &old,
+                    std::ptr::null_mut(),
+                )
+            };
+        }
+        (format!("replica-{target}: RLIMIT_NOFILE {limit} (prlimit {set}), {flooded} idle connections, /healthz after: {healthy:?}"), false)
+    }
+}
+
+/// Adds (`add`) or removes `finalizer` with a JSON patch guarded by a test of the current list.
+async fn toggle<K>(api: &Api<K>, name: &str, finalizer: &str, add: bool) -> bool
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    for _ in 0..5 {
+        let Ok(Some(obj)) = api.get_opt(name).await else {
+            return false;
+        };
+        let current: Vec<String> = obj.meta().finalizers.clone().unwrap_or_default();
+        let has = current.iter().any(|f| f == finalizer);
+        if has == add {
+            return false;
+        }
+        if add && obj.meta().deletion_timestamp.is_some() {
+            return false; // cannot add finalizers to a deleting object
+        }
+        let mut next = current.clone();
+        if add {
+            next.push(finalizer.to_string());
+        } else {
+            next.retain(|f| f != finalizer);
+        }
+        let patch: Value = if current.is_empty() {
+            json!([{"op": "add", "path": "/metadata/finalizers", "value": next}])
+        } else {
+            json!([{"op": "test", "path": "/metadata/finalizers", "value": current},
+                   {"op": "replace", "path": "/metadata/finalizers", "value": next}])
+        };
+        let Ok(patch) = serde_json::from_value::<json_patch::Patch>(patch) else {
+            return false;
+        };
+        match api
+            .patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+            .await
+        {
+            Ok(_) => return true,
+            Err(_) => pause(50).await,
+        }
+    }
+    false
+}
+
+pub async fn create_csinode(client: &kube::Client, node: &str, id: &str) -> kube::Result<CSINode> {
+    let csinodes: Api<CSINode> = Api::all(client.clone());
+    let csinode: CSINode = serde_json::from_value(json!({
+        "metadata": {"name": node},
+        "spec": {"drivers": [{"name": DRIVER, "nodeID": id}]},
+    }))
+    .map_err(kube::Error::SerdeError)?;
+    csinodes.create(&PostParams::default(), &csinode).await
+}
+
+/// RFC 3339 with microseconds, now (for a Lease's MicroTime).
+pub fn chrono_now() -> String {
+    let nanos = crate::world::now_nanos();
+    crate::check::format_time(nanos)
+}
+
+/// Removes every foreign finalizer left (after a fault was cut short).
+pub async fn clear_foreign(client: &kube::Client) {
+    let vas: Api<VolumeAttachment> = Api::all(client.clone());
+    if let Ok(list) = vas.list(&ListParams::default()).await {
+        for va in list.items {
+            let name = va.metadata.name.unwrap_or_default();
+            toggle(&vas, &name, "chaos.example.com/foreign", false).await;
+        }
+    }
+    let pvs: Api<k8s_openapi::api::core::v1::PersistentVolume> = Api::all(client.clone());
+    if let Ok(list) = pvs.list(&ListParams::default()).await {
+        for pv in list.items {
+            let name = pv.metadata.name.unwrap_or_default();
+            toggle(&pvs, &name, "chaos.example.com/foreign", false).await;
+        }
+    }
+}
