@@ -103,6 +103,10 @@ impl Driver {
             .arg(format!("--ledger={}", self.ledger.display()))
             .arg("--ledger-events")
             .arg("--finish-abandoned-calls")
+            // As real drivers do: a second operation on a volume with one
+            // still running (e.g. a Publish finishing after its caller left) is
+            // refused with ABORTED, not run concurrently.
+            .arg("--serialize-volumes")
             .arg(format!("--state-file={}", self.state.display()))
             .arg(format!("--admin-addr=127.0.0.1:{}", self.admin_port))
             .stdout(Stdio::piped())

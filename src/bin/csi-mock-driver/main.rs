@@ -85,6 +85,11 @@ struct Args {
     /// Misbehave: ListVolumes always answers next_token "1" while entries remain.
     #[arg(long)]
     repeat_list_token: bool,
+    /// One Controller(Un)Publish at a time per volume: a call for a volume
+    /// with one still running gets ABORTED, as the CSI spec asks of plugins
+    /// ("operation pending for volume").
+    #[arg(long)]
+    serialize_volumes: bool,
 }
 
 #[tokio::main]
@@ -126,6 +131,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         ledger: Ledger::open(args.ledger.as_deref(), args.ledger_events)?,
         published: Mutex::new(published),
         repeat_list_token: args.repeat_list_token,
+        pending: args.serialize_volumes.then(Default::default),
     });
 
     let admin = match args.admin_addr {

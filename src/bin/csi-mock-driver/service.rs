@@ -30,6 +30,8 @@ pub struct Driver {
     pub published: Mutex<Published>,
     /// Answer every non-final ListVolumes page with next_token "1" (a buggy driver).
     pub repeat_list_token: bool,
+    /// With `--serialize-volumes`: volumes with a (Un)Publish running.
+    pub pending: Option<Mutex<std::collections::HashSet<String>>>,
 }
 
 impl Driver {
@@ -49,11 +51,40 @@ impl Driver {
         fields: Map<String, Value>,
         body: impl FnOnce(Option<&Fault>) -> Result<T, Status>,
     ) -> Result<Response<T>, Status> {
+        self.call_on(method, None, fields, body).await
+    }
+
+    /// [`Self::call`] for an operation on `volume`: with `--serialize-volumes`
+    /// it is refused with ABORTED while another one on the volume runs (its
+    /// fault delay included).
+    async fn call_on<T>(
+        &self,
+        method: &'static str,
+        volume: Option<&str>,
+        fields: Map<String, Value>,
+        body: impl FnOnce(Option<&Fault>) -> Result<T, Status>,
+    ) -> Result<Response<T>, Status> {
         let mut guard = LedgerGuard {
             driver: self,
             method,
             received: SystemTime::now(),
             fields: Some(fields),
+        };
+        let _pending = match (volume, &self.pending) {
+            (Some(volume), Some(pending)) => {
+                let mut set = pending.lock().unwrap_or_else(PoisonError::into_inner);
+                if !set.insert(volume.to_string()) {
+                    let status =
+                        Status::aborted(format!("an operation is pending for volume {volume}"));
+                    guard.finish(Err(status.clone()));
+                    return Err(status);
+                }
+                Some(PendingGuard {
+                    set: pending,
+                    volume: volume.to_string(),
+                })
+            }
+            _ => None,
         };
         let result = match self.faults.apply(method).await {
             Ok(fault) => body(fault.as_ref()),
@@ -61,6 +92,21 @@ impl Driver {
         };
         guard.finish(result.as_ref().map(|_| ()).map_err(Clone::clone));
         result.map(Response::new)
+    }
+}
+
+/// Marks a volume free again when its operation ends (or is dropped).
+struct PendingGuard<'a> {
+    set: &'a Mutex<std::collections::HashSet<String>>,
+    volume: String,
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        self.set
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.volume);
     }
 }
 
@@ -164,25 +210,30 @@ impl Controller for Service {
             ("volume_context".into(), json!(sorted(&req.volume_context))),
         ]);
         self.0
-            .call("ControllerPublishVolume", fields, |_| {
-                if req.volume_id.is_empty() {
-                    return Err(Status::invalid_argument("volume_id is required"));
-                }
-                if req.node_id.is_empty() {
-                    return Err(Status::invalid_argument("node_id is required"));
-                }
-                let capability = req
-                    .volume_capability
-                    .as_ref()
-                    .ok_or_else(|| Status::invalid_argument("volume_capability is required"))?;
-                let publish_context = self.0.published().publish(
-                    &req.volume_id,
-                    &req.node_id,
-                    capability,
-                    req.readonly,
-                )?;
-                Ok(proto::ControllerPublishVolumeResponse { publish_context })
-            })
+            .call_on(
+                "ControllerPublishVolume",
+                Some(&req.volume_id),
+                fields,
+                |_| {
+                    if req.volume_id.is_empty() {
+                        return Err(Status::invalid_argument("volume_id is required"));
+                    }
+                    if req.node_id.is_empty() {
+                        return Err(Status::invalid_argument("node_id is required"));
+                    }
+                    let capability = req
+                        .volume_capability
+                        .as_ref()
+                        .ok_or_else(|| Status::invalid_argument("volume_capability is required"))?;
+                    let publish_context = self.0.published().publish(
+                        &req.volume_id,
+                        &req.node_id,
+                        capability,
+                        req.readonly,
+                    )?;
+                    Ok(proto::ControllerPublishVolumeResponse { publish_context })
+                },
+            )
             .await
     }
 
@@ -197,13 +248,18 @@ impl Controller for Service {
             ("secrets".into(), json!(sorted(&req.secrets))),
         ]);
         self.0
-            .call("ControllerUnpublishVolume", fields, |_| {
-                if req.volume_id.is_empty() {
-                    return Err(Status::invalid_argument("volume_id is required"));
-                }
-                self.0.published().unpublish(&req.volume_id, &req.node_id);
-                Ok(proto::ControllerUnpublishVolumeResponse {})
-            })
+            .call_on(
+                "ControllerUnpublishVolume",
+                Some(&req.volume_id),
+                fields,
+                |_| {
+                    if req.volume_id.is_empty() {
+                        return Err(Status::invalid_argument("volume_id is required"));
+                    }
+                    self.0.published().unpublish(&req.volume_id, &req.node_id);
+                    Ok(proto::ControllerUnpublishVolumeResponse {})
+                },
+            )
             .await
     }
 
