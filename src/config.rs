@@ -32,7 +32,7 @@
 //! | negative `--timeout` | every probe times out at once: never starts | exit 1 |
 //! | negative `--resync`, `--reconcile-sync` | the resync / reconcile timer fires in a busy loop | exit 1 |
 //! | negative `--retry-interval-start`/`-max` | failed items retry at once, no backoff | exit 1 |
-//! | negative or inconsistent `--leader-election-*-duration/-deadline/-period` (with `--leader-election`) | client-go's `RunOrDie` panics after connecting | exit 1 with client-go's message |
+//! | negative or inconsistent `--leader-election-*-duration/-deadline/-period` (with `--leader-election`) | client-go's `RunOrDie` panics after connecting (exit 2) | exit 2 with client-go's message (negative: exit 1) |
 //! | negative `--kube-api-burst` with a rate limit | every API request fails | exit 1 |
 //! | a label client-go would send but the API server refuses (with `--leader-election`) | never becomes leader | exit 1 |
 //!
@@ -287,6 +287,9 @@ pub enum Error {
     /// Both HTTP address flags.
     #[error("only one of `--metrics-address` and `--http-endpoint` can be set")]
     TwoHttpAddresses,
+    /// A metrics path no request can have (upstream's HTTP mux panics on it).
+    #[error("--metrics-path must start with \"/\", got {0:?}")]
+    MetricsPath(String),
     /// An unknown feature gate, or a locked one set against its lock.
     #[error("failed to store flag gates: {0}")]
     FeatureGates(String),
@@ -577,6 +580,10 @@ impl Config {
     pub fn validate(&self) -> Result<(), Error> {
         if !self.http_endpoint.is_empty() && !self.metrics_address.is_empty() {
             return Err(Error::TwoHttpAddresses);
+        }
+        let serving = !self.http_endpoint.is_empty() || !self.metrics_address.is_empty();
+        if serving && !self.metrics_path.starts_with('/') {
+            return Err(Error::MetricsPath(self.metrics_path.clone()));
         }
         if self.worker_threads == 0 {
             return Err(Error::NoWorkers);

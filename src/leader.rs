@@ -28,6 +28,11 @@
 //!   `O` is when *it observed* (its own clock) the holder's last renewal.
 //!   `O` comes after the API server wrote it, so after `S`.
 //!
+//!   The window closes [`cancel_allowance`] early (200 ms, or a tenth of a
+//!   shorter renew deadline), so that the cancellation of an abandoned call
+//!   has reached the driver by `S + renew_deadline`, the instant anyone
+//!   reading the Lease would compute from its `renewTime`.
+//!
 //! Hence the leader's window ends at least `lease_duration - renew_deadline`
 //! before any standby can take over (15 s - 10 s = 5 s with the defaults):
 //! the margin absorbs clock-rate differences between the two machines and
@@ -70,6 +75,17 @@ use tokio::time::Instant;
 
 /// Extra time a leader may go without renewing before `/healthz/leader-election` fails.
 pub const HEALTH_TOLERANCE: Duration = Duration::from_secs(20);
+
+/// How much earlier than `renew_deadline` the window closes: time for the
+/// cancellation of an abandoned call to reach the driver.
+pub fn cancel_allowance(renew_deadline: Duration) -> Duration {
+    (renew_deadline / 10).min(Duration::from_millis(200))
+}
+
+/// The leadership window's length after the start of a successful renewal.
+pub fn window_length(renew_deadline: Duration) -> Duration {
+    renew_deadline.saturating_sub(cancel_allowance(renew_deadline))
+}
 
 /// Lease parameters (flags `--leader-election-*`).
 #[derive(Debug, Clone)]
@@ -759,7 +775,7 @@ impl<A: LeaseApi> Elector<A> {
     fn record_success(&mut self, written: Lease, started: Instant) -> bool {
         let now = Instant::now();
         self.observed = Some((written, now));
-        let end = started + self.settings.renew_deadline;
+        let end = started + window_length(self.settings.renew_deadline);
         self.window.send_if_modified(|window| match window {
             Window::Until(current) if *current >= end => false,
             _ => {

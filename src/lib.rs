@@ -10,7 +10,8 @@
 //!        CSI client (tonic over UDS; per-call deadline; metrics) ──▶ driver socket
 //! ```
 //!
-//! `../shared/DESIGN.md` has the whole picture; this crate grows into it.
+//! README.md and `docs/` (migration guide, bounds, chaos suite, malformed inputs) say what it
+//! does for operators; each module's doc says how.
 
 pub mod check;
 pub mod config;

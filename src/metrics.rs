@@ -1,6 +1,6 @@
 //! Metric families, all in one registry owned by the application.
 //!
-//! Names, labels and buckets follow upstream (UPSTREAM-BEHAVIOR §7) so existing
+//! Names, labels and buckets follow upstream external-attacher v4.12 so existing
 //! dashboards and alerts keep working.
 
 use std::sync::{Arc, Mutex, PoisonError};

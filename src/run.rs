@@ -131,7 +131,7 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
     let metrics = Metrics::new();
     let readiness = Readiness::default();
 
-    // Driver connection, probe and identity (UPSTREAM-BEHAVIOR §2 steps 5-8).
+    // Driver connection, probe and identity (as upstream external-attacher v4.12).
     let (client, mut loss) =
         Client::connect(&address, DIAL_TIMEOUT, timeout, Arc::clone(&metrics.csi))
             .await

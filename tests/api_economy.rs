@@ -1,6 +1,6 @@
 //! API economy: the attacher's writes per attach and per detach, counted by the
 //! API server itself (`apiserver_request_total`), never more than upstream's
-//! (UPSTREAM-BEHAVIOR §4.6). Alone in its binary so no other test's traffic
+//! (as upstream external-attacher v4.12). Alone in its binary so no other test's traffic
 //! shares the counters.
 
 mod support;

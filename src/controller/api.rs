@@ -1,7 +1,7 @@
 //! The Kubernetes writes (and the one read, Secrets) the flows need.
 //!
 //! PATCH only, never UPDATE; no resourceVersion preconditions except the
-//! JSON-patch `test` ops on PV finalizers (UPSTREAM-BEHAVIOR §4.6).
+//! JSON-patch `test` ops on PV finalizers (as upstream external-attacher v4.12).
 
 use std::collections::BTreeMap;
 

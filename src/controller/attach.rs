@@ -1,4 +1,4 @@
-//! Attach flow: make a live VolumeAttachment true (UPSTREAM-BEHAVIOR §4.2).
+//! Attach flow: make a live VolumeAttachment true (as upstream external-attacher v4.12).
 //!
 //! In: one VA from the cache. Out: `Ok` or the step that failed; this file
 //! never touches the queue.

@@ -1,4 +1,4 @@
-//! VolumeCapability from a PV (or inline) spec (UPSTREAM-BEHAVIOR §4.4).
+//! VolumeCapability from a PV (or inline) spec (as upstream external-attacher v4.12).
 //!
 //! Pure: values in, a capability or upstream's error text out.
 

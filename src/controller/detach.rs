@@ -1,5 +1,5 @@
 //! Detach flow: unpublish a deleted VolumeAttachment, then let it go
-//! (UPSTREAM-BEHAVIOR §4.3).
+//! (as upstream external-attacher v4.12).
 //!
 //! # Order
 //! `ControllerUnpublishVolume` first; only after it succeeded is our finalizer
@@ -50,24 +50,38 @@ async fn unpublish_and_release(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), F
     let volume = source.csi_volume()?;
     let secrets = ctx.publish_secrets(&volume.csi).await?;
     // Unpublish from the node ID the volume was published to: the one the
-    // attach recorded on the VA. The CSINode is asked only when the VA has no
-    // such annotation (attached by an attacher that did not record it).
-    // Upstream asks the CSINode first and falls back to the annotation
-    // (v3.2 #299): a node whose driver re-registered with another node ID
-    // would be unpublished from the new ID, leaking the publication on the
-    // old one.
-    let node_id = match va.annotations().get(NODE_ID_ANNOTATION) {
-        Some(id) if !id.is_empty() => id.clone(),
-        _ => ctx.stores.node_id(&va.spec.node_name, &ctx.driver_name)?,
+    // attach recorded on the VA. When the CSINode now names another ID for
+    // the node (the driver re-registered, or the annotation was edited),
+    // unpublish from that one too: Unpublish of a volume that is not
+    // published there is a no-op for the driver, and either could be where
+    // the volume is. Upstream asks only the CSINode (falling back to the
+    // annotation when it has none), so after a re-registration it unpublishes
+    // from the new ID and the publication on the old one leaks.
+    let recorded = va
+        .annotations()
+        .get(NODE_ID_ANNOTATION)
+        .filter(|id| !id.is_empty())
+        .cloned();
+    let current = ctx.stores.node_id(&va.spec.node_name, &ctx.driver_name);
+    let node_ids = match (recorded, current) {
+        (Some(recorded), Ok(current)) if recorded != current => {
+            tracing::info!(va = %va.name_any(), recorded = %recorded, csinode = %current,
+                "The node ID recorded at publish differs from the CSINode's; unpublishing from both");
+            vec![recorded, current]
+        }
+        (Some(recorded), _) => vec![recorded],
+        (None, current) => vec![current?],
     };
-    let request = ControllerUnpublishVolumeRequest {
-        volume_id: volume.csi.volume_handle.clone(),
-        node_id,
-        secrets: secrets.into_iter().collect(),
-    };
-    ctx.leadership
-        .call(ctx.csi.unpublish(request, volume.migrated))
-        .await??;
+    for node_id in node_ids {
+        let request = ControllerUnpublishVolumeRequest {
+            volume_id: volume.csi.volume_handle.clone(),
+            node_id,
+            secrets: secrets.clone().into_iter().collect(),
+        };
+        ctx.leadership
+            .call(ctx.csi.unpublish(request, volume.migrated))
+            .await??;
+    }
 
     let mut current = None;
     if let Some(patch) = patches::remove_va_finalizer(va, &ctx.finalizer) {

@@ -1,7 +1,7 @@
 //! Why one attach, detach or PV-finalizer attempt did not finish.
 //!
 //! Display texts are upstream's where upstream writes them into
-//! `attachError`/`detachError` (UPSTREAM-BEHAVIOR §4.2–4.3).
+//! `attachError`/`detachError` (as upstream external-attacher v4.12).
 
 use std::fmt;
 

@@ -1,4 +1,4 @@
-//! Watches → caches → work queues (UPSTREAM-BEHAVIOR §3, event handlers).
+//! Watches → caches → work queues (upstream external-attacher v4.12's event handlers).
 //!
 //! Each watch runs with kube-runtime's default backoff. Events are trimmed and
 //! filtered before they reach a cache; enqueue decisions compare the new

@@ -1,4 +1,4 @@
-//! Every API write body, built in one place (UPSTREAM-BEHAVIOR §4.2–4.7).
+//! Every API write body, built in one place (as upstream external-attacher v4.12).
 //!
 //! Pure: objects in, patch bodies out. `None` means "nothing would change":
 //! the caller skips the write.

@@ -1,4 +1,4 @@
-//! PV lane: release our PV finalizer once no VA needs the PV (UPSTREAM-BEHAVIOR §4.8).
+//! PV lane: release our PV finalizer once no VA needs the PV (as upstream external-attacher v4.12).
 //!
 //! # Rule
 //! Remove `external-attacher/<driver>` when the PV is deleting (or its CSI

@@ -1,6 +1,6 @@
 //! ListVolumes reconciler: notice when the driver's published state and the
 //! VolumeAttachments disagree, and let the normal flows repair it
-//! (UPSTREAM-BEHAVIOR §6).
+//! (as upstream external-attacher v4.12).
 //!
 //! In: the driver's `ListVolumes` (paged) and this driver's VAs from the cache.
 //! Out: VA keys forced through the attach or detach lane. The reconciler itself

@@ -1,4 +1,4 @@
-//! Trivial handler: drivers without ControllerPublish (UPSTREAM-BEHAVIOR §5).
+//! Trivial handler: drivers without ControllerPublish (as upstream external-attacher v4.12).
 //!
 //! A VA of our driver is marked attached with one `/status` patch. No CSI
 //! calls, no finalizers, no secrets; deletion needs nothing.

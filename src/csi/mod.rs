@@ -5,7 +5,7 @@
 //! `csi_sidecar_operations_seconds`; a [`ConnectionLoss`] that resolves when
 //! the driver goes away.
 //!
-//! # Startup (UPSTREAM-BEHAVIOR §2)
+//! # Startup (as upstream external-attacher v4.12)
 //! [`Client::connect`] dials for up to 30 s; [`Client::probe_until_ready`]
 //! retries `Probe` every second on DeadlineExceeded or `ready=false` only;
 //! [`Client::plugin_info`] and [`Client::capabilities`] each get a fixed 1 s.
@@ -87,7 +87,7 @@ impl Method {
     }
 }
 
-/// What the driver can do, as far as the attacher cares (UPSTREAM-BEHAVIOR §2.1).
+/// What the driver can do, as far as the attacher cares (as upstream external-attacher v4.12).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Capabilities {
     /// Plugin capability CONTROLLER_SERVICE.

@@ -202,7 +202,10 @@ async fn a_leader_cut_off_from_the_api_gives_up_after_the_renew_deadline() {
     a.renew_until_lost().await;
     let lost_after = start.elapsed();
     // The round that failed began one retry period after the last renewal.
-    assert!(lost_after >= Duration::from_secs(10), "{lost_after:?}");
+    assert!(
+        lost_after >= window_length(Duration::from_secs(10)),
+        "{lost_after:?}"
+    );
     assert!(lost_after <= Duration::from_secs(16), "{lost_after:?}");
     assert!(!a.health().is_leading());
 }
@@ -372,7 +375,7 @@ async fn the_window_is_timed_from_the_start_of_the_renewal_not_its_answer() {
     assert_eq!(started.elapsed(), Duration::from_secs(6));
     assert_eq!(
         leadership.window(),
-        Window::Until(started + Duration::from_secs(10))
+        Window::Until(started + window_length(Duration::from_secs(10)))
     );
     assert!(leadership.may_start());
 }
@@ -417,13 +420,13 @@ async fn a_call_in_flight_is_abandoned_the_moment_the_window_closes() {
     assert_eq!(outcome, Err(NotLeading));
     assert_eq!(
         started.elapsed(),
-        Duration::from_secs(10),
-        "at the window's end"
+        Duration::from_millis(9_800),
+        "at the window's end: the renew deadline less the cancel allowance"
     );
     assert_eq!(leadership.abandoned(), 1);
     assert_eq!(leadership.in_flight(), 0);
     let lost_at = renewing.await.expect("renewal task");
-    assert_eq!(lost_at - started, Duration::from_secs(10));
+    assert_eq!(lost_at - started, Duration::from_millis(9_800));
 }
 
 #[tokio::test(start_paused = true)]
@@ -504,8 +507,8 @@ async fn a_partitioned_leader_stops_lease_duration_minus_renew_deadline_before_a
     let b_acquired = b_task.await.expect("b's acquisition");
     assert_eq!(
         window_closed - start,
-        Duration::from_secs(20),
-        "10 s + renew deadline"
+        Duration::from_secs(10) + window_length(Duration::from_secs(10)),
+        "10 s + renew deadline - cancel allowance"
     );
     assert_eq!(
         a_lost, window_closed,
@@ -543,4 +546,21 @@ async fn release_waits_for_no_call_and_keeps_the_lease_when_a_call_was_abandoned
     assert_eq!(leadership.call(async {}).await, Ok(()));
     assert!(c.release().await);
     assert_eq!(api.holder().as_deref(), Some(""));
+}
+
+#[test]
+fn the_window_closes_early_enough_for_a_cancellation_to_reach_the_driver() {
+    assert_eq!(
+        cancel_allowance(Duration::from_secs(10)),
+        Duration::from_millis(200)
+    );
+    assert_eq!(
+        window_length(Duration::from_secs(10)),
+        Duration::from_millis(9_800)
+    );
+    assert_eq!(
+        cancel_allowance(Duration::from_secs(1)),
+        Duration::from_millis(100)
+    );
+    assert_eq!(window_length(Duration::ZERO), Duration::ZERO);
 }

@@ -2,7 +2,7 @@
 //! translated to the CSI source their driver expects.
 //!
 //! The rules, outputs and error texts are those of Kubernetes'
-//! `k8s.io/csi-translation-lib` v0.36 (UPSTREAM-BEHAVIOR §4.9); the
+//! `k8s.io/csi-translation-lib` v0.36 (as upstream external-attacher v4.12); the
 //! differential test `tests/migration.rs` runs a corpus through both.
 //! Only PVs are translated: VAs of migrated inline volumes arrive with their CSI
 //! source already filled in by kube-controller-manager.
@@ -144,7 +144,7 @@ mod tests {
             .expect("pv")
     }
 
-    // The example of UPSTREAM-BEHAVIOR §4.9.
+    // The GCE PD example of csi-translation-lib's own documentation.
     #[test]
     fn gce_pd_with_a_beta_zone_label_gets_the_zonal_handle_and_empty_partition() {
         let translated = translate_pv(&pv(
