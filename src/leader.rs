@@ -659,6 +659,22 @@ impl<A: LeaseApi> Elector<A> {
         //    that the winner's lease is observed now, not a retry period later).
         let mut current = self.api.get().await;
         if let Ok(None) = current {
+            // Deleted while another replica held it: that leader's window may
+            // still be open (it does not know yet), so wait out the lease we
+            // last observed, as if it were still there. client-go creates at
+            // once, and two replicas then call the driver side by side.
+            let held_by_other = self
+                .holder()
+                .is_some_and(|h| !h.is_empty() && h != self.settings.identity);
+            if !self.is_leader() && held_by_other && self.is_valid(Instant::now()) {
+                tracing::info!(
+                    lease = %self.settings.name,
+                    holder = ?self.holder(),
+                    expires_in = ?self.observed_expiry().map(|e| e.saturating_duration_since(Instant::now())),
+                    "Lease deleted while held by another replica; waiting out its last observed renewal before creating it"
+                );
+                return false;
+            }
             match self.try_create().await {
                 Ok(written) => return self.record_success(written, started),
                 Err(err) if is_conflict(&err) => current = self.api.get().await,

@@ -564,3 +564,28 @@ fn the_window_closes_early_enough_for_a_cancellation_to_reach_the_driver() {
     );
     assert_eq!(window_length(Duration::ZERO), Duration::ZERO);
 }
+
+/// The Lease deleted while `a` leads: the standby `b`, which saw `a`'s
+/// renewal, does not create it before that renewal's lease ran out (`a`'s
+/// window may still be open); a replica with nothing observed may.
+#[tokio::test(start_paused = true)]
+async fn a_deleted_lease_is_not_recreated_by_a_standby_before_the_observed_one_expired() {
+    let api = Arc::new(FakeLeases::default());
+    let mut a = elector(&api, "a");
+    a.acquire(never()).await;
+    let mut b = elector(&api, "b");
+    assert!(!b.try_acquire_or_renew().await, "a holds it");
+    let observed = Instant::now();
+    *api.lease.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    assert!(!b.try_acquire_or_renew().await, "a's window may be open");
+    assert!(api
+        .lease
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .is_none());
+    tokio::time::advance(Duration::from_secs(14)).await;
+    assert!(!b.try_acquire_or_renew().await, "still inside a's lease");
+    tokio::time::advance(Duration::from_secs(2)).await;
+    assert!(observed.elapsed() > Duration::from_secs(15));
+    assert!(b.try_acquire_or_renew().await, "a's lease ran out");
+}
