@@ -651,3 +651,58 @@ async fn a_va_naming_another_drivers_pv_attaches_and_detaches_with_its_handle() 
     )
     .await;
 }
+
+/// A VA that recorded node ID A (its Publish failed) while the node's driver
+/// re-registered as B: the retry unpublishes from A before it publishes to B
+/// and records B, so no publication on A is left behind.
+#[tokio::test]
+async fn a_node_id_changed_since_the_va_recorded_it_is_unpublished_before_the_new_publish() {
+    let env = Env::start(
+        &[],
+        &["--retry-interval-start=200ms", "--retry-interval-max=400ms"],
+    )
+    .await;
+    env.mock
+        .set_fault(
+            "ControllerPublishVolume",
+            json!({"code": "Unavailable", "message": "not now", "times": 1000}),
+        )
+        .await;
+    let a = env.create_attachment(pv(&unique("pv"), &env.driver)).await;
+    env.wait_attach_error(&a.va).await;
+    env.csinodes
+        .delete(&a.node, &DeleteParams::default())
+        .await
+        .expect("delete CSINode");
+    let csinode = support::objects::csinode(&a.node, &env.driver, &format!("{}-new-id", a.node));
+    env.csinodes
+        .create(&PostParams::default(), &csinode)
+        .await
+        .expect("re-register");
+    // Wait until a failing attempt already asks for the new ID.
+    let new_id = json!(format!("{}-new-id", a.node));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let calls = env.mock.calls("ControllerPublishVolume").await;
+        if calls.iter().any(|c| c["node_id"] == new_id) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no Publish to the new ID: {calls:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    env.mock.clear_fault("ControllerPublishVolume").await;
+    let attached = env.wait_attached(&a.va).await;
+    assert_eq!(
+        attached.metadata.annotations.unwrap_or_default()["csi.alpha.kubernetes.io/node-id"],
+        format!("{}-new-id", a.node)
+    );
+    let unpublish = env.mock.calls("ControllerUnpublishVolume").await;
+    assert!(
+        unpublish.iter().any(|c| c["volume_id"] == json!(a.handle)
+            && c["node_id"] == json!(format!("{}-id", a.node))),
+        "the old ID was never unpublished: {unpublish:?}"
+    );
+}

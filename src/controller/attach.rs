@@ -22,9 +22,10 @@ use kube::ResourceExt;
 
 use super::capability::volume_capability;
 use super::error::FlowError;
+use super::names::NODE_ID_ANNOTATION;
 use super::source::{self, Source};
 use super::{patches, seconds_since, Ctx};
-use crate::csi::proto::ControllerPublishVolumeRequest;
+use crate::csi::proto::{ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest};
 
 /// One attach attempt. Safe to repeat after any failure, restart or failover.
 ///
@@ -80,6 +81,27 @@ async fn publish(ctx: &Ctx, va: &VolumeAttachment) -> Result<BTreeMap<String, St
     // needs the PV).
     add_pv_finalizer(ctx, &source).await?;
     let (request, migrated) = publish_request(ctx, va, &source).await?;
+
+    // The VA records another node ID than the node's CSINode now gives (the
+    // driver re-registered): the volume may be published to the recorded one.
+    // Unpublish it there first, so that the record can move on without
+    // leaking that publication (upstream overwrites the record).
+    let recorded = va
+        .annotations()
+        .get(NODE_ID_ANNOTATION)
+        .filter(|id| !id.is_empty() && **id != request.node_id);
+    if let (Some(recorded), true) = (recorded, va.finalizers().contains(&ctx.finalizer)) {
+        tracing::info!(va = %va.name_any(), recorded = %recorded, csinode = %request.node_id,
+            "The node ID recorded at publish differs from the CSINode's; unpublishing from the recorded one first");
+        let unpublish = ControllerUnpublishVolumeRequest {
+            volume_id: request.volume_id.clone(),
+            node_id: recorded.clone(),
+            secrets: request.secrets.clone(),
+        };
+        ctx.leadership
+            .call(ctx.csi.unpublish(unpublish, migrated))
+            .await??;
+    }
 
     // From the VA write on, a detach is owed.
     if let Some(patch) = patches::attach_metadata(va, &ctx.finalizer, &request.node_id) {
