@@ -283,8 +283,28 @@ async fn run(seed: u64, fault_count: usize, size: &str) -> Result<String> {
             format!("not drained 60 s after the faults: {pending}"),
         ));
     }
-    // One reconcile pass (--reconcile-sync=5s) after draining, so a driver that lost its state is repaired.
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    // One whole reconcile pass (--reconcile-sync=5s) after draining, so a
+    // driver that lost its state is repaired: wait for the leader's pass count
+    // to go up by two (the one running now may have started before the drain).
+    let passes = |text: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix("csi_attacher_reconcile_pass_seconds_count "))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut first = None;
+    while Instant::now() < deadline {
+        let now = match world.leader(&client).await {
+            Some(l) => world.metrics(l).await.as_deref().and_then(passes),
+            None => None,
+        };
+        match (first, now) {
+            (None, Some(n)) => first = Some(n),
+            (Some(f), Some(n)) if n >= f + 2 => break,
+            _ => {}
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     if let Some(l) = world.leader(&client).await {
         if let Some(metrics) = world.metrics(l).await {
             for line in metrics

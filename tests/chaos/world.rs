@@ -468,7 +468,12 @@ pub fn calls(lines: &[Value]) -> Vec<Call> {
     }
     out.into_iter()
         .map(|(inc, id, mut call)| {
-            call.abandoned = abandoned.get(&(inc, id)).copied();
+            // Ids restart with each driver incarnation; an abandonment
+            // before the call began is another call's.
+            call.abandoned = abandoned
+                .get(&(inc, id))
+                .copied()
+                .filter(|at| *at >= call.start);
             call
         })
         .collect()
