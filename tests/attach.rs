@@ -706,3 +706,53 @@ async fn a_node_id_changed_since_the_va_recorded_it_is_unpublished_before_the_ne
         "the old ID was never unpublished: {unpublish:?}"
     );
 }
+
+/// A VA that goes away while its Publish runs (here: deleted and its
+/// finalizer stripped, as a replica with a newer cache that detached it would
+/// leave it): the status write finds it gone, and the attacher unpublishes
+/// what it has just published instead of leaving it published for good.
+#[tokio::test]
+async fn a_va_gone_while_its_publish_ran_is_unpublished_after_it() {
+    let env = Env::start(&[], &["--timeout=10s"]).await;
+    env.mock
+        .set_fault(
+            "ControllerPublishVolume",
+            json!({"delay_ms": 3000, "times": 1}),
+        )
+        .await;
+    let a = env.create_attachment(pv(&unique("pv"), &env.driver)).await;
+    // Our finalizer is written just before Publish starts.
+    env.wait_va(&a.va, "our finalizer", |va| {
+        va.and_then(|v| v.metadata.finalizers.as_ref())
+            .is_some_and(|f| f.contains(&env.finalizer))
+    })
+    .await;
+    env.delete_va(&a.va).await;
+    let strip = json!({"metadata": {"finalizers": null}});
+    env.vas
+        .patch(
+            &a.va,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&strip),
+        )
+        .await
+        .expect("strip finalizers");
+    env.wait_gone(&a.va).await;
+    let node_id = json!(format!("{}-id", a.node));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let unpublish = env.mock.calls("ControllerUnpublishVolume").await;
+        if unpublish
+            .iter()
+            .any(|c| c["volume_id"] == json!(a.handle) && c["node_id"] == node_id)
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "what was published for the gone VA was never unpublished: {unpublish:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(env.mock.published().await, json!({}));
+}

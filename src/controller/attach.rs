@@ -39,8 +39,8 @@ pub async fn attach(ctx: &Ctx, va: &VolumeAttachment, forced: bool) -> Result<()
     if !forced && va.status.as_ref().is_some_and(|s| s.attached) {
         return Ok(());
     }
-    let publish_context = match publish(ctx, va).await {
-        Ok(context) => context,
+    let (publish_context, published) = match publish(ctx, va).await {
+        Ok(done) => done,
         Err(err) => {
             if !matches!(err, FlowError::NotLeading(_)) {
                 ctx.record_attach_error(va, &err).await;
@@ -52,6 +52,17 @@ pub async fn attach(ctx: &Ctx, va: &VolumeAttachment, forced: bool) -> Result<()
         return Ok(());
     };
     if let Err(err) = ctx.api.patch_va_status(va, &patch).await {
+        if err.is_not_found() || err.is_replaced() {
+            // The VA went away (or was replaced) while we published for it: a
+            // replica with a newer cache detached it already, and nobody else
+            // will unpublish what we just published. Undo it.
+            tracing::info!(va = %va.name_any(), node_id = %published.node_id,
+                "VolumeAttachment gone while it was published; unpublishing");
+            ctx.leadership
+                .call(ctx.csi.unpublish(published.request, published.migrated))
+                .await??;
+            return Ok(());
+        }
         let invalid = err.is_invalid() && !err.is_replaced();
         let err = FlowError::MarkAttached(err);
         // Refused for good (422, e.g. a publish context over the API server's
@@ -71,8 +82,19 @@ pub async fn attach(ctx: &Ctx, va: &VolumeAttachment, forced: bool) -> Result<()
     Ok(())
 }
 
-/// Everything up to and including `ControllerPublishVolume`.
-async fn publish(ctx: &Ctx, va: &VolumeAttachment) -> Result<BTreeMap<String, String>, FlowError> {
+/// What undoes a Publish.
+struct Published {
+    node_id: String,
+    request: ControllerUnpublishVolumeRequest,
+    migrated: bool,
+}
+
+/// Everything up to and including `ControllerPublishVolume`: its context,
+/// and the Unpublish that would undo it.
+async fn publish(
+    ctx: &Ctx,
+    va: &VolumeAttachment,
+) -> Result<(BTreeMap<String, String>, Published), FlowError> {
     // Check as much as possible before the VA gets our finalizer.
     let source = source::resolve_or_get(va, &ctx.stores, &ctx.api).await?;
     // Upstream adds the PV finalizer before the remaining checks, and it must
@@ -110,11 +132,20 @@ async fn publish(ctx: &Ctx, va: &VolumeAttachment) -> Result<BTreeMap<String, St
             .await
             .map_err(FlowError::SaveVolumeAttachment)?;
     }
+    let published = Published {
+        node_id: request.node_id.clone(),
+        request: ControllerUnpublishVolumeRequest {
+            volume_id: request.volume_id.clone(),
+            node_id: request.node_id.clone(),
+            secrets: request.secrets.clone(),
+        },
+        migrated,
+    };
     let context = ctx
         .leadership
         .call(ctx.csi.publish(request, migrated))
         .await??;
-    Ok(context.into_iter().collect())
+    Ok((context.into_iter().collect(), published))
 }
 
 /// Adds our finalizer to the PV (one write, skipped for inline volumes and
