@@ -387,6 +387,31 @@ fn i4(inp: &Inputs<'_>, v: &mut Vec<(String, String)>) {
         let inside = terms.iter().any(|t| {
             t.identity == identity && call.start >= t.acquired && call.caller_end() <= t.until()
         });
+        // The documented limit of fencing without a token: the replica was
+        // frozen (SIGSTOP) inside its leadership, with a call already past
+        // its window check but not yet written to the socket; the driver
+        // receives it as the process resumes, and the caller abandons it at
+        // once. Reported, not counted: only the margin protects against it,
+        // and the overlap check above still holds it to that.
+        let frozen_in_flight = inp.windows.iter().any(|w| {
+            w.kind == "leader-sigstop-past-lease"
+                && w.note.starts_with(&format!("{identity} stopped"))
+                && call.start >= w.start
+                && call.start <= w.end + 1_000_000_000
+                && terms.iter().any(|t| {
+                    t.identity == identity && t.acquired <= w.start && w.start <= t.until()
+                })
+        });
+        if !inside && frozen_in_flight {
+            eprintln!(
+                "chaos: note: replica-{} {} {} received at {}, as the replica resumed from a SIGSTOP taken inside its leadership (the documented fencing limit)",
+                call.caller,
+                call.method,
+                call.volume,
+                secs(call.start)
+            );
+            continue;
+        }
         if !inside {
             outside += 1;
             if outside <= 20 {
