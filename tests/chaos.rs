@@ -90,6 +90,11 @@ fn chaos() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| {
+            // The CI size replays one fixed fault plan (seed 1), so that a red
+            // CI names a regression, not a new draw; other sizes draw a seed.
+            if size == "ci" {
+                return 1;
+            }
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_nanos() as u64)
