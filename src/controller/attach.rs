@@ -22,7 +22,7 @@ use kube::ResourceExt;
 
 use super::capability::volume_capability;
 use super::error::FlowError;
-use super::names::NODE_ID_ANNOTATION;
+use super::names::recorded_node_id;
 use super::source::{self, Source};
 use super::{patches, seconds_since, Ctx};
 use crate::csi::proto::{ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest};
@@ -108,16 +108,13 @@ async fn publish(
     // driver re-registered): the volume may be published to the recorded one.
     // Unpublish it there first, so that the record can move on without
     // leaking that publication (upstream overwrites the record).
-    let recorded = va
-        .annotations()
-        .get(NODE_ID_ANNOTATION)
-        .filter(|id| !id.is_empty() && **id != request.node_id);
+    let recorded = recorded_node_id(va).filter(|id| *id != request.node_id);
     if let (Some(recorded), true) = (recorded, va.finalizers().contains(&ctx.finalizer)) {
         tracing::info!(va = %va.name_any(), recorded = %recorded, csinode = %request.node_id,
             "The node ID recorded at publish differs from the CSINode's; unpublishing from the recorded one first");
         let unpublish = ControllerUnpublishVolumeRequest {
             volume_id: request.volume_id.clone(),
-            node_id: recorded.clone(),
+            node_id: recorded.to_string(),
             secrets: request.secrets.clone(),
         };
         ctx.leadership

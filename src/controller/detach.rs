@@ -15,7 +15,7 @@ use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::ResourceExt;
 
 use super::error::FlowError;
-use super::names::NODE_ID_ANNOTATION;
+use super::names::recorded_node_id;
 use super::{patches, seconds_since, source, Ctx};
 use crate::csi::proto::ControllerUnpublishVolumeRequest;
 
@@ -57,11 +57,7 @@ async fn unpublish_and_release(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), F
     // the volume is. Upstream asks only the CSINode (falling back to the
     // annotation when it has none), so after a re-registration it unpublishes
     // from the new ID and the publication on the old one leaks.
-    let recorded = va
-        .annotations()
-        .get(NODE_ID_ANNOTATION)
-        .filter(|id| !id.is_empty())
-        .cloned();
+    let recorded = recorded_node_id(va).map(str::to_string);
     let current = ctx.stores.node_id(&va.spec.node_name, &ctx.driver_name);
     let node_ids = match (recorded, current) {
         (Some(recorded), Ok(current)) if recorded != current => {
