@@ -48,8 +48,15 @@ pub async fn attach(ctx: &Ctx, va: &VolumeAttachment, forced: bool) -> Result<()
             return Err(err);
         }
     };
-    let Some(patch) = patches::attached_status(va.status.as_ref(), &publish_context) else {
-        return Ok(());
+    let patch = match patches::attached_status(va.status.as_ref(), &publish_context) {
+        Some(patch) => patch,
+        // A forced re-publish of a VA that already says attached changes
+        // nothing, but is written anyway: the write carries the VA's UID, so a
+        // VA that exists only in a stale cache (detached and deleted by the
+        // previous leader while this replica's watch lagged) is found gone
+        // here and the Publish undone below, instead of leaking.
+        None if forced => patches::attached_reasserted(),
+        None => return Ok(()),
     };
     if let Err(err) = ctx.api.patch_va_status(va, &patch).await {
         if err.is_not_found() || err.is_replaced() {
