@@ -36,7 +36,11 @@ use crate::csi::proto::{ControllerPublishVolumeRequest, ControllerUnpublishVolum
 /// `forced`: the reconciler saw the volume unpublished although the VA says
 /// attached; publish again even though the VA looks done.
 pub async fn attach(ctx: &Ctx, va: &VolumeAttachment, forced: bool) -> Result<(), FlowError> {
-    if !forced && va.status.as_ref().is_some_and(|s| s.attached) {
+    let attached = va.status.as_ref().is_some_and(|s| s.attached);
+    if attached && !forced {
+        return Ok(());
+    }
+    if attached && !still_live(ctx, va).await? {
         return Ok(());
     }
     let (publish_context, published) = match publish(ctx, va).await {
@@ -87,6 +91,30 @@ pub async fn attach(ctx: &Ctx, va: &VolumeAttachment, forced: bool) -> Result<()
     // Upstream logs attach/detach milestones at V(2): debug here (`--v=2`).
     tracing::debug!(va = %va.name_any(), "Attached");
     Ok(())
+}
+
+/// Before a forced re-publish of a VA that looks attached: whether it still
+/// exists (same UID) and is not being deleted, by the API server's word.
+///
+/// The reconciler forces from the cache, and a replica that has just become
+/// leader may hold a stale one (its watch broken or relisting): VAs the
+/// previous leader detached and deleted still look attached there, and the
+/// driver's list rightly lacks them. Publishing those would leak them (chaos
+/// seed 20261127, I1). An empty merge patch carrying the UID changes nothing
+/// and answers with the VA as it is (404 when gone, 422 when replaced).
+async fn still_live(ctx: &Ctx, va: &VolumeAttachment) -> Result<bool, FlowError> {
+    match ctx.api.patch_va(va, &serde_json::json!({})).await {
+        Ok(current) if current.metadata.deletion_timestamp.is_some() => {
+            tracing::info!(va = %va.name_any(), "Not re-publishing a VolumeAttachment that is being deleted");
+            Ok(false)
+        }
+        Ok(_) => Ok(true),
+        Err(err) if err.is_not_found() || err.is_replaced() => {
+            tracing::info!(va = %va.name_any(), "Not re-publishing a VolumeAttachment that is gone (stale cache)");
+            Ok(false)
+        }
+        Err(err) => Err(FlowError::SaveVolumeAttachment(err)),
+    }
 }
 
 /// What undoes a Publish.
