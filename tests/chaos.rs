@@ -353,8 +353,10 @@ async fn run(seed: u64, fault_count: usize, size: &str) -> Result<String> {
             world.metrics(r).await.unwrap_or_default(),
         ));
     }
-    let audit = audit_after_marker(&world, &client).await?;
+    // The ledger before the audit log: every call in it then falls before the
+    // audit log's end, and so do the Lease renewals that allowed it.
     let ledger = lock(&world.ledger).clone();
+    let audit = audit_after_marker(&world, &client).await?;
     let calls = world::calls(&ledger);
     let mut logs: Vec<(String, String)> = world
         .replicas
