@@ -32,7 +32,7 @@ struct Chart {
     title: &'static str,
     unit: &'static str,
     /// (label under the group, metric)
-    groups: Vec<(&'static str, Metric)>,
+    groups: Vec<(String, Metric)>,
 }
 
 impl Chart {
@@ -49,17 +49,17 @@ impl Chart {
 }
 
 fn charts() -> Vec<Chart> {
-    use p4::Span::{CreateToPublish, PublishToAttached};
+    use p4::{Span, PERCENTILES};
     vec![
         Chart {
             file: "throughput.svg",
             title: "P1 throughput, 2,000 VAs over 100 nodes",
             unit: "VAs per second",
             groups: vec![
-                ("attach, QPS 200", p1::attach_rate(200)),
-                ("detach, QPS 200", p1::detach_rate(200)),
-                ("attach, QPS 10,000", p1::attach_rate(10_000)),
-                ("detach, QPS 10,000", p1::detach_rate(10_000)),
+                ("attach, QPS 200".into(), p1::attach_rate(200)),
+                ("detach, QPS 200".into(), p1::detach_rate(200)),
+                ("attach, QPS 10,000".into(), p1::attach_rate(10_000)),
+                ("detach, QPS 10,000".into(), p1::detach_rate(10_000)),
             ],
         },
         Chart {
@@ -67,7 +67,7 @@ fn charts() -> Vec<Chart> {
             title: "P2 CPU per 1,000 VAs attached and detached",
             unit: "CPU seconds",
             groups: vec![(
-                "CPU seconds per 1,000 attach + detach",
+                "CPU seconds per 1,000 attach + detach".into(),
                 p2::cpu_per_thousand(),
             )],
         },
@@ -77,49 +77,40 @@ fn charts() -> Vec<Chart> {
             unit: "seconds",
             groups: vec![
                 (
-                    "SIGTERM (upstream keeps the Lease)",
+                    "SIGTERM (upstream keeps the Lease)".into(),
                     p5::failover_s("SIGTERM"),
                 ),
-                ("SIGKILL", p5::failover_s("SIGKILL")),
+                ("SIGKILL".into(), p5::failover_s("SIGKILL")),
             ],
         },
         Chart {
             file: "latency.svg",
             title: "P4 latency, one VA in flight",
             unit: "milliseconds",
-            groups: vec![
-                (
-                    "create → Publish p50",
-                    p4::latency_ms(CreateToPublish, 50, "1 in flight"),
-                ),
-                (
-                    "create → Publish p99",
-                    p4::latency_ms(CreateToPublish, 99, "1 in flight"),
-                ),
-                (
-                    "Publish reply → attached p50",
-                    p4::latency_ms(PublishToAttached, 50, "1 in flight"),
-                ),
-                (
-                    "Publish reply → attached p99",
-                    p4::latency_ms(PublishToAttached, 99, "1 in flight"),
-                ),
-            ],
+            groups: Span::ALL
+                .into_iter()
+                .flat_map(|span| {
+                    PERCENTILES.map(|p| {
+                        (
+                            format!("{} p{p}", span.chart_label()),
+                            p4::latency_ms(span, p, "1 in flight"),
+                        )
+                    })
+                })
+                .collect(),
         },
         Chart {
             file: "latency-load.svg",
             title: "P4 Publish reply → attached=true, 2,000 VAs created at once",
             unit: "milliseconds",
-            groups: vec![
-                (
-                    "p50",
-                    p4::latency_ms(PublishToAttached, 50, "2000 in flight"),
-                ),
-                (
-                    "p99",
-                    p4::latency_ms(PublishToAttached, 99, "2000 in flight"),
-                ),
-            ],
+            groups: PERCENTILES
+                .map(|p| {
+                    (
+                        format!("p{p}"),
+                        p4::latency_ms(Span::PublishToAttached, p, "2000 in flight"),
+                    )
+                })
+                .into(),
         },
     ]
 }

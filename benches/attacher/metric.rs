@@ -126,6 +126,9 @@ pub mod catalogue {
             PublishToAttached,
         }
 
+        /// The percentiles P4 reports of each span.
+        pub const PERCENTILES: [u32; 2] = [50, 99];
+
         impl Span {
             pub const ALL: [Span; 2] = [Span::CreateToPublish, Span::PublishToAttached];
 
@@ -133,6 +136,14 @@ pub mod catalogue {
                 match self {
                     Span::CreateToPublish => "create→Publish",
                     Span::PublishToAttached => "Publish reply→attached",
+                }
+            }
+
+            /// Its name under a chart's bars.
+            pub fn chart_label(self) -> &'static str {
+                match self {
+                    Span::CreateToPublish => "create → Publish",
+                    Span::PublishToAttached => "Publish reply → attached",
                 }
             }
         }

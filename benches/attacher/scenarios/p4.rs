@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Result;
 
 use crate::harness::Harness;
-use crate::metric::catalogue::p4::{latency_ms, Span};
+use crate::metric::catalogue::p4::{latency_ms, Span, PERCENTILES};
 use crate::process::Which;
 use crate::stats::percentile;
 use crate::tracker::Tracker;
@@ -37,7 +37,7 @@ pub async fn record_latency(
             Span::CreateToPublish => &mut to_publish,
             Span::PublishToAttached => &mut to_attached,
         };
-        for p in [50, 99] {
+        for p in PERCENTILES {
             let value = percentile(values, f64::from(p));
             h.record(&latency_ms(span, p, in_flight), which, value);
         }
