@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Benchmarks csi-attacher-rs against the upstream Go csi-attacher v4.12.0, side by
-# side on one real control plane and one csi-mock-driver (benches/attacher.rs).
+# side on one real control plane and one csi-mock-driver (benches/attacher/:
+# one module per scenario; `hack/bench.sh --help` lists every flag).
 #
 #   hack/bench.sh                 full run (3 rounds, ~30 min on 2 cores) → bench/results.{md,json}
 #   hack/bench.sh --smoke         tiny sizes, one round (CI) → $TMPDIR/csi-attacher-bench-smoke
 #   hack/bench.sh --only p5,p6    some scenarios (p1 p2 p3 p4 p5 p6 limit)
 #   hack/bench.sh --rounds N      another number of rounds
 #   hack/bench.sh --out DIR       where results go
-#   hack/bench.sh --ours-only     skip upstream (profiling; CSI_ATTACHER_BENCH_OURS=wrapper runs ours under a profiler)
+#   hack/bench.sh --ours-only     skip upstream (profiling; CSI_ATTACHER_BENCH_OURS=wrapper, or
+#                                 --ours-binary wrapper, runs ours under a profiler)
 #   hack/bench.sh --charts-only   redraw the SVG charts from bench/results.json (or --out DIR's), running nothing
 #
 # Every run also writes its charts (throughput, cpu, failover, latency,
@@ -15,15 +17,12 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-if [[ " $* " == *" --charts-only "* ]]; then
+# Redrawing charts or printing the flags needs no control plane.
+if [[ " $* " == *" --charts-only "* || " $* " == *" --help "* ]]; then
   exec cargo bench --locked --bench attacher -- "$@"
 fi
 
 CSI_ATTACHER_TOOLS_BIN=$(bash hack/build-controlplane.sh | tail -n1)
 export CSI_ATTACHER_TOOLS_BIN
 
-args=("$@")
-if [[ " $* " == *" --smoke "* && " $* " != *" --out "* ]]; then
-  args+=(--out "${TMPDIR:-/tmp}/csi-attacher-bench-smoke")
-fi
-exec cargo bench --locked --bench attacher -- "${args[@]}"
+exec cargo bench --locked --bench attacher -- "$@"

@@ -129,8 +129,20 @@ fn the_docker_build_context_has_what_the_build_needs_and_no_target_dir() {
         .split("[[bench]]")
         .skip(1)
         .filter_map(|section| {
-            let name = section.lines().find_map(|l| l.strip_prefix("name = "))?;
-            Some(format!("benches/{}.rs", name.trim_matches('"')))
+            // The target's own keys: up to the next table.
+            let keys: Vec<&str> = section
+                .lines()
+                .take_while(|l| !l.starts_with('['))
+                .collect();
+            let key = |k: &str| {
+                keys.iter()
+                    .find_map(|l| l.strip_prefix(k)?.strip_prefix(" = "))
+                    .map(|v| v.trim_matches('"'))
+            };
+            match key("path") {
+                Some(path) => Some(path.to_owned()),
+                None => Some(format!("benches/{}.rs", key("name")?)),
+            }
         })
         .collect();
     needed.extend(benches.iter().map(String::as_str));

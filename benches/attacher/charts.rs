@@ -2,7 +2,8 @@
 //! the median of the rounds, its whisker the min–max, upstream beside ours.
 //!
 //! Written next to results.md by every run, and from a committed
-//! results.json alone by `hack/bench.sh --charts-only`.
+//! results.json alone by `hack/bench.sh --charts-only`. Each chart's metrics
+//! come from the catalogue (`metric.rs`), and so does which way is better.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -10,6 +11,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use crate::metric::catalogue::{p1, p2, p4, p5};
+use crate::metric::{Better, Metric, Side};
+use crate::stats::Summary;
 
 /// metric → ("upstream" | "ours" | "apiserver") → the value of each round
 /// (`null` where a round measured nothing: JSON has no NaN).
@@ -19,81 +24,96 @@ const UPSTREAM: RGBColor = RGBColor(0x9a, 0xa5, 0xb1);
 const OURS: RGBColor = RGBColor(0xd9, 0x5f, 0x0e);
 const FONT: &str = "sans-serif";
 
-/// One chart: groups of two bars (upstream, ours) of metrics in one unit.
+/// One chart: groups of two bars (upstream, ours) of metrics in one unit and
+/// one direction.
 struct Chart {
     file: &'static str,
+    /// The title before "(higher/lower is better)", which the metrics give.
     title: &'static str,
     unit: &'static str,
-    /// (label under the group, metric name in results.json)
-    groups: &'static [(&'static str, &'static str)],
+    /// (label under the group, metric)
+    groups: Vec<(String, Metric)>,
 }
 
-const CHARTS: &[Chart] = &[
-    Chart {
-        file: "throughput.svg",
-        title: "P1 throughput, 2,000 VAs over 100 nodes (higher is better)",
-        unit: "VAs per second",
-        groups: &[
-            ("attach, QPS 200", "P1 attach VAs/s (QPS 200)"),
-            ("detach, QPS 200", "P1 detach VAs/s (QPS 200)"),
-            ("attach, QPS 10,000", "P1 attach VAs/s (QPS 10000)"),
-            ("detach, QPS 10,000", "P1 detach VAs/s (QPS 10000)"),
-        ],
-    },
-    Chart {
-        file: "cpu.svg",
-        title: "P2 CPU per 1,000 VAs attached and detached (lower is better)",
-        unit: "CPU seconds",
-        groups: &[(
-            "CPU seconds per 1,000 attach + detach",
-            "P2 CPU seconds per 1,000 VAs attached+detached",
-        )],
-    },
-    Chart {
-        file: "failover.svg",
-        title: "P5 leader stopped → new VA attached, lease 15 s, default gates (lower is better)",
-        unit: "seconds",
-        groups: &[
-            (
-                "SIGTERM (upstream keeps the Lease)",
-                "P5 failover to attached s (SIGTERM)",
-            ),
-            ("SIGKILL", "P5 failover to attached s (SIGKILL)"),
-        ],
-    },
-    Chart {
-        file: "latency.svg",
-        title: "P4 latency, one VA in flight (lower is better)",
-        unit: "milliseconds",
-        groups: &[
-            (
-                "create → Publish p50",
-                "P4 create→Publish p50 ms (1 in flight)",
-            ),
-            (
-                "create → Publish p99",
-                "P4 create→Publish p99 ms (1 in flight)",
-            ),
-            (
-                "Publish reply → attached p50",
-                "P4 Publish reply→attached p50 ms (1 in flight)",
-            ),
-            (
-                "Publish reply → attached p99",
-                "P4 Publish reply→attached p99 ms (1 in flight)",
-            ),
-        ],
-    },
-    Chart {
-        file: "latency-load.svg",
-        title: "P4 Publish reply → attached=true, 2,000 VAs created at once (lower is better)",
-        unit: "milliseconds",
-        groups: &[
-            ("p50", "P4 Publish reply→attached p50 ms (2000 in flight)"),
-            ("p99", "P4 Publish reply→attached p99 ms (2000 in flight)"),
-        ],
-    },
-];
+impl Chart {
+    /// The direction of its metrics (all the same, see the tests).
+    fn better(&self) -> Better {
+        self.groups
+            .first()
+            .map_or(Better::Higher, |(_, m)| m.better)
+    }
+
+    fn title(&self) -> String {
+        format!("{} ({})", self.title, self.better().phrase())
+    }
+}
+
+fn charts() -> Vec<Chart> {
+    use p4::{Span, PERCENTILES};
+    vec![
+        Chart {
+            file: "throughput.svg",
+            title: "P1 throughput, 2,000 VAs over 100 nodes",
+            unit: "VAs per second",
+            groups: vec![
+                ("attach, QPS 200".into(), p1::attach_rate(200)),
+                ("detach, QPS 200".into(), p1::detach_rate(200)),
+                ("attach, QPS 10,000".into(), p1::attach_rate(10_000)),
+                ("detach, QPS 10,000".into(), p1::detach_rate(10_000)),
+            ],
+        },
+        Chart {
+            file: "cpu.svg",
+            title: "P2 CPU per 1,000 VAs attached and detached",
+            unit: "CPU seconds",
+            groups: vec![(
+                "CPU seconds per 1,000 attach + detach".into(),
+                p2::cpu_per_thousand(),
+            )],
+        },
+        Chart {
+            file: "failover.svg",
+            title: "P5 leader stopped → new VA attached, lease 15 s, default gates",
+            unit: "seconds",
+            groups: vec![
+                (
+                    "SIGTERM (upstream keeps the Lease)".into(),
+                    p5::failover_s("SIGTERM"),
+                ),
+                ("SIGKILL".into(), p5::failover_s("SIGKILL")),
+            ],
+        },
+        Chart {
+            file: "latency.svg",
+            title: "P4 latency, one VA in flight",
+            unit: "milliseconds",
+            groups: Span::ALL
+                .into_iter()
+                .flat_map(|span| {
+                    PERCENTILES.map(|p| {
+                        (
+                            format!("{} p{p}", span.chart_label()),
+                            p4::latency_ms(span, p, "1 in flight"),
+                        )
+                    })
+                })
+                .collect(),
+        },
+        Chart {
+            file: "latency-load.svg",
+            title: "P4 Publish reply → attached=true, 2,000 VAs created at once",
+            unit: "milliseconds",
+            groups: PERCENTILES
+                .map(|p| {
+                    (
+                        format!("p{p}"),
+                        p4::latency_ms(Span::PublishToAttached, p, "2000 in flight"),
+                    )
+                })
+                .into(),
+        },
+    ]
+}
 
 /// Reads `<dir>/results.json` and writes every chart beside it; returns the files written.
 pub fn write_from_json(dir: &Path) -> Result<Vec<PathBuf>> {
@@ -118,18 +138,18 @@ pub fn write_from_json(dir: &Path) -> Result<Vec<PathBuf>> {
         }
     );
     let mut written = Vec::new();
-    for chart in CHARTS {
+    for chart in charts() {
         // A partial run (--only) charts what it measured.
         let groups: Vec<Group> = chart
             .groups
             .iter()
-            .filter_map(|(label, metric)| Group::new(label, results.get(*metric)?))
+            .filter_map(|(label, metric)| Group::new(label, results.get(&metric.name)?))
             .collect();
         if groups.is_empty() {
             continue;
         }
         let file = dir.join(chart.file);
-        if draw(&file, chart, &subtitle, &groups)
+        if draw(&file, &chart, &subtitle, &groups)
             .with_context(|| format!("drawing {}", file.display()))?
         {
             written.push(file);
@@ -138,39 +158,20 @@ pub fn write_from_json(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(written)
 }
 
-/// The bars of one group: (median, min, max) per side.
+/// The bars of one group: the rounds' summary per side.
 struct Group {
     label: String,
-    upstream: Option<(f64, f64, f64)>,
-    ours: Option<(f64, f64, f64)>,
+    upstream: Option<Summary>,
+    ours: Option<Summary>,
 }
 
 impl Group {
     fn new(label: &str, sides: &BTreeMap<String, Vec<Option<f64>>>) -> Option<Self> {
-        let stats = |side: &str| {
-            let mut sorted: Vec<f64> = sides
-                .get(side)?
-                .iter()
-                .flatten()
-                .copied()
-                .filter(|v| v.is_finite())
-                .collect();
-            if sorted.is_empty() {
-                return None;
-            }
-            sorted.sort_by(f64::total_cmp);
-            let mid = sorted.len() / 2;
-            let median = if sorted.len() % 2 == 1 {
-                sorted[mid]
-            } else {
-                (sorted[mid - 1] + sorted[mid]) / 2.0
-            };
-            Some((median, sorted[0], sorted[sorted.len() - 1]))
-        };
+        let stats = |side: Side| Summary::of(sides.get(side.key())?.iter().flatten().copied());
         let group = Self {
             label: label.to_string(),
-            upstream: stats("upstream"),
-            ours: stats("ours"),
+            upstream: stats(Side::Upstream),
+            ours: stats(Side::Ours),
         };
         (group.upstream.is_some() || group.ours.is_some()).then_some(group)
     }
@@ -201,7 +202,7 @@ fn draw(file: &Path, chart: &Chart, subtitle: &str, groups: &[Group]) -> Result<
         .iter()
         .flat_map(|g| [g.upstream, g.ours])
         .flatten()
-        .map(|(_, _, max)| max)
+        .map(|s| s.max)
         .fold(0.0, f64::max);
     if top <= 0.0 {
         return Ok(false);
@@ -211,7 +212,7 @@ fn draw(file: &Path, chart: &Chart, subtitle: &str, groups: &[Group]) -> Result<
     root.fill(&WHITE).map_err(plot_error)?;
     let n = groups.len() as f64;
     let mut plot = ChartBuilder::on(&root)
-        .caption(chart.title, (FONT, 17))
+        .caption(chart.title(), (FONT, 17))
         .margin(14)
         .margin_bottom(104)
         .x_label_area_size(0)
@@ -234,7 +235,7 @@ fn draw(file: &Path, chart: &Chart, subtitle: &str, groups: &[Group]) -> Result<
     for (i, group) in groups.iter().enumerate() {
         let x = i as f64;
         for (offset, color, side) in [(0.12, UPSTREAM, group.upstream), (0.52, OURS, group.ours)] {
-            let Some((median, min, max)) = side else {
+            let Some(Summary { median, min, max }) = side else {
                 continue;
             };
             let (left, right) = (x + offset, x + offset + 0.36);
@@ -268,12 +269,11 @@ fn draw(file: &Path, chart: &Chart, subtitle: &str, groups: &[Group]) -> Result<
             TextStyle::from((FONT, 13).into_font()).pos(Pos::new(HPos::Center, VPos::Top)),
         ))
         .map_err(plot_error)?;
-        if let (Some((u, _, _)), Some((o, _, _))) = (group.upstream, group.ours) {
-            let better = if chart.title.contains("higher is better") {
-                o / u
-            } else {
-                u / o
-            };
+        let better = group
+            .upstream
+            .zip(group.ours)
+            .and_then(|(u, o)| chart.better().ours_better_by(u.median, o.median));
+        if let Some(better) = better {
             root.draw(&Text::new(
                 format!("ours {}×", short(better)),
                 (px, py + 28),
@@ -319,4 +319,57 @@ fn draw(file: &Path, chart: &Chart, subtitle: &str, groups: &[Group]) -> Result<
 
 fn plot_error<E: std::fmt::Display>(err: E) -> anyhow::Error {
     anyhow::anyhow!("{err}")
+}
+
+// Also compiled into the benchmark, which cargo builds with cfg(test) but no
+// test harness: there the #[test]s are dropped (they run in attacher_units).
+#[cfg(test)]
+#[allow(unused_imports, dead_code)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chart_has_one_direction() {
+        for chart in charts() {
+            assert!(!chart.groups.is_empty(), "{}", chart.file);
+            for (label, metric) in &chart.groups {
+                assert_eq!(metric.better, chart.better(), "{}: {label}", chart.file);
+            }
+        }
+        let titles: Vec<String> = charts().iter().map(Chart::title).collect();
+        assert_eq!(
+            titles[0],
+            "P1 throughput, 2,000 VAs over 100 nodes (higher is better)"
+        );
+        assert_eq!(
+            titles[1],
+            "P2 CPU per 1,000 VAs attached and detached (lower is better)"
+        );
+    }
+
+    #[test]
+    fn draws_what_a_run_measured() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("results.json"),
+            serde_json::json!({
+                "machine": "test machine",
+                "smoke": true,
+                "results": {
+                    "P2 CPU seconds per 1,000 VAs attached+detached": {
+                        "upstream": [2.0, null], "ours": [0.5]
+                    },
+                    "P3 peak RSS MiB": {"upstream": [100.0], "ours": [30.0]},
+                },
+            })
+            .to_string(),
+        )
+        .unwrap();
+        let written = write_from_json(dir.path()).unwrap();
+        assert_eq!(written, [dir.path().join("cpu.svg")]);
+        let svg = std::fs::read_to_string(&written[0]).unwrap();
+        assert!(svg.contains("(lower is better)"), "{svg}");
+        assert!(svg.contains("ours 4.00×"), "{svg}");
+        assert!(svg.contains("test machine, smoke sizes"), "{svg}");
+    }
 }

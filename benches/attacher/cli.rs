@@ -1,0 +1,133 @@
+//! The harness's flags (`hack/bench.sh` passes its arguments through).
+
+use std::path::{Path, PathBuf};
+
+use clap::{Parser, ValueEnum};
+
+use crate::sizes::{Sizes, FULL, SMOKE};
+
+/// Benchmarks csi-attacher-rs against the upstream Go csi-attacher, side by side.
+#[derive(Parser, Debug)]
+#[command(name = "attacher")]
+pub struct Cli {
+    /// Tiny sizes, one round (CI); results go to $TMPDIR/csi-attacher-bench-smoke unless --out says otherwise.
+    #[arg(long)]
+    pub smoke: bool,
+    /// Where results.md, results.json and the charts go [default: bench/ of the repository].
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Only these scenarios (comma-separated).
+    #[arg(long, value_name = "SCENARIOS", value_delimiter = ',')]
+    only: Option<Vec<Key>>,
+    /// Rounds instead of the size's (3, or 1 with --smoke).
+    #[arg(long, value_name = "N")]
+    rounds: Option<usize>,
+    /// Skip upstream (profiling); results then carry no ratio.
+    #[arg(long)]
+    pub ours_only: bool,
+    /// Redraw the charts from <out>/results.json, running nothing.
+    #[arg(long)]
+    pub charts_only: bool,
+    /// Another binary (or a profiling wrapper) to run as ours [default: this build's csi-attacher].
+    #[arg(long, value_name = "PATH", env = "CSI_ATTACHER_BENCH_OURS")]
+    pub ours_binary: Option<PathBuf>,
+    /// Added by `cargo bench`; means nothing here.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+/// What `--only` names: the scenarios of bench/README.md.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum)]
+pub enum Key {
+    Limit,
+    P1,
+    P2,
+    P3,
+    P4,
+    P5,
+    P6,
+}
+
+impl Cli {
+    pub fn sizes(&self) -> Sizes {
+        let mut sizes = if self.smoke { SMOKE } else { FULL };
+        if let Some(rounds) = self.rounds {
+            sizes.rounds = rounds;
+        }
+        sizes
+    }
+
+    /// `--out`, else the smoke directory under $TMPDIR for `--smoke`, else the
+    /// repository's bench/ (the committed results).
+    pub fn out(&self) -> PathBuf {
+        match &self.out {
+            Some(out) => out.clone(),
+            None if self.smoke => std::env::temp_dir().join("csi-attacher-bench-smoke"),
+            None => Path::new(env!("CARGO_MANIFEST_DIR")).join("bench"),
+        }
+    }
+
+    /// Whether `--only` asks for any of `keys` (everything without `--only`).
+    pub fn wants(&self, keys: &[Key]) -> bool {
+        self.only
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|k| keys.contains(k)))
+    }
+}
+
+// Also compiled into the benchmark, which cargo builds with cfg(test) but no
+// test harness: there the #[test]s are dropped (they run in attacher_units).
+#[cfg(test)]
+#[allow(unused_imports, dead_code)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("attacher").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn defaults_are_the_full_run_into_bench() {
+        // `cargo bench` adds --bench.
+        let cli = parse(&["--bench"]).unwrap();
+        assert!(!cli.smoke && !cli.ours_only && !cli.charts_only);
+        assert_eq!(cli.sizes().rounds, 3);
+        assert_eq!(cli.sizes().p1_vas, FULL.p1_vas);
+        assert_eq!(
+            cli.out(),
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("bench")
+        );
+        assert!(cli.wants(&[Key::Limit]) && cli.wants(&[Key::P6]));
+    }
+
+    #[test]
+    fn smoke_rounds_and_out() {
+        let cli = parse(&["--smoke", "--rounds", "2"]).unwrap();
+        assert_eq!(cli.sizes().p1_vas, SMOKE.p1_vas);
+        assert_eq!(cli.sizes().rounds, 2);
+        assert_eq!(
+            cli.out(),
+            std::env::temp_dir().join("csi-attacher-bench-smoke")
+        );
+        let cli = parse(&["--smoke", "--out", "/x/y", "--charts-only", "--ours-only"]).unwrap();
+        assert_eq!(cli.out(), PathBuf::from("/x/y"));
+        assert!(cli.charts_only && cli.ours_only);
+    }
+
+    #[test]
+    fn only_selects_by_key() {
+        let cli = parse(&["--only", "p2,limit"]).unwrap();
+        assert!(cli.wants(&[Key::P1, Key::P2, Key::P4]));
+        assert!(cli.wants(&[Key::Limit]));
+        assert!(!cli.wants(&[Key::P1]));
+        assert!(!cli.wants(&[Key::P5]));
+    }
+
+    #[test]
+    fn bad_arguments_are_errors() {
+        assert!(parse(&["--only", "p7"]).is_err());
+        assert!(parse(&["--rounds", "three"]).is_err());
+        assert!(parse(&["--out"]).is_err());
+        assert!(parse(&["--fast"]).is_err());
+    }
+}

@@ -1,0 +1,87 @@
+//! Side-by-side benchmark: the upstream Go csi-attacher (v4.12.0, built by
+//! hack/build-controlplane.sh) and ours, on one control plane (real
+//! kube-apiserver + etcd) and one csi-mock-driver, scenarios alternating
+//! upstream/ours round after round. Writes `<out>/results.md` and
+//! `<out>/results.json`, and SVG charts of them. Run through `hack/bench.sh`
+//! (flags: `cargo bench --bench attacher -- --help`).
+//!
+//! - `cli`: flags; `plan`: the scenarios and their order; `sizes`: full and smoke sizes;
+//! - `scenarios/`: one module per scenario;
+//! - `harness`, `process`, `tracker`, `k8s`: starting attachers, creating and
+//!   removing objects, waiting on VAs, reading /proc and the API server's counters;
+//! - `metric`: every metric with its direction, and the values of a run;
+//!   `stats`: percentiles and medians; `report`, `charts`: the files written.
+//!
+//! The pure modules' unit tests run in the `attacher_units` target
+//! (`cargo test --bench attacher_units`, part of `cargo test`).
+
+mod charts;
+mod cli;
+mod harness;
+mod k8s;
+mod metric;
+mod plan;
+mod process;
+mod report;
+mod scenarios;
+mod sizes;
+mod stats;
+#[path = "../../tests/support/mod.rs"]
+mod support;
+mod tracker;
+mod writes;
+
+use anyhow::Result;
+use clap::Parser;
+
+use cli::Cli;
+use harness::Harness;
+use plan::Scenario;
+use process::Which;
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let out = cli.out();
+    // Charts from the results already there: no control plane, no attachers.
+    if cli.charts_only {
+        return report::write_charts(&out);
+    }
+    let sizes = cli.sizes();
+    let h = Harness::start(sizes, cli.ours_binary.clone()).await?;
+    // --ours-only is for profiling rounds; results then carry no ratio.
+    let both: &[Which] = if cli.ours_only {
+        &[Which::Ours]
+    } else {
+        &[Which::Upstream, Which::Ours]
+    };
+    for round in 1..=sizes.rounds {
+        eprintln!("bench: round {round}/{}", sizes.rounds);
+        for scenario in Scenario::ROUND {
+            if !cli.wants(scenario.keys()) {
+                continue;
+            }
+            if !scenario.per_attacher() {
+                eprintln!("{}", scenario.title());
+                scenarios::run(scenario, &h, Which::Ours).await?;
+                continue;
+            }
+            for &which in both {
+                eprintln!("{} {}", scenario.title(), which.name());
+                scenarios::run(scenario, &h, which).await?;
+            }
+        }
+    }
+    let p3 = Scenario::P3Memory;
+    if cli.wants(p3.keys()) {
+        eprintln!("P3: creating objects of another driver");
+        scenarios::prepare_p3(&h).await?;
+        for round in 1..=sizes.rounds {
+            for &which in both {
+                eprintln!("{} {} round {round}", p3.title(), which.name());
+                scenarios::run(p3, &h, which).await?;
+            }
+        }
+    }
+    report::write(&h.results(), &sizes, cli.smoke, &out)
+}

@@ -1,0 +1,292 @@
+//! What the benchmark measures: every metric's name (its key in results.json and
+//! its row in results.md) with the direction that makes a value better, and the
+//! values recorded per side and round.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+
+/// Which way a metric improves. Declared with the metric (see [`catalogue`]),
+/// never guessed from its name or unit.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Better {
+    /// Rates: more per second is better.
+    Higher,
+    /// Times, writes, CPU and memory: less is better.
+    Lower,
+}
+
+impl Better {
+    /// How many times better ours is than upstream: ours ÷ upstream when
+    /// higher is better, upstream ÷ ours when lower is better; `None` when the
+    /// divisor is not positive.
+    pub fn ours_better_by(self, upstream: f64, ours: f64) -> Option<f64> {
+        match self {
+            Better::Higher if upstream > 0.0 => Some(ours / upstream),
+            Better::Lower if ours > 0.0 => Some(upstream / ours),
+            _ => None,
+        }
+    }
+
+    /// The words a chart title ends with.
+    pub fn phrase(self) -> &'static str {
+        match self {
+            Better::Higher => "higher is better",
+            Better::Lower => "lower is better",
+        }
+    }
+}
+
+/// One measured quantity: its name and which way is better.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Metric {
+    pub name: String,
+    pub better: Better,
+}
+
+impl Metric {
+    fn higher(name: impl Into<String>) -> Self {
+        Metric {
+            name: name.into(),
+            better: Better::Higher,
+        }
+    }
+
+    fn lower(name: impl Into<String>) -> Self {
+        Metric {
+            name: name.into(),
+            better: Better::Lower,
+        }
+    }
+}
+
+/// Every metric, by scenario. Names are the keys of results.json: changing one
+/// breaks the comparison with earlier runs.
+pub mod catalogue {
+    use super::Metric;
+
+    pub mod limit {
+        use super::Metric;
+
+        pub fn patches_per_second() -> Metric {
+            Metric::higher("Limit: VA status patches/s (minimal client, 64 in flight)")
+        }
+
+        /// `p` is 50 or 99.
+        pub fn one_patch_ms(p: u32) -> Metric {
+            Metric::lower(format!("Limit: one status patch, p{p} ms (1 in flight)"))
+        }
+    }
+
+    pub mod p1 {
+        use super::Metric;
+
+        pub fn attach_rate(qps: u32) -> Metric {
+            Metric::higher(format!("P1 attach VAs/s (QPS {qps})"))
+        }
+
+        pub fn detach_rate(qps: u32) -> Metric {
+            Metric::higher(format!("P1 detach VAs/s (QPS {qps})"))
+        }
+
+        pub fn writes_per_attach(qps: u32) -> Metric {
+            Metric::lower(format!("P1 API writes per attach (QPS {qps})"))
+        }
+
+        pub fn writes_per_detach(qps: u32) -> Metric {
+            Metric::lower(format!("P1 API writes per detach (QPS {qps})"))
+        }
+    }
+
+    pub mod p2 {
+        use super::Metric;
+
+        pub fn cpu_per_thousand() -> Metric {
+            Metric::lower("P2 CPU seconds per 1,000 VAs attached+detached")
+        }
+    }
+
+    pub mod p3 {
+        use super::Metric;
+
+        pub fn peak_rss() -> Metric {
+            Metric::lower("P3 peak RSS MiB")
+        }
+    }
+
+    pub mod p4 {
+        use super::Metric;
+
+        /// The two spans P4 measures per VA.
+        #[derive(Clone, Copy, Debug)]
+        pub enum Span {
+            /// VA created → ControllerPublishVolume received by the driver.
+            CreateToPublish,
+            /// Publish reply → `attached=true` seen by a watch.
+            PublishToAttached,
+        }
+
+        /// The percentiles P4 reports of each span.
+        pub const PERCENTILES: [u32; 2] = [50, 99];
+
+        impl Span {
+            pub const ALL: [Span; 2] = [Span::CreateToPublish, Span::PublishToAttached];
+
+            fn label(self) -> &'static str {
+                match self {
+                    Span::CreateToPublish => "create→Publish",
+                    Span::PublishToAttached => "Publish reply→attached",
+                }
+            }
+
+            /// Its name under a chart's bars.
+            pub fn chart_label(self) -> &'static str {
+                match self {
+                    Span::CreateToPublish => "create → Publish",
+                    Span::PublishToAttached => "Publish reply → attached",
+                }
+            }
+        }
+
+        /// `in_flight` names the load: "1 in flight", "2000 in flight".
+        pub fn latency_ms(span: Span, p: u32, in_flight: &str) -> Metric {
+            Metric::lower(format!("P4 {} p{p} ms ({in_flight})", span.label()))
+        }
+    }
+
+    pub mod p5 {
+        use super::Metric;
+
+        /// `signal`: "SIGTERM" or "SIGKILL".
+        pub fn failover_s(signal: &str) -> Metric {
+            Metric::lower(format!("P5 failover to attached s ({signal})"))
+        }
+    }
+
+    pub mod p6 {
+        use super::Metric;
+
+        pub fn attach_during_storm_s() -> Metric {
+            Metric::lower("P6 attach during a detach storm s")
+        }
+    }
+}
+
+/// Who a value was measured for.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+pub enum Side {
+    Upstream,
+    Ours,
+    /// The API server alone (the Limit scenario).
+    ApiServer,
+}
+
+impl Side {
+    /// The key in results.json.
+    pub fn key(self) -> &'static str {
+        match self {
+            Side::Upstream => "upstream",
+            Side::Ours => "ours",
+            Side::ApiServer => "apiserver",
+        }
+    }
+}
+
+/// The values of one metric: per side, one per round.
+#[derive(Clone, Debug)]
+pub struct Series {
+    pub better: Better,
+    pub values: BTreeMap<Side, Vec<f64>>,
+}
+
+impl Series {
+    pub fn side(&self, side: Side) -> Option<&[f64]> {
+        self.values.get(&side).map(Vec::as_slice)
+    }
+}
+
+/// Every metric measured in a run, by name (the order of results.md).
+#[derive(Clone, Debug, Default)]
+pub struct Results(BTreeMap<String, Series>);
+
+impl Results {
+    pub fn record(&mut self, metric: &Metric, side: Side, value: f64) {
+        let series = self.0.entry(metric.name.clone()).or_insert_with(|| Series {
+            better: metric.better,
+            values: BTreeMap::new(),
+        });
+        debug_assert_eq!(series.better, metric.better, "{}", metric.name);
+        series.values.entry(side).or_default().push(value);
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Series)> {
+        self.0.iter().map(|(name, series)| (name.as_str(), series))
+    }
+
+    /// results.json's `results`: metric → side → the value of each round
+    /// (NaN, which JSON lacks, as `null`).
+    pub fn to_json(&self) -> Value {
+        let mut out = serde_json::Map::new();
+        for (name, series) in &self.0 {
+            let by: serde_json::Map<String, Value> = series
+                .values
+                .iter()
+                .map(|(side, values)| (side.key().to_owned(), json!(values)))
+                .collect();
+            out.insert(name.clone(), Value::Object(by));
+        }
+        Value::Object(out)
+    }
+}
+
+// Also compiled into the benchmark, which cargo builds with cfg(test) but no
+// test harness: there the #[test]s are dropped (they run in attacher_units).
+#[cfg(test)]
+#[allow(unused_imports, dead_code)]
+mod tests {
+    use super::catalogue::*;
+    use super::*;
+
+    #[test]
+    fn ours_better_by_follows_the_direction() {
+        // A rate: ours 300/s against 200/s is 1.5× better.
+        assert_eq!(Better::Higher.ours_better_by(200.0, 300.0), Some(1.5));
+        // A time: ours 2 s against 3 s is 1.5× better; ours slower is below 1.
+        assert_eq!(Better::Lower.ours_better_by(3.0, 2.0), Some(1.5));
+        assert_eq!(Better::Lower.ours_better_by(2.0, 4.0), Some(0.5));
+        // Nothing to divide by: no ratio rather than ∞.
+        assert_eq!(Better::Higher.ours_better_by(0.0, 5.0), None);
+        assert_eq!(Better::Lower.ours_better_by(5.0, 0.0), None);
+    }
+
+    #[test]
+    fn directions_are_declared_not_guessed_from_units() {
+        // "/s" is in rates (higher) but also in "failover ... s" names (lower).
+        assert_eq!(p1::attach_rate(200).better, Better::Higher);
+        assert_eq!(limit::patches_per_second().better, Better::Higher);
+        assert_eq!(p1::writes_per_detach(200).better, Better::Lower);
+        assert_eq!(p5::failover_s("SIGKILL").better, Better::Lower);
+        assert_eq!(p6::attach_during_storm_s().better, Better::Lower);
+        assert_eq!(
+            p4::latency_ms(p4::Span::PublishToAttached, 99, "1 in flight").name,
+            "P4 Publish reply→attached p99 ms (1 in flight)"
+        );
+    }
+
+    #[test]
+    fn results_json_is_metric_side_rounds() {
+        let mut results = Results::default();
+        let rss = p3::peak_rss();
+        results.record(&rss, Side::Upstream, 140.0);
+        results.record(&rss, Side::Ours, 30.0);
+        results.record(&rss, Side::Ours, f64::NAN);
+        results.record(&limit::one_patch_ms(50), Side::ApiServer, 1.5);
+        assert_eq!(
+            results.to_json(),
+            json!({
+                "P3 peak RSS MiB": {"upstream": [140.0], "ours": [30.0, null]},
+                "Limit: one status patch, p50 ms (1 in flight)": {"apiserver": [1.5]},
+            })
+        );
+    }
+}

@@ -1,0 +1,96 @@
+//! The scenarios and the order a run takes them in.
+
+use crate::cli::Key;
+
+/// One named scenario (code in `scenarios/`). Each one, but Limit, starts its
+/// own attacher; the main loop runs it for upstream, then ours.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Scenario {
+    /// The API server's own ceiling, no attacher.
+    Limit,
+    /// P1 at `--kube-api-qps=200`: attach and detach rates, API writes.
+    P1Qps200,
+    /// P1 at QPS 10,000 (the client limit out of the way), and from the same
+    /// burst P2's CPU and P4's latency under load; then P4 one VA at a time.
+    Unthrottled,
+    /// P3: peak RSS among objects of another driver.
+    P3Memory,
+    /// P5: leader failover after SIGTERM and after SIGKILL.
+    P5Failover,
+    /// P6: a new VA's attach during a slow detach storm.
+    P6HeadOfLine,
+}
+
+impl Scenario {
+    /// What each round runs, in order. P3 runs after the rounds (its objects
+    /// of another driver are created once and stay).
+    pub const ROUND: [Scenario; 5] = [
+        Scenario::Limit,
+        Scenario::P1Qps200,
+        Scenario::Unthrottled,
+        Scenario::P5Failover,
+        Scenario::P6HeadOfLine,
+    ];
+
+    /// The `--only` keys that select it: those whose metrics it records.
+    pub fn keys(self) -> &'static [Key] {
+        match self {
+            Scenario::Limit => &[Key::Limit],
+            Scenario::P1Qps200 => &[Key::P1],
+            Scenario::Unthrottled => &[Key::P1, Key::P2, Key::P4],
+            Scenario::P3Memory => &[Key::P3],
+            Scenario::P5Failover => &[Key::P5],
+            Scenario::P6HeadOfLine => &[Key::P6],
+        }
+    }
+
+    /// Its name in the progress lines.
+    pub fn title(self) -> &'static str {
+        match self {
+            Scenario::Limit => "Limit",
+            Scenario::P1Qps200 => "P1 QPS 200",
+            Scenario::Unthrottled => "P1/P2/P4 QPS 10000",
+            Scenario::P3Memory => "P3",
+            Scenario::P5Failover => "P5",
+            Scenario::P6HeadOfLine => "P6",
+        }
+    }
+
+    /// Whether it runs once per attacher (all but Limit).
+    pub fn per_attacher(self) -> bool {
+        self != Scenario::Limit
+    }
+}
+
+// Also compiled into the benchmark, which cargo builds with cfg(test) but no
+// test harness: there the #[test]s are dropped (they run in attacher_units).
+#[cfg(test)]
+#[allow(unused_imports, dead_code)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_selects_a_scenario() {
+        let all: Vec<Scenario> = Scenario::ROUND
+            .into_iter()
+            .chain([Scenario::P3Memory])
+            .collect();
+        for key in [
+            Key::Limit,
+            Key::P1,
+            Key::P2,
+            Key::P3,
+            Key::P4,
+            Key::P5,
+            Key::P6,
+        ] {
+            assert!(
+                all.iter().any(|s| s.keys().contains(&key)),
+                "{key:?} selects nothing"
+            );
+        }
+        // P2 and P4 are measured by the QPS 10,000 run only.
+        assert!(Scenario::Unthrottled.keys().contains(&Key::P2));
+        assert!(!Scenario::P1Qps200.keys().contains(&Key::P4));
+    }
+}

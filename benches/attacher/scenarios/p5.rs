@@ -1,0 +1,81 @@
+//! P5: two replicas with leader election; the leader is stopped (SIGTERM,
+//! then in a second run SIGKILL) and a new VA is created at once: the time
+//! until it is attached.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, DeleteParams};
+
+use crate::harness::{qps_args, Harness, DRIVER};
+use crate::metric::catalogue::p5;
+use crate::process::Which;
+use crate::support;
+use crate::tracker::{poll_until, Tracker};
+
+pub async fn run(h: &Harness, which: Which) -> Result<()> {
+    failover(h, which, libc::SIGTERM, "SIGTERM").await?;
+    failover(h, which, libc::SIGKILL, "SIGKILL").await
+}
+
+async fn failover(h: &Harness, which: Which, signal: libc::c_int, label: &str) -> Result<()> {
+    let leases: Api<Lease> = Api::namespaced(h.client.clone(), "default");
+    let lease_name = format!("external-attacher-leader-{}", DRIVER.replace('.', "-"));
+    let _ = leases.delete(&lease_name, &DeleteParams::default()).await;
+    let run = h.next_run("p5");
+    let pvs = h.create_pvs(&run, 1).await?;
+    let mut args = qps_args(10_000);
+    let [lease, renew, retry] = h.sizes.lease;
+    args.extend([
+        "--leader-election".into(),
+        "--leader-election-namespace=default".into(),
+        format!("--leader-election-lease-duration={lease}"),
+        format!("--leader-election-renew-deadline={renew}"),
+        format!("--leader-election-retry-period={retry}"),
+    ]);
+    let first = h.spawn(which, &format!("{run}-a"), &args, Some("replica-a"))?;
+    let held = poll_until(Duration::from_secs(60), || async {
+        leases
+            .get_opt(&lease_name)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|l| l.spec?.holder_identity)
+            .filter(|h| !h.is_empty())
+    })
+    .await;
+    if held.as_deref() != Some("replica-a") {
+        bail!(
+            "{}: the lease is held by {held:?}, not replica-a",
+            which.name()
+        );
+    }
+    let second = h.spawn(which, &format!("{run}-b"), &args, Some("replica-b"))?;
+    let up = poll_until(Duration::from_secs(60), || async {
+        support::http_get(second.metrics, "/metrics")
+            .await
+            .filter(|(s, _)| *s == 200)
+    })
+    .await;
+    if up.is_none() {
+        bail!("standby of {} never served /metrics", which.name());
+    }
+    let mut tracker = Tracker::start(h.vas.clone(), &run).await?;
+    first.process.signal(signal);
+    let t0 = Instant::now();
+    let created = h.create_vas(&run, &pvs).await?;
+    let name = created[0].0.clone();
+    tracker
+        .attached("attached after failover", Duration::from_secs(120), &name)
+        .await?;
+    h.record(&p5::failover_s(label), which, t0.elapsed().as_secs_f64());
+    h.delete_vas(vec![name.clone()]).await?;
+    tracker
+        .gone("gone after failover", Duration::from_secs(60), &name)
+        .await?;
+    second.stop().await?;
+    first.stop().await?;
+    let _ = leases.delete(&lease_name, &DeleteParams::default()).await;
+    h.cleanup(&run).await
+}

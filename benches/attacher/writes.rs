@@ -1,0 +1,62 @@
+//! API server writes, counted from its own `/metrics`.
+
+/// The verbs of `apiserver_request_total` that write.
+const WRITE_VERBS: [&str; 5] = ["POST", "PUT", "PATCH", "DELETE", "APPLY"];
+
+/// The write requests (POST, PUT, PATCH, DELETE, APPLY) counted in `metrics`,
+/// the API server's Prometheus text, except the harness's own VolumeAttachment
+/// creates and deletes.
+pub fn count(metrics: &str) -> f64 {
+    let mut total = 0.0;
+    for line in metrics.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(&format!("{name}=\"")))
+                .map(|v| v.trim_end_matches('"').to_owned())
+                .unwrap_or_default()
+        };
+        let verb = label("verb");
+        if !WRITE_VERBS.contains(&verb.as_str()) {
+            continue;
+        }
+        if label("resource") == "volumeattachments"
+            && (verb == "POST" || verb == "DELETE")
+            && label("subresource").is_empty()
+        {
+            continue;
+        }
+        total += value.trim().parse::<f64>().unwrap_or(0.0);
+    }
+    total
+}
+
+// Also compiled into the benchmark, which cargo builds with cfg(test) but no
+// test harness: there the #[test]s are dropped (they run in attacher_units).
+#[cfg(test)]
+#[allow(unused_imports, dead_code)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_writes_but_not_the_harness_va_creates_and_deletes() {
+        let text = r#"# HELP apiserver_request_total Counter
+apiserver_request_total{code="200",resource="volumeattachments",subresource="status",verb="PATCH"} 30
+apiserver_request_total{code="201",resource="volumeattachments",subresource="",verb="POST"} 1000
+apiserver_request_total{code="200",resource="volumeattachments",subresource="",verb="DELETE"} 1000
+apiserver_request_total{code="200",resource="volumeattachments",subresource="",verb="PATCH"} 5
+apiserver_request_total{code="200",resource="persistentvolumes",subresource="",verb="PUT"} 7
+apiserver_request_total{code="200",resource="leases",subresource="",verb="APPLY"} 2
+apiserver_request_total{code="200",resource="pods",subresource="",verb="GET"} 999
+apiserver_request_total{code="200",resource="pods",subresource="",verb="WATCH"} 3
+"#;
+        assert_eq!(count(text), 30.0 + 5.0 + 7.0 + 2.0);
+        assert_eq!(count(""), 0.0);
+    }
+}
