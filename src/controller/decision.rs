@@ -1,0 +1,214 @@
+//! What one sync of a VolumeAttachment does next: a pure function of the VA,
+//! the driver's capabilities and whether the reconciler forced the sync.
+//!
+//! The flows ([`super::attach`], [`super::detach`], [`super::trivial`])
+//! execute the step; nothing here does I/O.
+
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+
+use super::error::FlowError;
+use super::lane::Lane;
+use crate::csi::Capabilities;
+
+/// Whether the reconciler asked for this sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// A watch event, a resync or a retry.
+    Event,
+    /// The reconciler saw the driver disagree with the VA's status: run the
+    /// flow even though the VA looks done.
+    Reconciler,
+}
+
+/// The next step for one VA.
+#[derive(Debug)]
+pub enum Step {
+    /// Nothing to do.
+    Nothing,
+    /// Write `attached=true` without a driver call (driver without
+    /// ControllerPublish).
+    MarkAttached,
+    /// Run the attach flow.
+    Attach,
+    /// Run the detach flow.
+    Detach,
+    /// Fail with this error (saved on the VA for `lane`'s flow).
+    Fail(Lane, FlowError),
+}
+
+/// The step for `va` (`None`: not in the cache).
+pub fn decide(
+    va: Option<&VolumeAttachment>,
+    finalizer: &str,
+    capabilities: &Capabilities,
+    trigger: Trigger,
+) -> Step {
+    let forced = trigger == Trigger::Reconciler;
+    let Some(va) = va else {
+        // Gone from the cache: deleted (the cache holds our driver's VAs only).
+        return Step::Nothing;
+    };
+    let attached = va.status.as_ref().is_some_and(|s| s.attached);
+    let ours = va
+        .metadata
+        .finalizers
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .any(|f| f == finalizer);
+    let lane = Lane::of_va(&va.metadata);
+    let source = &va.spec.source;
+    let source_error = match (&source.persistent_volume_name, &source.inline_volume_spec) {
+        (Some(_), Some(_)) => Some(FlowError::BothSources),
+        (None, None) => Some(FlowError::NoSource),
+        _ => None,
+    };
+    match (capabilities.attach_required(), lane, source_error) {
+        // The driver has no ControllerPublish: a VA is attached by saying so,
+        // and a deleted one needs nothing (no finalizer was ever added).
+        (false, _, _) if attached => Step::Nothing,
+        (false, _, _) => Step::MarkAttached,
+        // Attached already, and the driver did not say otherwise.
+        (true, Lane::Attach, _) if attached && !forced => Step::Nothing,
+        // Deleted, and our finalizer is not there: detached already, or never
+        // attached by us; unless the driver still lists the volume published.
+        (true, Lane::Detach, _) if !ours && !forced => Step::Nothing,
+        // The source names both or neither kind of volume: the flow would
+        // fail there before any other request; say so on the VA.
+        (true, lane, Some(err)) => Step::Fail(lane, err),
+        (true, Lane::Detach, None) => Step::Detach,
+        (true, Lane::Attach | Lane::Pv, None) => Step::Attach,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const FIN: &str = "external-attacher/d";
+
+    fn caps(attach: bool) -> Capabilities {
+        Capabilities {
+            controller_service: attach,
+            publish_unpublish: attach,
+            ..Capabilities::default()
+        }
+    }
+
+    fn va(
+        attached: bool,
+        deleting: bool,
+        ours: bool,
+        source: serde_json::Value,
+    ) -> VolumeAttachment {
+        let mut meta = json!({"name": "va"});
+        if deleting {
+            meta["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        }
+        if ours {
+            meta["finalizers"] = json!([FIN]);
+        }
+        serde_json::from_value(json!({
+            "metadata": meta,
+            "spec": {"attacher": "d", "nodeName": "n", "source": source},
+            "status": {"attached": attached},
+        }))
+        .expect("va")
+    }
+
+    fn step(va: Option<&VolumeAttachment>, attach: bool, trigger: Trigger) -> String {
+        format!("{:?}", decide(va, FIN, &caps(attach), trigger))
+    }
+
+    #[test]
+    fn one_step_per_case() {
+        use Trigger::*;
+        let pv = json!({"persistentVolumeName": "pv"});
+        let both = json!({"persistentVolumeName": "pv", "inlineVolumeSpec": {}});
+        let cases: &[(Option<VolumeAttachment>, bool, Trigger, &str)] = &[
+            (None, true, Event, "Nothing"),
+            (
+                Some(va(false, false, false, pv.clone())),
+                false,
+                Event,
+                "MarkAttached",
+            ),
+            (
+                Some(va(true, false, false, pv.clone())),
+                false,
+                Reconciler,
+                "Nothing",
+            ),
+            (
+                Some(va(false, true, false, pv.clone())),
+                false,
+                Event,
+                "MarkAttached",
+            ),
+            (
+                Some(va(false, false, false, pv.clone())),
+                true,
+                Event,
+                "Attach",
+            ),
+            (
+                Some(va(true, false, true, pv.clone())),
+                true,
+                Event,
+                "Nothing",
+            ),
+            (
+                Some(va(true, false, true, pv.clone())),
+                true,
+                Reconciler,
+                "Attach",
+            ),
+            (
+                Some(va(true, true, true, pv.clone())),
+                true,
+                Event,
+                "Detach",
+            ),
+            (
+                Some(va(false, true, false, pv.clone())),
+                true,
+                Event,
+                "Nothing",
+            ),
+            (
+                Some(va(false, true, false, pv.clone())),
+                true,
+                Reconciler,
+                "Detach",
+            ),
+            (
+                Some(va(false, false, false, both.clone())),
+                true,
+                Event,
+                "Fail(Attach, BothSources)",
+            ),
+            (
+                Some(va(false, true, true, json!({}))),
+                true,
+                Event,
+                "Fail(Detach, NoSource)",
+            ),
+            (
+                Some(va(false, true, false, json!({}))),
+                true,
+                Event,
+                "Nothing",
+            ),
+            (
+                Some(va(false, false, false, both)),
+                false,
+                Event,
+                "MarkAttached",
+            ),
+        ];
+        for (i, (va, attach, trigger, want)) in cases.iter().enumerate() {
+            assert_eq!(step(va.as_ref(), *attach, *trigger), *want, "case {i}");
+        }
+    }
+}
