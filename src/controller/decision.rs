@@ -121,94 +121,46 @@ mod tests {
         format!("{:?}", decide(va, FIN, &caps(attach), trigger))
     }
 
+    fn source(kind: &str) -> serde_json::Value {
+        match kind {
+            "pv" => json!({"persistentVolumeName": "pv"}),
+            "both" => json!({"persistentVolumeName": "pv", "inlineVolumeSpec": {}}),
+            _ => json!({}),
+        }
+    }
+
+    /// (attached, deleting, our finalizer, source kind).
+    type VaShape = (bool, bool, bool, &'static str);
+
+    /// A VA's shape with (attach capability, trigger) → step.
     #[test]
     fn one_step_per_case() {
         use Trigger::*;
-        let pv = json!({"persistentVolumeName": "pv"});
-        let both = json!({"persistentVolumeName": "pv", "inlineVolumeSpec": {}});
-        let cases: &[(Option<VolumeAttachment>, bool, Trigger, &str)] = &[
-            (None, true, Event, "Nothing"),
-            (
-                Some(va(false, false, false, pv.clone())),
-                false,
-                Event,
-                "MarkAttached",
-            ),
-            (
-                Some(va(true, false, false, pv.clone())),
-                false,
-                Reconciler,
-                "Nothing",
-            ),
-            (
-                Some(va(false, true, false, pv.clone())),
-                false,
-                Event,
-                "MarkAttached",
-            ),
-            (
-                Some(va(false, false, false, pv.clone())),
-                true,
-                Event,
-                "Attach",
-            ),
-            (
-                Some(va(true, false, true, pv.clone())),
-                true,
-                Event,
-                "Nothing",
-            ),
-            (
-                Some(va(true, false, true, pv.clone())),
-                true,
-                Reconciler,
-                "Attach",
-            ),
-            (
-                Some(va(true, true, true, pv.clone())),
-                true,
-                Event,
-                "Detach",
-            ),
-            (
-                Some(va(false, true, false, pv.clone())),
-                true,
-                Event,
-                "Nothing",
-            ),
-            (
-                Some(va(false, true, false, pv.clone())),
-                true,
-                Reconciler,
-                "Detach",
-            ),
-            (
-                Some(va(false, false, false, both.clone())),
-                true,
-                Event,
-                "Fail(Attach, BothSources)",
-            ),
-            (
-                Some(va(false, true, true, json!({}))),
-                true,
-                Event,
-                "Fail(Detach, NoSource)",
-            ),
-            (
-                Some(va(false, true, false, json!({}))),
-                true,
-                Event,
-                "Nothing",
-            ),
-            (
-                Some(va(false, false, false, both)),
-                false,
-                Event,
-                "MarkAttached",
-            ),
+        #[rustfmt::skip]
+        let cases: &[(VaShape, bool, Trigger, &str)] = &[
+            // Without ControllerPublish: attached by saying so, whatever else.
+            ((false, false, false, "pv"), false, Event, "MarkAttached"),
+            ((true, false, false, "pv"), false, Reconciler, "Nothing"),
+            ((false, true, false, "pv"), false, Event, "MarkAttached"),
+            ((false, false, false, "both"), false, Event, "MarkAttached"),
+            // Live VAs.
+            ((false, false, false, "pv"), true, Event, "Attach"),
+            ((true, false, true, "pv"), true, Event, "Nothing"),
+            ((true, false, true, "pv"), true, Reconciler, "Attach"),
+            ((false, false, false, "both"), true, Event, "Fail(Attach, BothSources)"),
+            // Deleted VAs.
+            ((true, true, true, "pv"), true, Event, "Detach"),
+            ((false, true, false, "pv"), true, Event, "Nothing"),
+            ((false, true, false, "pv"), true, Reconciler, "Detach"),
+            ((false, true, true, "none"), true, Event, "Fail(Detach, NoSource)"),
+            ((false, true, false, "none"), true, Event, "Nothing"),
         ];
-        for (i, (va, attach, trigger, want)) in cases.iter().enumerate() {
-            assert_eq!(step(va.as_ref(), *attach, *trigger), *want, "case {i}");
+        for (i, ((attached, deleting, ours, kind), attach, trigger, want)) in
+            cases.iter().enumerate()
+        {
+            let va = va(*attached, *deleting, *ours, source(kind));
+            assert_eq!(step(Some(&va), *attach, *trigger), *want, "case {i}");
         }
+        assert_eq!(step(None, true, Event), "Nothing", "not in the cache");
     }
 }
