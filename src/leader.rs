@@ -50,6 +50,16 @@
 //! - A standby watches the Lease and tries the moment it is released, and
 //!   schedules its next try for the instant the observed lease expires, so a
 //!   takeover does not wait for a jittered retry period.
+//! - A replica that starts leading on a Lease it CREATEd (or that names it
+//!   without being its own last write: a create whose answer was lost) holds
+//!   it, renewing, for `renew_deadline` before its window opens: the Lease
+//!   may have been deleted under a leader that does not know yet, whose
+//!   window ends within `renew_deadline` of its last renewal, which came
+//!   before the deletion. Taking over an existing Lease after its observed
+//!   expiry, or renewing our own last write, proves there was none. The
+//!   cost: the very first replica of a fresh installation acts
+//!   `renew_deadline` (10 s by default) after start; later starts find the
+//!   Lease in place (a release leaves it, holder `""`).
 //! - On SIGTERM the leader releases the Lease (holder `""`) unless
 //!   `--feature-gates=ReleaseLeaderElectionOnExit=false`, and only when no
 //!   driver call it made can still be running (see [`Leadership::abandoned`]).
@@ -462,12 +472,28 @@ impl Metrics {
     }
 }
 
+/// What a successful Lease write proves about who led before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Since {
+    /// It replaced the version we wrote last: nobody wrote in between.
+    OurWrite,
+    /// It replaced another holder's (or no holder's) version after that
+    /// version's lease, as observed, ran out.
+    ObservedExpiry,
+    /// A CREATE, or a Lease that named us but not by our last write: it may
+    /// have been deleted and re-created under a leader still acting.
+    Unknown,
+}
+
 /// The election state machine for one Lease.
 pub struct Elector<A> {
     api: A,
     settings: Settings,
     /// The Lease as last seen (or written) and when we saw it change.
     observed: Option<(Lease, Instant)>,
+    /// After this replica CREATEd the Lease: when its window may first open
+    /// (see [`Elector::acquire`]).
+    opens_at: Option<Instant>,
     health: Health,
     metrics: Option<Metrics>,
     /// The leadership window the workers check.
@@ -495,6 +521,7 @@ impl<A: LeaseApi> Elector<A> {
             api,
             settings,
             observed: None,
+            opens_at: None,
             health,
             metrics,
             window: watch::Sender::new(Window::Closed),
@@ -541,8 +568,20 @@ impl<A: LeaseApi> Elector<A> {
         tracing::info!(lease = %self.settings.name, identity = %self.settings.identity, "Attempting to acquire leader lease");
         loop {
             if self.try_acquire_or_renew().await {
-                tracing::info!(lease = %self.settings.name, "Successfully acquired lease");
-                return;
+                let now = Instant::now();
+                match self.opens_at.filter(|opens| *opens > now) {
+                    // Created, not taken over: hold it, renewing, until a leader
+                    // that missed the deletion has surely left its window.
+                    Some(opens) => {
+                        let next = opens.min(now + self.settings.retry_period);
+                        tokio::time::sleep_until(next).await;
+                        continue;
+                    }
+                    None => {
+                        tracing::info!(lease = %self.settings.name, "Successfully acquired lease");
+                        return;
+                    }
+                }
             }
             let mut next = Instant::now() + jittered(self.settings.retry_period);
             if let Some(expiry) = self.observed_expiry() {
@@ -592,6 +631,17 @@ impl<A: LeaseApi> Elector<A> {
         // No call starts from here on.
         self.set_leading(false, None);
         if !was_leader {
+            return false;
+        }
+        if self.opens_at.is_some_and(|opens| Instant::now() < opens) {
+            // Still holding a Lease that may have been re-created under a
+            // leader that is still acting: a released Lease is taken at once,
+            // so leave it to expire instead.
+            tracing::info!(
+                lease = %self.settings.name,
+                expires_in = ?self.observed_expiry().map(|e| e.saturating_duration_since(Instant::now())),
+                "Not releasing the leader lease: it was taken less than a renew deadline ago and may have been deleted under a leader still acting; the lease is left to expire"
+            );
             return false;
         }
         let leadership = self.leadership();
@@ -669,7 +719,14 @@ impl<A: LeaseApi> Elector<A> {
             return false;
         }
 
-        // 4. Take it (or keep it, on the slow path).
+        // 4. Take it (or keep it, on the slow path). A Lease that already
+        //    names us is not proof we led without a break: the CREATE whose
+        //    answer we lost wrote it too.
+        let since = if self.is_leader() {
+            Since::Unknown
+        } else {
+            Since::ObservedExpiry
+        };
         let (acquired, transitions) = if self.is_leader() {
             if let Some(m) = &self.metrics {
                 m.slowpath.with_label_values(&[METRIC_NAME_LABEL]).inc();
@@ -688,7 +745,7 @@ impl<A: LeaseApi> Elector<A> {
             .replace(&self.desired(current, acquired, transitions))
             .await
         {
-            Ok(written) => self.record_success(written, started),
+            Ok(written) => self.record_success(written, started, since),
             // Losing a race to another replica is routine; anything else is not.
             Err(err) if is_conflict(&err) => {
                 tracing::debug!(error = %err, "Failed to update lease");
@@ -714,7 +771,9 @@ impl<A: LeaseApi> Elector<A> {
             .replace(&self.desired(cached, acquired, transitions))
             .await
         {
-            Ok(written) => Some(self.record_success(written, started)),
+            // Our cached version was still current: nobody wrote the
+            // Lease since we did, so nobody else led meanwhile.
+            Ok(written) => Some(self.record_success(written, started, Since::OurWrite)),
             Err(err) => {
                 tracing::info!(error = %err, "Failed to update lease optimistically, falling back to slow path");
                 None
@@ -746,7 +805,7 @@ impl<A: LeaseApi> Elector<A> {
                 return Err(false);
             }
             match self.try_create().await {
-                Ok(written) => return Err(self.record_success(written, started)),
+                Ok(written) => return Err(self.record_success(written, started, Since::Unknown)),
                 Err(err) if is_conflict(&err) => current = self.api.get().await,
                 Err(err) => {
                     // Wrong RBAC or namespace ends here: say so at default verbosity.
@@ -805,9 +864,34 @@ impl<A: LeaseApi> Elector<A> {
     }
 
     /// `started`: when the successful attempt began (before anything it wrote).
-    fn record_success(&mut self, written: Lease, started: Instant) -> bool {
+    /// `since`: what the write proves about who led before it.
+    fn record_success(&mut self, written: Lease, started: Instant, since: Since) -> bool {
         let now = Instant::now();
         self.observed = Some((written, now));
+        let hold_until = now + self.settings.renew_deadline;
+        if since == Since::Unknown
+            && !self.window.borrow().is_open(started)
+            && self.opens_at.is_none_or(|opens| opens < hold_until)
+        {
+            // The Lease may have been deleted (and this one created) under a
+            // leader that does not know yet and keeps calling the driver until
+            // its window ends: at most `renew_deadline` after its last renewal,
+            // which the API server applied before the deletion, so before this
+            // write, so before now. Our window opens no sooner than that.
+            // client-go leads at once.
+            self.opens_at = Some(hold_until);
+            tracing::info!(
+                lease = %self.settings.name,
+                acting_in = ?self.settings.renew_deadline,
+                "Leading on a lease that may have been re-created; holding it a renew deadline before acting, in case a leader that missed the deletion is still acting"
+            );
+        }
+        if self.opens_at.is_some_and(|opens| now < opens) {
+            // Leading, not acting yet.
+            self.set_leading(true, Some(now));
+            return true;
+        }
+        self.opens_at = None;
         let end = started + window_length(self.settings.renew_deadline);
         self.window.send_if_modified(|window| match window {
             Window::Until(current) if *current >= end => false,

@@ -353,10 +353,10 @@ async fn run(seed: u64, fault_count: usize, size: &str) -> Result<String> {
             world.metrics(r).await.unwrap_or_default(),
         ));
     }
-    // Let the audit log catch up with the last writes.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let audit = world.cp.lock().await.audit_events();
+    // The ledger before the audit log: every call in it then falls before the
+    // audit log's end, and so do the Lease renewals that allowed it.
     let ledger = lock(&world.ledger).clone();
+    let audit = audit_after_marker(&world, &client).await?;
     let calls = world::calls(&ledger);
     let mut logs: Vec<(String, String)> = world
         .replicas
@@ -539,4 +539,35 @@ async fn wait_attached(client: &kube::Client, name: &str, timeout: Duration) -> 
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     anyhow::bail!("VA {name:?} not attached after {timeout:?}")
+}
+
+/// The audit log once it holds every write answered so far: a marker Lease
+/// is written now, and the log is read until the marker's event is in it.
+async fn audit_after_marker(world: &world::World, client: &kube::Client) -> Result<Vec<Value>> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let marker = format!("chaos-audit-marker-{}", std::process::id());
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
+    let lease = Lease {
+        metadata: kube::api::ObjectMeta {
+            name: Some(marker.clone()),
+            ..Default::default()
+        },
+        spec: None,
+    };
+    leases.create(&Default::default(), &lease).await?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let audit = world.cp.lock().await.audit_events();
+        let logged = audit
+            .iter()
+            .any(|e| e["objectRef"]["name"] == marker.as_str() && e["stage"] == "ResponseComplete");
+        if logged {
+            return Ok(audit);
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the audit log did not record the marker Lease {marker} within 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -42,6 +42,30 @@ use crate::csi::proto::{ControllerPublishVolumeRequest, ControllerUnpublishVolum
 /// to write `attached=true` is only logged (upstream), unless the API server
 /// refuses that status as invalid; all are retried.
 pub async fn attach(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), FlowError> {
+    publish_and_mark(ctx, va, Mode::Attach).await
+}
+
+/// A forced re-publish of a VA that already says attached (the reconciler
+/// found the volume unpublished): first asks the API server whether the VA
+/// still exists and is not being deleted ([`still_live`]), then runs the
+/// attach, and writes `attached=true` even though it changes nothing.
+pub async fn republish(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), FlowError> {
+    if !still_live(ctx, va).await? {
+        return Ok(());
+    }
+    publish_and_mark(ctx, va, Mode::Republish).await
+}
+
+/// Which of the two entries runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// [`attach`].
+    Attach,
+    /// [`republish`].
+    Republish,
+}
+
+async fn publish_and_mark(ctx: &Ctx, va: &VolumeAttachment, mode: Mode) -> Result<(), FlowError> {
     let (publish_context, published) = match publish(ctx, va).await {
         Ok(done) => done,
         Err(err) => {
@@ -51,8 +75,15 @@ pub async fn attach(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), FlowError> {
             return Err(err);
         }
     };
-    let Some(patch) = patches::attached_status(va.status.as_ref(), &publish_context) else {
-        return Ok(());
+    let patch = match patches::attached_status(va.status.as_ref(), &publish_context) {
+        Some(patch) => patch,
+        // A re-publish of a VA that already says attached changes nothing,
+        // but is written anyway: the write carries the VA's UID, so a VA that
+        // exists only in a stale cache (detached and deleted by the previous
+        // leader while this replica's watch lagged) is found gone here and
+        // the Publish undone below, instead of leaking.
+        None if mode == Mode::Republish => patches::attached_reasserted(),
+        None => return Ok(()),
     };
     if let Err(err) = ctx.api.patch_va_status(va, &patch).await {
         return mark_attached_failed(ctx, va, published, err).await;
@@ -63,6 +94,30 @@ pub async fn attach(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), FlowError> {
     // Upstream logs attach/detach milestones at V(2): debug here (`--v=2`).
     tracing::debug!(va = %va.name_any(), "Attached");
     Ok(())
+}
+
+/// Before a forced re-publish of a VA that looks attached: whether it still
+/// exists (same UID) and is not being deleted, by the API server's word.
+///
+/// The reconciler forces from the cache, and a replica that has just become
+/// leader may hold a stale one (its watch broken or relisting): VAs the
+/// previous leader detached and deleted still look attached there, and the
+/// driver's list rightly lacks them. Publishing those would leak them (chaos
+/// seed 20261127, I1). An empty merge patch carrying the UID changes nothing
+/// and answers with the VA as it is (404 when gone, 422 when replaced).
+async fn still_live(ctx: &Ctx, va: &VolumeAttachment) -> Result<bool, FlowError> {
+    match ctx.api.patch_va(va, &serde_json::json!({})).await {
+        Ok(current) if current.metadata.deletion_timestamp.is_some() => {
+            tracing::info!(va = %va.name_any(), "Not re-publishing a VolumeAttachment that is being deleted");
+            Ok(false)
+        }
+        Ok(_) => Ok(true),
+        Err(err) if err.is_not_found() || err.is_replaced() => {
+            tracing::info!(va = %va.name_any(), "Not re-publishing a VolumeAttachment that is gone (stale cache)");
+            Ok(false)
+        }
+        Err(err) => Err(FlowError::SaveVolumeAttachment(err)),
+    }
 }
 
 /// Writing `attached=true` after a successful Publish failed with `err`.

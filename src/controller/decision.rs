@@ -30,6 +30,9 @@ pub enum Step {
     MarkAttached,
     /// Run the attach flow.
     Attach,
+    /// Run the attach flow again for a VA that says attached, after checking
+    /// with the API server that it still exists.
+    Republish,
     /// Run the detach flow.
     Detach,
     /// Fail with this error (saved on the VA for `lane`'s flow).
@@ -70,6 +73,9 @@ pub fn decide(
         (false, _, _) => Step::MarkAttached,
         // Attached already, and the driver did not say otherwise.
         (true, Lane::Attach, _) if attached && !forced => Step::Nothing,
+        // Attached, but the driver does not list the volume on the node:
+        // publish again, if the VA still exists.
+        (true, Lane::Attach, _) if attached => Step::Republish,
         // Deleted, and our finalizer is not there: detached already, or never
         // attached by us; unless the driver still lists the volume published.
         (true, Lane::Detach, _) if !ours && !forced => Step::Nothing,
@@ -146,7 +152,8 @@ mod tests {
             // Live VAs.
             ((false, false, false, "pv"), true, Event, "Attach"),
             ((true, false, true, "pv"), true, Event, "Nothing"),
-            ((true, false, true, "pv"), true, Reconciler, "Attach"),
+            ((true, false, true, "pv"), true, Reconciler, "Republish"),
+            ((false, false, true, "pv"), true, Reconciler, "Attach"),
             ((false, false, false, "both"), true, Event, "Fail(Attach, BothSources)"),
             // Deleted VAs.
             ((true, true, true, "pv"), true, Event, "Detach"),

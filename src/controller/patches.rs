@@ -51,6 +51,13 @@ pub fn remove_va_finalizer(va: &VolumeAttachment, finalizer: &str) -> Option<Val
     Some(json!({ "metadata": { "finalizers": value } }))
 }
 
+/// `/status` merge patch that changes nothing on a VA already attached: sent
+/// after a forced re-publish so that the write (with the VA's UID) proves the
+/// VA still exists.
+pub fn attached_reasserted() -> Value {
+    json!({ "status": { "attached": true } })
+}
+
 /// `/status` merge patch after a successful publish: `attached=true`, the
 /// publish context, `attachError=null` — only the fields that change.
 pub fn attached_status(

@@ -101,6 +101,12 @@ impl FakeApi {
         lock(&self.pvs).insert(name, pv);
     }
 
+    /// The API server's copy of a VA, when it differs from the cache's.
+    pub fn put_va(&self, va: VolumeAttachment) {
+        let name = name_of(&va).to_string();
+        lock(&self.vas).insert(name, serde_json::to_value(&va).unwrap_or(Value::Null));
+    }
+
     /// A CSINode only the API server has: `node` gives our driver `id`.
     pub fn put_csinode(&self, node: &str, id: &str) {
         lock(&self.csinodes).insert(node.into(), id.into());

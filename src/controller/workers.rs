@@ -80,6 +80,7 @@ pub async fn sync_va(ctx: &Ctx, key: &str) -> Result<(), FlowError> {
         Step::Nothing => Ok(()),
         Step::MarkAttached => trivial::mark_attached(ctx, &va).await,
         Step::Attach => attach::attach(ctx, &va).await,
+        Step::Republish => attach::republish(ctx, &va).await,
         Step::Detach => detach::detach(ctx, &va).await,
         Step::Fail(lane, err) => {
             ctx.record_error(&va, lane, &err).await;

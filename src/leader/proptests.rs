@@ -174,6 +174,12 @@ struct Case {
     plan: Vec<Call>,
     /// Per replica: (start, length) of each freeze, in start order.
     freezes: Vec<Vec<(Duration, Duration)>>,
+    /// Per replica: when it starts (a fresh elector that has seen nothing).
+    starts: Vec<Duration>,
+    /// When the Lease is deleted (as an admin or a namespace clean-up would).
+    deletions: Vec<Duration>,
+    /// Whether the Lease exists (released, no holder) before anyone starts.
+    released_lease: bool,
 }
 
 fn ms(n: u64) -> Duration {
@@ -222,12 +228,20 @@ fn case() -> impl Strategy<Value = Case> {
         timing(),
         prop::collection::vec(call(), 1..48),
         prop::collection::vec(freezes(), 2..=3),
+        prop::collection::vec(prop_oneof![2 => Just(0u64), 1 => 0u64..60_000], 3),
+        prop::collection::vec(0u64..100_000, 0..4),
+        any::<bool>(),
     )
-        .prop_map(|(timing, plan, freezes)| Case {
-            timing,
-            plan,
-            freezes,
-        })
+        .prop_map(
+            |(timing, plan, freezes, starts, deletions, released_lease)| Case {
+                timing,
+                plan,
+                starts: starts[..freezes.len()].iter().map(|t| ms(*t)).collect(),
+                freezes,
+                deletions: deletions.into_iter().map(ms).collect(),
+                released_lease,
+            },
+        )
 }
 
 /// Runs `work`, not polling it during each freeze (measured from `t0`).
@@ -247,6 +261,20 @@ async fn with_freezes(
     work.await;
 }
 
+/// A Lease as a leader's release leaves it: no holder.
+fn released(name: &str) -> Lease {
+    Lease {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: Some(k8s_openapi::api::coordination::v1::LeaseSpec {
+            holder_identity: Some(String::new()),
+            ..Default::default()
+        }),
+    }
+}
+
 /// Intervals [from, to) (since the start) during which each replica's window was open.
 fn simulate(case: &Case) -> Vec<Vec<(Duration, Duration)>> {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -255,7 +283,11 @@ fn simulate(case: &Case) -> Vec<Vec<(Duration, Duration)>> {
         .build()
         .expect("a runtime for the simulation");
     runtime.block_on(async {
-        let server = Arc::new(Mutex::new(Server::default()));
+        let mut initial = Server::default();
+        if case.released_lease {
+            initial.write(released("lease"));
+        }
+        let server = Arc::new(Mutex::new(initial));
         let plan = Arc::new(case.plan.clone());
         let next = Arc::new(AtomicUsize::new(0));
         let t0 = Instant::now();
@@ -292,13 +324,22 @@ fn simulate(case: &Case) -> Vec<Vec<(Duration, Duration)>> {
                         .push((now, value));
                 }
             });
+            let start = case.starts.get(i).copied().unwrap_or_default();
             let work = async move {
+                tokio::time::sleep(start).await;
                 loop {
                     elector.acquire(futures::stream::pending()).await;
                     elector.renew_until_lost().await;
                 }
             };
             tasks.spawn(with_freezes(work, t0, freezes.clone()));
+        }
+        for at in case.deletions.iter().copied() {
+            let server = Arc::clone(&server);
+            tasks.spawn(async move {
+                tokio::time::sleep_until(t0 + at).await;
+                server.lock().unwrap_or_else(PoisonError::into_inner).lease = None;
+            });
         }
         tokio::time::sleep(RUN_FOR).await;
         let end = Instant::now();
@@ -366,6 +407,9 @@ fn without_faults_one_replica_leads_throughout() {
             fate: Fate::Delivered,
         }],
         freezes: vec![Vec::new(), Vec::new()],
+        starts: vec![Duration::ZERO; 2],
+        deletions: Vec::new(),
+        released_lease: true,
     };
     let open = simulate(&case);
     let led: Duration = open.iter().flatten().map(|(from, to)| *to - *from).sum();
@@ -387,6 +431,9 @@ fn a_frozen_leader_is_replaced_without_overlap() {
             fate: Fate::Delivered,
         }],
         freezes: vec![vec![(ms(20_000), ms(30_000))], Vec::new()],
+        starts: vec![Duration::ZERO; 2],
+        deletions: Vec::new(),
+        released_lease: true,
     };
     let open = simulate(&case);
     assert!(!open[0].is_empty() && !open[1].is_empty(), "{open:?}");

@@ -85,6 +85,24 @@ impl LeaseApi for Arc<FakeLeases> {
 }
 
 impl FakeLeases {
+    /// A Lease as a leader's release leaves it (no holder): the usual state
+    /// after the first installation, so a starting replica takes it at once.
+    fn released() -> Self {
+        let fake = Self::default();
+        *fake.lease.lock().unwrap_or_else(PoisonError::into_inner) = Some(Lease {
+            metadata: ObjectMeta {
+                name: Some("external-attacher-leader-csi-example-com".into()),
+                resource_version: Some("released".into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(String::new()),
+                ..LeaseSpec::default()
+            }),
+        });
+        fake
+    }
+
     fn holder(&self) -> Option<String> {
         self.lease
             .lock()
@@ -118,9 +136,17 @@ fn never() -> stream::Pending<()> {
 async fn the_first_candidate_creates_the_lease_and_leads() {
     let api = Arc::new(FakeLeases::default());
     let mut a = elector(&api, "a");
+    let started = Instant::now();
     a.acquire(never()).await;
     assert!(a.is_leader());
     assert!(a.health().is_leading());
+    // It created the Lease, so it held it a renew deadline before acting (the
+    // Lease might have been deleted under a leader still acting), no longer.
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(10) && waited < Duration::from_secs(11),
+        "{waited:?}"
+    );
     assert_eq!(api.holder().as_deref(), Some("a"));
     let lease = api
         .lease
@@ -364,14 +390,14 @@ async fn a_sub_second_lease_is_written_as_one_second_not_zero() {
 
 #[tokio::test(start_paused = true)]
 async fn the_window_is_timed_from_the_start_of_the_renewal_not_its_answer() {
-    let api = Arc::new(FakeLeases::default());
+    let api = Arc::new(FakeLeases::released());
     *api.latency.lock().unwrap_or_else(PoisonError::into_inner) = Duration::from_secs(3);
     let mut a = elector(&api, "a");
     let leadership = a.leadership();
     assert_eq!(leadership.window(), Window::Closed);
     let started = Instant::now();
     a.acquire(never()).await;
-    // GET (3 s) + CREATE (3 s): the attempt started 6 s ago.
+    // GET (3 s) + REPLACE (3 s): the attempt started 6 s ago.
     assert_eq!(started.elapsed(), Duration::from_secs(6));
     assert_eq!(
         leadership.window(),
@@ -403,7 +429,7 @@ async fn no_call_starts_after_the_window_even_after_a_freeze() {
 
 #[tokio::test(start_paused = true)]
 async fn a_call_in_flight_is_abandoned_the_moment_the_window_closes() {
-    let api = Arc::new(FakeLeases::default());
+    let api = Arc::new(FakeLeases::released());
     let mut a = elector(&api, "a");
     let started = Instant::now();
     a.acquire(never()).await;
@@ -475,7 +501,7 @@ impl LeaseApi for Partitioned {
 #[tokio::test(start_paused = true)]
 async fn a_partitioned_leader_stops_lease_duration_minus_renew_deadline_before_a_standby_takes_over(
 ) {
-    let shared = Arc::new(FakeLeases::default());
+    let shared = Arc::new(FakeLeases::released());
     let cut = Arc::new(AtomicBool::new(false));
     let api_a = Partitioned {
         shared: Arc::clone(&shared),
@@ -567,7 +593,7 @@ fn the_window_closes_early_enough_for_a_cancellation_to_reach_the_driver() {
 
 /// The Lease deleted while `a` leads: the standby `b`, which saw `a`'s
 /// renewal, does not create it before that renewal's lease ran out (`a`'s
-/// window may still be open); a replica with nothing observed may.
+/// window may still be open).
 #[tokio::test(start_paused = true)]
 async fn a_deleted_lease_is_not_recreated_by_a_standby_before_the_observed_one_expired() {
     let api = Arc::new(FakeLeases::default());
@@ -588,4 +614,32 @@ async fn a_deleted_lease_is_not_recreated_by_a_standby_before_the_observed_one_e
     tokio::time::advance(Duration::from_secs(2)).await;
     assert!(observed.elapsed() > Duration::from_secs(15));
     assert!(b.try_acquire_or_renew().await, "a's lease ran out");
+}
+
+/// The Lease deleted while `a` leads, and `c` starts afterwards: `c` creates
+/// it, but its window opens only a renew deadline later, when `a`'s (last
+/// renewal + renew deadline) has closed. Before this, `c` acted at once and
+/// both called the driver (chaos seed 20261127, I4).
+#[tokio::test(start_paused = true)]
+async fn a_created_lease_opens_no_window_before_a_hidden_leaders_has_closed() {
+    let api = Arc::new(FakeLeases::default());
+    let mut a = elector(&api, "a");
+    a.acquire(never()).await;
+    let a_window = a.leadership();
+    assert!(a_window.may_start());
+    *api.lease.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    let mut c = elector(&api, "c");
+    let c_window = c.leadership();
+    let created = Instant::now();
+    assert!(c.try_acquire_or_renew().await, "c holds the Lease at once");
+    assert_eq!(api.holder().as_deref(), Some("c"));
+    assert!(!c_window.may_start(), "but may not act yet");
+    c.acquire(never()).await;
+    let waited = created.elapsed();
+    assert!(
+        waited >= Duration::from_secs(10) && waited < Duration::from_secs(11),
+        "{waited:?}"
+    );
+    assert!(c_window.may_start());
+    assert!(!a_window.may_start(), "a's window closed before c's opened");
 }

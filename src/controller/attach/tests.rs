@@ -62,10 +62,61 @@ async fn an_attached_va_needs_nothing_unless_the_reconciler_forces_it() {
     let w = World::attachable(attached_va(json!({})), pv_ours());
     assert_eq!(sync(&w).await, Ok(()));
     assert!(w.requests().is_empty());
-    // Forced: published again; status and metadata unchanged, so not written.
+    // Forced: the API server confirms the VA (empty patch with its UID), it
+    // is published again, and attached=true is re-asserted (with the UID).
     w.ctx.force_sync.insert("va-1");
     assert_eq!(sync(&w).await, Ok(()));
-    assert_eq!(w.requests(), [publish(NODE_ID)]);
+    assert_eq!(
+        w.requests(),
+        [
+            "PATCH va/va-1 {}".to_string(),
+            publish(NODE_ID),
+            status(json!({"attached": true}))
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_forced_republish_of_a_va_gone_or_deleting_publishes_nothing() {
+    for err in [api_error(404, "not found"), replaced()] {
+        let w = World::attachable(attached_va(json!({})), pv_ours());
+        w.api.fail("patch_va", err);
+        w.ctx.force_sync.insert("va-1");
+        assert_eq!(sync(&w).await, Ok(()));
+        assert_eq!(w.requests(), ["PATCH va/va-1 {}"]);
+    }
+    // The cache lags: the API server's copy is being deleted.
+    let w = World::attachable(attached_va(json!({})), pv_ours());
+    w.api.put_va(deleting_va(json!({})));
+    w.ctx.force_sync.insert("va-1");
+    assert_eq!(sync(&w).await, Ok(()));
+    assert_eq!(w.requests(), ["PATCH va/va-1 {}"]);
+    // The check itself fails: the attempt's error, not saved on the VA.
+    let w = World::attachable(attached_va(json!({})), pv_ours());
+    w.api.fail("patch_va", api_error(500, "etcd"));
+    w.ctx.force_sync.insert("va-1");
+    assert_eq!(
+        sync(&w).await,
+        Err("could not save VolumeAttachment: etcd".into())
+    );
+    assert_eq!(w.requests(), ["PATCH va/va-1 {}"]);
+}
+
+#[tokio::test]
+async fn a_republished_va_gone_at_the_status_write_is_unpublished() {
+    let w = World::attachable(attached_va(json!({})), pv_ours());
+    w.api.fail("patch_va_status", api_error(404, "not found"));
+    w.ctx.force_sync.insert("va-1");
+    assert_eq!(sync(&w).await, Ok(()));
+    assert_eq!(
+        w.requests(),
+        [
+            "PATCH va/va-1 {}".to_string(),
+            publish(NODE_ID),
+            status(json!({"attached": true})),
+            format!("Unpublish vol-1 {NODE_ID}"),
+        ]
+    );
 }
 
 #[tokio::test]

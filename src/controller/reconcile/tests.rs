@@ -69,7 +69,9 @@ async fn an_attached_va_the_driver_does_not_list_is_published_again() {
         w.requests(),
         [
             "ListVolumes \"\"".to_string(),
+            "PATCH va/va-1 {}".to_string(),
             format!("Publish vol-1 {NODE_ID} ro=false mode=Some(1) secrets={{}}"),
+            r#"PATCH va/va-1/status {"status":{"attached":true}}"#.to_string(),
         ]
     );
     // The force was used up: the next sync sees an attached VA.
@@ -77,7 +79,7 @@ async fn an_attached_va_the_driver_does_not_list_is_published_again() {
         sync_va(&w.ctx, "va-1").await.map_err(|e| e.to_string()),
         Ok(())
     );
-    assert_eq!(w.requests().len(), 2);
+    assert_eq!(w.requests().len(), 4);
 }
 
 #[tokio::test]
