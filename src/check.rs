@@ -161,6 +161,33 @@ impl Report {
     }
 }
 
+/// This driver's VAs, all PVs and all CSINodes, listed once.
+async fn list_objects(
+    kube: kube::Client,
+    driver: &str,
+) -> Result<(Vec<VolumeAttachment>, Vec<PersistentVolume>, Vec<CSINode>), Error> {
+    let list = |what: &'static str| move |source| Error::Api { what, source };
+    let vas: Vec<VolumeAttachment> = Api::<VolumeAttachment>::all(kube.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(list("volumeattachments"))?
+        .items
+        .into_iter()
+        .filter(|va| va.spec.attacher == driver)
+        .collect();
+    let pvs = Api::<PersistentVolume>::all(kube.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(list("persistentvolumes"))?
+        .items;
+    let csinodes = Api::<CSINode>::all(kube)
+        .list(&ListParams::default())
+        .await
+        .map_err(list("csinodes"))?
+        .items;
+    Ok((vas, pvs, csinodes))
+}
+
 /// Builds the report with the sidecar's flags.
 pub async fn report(config: &Config) -> Result<Report, Error> {
     let address = csi::parse_address(&config.csi_address)?;
@@ -182,25 +209,7 @@ pub async fn report(config: &Config) -> Result<Report, Error> {
     let capabilities = client.capabilities().await?;
     let fin = finalizer(&driver);
 
-    let list = |what: &'static str| move |source| Error::Api { what, source };
-    let vas: Vec<VolumeAttachment> = Api::<VolumeAttachment>::all(kube.clone())
-        .list(&ListParams::default())
-        .await
-        .map_err(list("volumeattachments"))?
-        .items
-        .into_iter()
-        .filter(|va| va.spec.attacher == driver)
-        .collect();
-    let pvs = Api::<PersistentVolume>::all(kube.clone())
-        .list(&ListParams::default())
-        .await
-        .map_err(list("persistentvolumes"))?
-        .items;
-    let csinodes = Api::<CSINode>::all(kube)
-        .list(&ListParams::default())
-        .await
-        .map_err(list("csinodes"))?
-        .items;
+    let (vas, pvs, csinodes) = list_objects(kube, &driver).await?;
     let stores = Stores {
         vas: store_from(vas.iter().cloned().map(CachedVa::from)),
         pvs: store_from(pvs.iter().cloned().map(CachedPv::from)),

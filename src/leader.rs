@@ -687,63 +687,14 @@ impl<A: LeaseApi> Elector<A> {
         // Whatever this attempt writes, the API server writes it after now:
         // the leadership window is timed from here.
         let started = Instant::now();
-        let now = started;
         // 1. Fast path: we lead and our cached lease is valid: replace it as is.
-        if self.is_leader() && self.is_valid(now) {
-            if let Some((cached, _)) = self.observed.clone() {
-                let (acquired, transitions) = acquired_and_transitions(&cached);
-                match self
-                    .api
-                    .replace(&self.desired(cached, acquired, transitions))
-                    .await
-                {
-                    // Our cached version was still current: nobody wrote the
-                    // Lease since we did, so nobody else led meanwhile.
-                    Ok(written) => return self.record_success(written, started, Since::OurWrite),
-                    Err(err) => {
-                        tracing::info!(error = %err, "Failed to update lease optimistically, falling back to slow path");
-                    }
-                }
-            }
+        if let Some(renewed) = self.renew_fast(started).await {
+            return renewed;
         }
-
-        // 2. Get or create (a lost create race is followed by one more GET, so
-        //    that the winner's lease is observed now, not a retry period later).
-        let mut current = self.api.get().await;
-        if let Ok(None) = current {
-            // Deleted while another replica held it: that leader's window may
-            // still be open (it does not know yet), so wait out the lease we
-            // last observed, as if it were still there. client-go creates at
-            // once, and two replicas then call the driver side by side.
-            let held_by_other = self
-                .holder()
-                .is_some_and(|h| !h.is_empty() && h != self.settings.identity);
-            if !self.is_leader() && held_by_other && self.is_valid(Instant::now()) {
-                tracing::info!(
-                    lease = %self.settings.name,
-                    holder = ?self.holder(),
-                    expires_in = ?self.observed_expiry().map(|e| e.saturating_duration_since(Instant::now())),
-                    "Lease deleted while held by another replica; waiting out its last observed renewal before creating it"
-                );
-                return false;
-            }
-            match self.try_create().await {
-                Ok(written) => return self.record_success(written, started, Since::Unknown),
-                Err(err) if is_conflict(&err) => current = self.api.get().await,
-                Err(err) => {
-                    // Wrong RBAC or namespace ends here: say so at default verbosity.
-                    tracing::warn!(lease = %self.settings.name, error = %err, "Failed to create lease");
-                    return false;
-                }
-            }
-        }
-        let current = match current {
-            Ok(Some(lease)) => lease,
-            Ok(None) => return false,
-            Err(err) => {
-                tracing::warn!(lease = %self.settings.name, error = %err, "Error retrieving lease");
-                return false;
-            }
+        // 2. Get or create.
+        let current = match self.get_or_create(started).await {
+            Ok(lease) => lease,
+            Err(done) => return done,
         };
         // 3. Someone else holds a valid lease: wait.
         let changed = self
@@ -803,6 +754,72 @@ impl<A: LeaseApi> Elector<A> {
             Err(err) => {
                 tracing::warn!(lease = %self.settings.name, error = %err, "Failed to update lease");
                 false
+            }
+        }
+    }
+
+    /// Step 1 of an attempt: while leading with a valid cached lease, replace
+    /// it as is. `None`: not tried, or failed (the slow path follows).
+    async fn renew_fast(&mut self, started: Instant) -> Option<bool> {
+        if !(self.is_leader() && self.is_valid(started)) {
+            return None;
+        }
+        let (cached, _) = self.observed.clone()?;
+        let (acquired, transitions) = acquired_and_transitions(&cached);
+        match self
+            .api
+            .replace(&self.desired(cached, acquired, transitions))
+            .await
+        {
+            // Our cached version was still current: nobody wrote the
+            // Lease since we did, so nobody else led meanwhile.
+            Ok(written) => Some(self.record_success(written, started, Since::OurWrite)),
+            Err(err) => {
+                tracing::info!(error = %err, "Failed to update lease optimistically, falling back to slow path");
+                None
+            }
+        }
+    }
+
+    /// Step 2 of an attempt: the current lease, created when there is none (a
+    /// lost create race is followed by one more GET, so that the winner's
+    /// lease is observed now, not a retry period later). `Err`: the
+    /// attempt's result, decided here.
+    async fn get_or_create(&mut self, started: Instant) -> Result<Lease, bool> {
+        let mut current = self.api.get().await;
+        if let Ok(None) = current {
+            // Deleted while another replica held it: that leader's window may
+            // still be open (it does not know yet), so wait out the lease we
+            // last observed, as if it were still there. client-go creates at
+            // once, and two replicas then call the driver side by side.
+            let held_by_other = self
+                .holder()
+                .is_some_and(|h| !h.is_empty() && h != self.settings.identity);
+            if !self.is_leader() && held_by_other && self.is_valid(Instant::now()) {
+                tracing::info!(
+                    lease = %self.settings.name,
+                    holder = ?self.holder(),
+                    expires_in = ?self.observed_expiry().map(|e| e.saturating_duration_since(Instant::now())),
+                    "Lease deleted while held by another replica; waiting out its last observed renewal before creating it"
+                );
+                return Err(false);
+            }
+            match self.try_create().await {
+                Ok(written) => return Err(self.record_success(written, started, Since::Unknown)),
+                Err(err) if is_conflict(&err) => current = self.api.get().await,
+                Err(err) => {
+                    // Wrong RBAC or namespace ends here: say so at default verbosity.
+                    tracing::warn!(lease = %self.settings.name, error = %err, "Failed to create lease");
+                    return Err(false);
+                }
+            }
+        }
+        match current {
+            Ok(Some(lease)) => Ok(lease),
+            Ok(None) => Err(false),
+            Err(err) => {
+                tracing::warn!(lease = %self.settings.name, error = %err, "Error retrieving lease");
+                Err(false)
             }
         }
     }

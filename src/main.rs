@@ -43,17 +43,7 @@ fn main() -> ExitCode {
     };
     config.log_feature_gates();
     if config.version {
-        let program = std::env::args()
-            .next()
-            .unwrap_or_else(|| "csi-attacher".into());
-        // Upstream's one line `<argv0> <version>`, then the build's identity.
-        println!(
-            "{program} {} (commit {}, built {}, {})",
-            build::VERSION,
-            build::GIT_COMMIT,
-            build::BUILD_DATE,
-            build::RUSTC_VERSION
-        );
+        print_version();
         return ExitCode::SUCCESS;
     }
     tracing::info!(
@@ -74,6 +64,25 @@ fn main() -> ExitCode {
     if check {
         return run_check(&config);
     }
+    run_sidecar(config, gates)
+}
+
+/// Upstream's one line `<argv0> <version>`, then the build's identity.
+fn print_version() {
+    let program = std::env::args()
+        .next()
+        .unwrap_or_else(|| "csi-attacher".into());
+    println!(
+        "{program} {} (commit {}, built {}, {})",
+        build::VERSION,
+        build::GIT_COMMIT,
+        build::BUILD_DATE,
+        build::RUSTC_VERSION
+    );
+}
+
+/// Runs the sidecar to its end; the exit code says how it ended.
+fn run_sidecar(config: Config, gates: csi_attacher::config::FeatureGates) -> ExitCode {
     // One thread: the attacher waits on the API server and the driver; a
     // single-threaded runtime spends less CPU on wake-ups and hand-offs than
     // a work-stealing pool (benches/attacher.rs, P2).

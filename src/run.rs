@@ -73,34 +73,130 @@ impl RunError {
 
 /// Runs the sidecar until SIGTERM/SIGINT (Ok) or a fatal error.
 pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
+    note_ignored_flags(&config);
+    let address = csi::parse_address(&config.csi_address).map_err(RunError::Startup)?;
+    let log = config.termination_log_path.clone();
+
+    let (kube, election_client) = kube_clients(&config).await?;
+
+    // Metrics registry: owned here, handed to everything that records.
+    let metrics = Metrics::new();
+    let readiness = Readiness::default();
+
+    let (client, mut loss, info) = connect_driver(&config, &address, &metrics).await?;
+    metrics.csi.set_driver_name(&info.name);
+
+    // This replica's name: Lease holder and Event reporter.
+    let identity = if config.leader_election_identity.is_empty() {
+        sanitize_driver_name(&hostname())
+    } else {
+        config.leader_election_identity.clone()
+    };
+    let elector = elector(&config, &info.name, &identity, election_client, &metrics)?;
+    serve_http(&config, &metrics, &readiness, elector.as_ref()).await?;
+
+    // Capabilities decide the handler (upstream steps 10-11).
+    let capabilities = tokio::select! {
+        result = client.capabilities() => match result {
+            Ok(caps) => caps,
+            Err(_) if loss.is_lost() => return Err(connection_lost(&log)),
+            Err(err) => return Err(RunError::Startup(err)),
+        },
+        () = loss.lost() => return Err(connection_lost(&log)),
+    };
+    readiness.set_driver_ready();
+    tracing::info!(driver = %info.name, vendor_version = %info.vendor_version, ?capabilities, "CSI driver ready");
+
+    // Leadership: a task that acquires, renews, and releases when told to stop.
+    let Election {
+        mut leading,
+        stop,
+        leadership,
+        mut task,
+    } = start_election(elector, gates.release_leader_election_on_exit);
+
+    // The controller, until a signal; then drain and release.
+    let settings = controller_settings(&config, &gates, info.name, capabilities, identity);
+    let hooks = controller::Hooks {
+        metrics,
+        readiness,
+        leading: async move {
+            let _ = leading.wait_for(|leading| *leading).await;
+        },
+        leadership,
+        shutdown: async {
+            shutdown_signal().await;
+            tracing::info!("Shutting down");
+        },
+    };
+    let lost_leadership = async {
+        match task.as_mut() {
+            Some(task) => {
+                let _ = task.await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        () = controller::run(kube, client, settings, hooks) => {
+            stop.send_replace(true);
+            if let Some(task) = task {
+                let _ = task.await;
+            }
+            Ok(())
+        }
+        () = lost_leadership => Err(RunError::LostLeadership),
+        () = loss.lost() => Err(connection_lost(&log)),
+    }
+}
+
+/// Kubernetes API clients: throttled like client-go for the controller;
+/// leader election on its own, unthrottled.
+async fn kube_clients(config: &Config) -> Result<(kube::Client, kube::Client), RunError> {
+    let kube_config = kube_client::bounded(
+        kube_client::load_config(&config.kubeconfig).await?,
+        config.timeout,
+    );
+    let kube = kube_client::build(
+        kube_config.clone(),
+        config.kube_api_qps,
+        config.kube_api_burst,
+    )?;
+    let election_client = kube_client::build_unthrottled(kube_config)?;
+    Ok((kube, election_client))
+}
+
+/// Logs the flags and arguments that have no effect. Every field is named,
+/// so that a new flag has to be placed: used by [`run`], or listed here.
+fn note_ignored_flags(config: &Config) {
     let Config {
-        csi_address,
-        timeout,
-        termination_log_path,
-        kubeconfig,
-        resync,
-        retry_interval_start,
-        retry_interval_max,
-        worker_threads,
-        default_fstype,
-        kube_api_qps,
-        kube_api_burst,
-        reconcile_sync,
-        max_entries,
-        max_grpc_log_length,
+        csi_address: _,
+        timeout: _,
+        termination_log_path: _,
+        kubeconfig: _,
+        resync: _,
+        retry_interval_start: _,
+        retry_interval_max: _,
+        worker_threads: _,
+        default_fstype: _,
+        kube_api_qps: _,
+        kube_api_burst: _,
+        reconcile_sync: _,
+        max_entries: _,
+        max_grpc_log_length: _,
         feature_gates: _,
         negative_durations: _,
         adjusted: _,
-        leader_election,
-        leader_election_namespace,
-        leader_election_lease_duration,
-        leader_election_renew_deadline,
-        leader_election_retry_period,
-        leader_election_labels,
-        leader_election_identity,
-        http_endpoint,
-        metrics_address,
-        metrics_path,
+        leader_election: _,
+        leader_election_namespace: _,
+        leader_election_lease_duration: _,
+        leader_election_renew_deadline: _,
+        leader_election_retry_period: _,
+        leader_election_labels: _,
+        leader_election_identity: _,
+        http_endpoint: _,
+        metrics_address: _,
+        metrics_path: _,
         automaxprocs,
         vmodule,
         log_flush_frequency: _,
@@ -114,30 +210,30 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
         output: _,
         rest,
     } = config;
-    if automaxprocs || !vmodule.is_empty() {
+    if *automaxprocs || !vmodule.is_empty() {
         tracing::info!("--automaxprocs and --vmodule are Go-specific and have no effect here");
     }
     if !rest.is_empty() {
         tracing::warn!(ignored = ?rest, "Arguments after the first non-flag argument are ignored");
     }
-    let address = csi::parse_address(&csi_address).map_err(RunError::Startup)?;
+}
 
-    // Kubernetes API clients: throttled like client-go; leader election on its own, unthrottled.
-    let kube_config = kube_client::bounded(kube_client::load_config(&kubeconfig).await?, timeout);
-    let kube = kube_client::build(kube_config.clone(), kube_api_qps, kube_api_burst)?;
-    let election_client = kube_client::build_unthrottled(kube_config)?;
-
-    // Metrics registry: owned here, handed to everything that records.
-    let metrics = Metrics::new();
-    let readiness = Readiness::default();
-
-    // Driver connection, probe and identity (as upstream external-attacher v4.12).
+/// Driver connection, probe and identity (as upstream external-attacher v4.12).
+async fn connect_driver(
+    config: &Config,
+    address: &Path,
+    metrics: &Metrics,
+) -> Result<(Client, csi::ConnectionLoss, csi::PluginInfo), RunError> {
+    let log = &config.termination_log_path;
+    let timeout = config.timeout;
     let (client, mut loss) =
-        Client::connect(&address, DIAL_TIMEOUT, timeout, Arc::clone(&metrics.csi))
+        Client::connect(address, DIAL_TIMEOUT, timeout, Arc::clone(&metrics.csi))
             .await
-            .map_err(|err| startup_failed(&termination_log_path, err))?;
-    let client =
-        client.with_max_log_length(usize::try_from(max_grpc_log_length).ok().filter(|n| *n > 0));
+            .map_err(|err| startup_failed(log, err))?;
+    let max_log = usize::try_from(config.max_grpc_log_length)
+        .ok()
+        .filter(|n| *n > 0);
+    let client = client.with_max_log_length(max_log);
     let startup = async {
         client.probe_until_ready().await?;
         client.plugin_info().await
@@ -146,153 +242,143 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
         result = startup => match result {
             Ok(info) => info,
             // A call failing because the driver went away is a lost connection.
-            Err(_) if loss.is_lost() => return Err(connection_lost(&termination_log_path)),
+            Err(_) if loss.is_lost() => return Err(connection_lost(log)),
             Err(err) => return Err(RunError::Startup(err)),
         },
-        () = loss.lost() => return Err(connection_lost(&termination_log_path)),
+        () = loss.lost() => return Err(connection_lost(log)),
     };
-    metrics.csi.set_driver_name(&info.name);
+    Ok((client, loss, info))
+}
 
-    // This replica's name: Lease holder and Event reporter.
-    let identity = if leader_election_identity.is_empty() {
-        sanitize_driver_name(&hostname())
-    } else {
-        leader_election_identity
-    };
-
-    // Leader election (the Lease name needs the driver name).
-    let elector = if leader_election {
-        leader::validate_timing(
-            leader_election_lease_duration,
-            leader_election_renew_deadline,
-            leader_election_retry_period,
-        )?;
-        let settings = leader::Settings {
-            namespace: lease_namespace(&leader_election_namespace),
-            name: sanitize_driver_name(&format!("external-attacher-leader-{}", info.name)),
-            identity: identity.clone(),
-            lease_duration: leader_election_lease_duration,
-            renew_deadline: leader_election_renew_deadline,
-            retry_period: leader_election_retry_period,
-            labels: leader_election_labels,
-        };
-        let leases = KubeLeases::new(election_client, &settings.namespace, &settings.name);
-        let leader_metrics = leader::Metrics::register(metrics.registry())
-            .map_err(|e| tracing::error!(error = %e, "cannot register leader-election metrics"))
-            .ok();
-        Some(Elector::new(leases, settings, leader_metrics))
-    } else {
-        None
-    };
-
-    // HTTP endpoint: up before and regardless of leadership (upstream step 9).
-    let http_address = if http_endpoint.is_empty() {
-        &metrics_address
-    } else {
-        &http_endpoint
-    };
-    if !http_address.is_empty() {
-        let listener = http::bind(http_address)
-            .await
-            .map_err(|source| RunError::Http {
-                address: http_address.clone(),
-                source,
-            })?;
-        let endpoint = http::Endpoint {
-            metrics: metrics.clone(),
-            metrics_path,
-            // Upstream registers the leader check with --http-endpoint only.
-            leader_health: elector
-                .as_ref()
-                .filter(|_| !http_endpoint.is_empty())
-                .map(Elector::health),
-            readiness: readiness.clone(),
-        };
-        tracing::info!(address = %http_address, "Serving metrics and health checks");
-        tokio::spawn(http::serve(listener, endpoint));
+/// The leader elector (the Lease name needs the driver name), with
+/// `--leader-election`.
+fn elector(
+    config: &Config,
+    driver: &str,
+    identity: &str,
+    client: kube::Client,
+    metrics: &Metrics,
+) -> Result<Option<Elector<KubeLeases>>, RunError> {
+    if !config.leader_election {
+        return Ok(None);
     }
-
-    // Capabilities decide the handler (upstream steps 10-11).
-    let capabilities = tokio::select! {
-        result = client.capabilities() => match result {
-            Ok(caps) => caps,
-            Err(_) if loss.is_lost() => return Err(connection_lost(&termination_log_path)),
-            Err(err) => return Err(RunError::Startup(err)),
-        },
-        () = loss.lost() => return Err(connection_lost(&termination_log_path)),
+    leader::validate_timing(
+        config.leader_election_lease_duration,
+        config.leader_election_renew_deadline,
+        config.leader_election_retry_period,
+    )?;
+    let settings = leader::Settings {
+        namespace: lease_namespace(&config.leader_election_namespace),
+        name: sanitize_driver_name(&format!("external-attacher-leader-{driver}")),
+        identity: identity.to_string(),
+        lease_duration: config.leader_election_lease_duration,
+        renew_deadline: config.leader_election_renew_deadline,
+        retry_period: config.leader_election_retry_period,
+        labels: config.leader_election_labels.clone(),
     };
-    readiness.set_driver_ready();
-    tracing::info!(driver = %info.name, vendor_version = %info.vendor_version, ?capabilities, "CSI driver ready");
+    let leases = KubeLeases::new(client, &settings.namespace, &settings.name);
+    let leader_metrics = leader::Metrics::register(metrics.registry())
+        .map_err(|e| tracing::error!(error = %e, "cannot register leader-election metrics"))
+        .ok();
+    Ok(Some(Elector::new(leases, settings, leader_metrics)))
+}
 
-    // Leadership: a task that acquires, renews, and releases when told to stop.
-    let (leading_tx, mut leading_rx) = watch::channel(false);
-    let (stop_tx, stop_rx) = watch::channel(false);
+/// The HTTP endpoint: up before and regardless of leadership (upstream step 9).
+async fn serve_http(
+    config: &Config,
+    metrics: &Metrics,
+    readiness: &Readiness,
+    elector: Option<&Elector<KubeLeases>>,
+) -> Result<(), RunError> {
+    let http_endpoint = &config.http_endpoint;
+    let http_address = if http_endpoint.is_empty() {
+        &config.metrics_address
+    } else {
+        http_endpoint
+    };
+    if http_address.is_empty() {
+        return Ok(());
+    }
+    let listener = http::bind(http_address)
+        .await
+        .map_err(|source| RunError::Http {
+            address: http_address.clone(),
+            source,
+        })?;
+    let endpoint = http::Endpoint {
+        metrics: metrics.clone(),
+        metrics_path: config.metrics_path.clone(),
+        // Upstream registers the leader check with --http-endpoint only.
+        leader_health: elector
+            .filter(|_| !http_endpoint.is_empty())
+            .map(Elector::health),
+        readiness: readiness.clone(),
+    };
+    tracing::info!(address = %http_address, "Serving metrics and health checks");
+    tokio::spawn(http::serve(listener, endpoint));
+    Ok(())
+}
+
+/// The controller's settings from the flags and the driver.
+fn controller_settings(
+    config: &Config,
+    gates: &FeatureGates,
+    driver_name: String,
+    capabilities: csi::Capabilities,
+    identity: String,
+) -> controller::Settings {
+    controller::Settings {
+        driver_name,
+        capabilities,
+        default_fs_type: config.default_fstype.clone(),
+        workers: config.worker_threads as usize,
+        backoff: Backoff {
+            start: config.retry_interval_start,
+            max: config.retry_interval_max,
+        },
+        resync: config.resync,
+        drain_timeout: config.timeout,
+        error_codes: gates.mutable_csi_node_allocatable_count,
+        reconcile_period: config.reconcile_sync,
+        max_entries: config.max_entries,
+        reporter: Some(kube::runtime::events::Reporter {
+            controller: "csi-attacher".into(),
+            instance: Some(identity),
+        }),
+    }
+}
+
+/// The leader-election task and the handles to it.
+struct Election {
+    /// Becomes true once this replica leads.
+    leading: watch::Receiver<bool>,
+    /// Set to true to stop (and release, if allowed).
+    stop: watch::Sender<bool>,
+    /// The window driver calls are checked against.
+    leadership: leader::Leadership,
+    /// Ends when leadership is lost or after `stop`; `None` without election.
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// Starts electing with `elector`; without one, this replica leads at once.
+fn start_election(elector: Option<Elector<KubeLeases>>, release: bool) -> Election {
+    let (leading_tx, leading) = watch::channel(false);
+    let (stop, stop_rx) = watch::channel(false);
     let leadership = elector
         .as_ref()
         .map_or_else(leader::Leadership::unbounded, Elector::leadership);
-    let mut election = match elector {
-        Some(elector) => Some(tokio::spawn(lead(
-            elector,
-            leading_tx,
-            stop_rx,
-            gates.release_leader_election_on_exit,
-        ))),
+    let task = match elector {
+        Some(elector) => Some(tokio::spawn(lead(elector, leading_tx, stop_rx, release))),
         None => {
             leading_tx.send_replace(true);
             None
         }
     };
-
-    // The controller, until a signal; then drain and release.
-    let settings = controller::Settings {
-        driver_name: info.name,
-        capabilities,
-        default_fs_type: default_fstype,
-        workers: worker_threads as usize,
-        backoff: Backoff {
-            start: retry_interval_start,
-            max: retry_interval_max,
-        },
-        resync,
-        drain_timeout: timeout,
-        error_codes: gates.mutable_csi_node_allocatable_count,
-        reconcile_period: reconcile_sync,
-        max_entries,
-        reporter: Some(kube::runtime::events::Reporter {
-            controller: "csi-attacher".into(),
-            instance: Some(identity),
-        }),
-    };
-    let hooks = controller::Hooks {
-        metrics,
-        readiness,
-        leading: async move {
-            let _ = leading_rx.wait_for(|leading| *leading).await;
-        },
+    Election {
+        leading,
+        stop,
         leadership,
-        shutdown: async {
-            shutdown_signal().await;
-            tracing::info!("Shutting down");
-        },
-    };
-    let lost_leadership = async {
-        match election.as_mut() {
-            Some(task) => {
-                let _ = task.await;
-            }
-            None => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        () = controller::run(kube, client, settings, hooks) => {
-            stop_tx.send_replace(true);
-            if let Some(task) = election {
-                let _ = task.await;
-            }
-            Ok(())
-        }
-        () = lost_leadership => Err(RunError::LostLeadership),
-        () = loss.lost() => Err(connection_lost(&termination_log_path)),
+        task,
     }
 }
 

@@ -197,25 +197,25 @@ struct FloatForm {
     truncated: bool,
 }
 
+/// The sign and `0x` prefix of a float: (index after them, negative, hex).
+fn float_prefix(b: &[u8]) -> (usize, bool, bool) {
+    let (mut i, negative) = match b.first() {
+        Some(b'+') => (1, false),
+        Some(b'-') => (1, true),
+        _ => (0, false),
+    };
+    let hex = i + 2 < b.len() && b[i] == b'0' && b[i + 1].eq_ignore_ascii_case(&b'x');
+    if hex {
+        i += 2;
+    }
+    (i, negative, hex)
+}
+
 /// Go's `readFloat`, requiring the whole string to be consumed; None is a syntax error.
 fn read_float(s: &str) -> Option<FloatForm> {
     let b = s.as_bytes();
-    let mut i = 0;
     let mut underscores = false;
-    let mut negative = false;
-    match b.first() {
-        Some(b'+') => i += 1,
-        Some(b'-') => {
-            negative = true;
-            i += 1
-        }
-        _ => {}
-    }
-    let mut hex = false;
-    if i + 2 < b.len() && b[i] == b'0' && b[i + 1].eq_ignore_ascii_case(&b'x') {
-        hex = true;
-        i += 2;
-    }
+    let (mut i, negative, hex) = float_prefix(b);
     let (base, max_digits): (u64, usize) = if hex { (16, 16) } else { (10, 19) };
     let (mut saw_dot, mut saw_digits) = (false, false);
     let (mut nd, mut nd_mant, mut dp): (i64, i64, i64) = (0, 0, 0);
@@ -266,29 +266,9 @@ fn read_float(s: &str) -> Option<FloatForm> {
     }
     let exp_char = if hex { b'p' } else { b'e' };
     if i < b.len() && b[i].eq_ignore_ascii_case(&exp_char) {
-        i += 1;
-        let mut sign = 1;
-        match b.get(i) {
-            Some(b'+') => i += 1,
-            Some(b'-') => {
-                sign = -1;
-                i += 1
-            }
-            _ => {}
-        }
-        if !b.get(i).is_some_and(u8::is_ascii_digit) {
-            return None;
-        }
-        let mut e: i64 = 0;
-        while i < b.len() && (b[i].is_ascii_digit() || b[i] == b'_') {
-            if b[i] == b'_' {
-                underscores = true;
-            } else if e < 10000 {
-                e = e * 10 + i64::from(b[i] - b'0');
-            }
-            i += 1;
-        }
-        dp += e * sign;
+        let (e, end) = read_exponent(b, i + 1, &mut underscores)?;
+        dp += e;
+        i = end;
     } else if hex {
         return None; // a hex float needs its p exponent
     }
@@ -305,6 +285,33 @@ fn read_float(s: &str) -> Option<FloatForm> {
         exponent: if mantissa != 0 { dp - nd_mant } else { 0 },
         truncated,
     })
+}
+
+/// The signed exponent starting at `b[i]` (after the `e`/`p`) and the index
+/// after it; `None` without digits. Magnitudes are capped at 10000, as Go's.
+fn read_exponent(b: &[u8], mut i: usize, underscores: &mut bool) -> Option<(i64, usize)> {
+    let mut sign = 1;
+    match b.get(i) {
+        Some(b'+') => i += 1,
+        Some(b'-') => {
+            sign = -1;
+            i += 1
+        }
+        _ => {}
+    }
+    if !b.get(i).is_some_and(u8::is_ascii_digit) {
+        return None;
+    }
+    let mut e: i64 = 0;
+    while i < b.len() && (b[i].is_ascii_digit() || b[i] == b'_') {
+        if b[i] == b'_' {
+            *underscores = true;
+        } else if e < 10000 {
+            e = e * 10 + i64::from(b[i] - b'0');
+        }
+        i += 1;
+    }
+    Some((e * sign, i))
 }
 
 /// The value of a hex float: mantissa × 2^exponent, rounded to nearest.
@@ -355,94 +362,42 @@ pub fn parse_duration(s: &str) -> Result<i64, String> {
     if rest.is_empty() {
         return Err(invalid());
     }
-    const LIMIT: u64 = 1 << 63;
     let mut total: u64 = 0;
     while !rest.is_empty() {
         if !(rest[0] == b'.' || rest[0].is_ascii_digit()) {
             return Err(invalid());
         }
-        // Integer part; overflow past 2^63 is an error.
-        let mut whole: u64 = 0;
-        let mut i = 0;
-        while i < rest.len() && rest[i].is_ascii_digit() {
-            if whole > LIMIT / 10 {
-                return Err(invalid());
-            }
-            whole = whole * 10 + u64::from(rest[i] - b'0');
-            if whole > LIMIT {
-                return Err(invalid());
-            }
-            i += 1;
-        }
-        let before_dot = i > 0;
-        rest = &rest[i..];
-        // Fraction; digits past what fits are ignored, not an error.
-        let (mut fraction, mut scale, mut after_dot) = (0u64, 1f64, false);
-        if let [b'.', tail @ ..] = rest {
-            rest = tail;
-            let mut overflow = false;
-            let mut i = 0;
-            while i < rest.len() && rest[i].is_ascii_digit() {
-                if !overflow {
-                    if fraction > (LIMIT - 1) / 10 {
-                        overflow = true;
-                    } else {
-                        let next = fraction * 10 + u64::from(rest[i] - b'0');
-                        if next > LIMIT {
-                            overflow = true;
-                        } else {
-                            fraction = next;
-                            scale *= 10.0;
-                        }
-                    }
-                }
-                i += 1;
-            }
-            after_dot = i > 0;
-            rest = &rest[i..];
-        }
+        let (whole, tail) = leading_int(rest).ok_or_else(invalid)?;
+        let before_dot = tail.len() < rest.len();
+        let (fraction, scale, after_dot, tail) = match tail {
+            [b'.', tail @ ..] => leading_fraction(tail),
+            _ => (0, 1.0, false, tail),
+        };
         if !before_dot && !after_dot {
             return Err(invalid());
         }
-        let unit_len = rest
+        let unit_len = tail
             .iter()
             .position(|c| *c == b'.' || c.is_ascii_digit())
-            .unwrap_or(rest.len());
+            .unwrap_or(tail.len());
         if unit_len == 0 {
             return Err(format!("time: missing unit in duration {}", time_quote(s)));
         }
-        let unit_text = &rest[..unit_len];
-        rest = &rest[unit_len..];
-        let unit: u64 = match unit_text {
-            b"ns" => 1,
-            b"us" => 1_000,
-            // U+00B5 (micro sign) and U+03BC (Greek mu), as UTF-8.
-            [0xc2, 0xb5, b's'] | [0xce, 0xbc, b's'] => 1_000,
-            b"ms" => 1_000_000,
-            b"s" => 1_000_000_000,
-            b"m" => 60_000_000_000,
-            b"h" => 3_600_000_000_000,
-            other => {
-                return Err(format!(
-                    "time: unknown unit {} in duration {}",
-                    time_quote(&String::from_utf8_lossy(other)),
-                    time_quote(s)
-                ))
-            }
-        };
-        if whole > LIMIT / unit {
+        let unit = duration_unit(&tail[..unit_len], s)?;
+        rest = &tail[unit_len..];
+        if whole > DURATION_LIMIT / unit {
             return Err(invalid());
         }
         let mut value = whole * unit;
         if fraction > 0 {
             value += (fraction as f64 * (unit as f64 / scale)) as u64;
-            if value > LIMIT {
+            if value > DURATION_LIMIT {
                 return Err(invalid());
             }
         }
         // Go adds in uint64 and checks afterwards; 2^63 + 2^63 wraps there, and here.
         total = total.wrapping_add(value);
-        if total > LIMIT {
+        if total > DURATION_LIMIT {
             return Err(invalid());
         }
     }
@@ -450,6 +405,73 @@ pub fn parse_duration(s: &str) -> Result<i64, String> {
         return Ok((total as i64).wrapping_neg());
     }
     i64::try_from(total).map_err(|_| invalid())
+}
+
+/// The largest magnitude of a duration, in nanoseconds.
+const DURATION_LIMIT: u64 = 1 << 63;
+
+/// Go's `leadingInt`: the digits at the start of `s` and what follows them;
+/// `None` when the number passes 2^63.
+fn leading_int(s: &[u8]) -> Option<(u64, &[u8])> {
+    let mut whole: u64 = 0;
+    let mut i = 0;
+    while i < s.len() && s[i].is_ascii_digit() {
+        if whole > DURATION_LIMIT / 10 {
+            return None;
+        }
+        whole = whole * 10 + u64::from(s[i] - b'0');
+        if whole > DURATION_LIMIT {
+            return None;
+        }
+        i += 1;
+    }
+    Some((whole, &s[i..]))
+}
+
+/// Go's `leadingFraction`: the digits after a dot as (value, 10^digits kept,
+/// any digit seen, rest). Digits past what fits are ignored, not an error.
+fn leading_fraction(s: &[u8]) -> (u64, f64, bool, &[u8]) {
+    let (mut fraction, mut scale) = (0u64, 1f64);
+    let mut overflow = false;
+    let mut i = 0;
+    while i < s.len() && s[i].is_ascii_digit() {
+        if !overflow {
+            if fraction > (DURATION_LIMIT - 1) / 10 {
+                overflow = true;
+            } else {
+                let next = fraction * 10 + u64::from(s[i] - b'0');
+                if next > DURATION_LIMIT {
+                    overflow = true;
+                } else {
+                    fraction = next;
+                    scale *= 10.0;
+                }
+            }
+        }
+        i += 1;
+    }
+    (fraction, scale, i > 0, &s[i..])
+}
+
+/// Nanoseconds per `unit`; `input` (the whole duration) names the error.
+fn duration_unit(unit: &[u8], input: &str) -> Result<u64, String> {
+    Ok(match unit {
+        b"ns" => 1,
+        b"us" => 1_000,
+        // U+00B5 (micro sign) and U+03BC (Greek mu), as UTF-8.
+        [0xc2, 0xb5, b's'] | [0xce, 0xbc, b's'] => 1_000,
+        b"ms" => 1_000_000,
+        b"s" => 1_000_000_000,
+        b"m" => 60_000_000_000,
+        b"h" => 3_600_000_000_000,
+        other => {
+            return Err(format!(
+                "time: unknown unit {} in duration {}",
+                time_quote(&String::from_utf8_lossy(other)),
+                time_quote(input)
+            ))
+        }
+    })
 }
 
 /// The `time` package's own quoting (it cannot use strconv): `"` and `\\`
@@ -487,6 +509,36 @@ pub const QUANTITY_FORMAT: &str =
 pub const QUANTITY_SUFFIX: &str = "unable to parse quantity's suffix";
 /// Kubernetes' numeric error (`resource.ErrNumeric`).
 pub const QUANTITY_NUMERIC: &str = "unable to parse numeric part of quantity";
+
+/// A quantity suffix as (binary?, power of 2 or of 10).
+fn quantity_suffix(suffix: &str) -> Result<(bool, i32), &'static str> {
+    Ok(match suffix {
+        "Ki" => (true, 10),
+        "Mi" => (true, 20),
+        "Gi" => (true, 30),
+        "Ti" => (true, 40),
+        "Pi" => (true, 50),
+        "Ei" => (true, 60),
+        "n" => (false, -9),
+        "u" => (false, -6),
+        "m" => (false, -3),
+        "" => (false, 0),
+        "k" => (false, 3),
+        "M" => (false, 6),
+        "G" => (false, 9),
+        "T" => (false, 12),
+        "P" => (false, 15),
+        "E" => (false, 18),
+        _ if suffix.len() > 1 && matches!(suffix.as_bytes()[0], b'e' | b'E') => {
+            match parse_decimal_i64(&suffix[1..]) {
+                // Go keeps the exponent as an int32.
+                Some(e) => (false, e as i32),
+                None => return Err(QUANTITY_SUFFIX),
+            }
+        }
+        _ => return Err(QUANTITY_SUFFIX),
+    })
+}
 
 /// `resource.ParseQuantity`, reduced to what the logging buffer flags need: whether
 /// the text is a quantity, and whether it is zero (non-zero amounts never round to 0).
@@ -534,34 +586,7 @@ pub fn quantity_is_zero(s: &str) -> Result<bool, &'static str> {
     if digits(pos) != b.len() {
         return Err(QUANTITY_FORMAT);
     }
-    let suffix = &s[suffix_start..];
-    // (binary?, power of 2 or of 10)
-    let (binary, exponent) = match suffix {
-        "Ki" => (true, 10),
-        "Mi" => (true, 20),
-        "Gi" => (true, 30),
-        "Ti" => (true, 40),
-        "Pi" => (true, 50),
-        "Ei" => (true, 60),
-        "n" => (false, -9),
-        "u" => (false, -6),
-        "m" => (false, -3),
-        "" => (false, 0),
-        "k" => (false, 3),
-        "M" => (false, 6),
-        "G" => (false, 9),
-        "T" => (false, 12),
-        "P" => (false, 15),
-        "E" => (false, 18),
-        _ if suffix.len() > 1 && matches!(suffix.as_bytes()[0], b'e' | b'E') => {
-            match parse_decimal_i64(&suffix[1..]) {
-                // Go keeps the exponent as an int32.
-                Some(e) => (false, e as i32),
-                None => return Err(QUANTITY_SUFFIX),
-            }
-        }
-        _ => return Err(QUANTITY_SUFFIX),
-    };
+    let (binary, exponent) = quantity_suffix(&s[suffix_start..])?;
     // Without digits, Go's fast path still yields 0, but its slow path (a
     // binary exponent past 2^43, or a decimal scale below nano) parses the
     // empty number and fails.

@@ -1,10 +1,14 @@
-//! The Kubernetes writes (and the one read, Secrets) the flows need.
+//! The Kubernetes writes (and the reads) the flows make: [`ClusterApi`], the
+//! seam between the flows and the API server. [`KubeApi`] is the real one;
+//! unit tests use an in-memory fake (`testing::FakeApi`).
 //!
 //! PATCH only, never UPDATE; no resourceVersion preconditions except the
 //! JSON-patch `test` ops on PV finalizers (as upstream external-attacher v4.12).
 
 use std::collections::BTreeMap;
 
+use futures::future::BoxFuture;
+use futures::FutureExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, Secret};
 use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
 use kube::api::{Api, Patch, PatchParams};
@@ -14,6 +18,101 @@ use serde::de::IgnoredAny;
 use serde_json::Value;
 
 use super::error::{ApiError, SecretError};
+
+/// Every API request a flow makes. Each write names the object it was built
+/// from; `None` from a read means "there is none".
+pub trait ClusterApi: Send + Sync {
+    /// Merge patch on a VA's main resource; returns the VA as written.
+    fn patch_va<'a>(
+        &'a self,
+        va: &'a VolumeAttachment,
+        body: &'a Value,
+    ) -> BoxFuture<'a, Result<VolumeAttachment, ApiError>>;
+    /// Merge patch on a VA's main resource, the response not read.
+    fn patch_va_unread<'a>(
+        &'a self,
+        va: &'a VolumeAttachment,
+        body: &'a Value,
+    ) -> BoxFuture<'a, Result<(), ApiError>>;
+    /// Merge patch on a VA's `/status`.
+    fn patch_va_status<'a>(
+        &'a self,
+        va: &'a VolumeAttachment,
+        body: &'a Value,
+    ) -> BoxFuture<'a, Result<(), ApiError>>;
+    /// JSON Patch on the PV called `name`.
+    fn patch_pv<'a>(
+        &'a self,
+        name: &'a str,
+        patch: json_patch::Patch,
+    ) -> BoxFuture<'a, Result<(), ApiError>>;
+    /// GET of a PV.
+    fn pv<'a>(&'a self, name: &'a str)
+        -> BoxFuture<'a, Result<Option<PersistentVolume>, ApiError>>;
+    /// GET of `node`'s CSINode: `driver`'s node ID there.
+    fn csinode_node_id<'a>(
+        &'a self,
+        node: &'a str,
+        driver: &'a str,
+    ) -> BoxFuture<'a, Result<Option<String>, ApiError>>;
+    /// GET of a Secret: its data as strings.
+    fn secret_data<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<BTreeMap<String, String>, SecretError>>;
+}
+
+impl ClusterApi for KubeApi {
+    fn patch_va<'a>(
+        &'a self,
+        va: &'a VolumeAttachment,
+        body: &'a Value,
+    ) -> BoxFuture<'a, Result<VolumeAttachment, ApiError>> {
+        KubeApi::patch_va(self, va, body).boxed()
+    }
+    fn patch_va_unread<'a>(
+        &'a self,
+        va: &'a VolumeAttachment,
+        body: &'a Value,
+    ) -> BoxFuture<'a, Result<(), ApiError>> {
+        KubeApi::patch_va_unread(self, va, body).boxed()
+    }
+    fn patch_va_status<'a>(
+        &'a self,
+        va: &'a VolumeAttachment,
+        body: &'a Value,
+    ) -> BoxFuture<'a, Result<(), ApiError>> {
+        KubeApi::patch_va_status(self, va, body).boxed()
+    }
+    fn patch_pv<'a>(
+        &'a self,
+        name: &'a str,
+        patch: json_patch::Patch,
+    ) -> BoxFuture<'a, Result<(), ApiError>> {
+        KubeApi::patch_pv(self, name, patch).boxed()
+    }
+    fn pv<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<PersistentVolume>, ApiError>> {
+        KubeApi::pv(self, name).boxed()
+    }
+    fn csinode_node_id<'a>(
+        &'a self,
+        node: &'a str,
+        driver: &'a str,
+    ) -> BoxFuture<'a, Result<Option<String>, ApiError>> {
+        KubeApi::csinode_node_id(self, node, driver).boxed()
+    }
+    fn secret_data<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<BTreeMap<String, String>, SecretError>> {
+        KubeApi::secret_data(self, namespace, name).boxed()
+    }
+}
 
 /// API access for the flows; cheap to clone.
 #[derive(Clone)]

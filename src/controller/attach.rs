@@ -1,7 +1,7 @@
 //! Attach flow: make a live VolumeAttachment true (as upstream external-attacher v4.12).
 //!
-//! In: one VA from the cache. Out: `Ok` or the step that failed; this file
-//! never touches the queue.
+//! In: one VA from the cache that [`super::decision::decide`] sent here.
+//! Out: `Ok` or the step that failed; this file never touches the queue.
 //!
 //! # Order
 //! The PV finalizer (persisted first: a VA never carries our finalizer while
@@ -14,6 +14,12 @@
 //! # API writes (fresh VA, PV without our finalizer)
 //! PV JSON patch, VA metadata merge patch, Publish, VA `/status` merge patch;
 //! each is skipped when it would change nothing.
+//!
+//! # No second Publish for our own write
+//! The VA metadata patch comes back as a watch event while this attach still
+//! runs; [`super::informers::should_enqueue_change`] does not queue that
+//! event, or the VA would be attached (published, patched) a second time
+//! against a cache that lacks `attached=true`.
 
 use std::collections::BTreeMap;
 
@@ -21,10 +27,13 @@ use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::ResourceExt;
 
 use super::capability::volume_capability;
+use super::context::{seconds_since, Ctx};
+use super::driver::Origin;
 use super::error::FlowError;
-use super::names::recorded_node_id;
+use super::lane::Lane;
+use super::node_id::{Lookup, NodeIds};
+use super::patches;
 use super::source::{self, Source};
-use super::{patches, seconds_since, Ctx};
 use crate::csi::proto::{ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest};
 
 /// One attach attempt. Safe to repeat after any failure, restart or failover.
@@ -32,58 +41,52 @@ use crate::csi::proto::{ControllerPublishVolumeRequest, ControllerUnpublishVolum
 /// A failure before or during Publish is recorded in `attachError`; a failure
 /// to write `attached=true` is only logged (upstream), unless the API server
 /// refuses that status as invalid; all are retried.
-///
-/// `forced`: the reconciler saw the volume unpublished although the VA says
-/// attached; publish again even though the VA looks done.
-pub async fn attach(ctx: &Ctx, va: &VolumeAttachment, forced: bool) -> Result<(), FlowError> {
-    let attached = va.status.as_ref().is_some_and(|s| s.attached);
-    if attached && !forced {
+pub async fn attach(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), FlowError> {
+    publish_and_mark(ctx, va, Mode::Attach).await
+}
+
+/// A forced re-publish of a VA that already says attached (the reconciler
+/// found the volume unpublished): first asks the API server whether the VA
+/// still exists and is not being deleted ([`still_live`]), then runs the
+/// attach, and writes `attached=true` even though it changes nothing.
+pub async fn republish(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), FlowError> {
+    if !still_live(ctx, va).await? {
         return Ok(());
     }
-    if attached && !still_live(ctx, va).await? {
-        return Ok(());
-    }
+    publish_and_mark(ctx, va, Mode::Republish).await
+}
+
+/// Which of the two entries runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// [`attach`].
+    Attach,
+    /// [`republish`].
+    Republish,
+}
+
+async fn publish_and_mark(ctx: &Ctx, va: &VolumeAttachment, mode: Mode) -> Result<(), FlowError> {
     let (publish_context, published) = match publish(ctx, va).await {
         Ok(done) => done,
         Err(err) => {
             if !matches!(err, FlowError::NotLeading(_)) {
-                ctx.record_attach_error(va, &err).await;
+                ctx.record_error(va, Lane::Attach, &err).await;
             }
             return Err(err);
         }
     };
     let patch = match patches::attached_status(va.status.as_ref(), &publish_context) {
         Some(patch) => patch,
-        // A forced re-publish of a VA that already says attached changes
-        // nothing, but is written anyway: the write carries the VA's UID, so a
-        // VA that exists only in a stale cache (detached and deleted by the
-        // previous leader while this replica's watch lagged) is found gone
-        // here and the Publish undone below, instead of leaking.
-        None if forced => patches::attached_reasserted(),
+        // A re-publish of a VA that already says attached changes nothing,
+        // but is written anyway: the write carries the VA's UID, so a VA that
+        // exists only in a stale cache (detached and deleted by the previous
+        // leader while this replica's watch lagged) is found gone here and
+        // the Publish undone below, instead of leaking.
+        None if mode == Mode::Republish => patches::attached_reasserted(),
         None => return Ok(()),
     };
     if let Err(err) = ctx.api.patch_va_status(va, &patch).await {
-        if err.is_not_found() || err.is_replaced() {
-            // The VA went away (or was replaced) while we published for it: a
-            // replica with a newer cache detached it already, and nobody else
-            // will unpublish what we just published. Undo it.
-            tracing::info!(va = %va.name_any(), node_id = %published.node_id,
-                "VolumeAttachment gone while it was published; unpublishing");
-            ctx.leadership
-                .call(ctx.csi.unpublish(published.request, published.migrated))
-                .await??;
-            return Ok(());
-        }
-        let invalid = err.is_invalid() && !err.is_replaced();
-        let err = FlowError::MarkAttached(err);
-        // Refused for good (422, e.g. a publish context over the API server's
-        // 256 KiB attachmentMetadata limit): say so on the VA, or it would show
-        // nothing while Publish is retried forever. Other failures are only
-        // logged and retried, as upstream does.
-        if invalid {
-            ctx.record_attach_error(va, &err).await;
-        }
-        return Err(err);
+        return mark_attached_failed(ctx, va, published, err).await;
     }
     if let Some(created) = &va.metadata.creation_timestamp {
         ctx.flow_metrics.attach.observe(seconds_since(created));
@@ -117,11 +120,40 @@ async fn still_live(ctx: &Ctx, va: &VolumeAttachment) -> Result<bool, FlowError>
     }
 }
 
+/// Writing `attached=true` after a successful Publish failed with `err`.
+async fn mark_attached_failed(
+    ctx: &Ctx,
+    va: &VolumeAttachment,
+    published: Published,
+    err: super::error::ApiError,
+) -> Result<(), FlowError> {
+    if err.is_not_found() || err.is_replaced() {
+        // The VA went away (or was replaced) while we published for it: a
+        // replica with a newer cache detached it already, and nobody else
+        // will unpublish what we just published. Undo it.
+        tracing::info!(va = %va.name_any(), node_id = %published.request.node_id,
+            "VolumeAttachment gone while it was published; unpublishing");
+        ctx.leadership
+            .call(ctx.csi.unpublish(published.request, published.origin))
+            .await??;
+        return Ok(());
+    }
+    let invalid = err.is_invalid() && !err.is_replaced();
+    let err = FlowError::MarkAttached(err);
+    // Refused for good (422, e.g. a publish context over the API server's
+    // 256 KiB attachmentMetadata limit): say so on the VA, or it would show
+    // nothing while Publish is retried forever. Other failures are only
+    // logged and retried, as upstream does.
+    if invalid {
+        ctx.record_error(va, Lane::Attach, &err).await;
+    }
+    Err(err)
+}
+
 /// What undoes a Publish.
 struct Published {
-    node_id: String,
     request: ControllerUnpublishVolumeRequest,
-    migrated: bool,
+    origin: Origin,
 }
 
 /// Everything up to and including `ControllerPublishVolume`: its context,
@@ -131,29 +163,28 @@ async fn publish(
     va: &VolumeAttachment,
 ) -> Result<(BTreeMap<String, String>, Published), FlowError> {
     // Check as much as possible before the VA gets our finalizer.
-    let source = source::resolve_or_get(va, &ctx.stores, &ctx.api).await?;
+    let source = source::resolve_or_get(va, &ctx.stores, ctx.api.as_ref()).await?;
     // Upstream adds the PV finalizer before the remaining checks, and it must
     // be persisted before the VA write: a VA that carried our finalizer while
     // its PV lacked it would be stuck for good if the PV went away (detach
     // needs the PV).
     add_pv_finalizer(ctx, &source).await?;
-    let (request, migrated) = publish_request(ctx, va, &source).await?;
+    let (request, origin, stale) = publish_request(ctx, va, &source).await?;
 
     // The VA records another node ID than the node's CSINode now gives (the
     // driver re-registered): the volume may be published to the recorded one.
     // Unpublish it there first, so that the record can move on without
     // leaking that publication (upstream overwrites the record).
-    let recorded = recorded_node_id(va).filter(|id| *id != request.node_id);
-    if let (Some(recorded), true) = (recorded, va.finalizers().contains(&ctx.finalizer)) {
-        tracing::info!(va = %va.name_any(), recorded = %recorded, csinode = %request.node_id,
+    if let (Some(stale), true) = (stale, va.finalizers().contains(&ctx.finalizer)) {
+        tracing::info!(va = %va.name_any(), recorded = %stale, csinode = %request.node_id,
             "The node ID recorded at publish differs from the CSINode's; unpublishing from the recorded one first");
         let unpublish = ControllerUnpublishVolumeRequest {
             volume_id: request.volume_id.clone(),
-            node_id: recorded.to_string(),
+            node_id: stale,
             secrets: request.secrets.clone(),
         };
         ctx.leadership
-            .call(ctx.csi.unpublish(unpublish, migrated))
+            .call(ctx.csi.unpublish(unpublish, origin))
             .await??;
     }
 
@@ -165,17 +196,16 @@ async fn publish(
             .map_err(FlowError::SaveVolumeAttachment)?;
     }
     let published = Published {
-        node_id: request.node_id.clone(),
         request: ControllerUnpublishVolumeRequest {
             volume_id: request.volume_id.clone(),
             node_id: request.node_id.clone(),
             secrets: request.secrets.clone(),
         },
-        migrated,
+        origin,
     };
     let context = ctx
         .leadership
-        .call(ctx.csi.publish(request, migrated))
+        .call(ctx.csi.publish(request, origin))
         .await??;
     Ok((context.into_iter().collect(), published))
 }
@@ -200,13 +230,14 @@ async fn add_pv_finalizer(ctx: &Ctx, source: &Source<'_>) -> Result<(), FlowErro
         .map_err(FlowError::AddPvFinalizer)
 }
 
-/// The Publish request (and whether the volume was translated), from the
-/// caches and the publish secret; writes nothing.
+/// The Publish request, where the volume came from, and a recorded node ID
+/// that differs from the request's; from the caches and the publish secret
+/// (and a CSINode GET on a cache miss); writes nothing.
 async fn publish_request(
     ctx: &Ctx,
     va: &VolumeAttachment,
     source: &Source<'_>,
-) -> Result<(ControllerPublishVolumeRequest, bool), FlowError> {
+) -> Result<(ControllerPublishVolumeRequest, Origin, Option<String>), FlowError> {
     let volume = source.csi_volume()?;
     let capability = volume_capability(
         volume.capability_source(),
@@ -214,7 +245,15 @@ async fn publish_request(
         ctx.capabilities.single_node_multi_writer,
     )?;
     let secrets = ctx.publish_secrets(&volume.csi).await?;
-    let node_id = node_id(ctx, &va.spec.node_name).await?;
+    let node_ids = NodeIds::look_up(
+        va,
+        &ctx.stores.csinodes,
+        ctx.api.as_ref(),
+        &ctx.driver_name,
+        Lookup::CacheThenApi,
+    )
+    .await;
+    let (node_id, stale) = node_ids.to_publish()?;
     let request = ControllerPublishVolumeRequest {
         volume_id: volume.csi.volume_handle.clone(),
         node_id,
@@ -230,25 +269,8 @@ async fn publish_request(
             .into_iter()
             .collect(),
     };
-    Ok((request, volume.migrated))
+    Ok((request, volume.origin, stale))
 }
 
-/// The driver's node ID from the CSINode cache. A miss is checked with the API
-/// server before it fails the attach: a node that registered a moment ago may
-/// not have reached the cache yet (upstream fails and backs off instead).
-async fn node_id(ctx: &Ctx, node: &str) -> Result<String, FlowError> {
-    match ctx.stores.node_id(node, &ctx.driver_name) {
-        Ok(id) => Ok(id),
-        Err(err @ (FlowError::CsiNodeNotFound(_) | FlowError::DriverNotOnNode { .. })) => {
-            match ctx.api.csinode_node_id(node, &ctx.driver_name).await {
-                Ok(Some(id)) => Ok(id),
-                Ok(None) => Err(err),
-                Err(lookup) => {
-                    tracing::debug!(node, error = %lookup, "CSINode lookup after a cache miss failed");
-                    Err(err)
-                }
-            }
-        }
-        Err(err) => Err(err),
-    }
-}
+#[cfg(test)]
+mod tests;

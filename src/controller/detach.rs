@@ -14,19 +14,15 @@
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::ResourceExt;
 
+use super::context::{seconds_since, Ctx};
 use super::error::FlowError;
-use super::names::recorded_node_id;
-use super::{patches, seconds_since, source, Ctx};
+use super::lane::Lane;
+use super::node_id::NodeIds;
+use super::{patches, source};
 use crate::csi::proto::ControllerUnpublishVolumeRequest;
 
 /// One detach attempt; any failure is recorded in `detachError` and retried.
-///
-/// `forced`: the reconciler saw the volume still published for a deleted VA;
-/// unpublish even without our finalizer.
-pub async fn detach(ctx: &Ctx, va: &VolumeAttachment, forced: bool) -> Result<(), FlowError> {
-    if !forced && !va.finalizers().contains(&ctx.finalizer) {
-        return Ok(()); // already detached, or never attached by us
-    }
+pub async fn detach(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), FlowError> {
     match unpublish_and_release(ctx, va).await {
         Ok(()) => {
             if let Some(deleted) = &va.metadata.deletion_timestamp {
@@ -38,7 +34,7 @@ pub async fn detach(ctx: &Ctx, va: &VolumeAttachment, forced: bool) -> Result<()
         }
         Err(err) => {
             if !matches!(err, FlowError::NotLeading(_)) {
-                ctx.record_detach_error(va, &err).await;
+                ctx.record_error(va, Lane::Detach, &err).await;
             }
             Err(err)
         }
@@ -46,39 +42,7 @@ pub async fn detach(ctx: &Ctx, va: &VolumeAttachment, forced: bool) -> Result<()
 }
 
 async fn unpublish_and_release(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), FlowError> {
-    let source = source::resolve_or_get(va, &ctx.stores, &ctx.api).await?;
-    let volume = source.csi_volume()?;
-    let secrets = ctx.publish_secrets(&volume.csi).await?;
-    // Unpublish from the node ID the volume was published to: the one the
-    // attach recorded on the VA. When the CSINode now names another ID for
-    // the node (the driver re-registered, or the annotation was edited),
-    // unpublish from that one too: Unpublish of a volume that is not
-    // published there is a no-op for the driver, and either could be where
-    // the volume is. Upstream asks only the CSINode (falling back to the
-    // annotation when it has none), so after a re-registration it unpublishes
-    // from the new ID and the publication on the old one leaks.
-    let recorded = recorded_node_id(va).map(str::to_string);
-    let current = ctx.stores.node_id(&va.spec.node_name, &ctx.driver_name);
-    let node_ids = match (recorded, current) {
-        (Some(recorded), Ok(current)) if recorded != current => {
-            tracing::info!(va = %va.name_any(), recorded = %recorded, csinode = %current,
-                "The node ID recorded at publish differs from the CSINode's; unpublishing from both");
-            vec![recorded, current]
-        }
-        (Some(recorded), _) => vec![recorded],
-        (None, current) => vec![current?],
-    };
-    for node_id in node_ids {
-        let request = ControllerUnpublishVolumeRequest {
-            volume_id: volume.csi.volume_handle.clone(),
-            node_id,
-            secrets: secrets.clone().into_iter().collect(),
-        };
-        ctx.leadership
-            .call(ctx.csi.unpublish(request, volume.migrated))
-            .await??;
-    }
-
+    unpublish(ctx, va).await?;
     let mut current = None;
     if let Some(patch) = patches::remove_va_finalizer(va, &ctx.finalizer) {
         let written = ctx.api.patch_va(va, &patch).await;
@@ -109,3 +73,32 @@ async fn unpublish_and_release(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), F
     }
     Ok(())
 }
+
+/// `ControllerUnpublishVolume` from every node ID the volume may be
+/// published to ([`NodeIds::to_unpublish`]).
+async fn unpublish(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), FlowError> {
+    let source = source::resolve_or_get(va, &ctx.stores, ctx.api.as_ref()).await?;
+    let volume = source.csi_volume()?;
+    let secrets = ctx.publish_secrets(&volume.csi).await?;
+    let node_ids = NodeIds::cached(va, &ctx.stores.csinodes, &ctx.driver_name);
+    if let (Some(recorded), Ok(current)) = (&node_ids.recorded, &node_ids.csinode) {
+        if !recorded.is_empty() && recorded != current {
+            tracing::info!(va = %va.name_any(), recorded = %recorded, csinode = %current,
+                "The node ID recorded at publish differs from the CSINode's; unpublishing from both");
+        }
+    }
+    for node_id in node_ids.to_unpublish()? {
+        let request = ControllerUnpublishVolumeRequest {
+            volume_id: volume.csi.volume_handle.clone(),
+            node_id,
+            secrets: secrets.clone().into_iter().collect(),
+        };
+        ctx.leadership
+            .call(ctx.csi.unpublish(request, volume.origin))
+            .await??;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

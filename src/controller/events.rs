@@ -22,6 +22,7 @@ use prometheus::{IntCounter, Opts, Registry};
 use tokio::sync::mpsc;
 
 use super::error::FlowError;
+use super::lane::Lane;
 
 /// Consecutive failures before the first Event.
 pub const FAILURES_BEFORE_EVENT: u32 = 3;
@@ -55,22 +56,17 @@ impl FailureEvents {
         }
     }
 
-    /// Called after each failed sync; `failures` counts consecutive failures.
-    /// Never waits: the Event is queued, or dropped when the queue is full.
-    pub async fn failed(
-        &self,
-        va: &VolumeAttachment,
-        detach: bool,
-        failures: u32,
-        err: &FlowError,
-    ) {
+    /// Called after each failed sync of `va` in `lane`; `failures` counts
+    /// consecutive failures. Never waits: the Event is queued, or dropped
+    /// when the queue is full.
+    pub async fn failed(&self, va: &VolumeAttachment, lane: Lane, failures: u32, err: &FlowError) {
         if failures < FAILURES_BEFORE_EVENT {
             return;
         }
-        let (reason, action) = if detach {
-            ("DetachFailed", "Detach")
-        } else {
-            ("AttachFailed", "Attach")
+        let (reason, action) = match lane {
+            Lane::Detach => ("DetachFailed", "Detach"),
+            // (The PV lane posts no Events.)
+            Lane::Attach | Lane::Pv => ("AttachFailed", "Attach"),
         };
         let pending = Pending {
             event: Event {
@@ -157,7 +153,9 @@ mod tests {
         let started = std::time::Instant::now();
         // The poster takes one and hangs on it; the queue holds QUEUE_CAPACITY more.
         for _ in 0..QUEUE_CAPACITY + 50 {
-            events.failed(&va, false, FAILURES_BEFORE_EVENT, &err).await;
+            events
+                .failed(&va, Lane::Attach, FAILURES_BEFORE_EVENT, &err)
+                .await;
         }
         assert!(started.elapsed() < std::time::Duration::from_secs(1));
         assert!(events.dropped() >= 49, "dropped {}", events.dropped());

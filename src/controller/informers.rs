@@ -9,7 +9,6 @@
 use std::sync::Arc;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::api::Api;
 use kube::runtime::reflector::store::Writer;
@@ -19,11 +18,11 @@ use kube::runtime::WatchStreamExt;
 use kube::{Resource, ResourceExt};
 
 use super::compact::{CachedPv, CachedVa};
-use super::names::{MIGRATED_TO_ANNOTATION, NODE_ID_ANNOTATION};
+use super::lane::Lane;
+use super::names::NODE_ID_ANNOTATION;
+use super::pv_finalizer::needs_finalizer_check;
 use super::queue::WorkQueue;
 use super::store::PvRefs;
-use super::{lane_of, PV_LANE};
-use crate::migration;
 
 /// Keeps the VA cache and the PV reference index, and feeds both queues.
 pub async fn run_va_informer(
@@ -36,7 +35,7 @@ pub async fn run_va_informer(
     pv_queue: Arc<WorkQueue>,
 ) {
     let reader = writer.as_reader();
-    let mut listed: Vec<(String, usize)> = Vec::new();
+    let mut listed: Vec<(String, Lane)> = Vec::new();
     let mut events = watch(api, "VolumeAttachment");
     while let Some(event) = events.next().await {
         match event {
@@ -49,18 +48,18 @@ pub async fn run_va_informer(
                 let name = va.name_any();
                 pv_refs.relisted(&name, va.pv_name());
                 if va.attacher() == driver {
-                    listed.push((name, lane_of(&va)));
+                    listed.push((name, Lane::of_va(va.meta())));
                     writer.apply_watcher_event(&Event::InitApply(va));
                 }
             }
             Event::InitDone => {
                 writer.apply_watcher_event(&Event::InitDone);
                 for pv in pv_refs.finish_relist() {
-                    pv_queue.add(&pv, PV_LANE);
+                    pv_queue.add(&pv, Lane::Pv.index());
                 }
                 // A re-list is upstream's resync: every VA is looked at again.
                 for (name, lane) in listed.drain(..) {
-                    va_queue.add(&name, lane);
+                    va_queue.add(&name, lane.index());
                 }
             }
             Event::Apply(va) => {
@@ -73,17 +72,17 @@ pub async fn run_va_informer(
                     Some(old) => should_enqueue_change(&old, &va, &finalizer),
                     None => true,
                 };
-                let lane = lane_of(&va);
+                let lane = Lane::of_va(va.meta());
                 writer.apply_watcher_event(&Event::Apply(va));
                 if enqueue {
-                    va_queue.add(&name, lane);
+                    va_queue.add(&name, lane.index());
                 }
             }
             Event::Delete(va) => {
                 let name = va.name_any();
                 pv_refs.remove(&name);
                 if let Some(pv) = va.pv_name() {
-                    pv_queue.add(pv, PV_LANE);
+                    pv_queue.add(pv, Lane::Pv.index());
                 }
                 if va.attacher() == driver {
                     writer.apply_watcher_event(&Event::Delete(va));
@@ -120,7 +119,7 @@ pub async fn run_pv_informer(
             Event::InitDone => {
                 writer.apply_watcher_event(&Event::InitDone);
                 for name in listed.drain(..) {
-                    pv_queue.add(&name, PV_LANE);
+                    pv_queue.add(&name, Lane::Pv.index());
                 }
             }
             Event::Apply(pv) => {
@@ -129,7 +128,7 @@ pub async fn run_pv_informer(
                     let name = pv.name_any();
                     writer.apply_watcher_event(&Event::Apply(pv));
                     if enqueue {
-                        pv_queue.add(&name, PV_LANE);
+                        pv_queue.add(&name, Lane::Pv.index());
                     }
                 } else {
                     // Another driver's PV that no longer carries our finalizer.
@@ -185,23 +184,6 @@ where
             }
         })
         .boxed()
-}
-
-/// Upstream's `processFinalizers`: our finalizer, and the PV is deleting or its
-/// CSI migration was rolled back (in-tree PV not marked as migrated to us).
-pub fn needs_finalizer_check(pv: &PersistentVolume, driver: &str, finalizer: &str) -> bool {
-    let has_finalizer = pv.finalizers().iter().any(|f| f == finalizer);
-    has_finalizer && (pv.meta().deletion_timestamp.is_some() || migration_rolled_back(pv, driver))
-}
-
-/// An in-tree PV whose `pv.kubernetes.io/migrated-to` is missing or not us.
-pub fn migration_rolled_back(pv: &PersistentVolume, driver: &str) -> bool {
-    migration::is_pv_migratable(pv)
-        && pv
-            .annotations()
-            .get(MIGRATED_TO_ANNOTATION)
-            .map(String::as_str)
-            != Some(driver)
 }
 
 /// Whether an update of a VA needs a sync: upstream's `shouldEnqueueVAChange`,

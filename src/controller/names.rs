@@ -1,17 +1,8 @@
 //! Names other components read: finalizer, annotations, sanitised driver name.
 
-/// Annotation on a VA: the node ID the volume was published to (read by detach).
+/// Annotation on a VA: the node ID the volume was published to (read by
+/// [`super::node_id`]).
 pub const NODE_ID_ANNOTATION: &str = "csi.alpha.kubernetes.io/node-id";
-
-/// The node ID an attach recorded on `va` before its Publish, when there is one.
-pub fn recorded_node_id(va: &k8s_openapi::api::storage::v1::VolumeAttachment) -> Option<&str> {
-    va.metadata
-        .annotations
-        .as_ref()?
-        .get(NODE_ID_ANNOTATION)
-        .map(String::as_str)
-        .filter(|id| !id.is_empty())
-}
 
 /// Annotation on an in-tree PV: the CSI driver it was migrated to.
 pub const MIGRATED_TO_ANNOTATION: &str = "pv.kubernetes.io/migrated-to";

@@ -3,7 +3,9 @@
 //! # Rule
 //! Remove `external-attacher/<driver>` when the PV is deleting (or its CSI
 //! migration was rolled back) and no VolumeAttachment of *any* driver names
-//! it. A VA deletion re-queues its PV, so a kept finalizer is looked at again.
+//! it ([`needs_finalizer_check`] + the reference index). The PV informer
+//! queues a PV by the same rule, and a VA deletion re-queues its PV, so a kept
+//! finalizer is looked at again.
 //!
 //! # API writes
 //! One JSON Patch with a `test` op on the finalizer's index: a concurrent
@@ -12,9 +14,28 @@
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::ResourceExt;
 
+use super::context::Ctx;
 use super::error::FlowError;
-use super::informers::needs_finalizer_check;
-use super::{patches, Ctx};
+use super::names::MIGRATED_TO_ANNOTATION;
+use super::patches;
+use crate::migration;
+
+/// Upstream's `processFinalizers`: our finalizer, and the PV is deleting or its
+/// CSI migration was rolled back (in-tree PV not marked as migrated to us).
+pub fn needs_finalizer_check(pv: &PersistentVolume, driver: &str, finalizer: &str) -> bool {
+    let has_finalizer = pv.finalizers().iter().any(|f| f == finalizer);
+    has_finalizer && (pv.metadata.deletion_timestamp.is_some() || migration_rolled_back(pv, driver))
+}
+
+/// An in-tree PV whose `pv.kubernetes.io/migrated-to` is missing or not us.
+pub fn migration_rolled_back(pv: &PersistentVolume, driver: &str) -> bool {
+    migration::is_pv_migratable(pv)
+        && pv
+            .annotations()
+            .get(MIGRATED_TO_ANNOTATION)
+            .map(String::as_str)
+            != Some(driver)
+}
 
 /// One attempt for `pv`.
 pub async fn release(ctx: &Ctx, pv: &PersistentVolume) -> Result<(), FlowError> {
@@ -35,3 +56,6 @@ pub async fn release(ctx: &Ctx, pv: &PersistentVolume) -> Result<(), FlowError> 
     tracing::info!(pv = %name, "Removed PersistentVolume finalizer");
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

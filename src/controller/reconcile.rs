@@ -26,10 +26,15 @@ use kube::ResourceExt;
 use tokio::time::Instant;
 use tonic::Code;
 
-use super::names::NODE_ID_ANNOTATION;
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+
+use super::context::Ctx;
+use super::driver::Driver;
+use super::lane::Lane;
+use super::node_id::NodeIds;
 use super::queue::WorkQueue;
+use super::source;
 use super::store::Stores;
-use super::{lane_of, source, Ctx};
 use crate::csi::RpcStatus;
 use crate::metrics::ReconcileMetrics;
 use crate::migration;
@@ -142,7 +147,7 @@ pub async fn pass(
     let (published, pages) = tokio::select! {
         biased;
         () = ctx.leadership.closed() => return Err(crate::leader::NotLeading.into()),
-        listed = list_published_within(&ctx.csi, max_entries, limit) => listed?,
+        listed = list_published_within(ctx.csi.as_ref(), max_entries, limit) => listed?,
     };
     if !ctx.leadership.may_start() {
         return Err(crate::leader::NotLeading.into());
@@ -162,7 +167,7 @@ pub async fn pass(
         }
         tracing::info!(va = %m.name, attached = m.attached, "VolumeAttachment and driver disagree: forcing a sync");
         ctx.force_sync.insert(&m.name);
-        queue.add(&m.name, m.lane);
+        queue.add(&m.name, m.lane.index());
     }
     Ok(report)
 }
@@ -173,7 +178,7 @@ pub struct Mismatch {
     /// VA name.
     pub name: String,
     /// The lane to re-sync it in.
-    pub lane: usize,
+    pub lane: Lane,
     /// Volume handle.
     pub volume: String,
     /// Node ID (CSINode, else the VA annotation).
@@ -196,41 +201,15 @@ pub fn mismatches(
         if skip(&name) {
             continue;
         }
-        let node_id = match stores.node_id(&va.spec.node_name, driver) {
+        let node_id = match NodeIds::cached(&va, &stores.csinodes, driver).to_compare() {
             Ok(id) => id,
-            Err(err) => match va.annotations().get(NODE_ID_ANNOTATION) {
-                Some(id) => id.clone(),
-                None => {
-                    tracing::debug!(va = %name, error = %err, "Reconciler skips a VA without node ID");
-                    continue;
-                }
-            },
-        };
-        let volume = match source::resolve(&va, stores).and_then(|s| {
-            s.csi_volume().map(|v| {
-                (
-                    v.csi.volume_handle.clone(),
-                    v.csi.driver.clone(),
-                    v.migratable,
-                )
-            })
-        }) {
-            Ok((handle, _, false)) => handle,
-            // A migrated volume's handle may lack what only the node knows
-            // (GCE PD's project and zone): fill it in as upstream does.
-            Ok((handle, source_driver, true)) => {
-                match migration::repair_volume_handle(&source_driver, &handle, &node_id) {
-                    Ok(repaired) => repaired,
-                    Err(err) => {
-                        tracing::debug!(va = %name, handle, error = %err, "Reconciler skips a VA whose volume handle cannot be repaired");
-                        continue;
-                    }
-                }
-            }
             Err(err) => {
-                tracing::debug!(va = %name, error = %err, "Reconciler skips a VA without volume handle");
+                tracing::debug!(va = %name, error = %err, "Reconciler skips a VA without node ID");
                 continue;
             }
+        };
+        let Some(volume) = compared_handle(&va, stores, &node_id) else {
+            continue;
         };
         let found = published
             .get(&volume)
@@ -238,7 +217,7 @@ pub fn mismatches(
         let attached = va.status.as_ref().is_some_and(|s| s.attached);
         if attached != found {
             out.push(Mismatch {
-                lane: lane_of(&va),
+                lane: Lane::of_va(&va.metadata),
                 name,
                 volume,
                 node_id,
@@ -249,10 +228,43 @@ pub fn mismatches(
     out
 }
 
+/// The handle `va`'s volume is listed under for `node_id`, or `None` (logged)
+/// when it has none.
+fn compared_handle(va: &VolumeAttachment, stores: &Stores, node_id: &str) -> Option<String> {
+    let name = va.name_any();
+    let source = match source::resolve(va, stores) {
+        Ok(source) => source,
+        Err(err) => {
+            tracing::debug!(va = %name, error = %err, "Reconciler skips a VA without volume handle");
+            return None;
+        }
+    };
+    let volume = match source.csi_volume() {
+        Ok(volume) => volume,
+        Err(err) => {
+            tracing::debug!(va = %name, error = %err, "Reconciler skips a VA without volume handle");
+            return None;
+        }
+    };
+    let handle = &volume.csi.volume_handle;
+    if !volume.migratable {
+        return Some(handle.clone());
+    }
+    // A migrated volume's handle may lack what only the node knows (GCE PD's
+    // project and zone): fill it in as upstream does.
+    match migration::repair_volume_handle(&volume.csi.driver, handle, node_id) {
+        Ok(repaired) => Some(repaired),
+        Err(err) => {
+            tracing::debug!(va = %name, handle, error = %err, "Reconciler skips a VA whose volume handle cannot be repaired");
+            None
+        }
+    }
+}
+
 /// All pages of ListVolumes: volume ID → node IDs, and the number of pages;
 /// within the pass limit of the default `--reconcile-sync`.
 pub async fn list_published(
-    csi: &crate::csi::Client,
+    csi: &dyn Driver,
     max_entries: i32,
 ) -> Result<(HashMap<String, HashSet<String>>, usize), ReconcileError> {
     let limit = pass_limit(DEFAULT_PERIOD, csi.timeout());
@@ -261,7 +273,7 @@ pub async fn list_published(
 
 /// All pages of ListVolumes, read within `limit`.
 pub async fn list_published_within(
-    csi: &crate::csi::Client,
+    csi: &dyn Driver,
     max_entries: i32,
     limit: Duration,
 ) -> Result<(HashMap<String, HashSet<String>>, usize), ReconcileError> {
@@ -305,3 +317,6 @@ pub async fn list_published_within(
         token = page.next_token;
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -7,8 +7,9 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 
-use super::api::KubeApi;
+use super::api::ClusterApi;
 use super::capability::CapabilitySource;
+use super::driver::Origin;
 use super::error::FlowError;
 use super::store::Stores;
 use crate::migration;
@@ -44,7 +45,7 @@ pub fn resolve<'a>(va: &'a VolumeAttachment, stores: &Stores) -> Result<Source<'
 pub async fn resolve_or_get<'a>(
     va: &'a VolumeAttachment,
     stores: &Stores,
-    api: &KubeApi,
+    api: &dyn ClusterApi,
 ) -> Result<Source<'a>, FlowError> {
     match resolve(va, stores) {
         Err(FlowError::PvNotFound(name)) => match api.pv(&name).await {
@@ -63,7 +64,7 @@ pub struct CsiVolume<'a> {
     /// The spec it came from (access modes, volume mode, mount options).
     pub spec: Cow<'a, PersistentVolumeSpec>,
     /// Whether an in-tree PV was translated (metric label).
-    pub migrated: bool,
+    pub origin: Origin,
     /// Whether the volume may have come from an in-tree plugin: a translated
     /// PV or any inline spec. The reconciler repairs such handles.
     pub migratable: bool,
@@ -92,7 +93,7 @@ impl Source<'_> {
                 Ok(CsiVolume {
                     csi: Cow::Owned(csi),
                     spec: Cow::Owned(spec),
-                    migrated: true,
+                    origin: Origin::Migrated,
                     migratable: true,
                 })
             }
@@ -102,7 +103,7 @@ impl Source<'_> {
                 Ok(CsiVolume {
                     csi: Cow::Borrowed(csi),
                     spec: Cow::Borrowed(spec),
-                    migrated: false,
+                    origin: Origin::Csi,
                     migratable: false,
                 })
             }
@@ -114,7 +115,7 @@ impl Source<'_> {
                 .map(|csi| CsiVolume {
                     csi: Cow::Borrowed(csi),
                     spec: Cow::Borrowed(*spec),
-                    migrated: false,
+                    origin: Origin::Csi,
                     migratable: true,
                 })
                 .ok_or(FlowError::InlineWithoutCsi),

@@ -15,7 +15,6 @@ use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::compact::{CachedPv, CachedVa};
-use super::error::FlowError;
 
 /// Read handles of the caches. Cheap to clone.
 #[derive(Clone)]
@@ -49,24 +48,6 @@ impl Stores {
     /// Every cached PV.
     pub fn all_pvs(&self) -> Vec<PersistentVolume> {
         self.pvs.state().iter().map(|pv| pv.to_full()).collect()
-    }
-
-    /// This driver's node ID on `node` from its CSINode.
-    pub fn node_id(&self, node: &str, driver: &str) -> Result<String, FlowError> {
-        let csinode = self
-            .csinodes
-            .get(&ObjectRef::new(node))
-            .ok_or_else(|| FlowError::CsiNodeNotFound(node.to_string()))?;
-        csinode
-            .spec
-            .drivers
-            .iter()
-            .find(|d| d.name == driver)
-            .map(|d| d.node_id.clone())
-            .ok_or_else(|| FlowError::DriverNotOnNode {
-                node: node.to_string(),
-                driver: driver.to_string(),
-            })
     }
 }
 

@@ -1,35 +1,27 @@
 //! Trivial handler: drivers without ControllerPublish (as upstream external-attacher v4.12).
 //!
-//! A VA of our driver is marked attached with one `/status` patch. No CSI
-//! calls, no finalizers, no secrets; deletion needs nothing.
+//! A VA of our driver is marked attached with one `/status` patch (built by
+//! [`patches::attached_status`] with an empty publish context). No CSI calls,
+//! no finalizers, no secrets; deletion needs nothing.
+
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::storage::v1::VolumeAttachment;
-use serde_json::{json, Map, Value};
 
+use super::context::Ctx;
 use super::error::FlowError;
-use super::Ctx;
+use super::patches;
 
-/// Marks `va` attached unless it already is.
-pub async fn attach(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), FlowError> {
-    let status = va.status.as_ref();
-    if status.is_some_and(|s| s.attached) {
+/// Marks `va` attached ([`super::decision::Step::MarkAttached`]).
+pub async fn mark_attached(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), FlowError> {
+    let Some(patch) = patches::attached_status(va.status.as_ref(), &BTreeMap::new()) else {
         return Ok(());
-    }
-    let mut patch = Map::new();
-    patch.insert("attached".into(), json!(true));
-    if status.is_some_and(|s| s.attach_error.is_some()) {
-        patch.insert("attachError".into(), Value::Null);
-    }
-    if status.is_some_and(|s| {
-        s.attachment_metadata
-            .as_ref()
-            .is_some_and(|m| !m.is_empty())
-    }) {
-        patch.insert("attachmentMetadata".into(), Value::Null);
-    }
+    };
     ctx.api
-        .patch_va_status(va, &json!({ "status": patch }))
+        .patch_va_status(va, &patch)
         .await
-        .map_err(FlowError::MarkAttached)?;
-    Ok(())
+        .map_err(FlowError::MarkAttached)
 }
+
+#[cfg(test)]
+mod tests;

@@ -104,13 +104,8 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn serve(args: Args) -> anyhow::Result<()> {
-    let (plugin_caps, controller_caps) = parse_capabilities(&args.capabilities)?;
-    let sockets = args
-        .endpoint
-        .iter()
-        .map(|e| csi_attacher::csi::parse_address(e))
-        .collect::<Result<Vec<_>, _>>()?;
+/// The published table from `--state-file` (empty when there is none yet).
+fn load_state(args: &Args) -> anyhow::Result<Published> {
     let mut published = Published::with_limit(args.max_volumes_per_node);
     if let Some(path) = &args.state_file {
         match std::fs::read(path) {
@@ -122,6 +117,52 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             Err(err) => anyhow::bail!("--state-file {}: {err}", path.display()),
         }
     }
+    Ok(published)
+}
+
+/// The admin endpoint on `addr` (loopback only); returns the bound address.
+async fn serve_admin(
+    addr: Option<std::net::SocketAddr>,
+    driver: &Arc<Driver>,
+) -> anyhow::Result<Option<std::net::SocketAddr>> {
+    match addr {
+        Some(addr) if !addr.ip().is_loopback() => {
+            anyhow::bail!("--admin-addr must be a loopback address, got {addr}")
+        }
+        Some(addr) => {
+            let listener = TcpListener::bind(addr).await?;
+            let bound = listener.local_addr()?;
+            tokio::spawn(admin::serve(listener, Arc::clone(driver)));
+            Ok(Some(bound))
+        }
+        None => Ok(None),
+    }
+}
+
+/// On a signal: saves the published table to `state_file`, then tells the servers to stop.
+async fn save_state_on_shutdown(
+    driver: Arc<Driver>,
+    state_file: Option<std::path::PathBuf>,
+    stop: tokio::sync::watch::Sender<bool>,
+) {
+    shutdown().await;
+    if let Some(path) = state_file {
+        let table = driver.published().table();
+        if let Err(err) = std::fs::write(&path, serde_json::json!(table).to_string()) {
+            eprintln!("csi-mock-driver: cannot write {}: {err}", path.display());
+        }
+    }
+    let _ = stop.send(true);
+}
+
+async fn serve(args: Args) -> anyhow::Result<()> {
+    let (plugin_caps, controller_caps) = parse_capabilities(&args.capabilities)?;
+    let sockets = args
+        .endpoint
+        .iter()
+        .map(|e| csi_attacher::csi::parse_address(e))
+        .collect::<Result<Vec<_>, _>>()?;
+    let published = load_state(&args)?;
     let driver = Arc::new(Driver {
         name: args.name,
         plugin_caps,
@@ -134,18 +175,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         pending: args.serialize_volumes.then(Default::default),
     });
 
-    let admin = match args.admin_addr {
-        Some(addr) if !addr.ip().is_loopback() => {
-            anyhow::bail!("--admin-addr must be a loopback address, got {addr}")
-        }
-        Some(addr) => {
-            let listener = TcpListener::bind(addr).await?;
-            let bound = listener.local_addr()?;
-            tokio::spawn(admin::serve(listener, Arc::clone(&driver)));
-            Some(bound)
-        }
-        None => None,
-    };
+    let admin = serve_admin(args.admin_addr, &driver).await?;
 
     let mut listeners = Vec::new();
     for socket in &sockets {
@@ -160,20 +190,11 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     );
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    {
-        let driver = Arc::clone(&driver);
-        let state_file = args.state_file.clone();
-        tokio::spawn(async move {
-            shutdown().await;
-            if let Some(path) = state_file {
-                let table = driver.published().table();
-                if let Err(err) = std::fs::write(&path, serde_json::json!(table).to_string()) {
-                    eprintln!("csi-mock-driver: cannot write {}: {err}", path.display());
-                }
-            }
-            let _ = stop_tx.send(true);
-        });
-    }
+    tokio::spawn(save_state_on_shutdown(
+        Arc::clone(&driver),
+        args.state_file.clone(),
+        stop_tx,
+    ));
     let next_call = Arc::new(AtomicU64::new(0));
     let mut servers = tokio::task::JoinSet::new();
     for (caller, listener) in listeners.into_iter().enumerate() {

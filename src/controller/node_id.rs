@@ -1,0 +1,216 @@
+//! The driver's node ID for a VA: looked up once, read by one of three
+//! policies.
+//!
+//! Two sources can name it: the CSINode of `spec.nodeName` (what the driver
+//! registered now) and the `csi.alpha.kubernetes.io/node-id` annotation (what
+//! an attach recorded before its Publish). They can differ after the driver
+//! re-registered, and each flow needs a different answer on purpose:
+//!
+//! | policy                | CSINode miss                     | annotation                       |
+//! |-----------------------|----------------------------------|----------------------------------|
+//! | [`NodeIds::to_publish`]   | checked with the API server, then an error | a different one is unpublished first |
+//! | [`NodeIds::to_unpublish`] | the annotation alone             | unpublished from both when they differ |
+//! | [`NodeIds::to_compare`]   | the annotation, else skip        | fallback only                    |
+
+use k8s_openapi::api::storage::v1::CSINode;
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use kube::runtime::reflector::{ObjectRef, Store};
+
+use super::api::ClusterApi;
+use super::error::FlowError;
+use super::names::NODE_ID_ANNOTATION;
+
+/// What the two sources say about one VA's node.
+#[derive(Debug)]
+pub struct NodeIds {
+    /// The annotation as found (an empty one included: only the reconciler
+    /// reads that, as upstream does).
+    pub recorded: Option<String>,
+    /// The ID the node's CSINode gives our driver, or why there is none.
+    pub csinode: Result<String, FlowError>,
+}
+
+/// Where a CSINode miss in the cache is looked up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// The cache only.
+    Cache,
+    /// The cache, then (on a miss) the API server: a node that registered a
+    /// moment ago may not have reached the cache yet (upstream fails and
+    /// backs off instead).
+    CacheThenApi,
+}
+
+/// The node-id annotation on `va`, as found.
+fn annotation(va: &VolumeAttachment) -> Option<String> {
+    va.metadata
+        .annotations
+        .as_ref()?
+        .get(NODE_ID_ANNOTATION)
+        .cloned()
+}
+
+/// `driver`'s node ID on `node` from the CSINode cache.
+pub fn from_cache(
+    csinodes: &Store<CSINode>,
+    node: &str,
+    driver: &str,
+) -> Result<String, FlowError> {
+    let csinode = csinodes
+        .get(&ObjectRef::new(node))
+        .ok_or_else(|| FlowError::CsiNodeNotFound(node.to_string()))?;
+    csinode
+        .spec
+        .drivers
+        .iter()
+        .find(|d| d.name == driver)
+        .map(|d| d.node_id.clone())
+        .ok_or_else(|| FlowError::DriverNotOnNode {
+            node: node.to_string(),
+            driver: driver.to_string(),
+        })
+}
+
+impl NodeIds {
+    /// Both sources for `va`; with [`Lookup::CacheThenApi`] a cache miss
+    /// costs one GET of the CSINode.
+    pub async fn look_up(
+        va: &VolumeAttachment,
+        csinodes: &Store<CSINode>,
+        api: &dyn ClusterApi,
+        driver: &str,
+        lookup: Lookup,
+    ) -> Self {
+        let node = &va.spec.node_name;
+        let mut csinode = from_cache(csinodes, node, driver);
+        if let (Lookup::CacheThenApi, Err(miss)) = (lookup, &csinode) {
+            match api.csinode_node_id(node, driver).await {
+                Ok(Some(id)) => csinode = Ok(id),
+                Ok(None) => {}
+                Err(err) => {
+                    tracing::debug!(node, error = %err, cache = %miss, "CSINode lookup after a cache miss failed")
+                }
+            }
+        }
+        Self {
+            recorded: annotation(va),
+            csinode,
+        }
+    }
+
+    /// Both sources for `va`, from the cache only (no I/O).
+    pub fn cached(va: &VolumeAttachment, csinodes: &Store<CSINode>, driver: &str) -> Self {
+        Self {
+            recorded: annotation(va),
+            csinode: from_cache(csinodes, &va.spec.node_name, driver),
+        }
+    }
+
+    /// Attach: publish to the CSINode's ID (no fallback: a volume is never
+    /// published to an ID the node does not have now). Also returns the
+    /// recorded ID when it differs: the volume may be published there, and
+    /// is unpublished from it first.
+    pub fn to_publish(self) -> Result<(String, Option<String>), FlowError> {
+        let current = self.csinode?;
+        let stale = self.recorded.filter(|id| !id.is_empty() && *id != current);
+        Ok((current, stale))
+    }
+
+    /// Detach: unpublish from the recorded ID (where the volume was
+    /// published), and from the CSINode's as well when it differs (either
+    /// could be where the volume is; Unpublish where it is not published is a
+    /// no-op for the driver). Without a record, the CSINode's or its error.
+    /// Upstream asks only the CSINode, falling back to the annotation, so
+    /// after a re-registration the publication on the old ID leaks.
+    pub fn to_unpublish(self) -> Result<Vec<String>, FlowError> {
+        match (self.recorded.filter(|id| !id.is_empty()), self.csinode) {
+            (Some(recorded), Ok(current)) if recorded != current => Ok(vec![recorded, current]),
+            (Some(recorded), _) => Ok(vec![recorded]),
+            (None, current) => Ok(vec![current?]),
+        }
+    }
+
+    /// Reconciler: the CSINode's ID, else the recorded one (as upstream);
+    /// the error when neither exists (the VA is skipped).
+    pub fn to_compare(self) -> Result<String, FlowError> {
+        match (self.csinode, self.recorded) {
+            (Ok(current), _) => Ok(current),
+            (Err(_), Some(recorded)) => Ok(recorded),
+            (Err(err), None) => Err(err),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(recorded: Option<&str>, csinode: Option<&str>) -> NodeIds {
+        NodeIds {
+            recorded: recorded.map(String::from),
+            csinode: csinode
+                .map(String::from)
+                .ok_or_else(|| FlowError::CsiNodeNotFound("n".into())),
+        }
+    }
+
+    #[test]
+    fn each_policy_keeps_its_fallback() {
+        fn text<T>(r: Result<T, FlowError>) -> Result<T, String> {
+            r.map_err(|e| e.to_string())
+        }
+        let missing = "csinode.storage.k8s.io \"n\" not found".to_string();
+        // Publish: the CSINode only; a differing record is returned as stale.
+        assert_eq!(
+            text(ids(None, Some("a")).to_publish()),
+            Ok(("a".into(), None))
+        );
+        assert_eq!(
+            text(ids(Some("a"), Some("a")).to_publish()),
+            Ok(("a".into(), None))
+        );
+        assert_eq!(
+            text(ids(Some("old"), Some("a")).to_publish()),
+            Ok(("a".into(), Some("old".into())))
+        );
+        assert_eq!(
+            text(ids(Some("old"), None).to_publish()),
+            Err(missing.clone())
+        );
+        // Unpublish: the record, plus the CSINode's when it differs.
+        assert_eq!(
+            text(ids(Some("old"), Some("a")).to_unpublish()),
+            Ok(vec!["old".into(), "a".into()])
+        );
+        assert_eq!(
+            text(ids(Some("a"), Some("a")).to_unpublish()),
+            Ok(vec!["a".into()])
+        );
+        assert_eq!(
+            text(ids(Some("old"), None).to_unpublish()),
+            Ok(vec!["old".into()])
+        );
+        assert_eq!(
+            text(ids(None, Some("a")).to_unpublish()),
+            Ok(vec!["a".into()])
+        );
+        assert_eq!(text(ids(None, None).to_unpublish()), Err(missing.clone()));
+        // Compare: the CSINode's, else the record.
+        assert_eq!(
+            text(ids(Some("old"), Some("a")).to_compare()),
+            Ok("a".into())
+        );
+        assert_eq!(text(ids(Some("old"), None).to_compare()), Ok("old".into()));
+        assert_eq!(text(ids(None, None).to_compare()), Err(missing.clone()));
+        // An empty annotation is no record for the flows; the reconciler compares it as is.
+        assert_eq!(
+            text(ids(Some(""), Some("a")).to_publish()),
+            Ok(("a".into(), None))
+        );
+        assert_eq!(
+            text(ids(Some(""), None).to_unpublish()),
+            Err(missing.clone())
+        );
+        assert_eq!(text(ids(Some(""), None).to_compare()), Ok(String::new()));
+    }
+}

@@ -1,0 +1,180 @@
+//! The reconciler: what a pass forces, and the requests the forced syncs make.
+
+use std::time::Duration;
+
+use serde_json::json;
+use tonic::Code;
+
+use super::super::lane::Lane;
+use super::super::queue::{Backoff, WorkQueue};
+use super::super::testing::*;
+use super::super::workers::sync_va;
+use super::{pass, PassReport, ReconcileError};
+use crate::csi::{RpcStatus, VolumePage};
+
+const NODE_ID_ANN: &str = "csi.alpha.kubernetes.io/node-id";
+
+fn queue() -> WorkQueue {
+    let backoff = Backoff {
+        start: Duration::from_millis(1),
+        max: Duration::from_millis(10),
+    };
+    WorkQueue::new("test", Lane::VA.len(), backoff, None)
+}
+
+fn page(published: &[(&str, &[&str])], next: &str) -> Result<VolumePage, RpcStatus> {
+    Ok(VolumePage {
+        published: published
+            .iter()
+            .map(|(v, nodes)| (v.to_string(), nodes.iter().map(|n| n.to_string()).collect()))
+            .collect(),
+        skipped: 0,
+        next_token: next.into(),
+    })
+}
+
+async fn run_pass(w: &World, q: &WorkQueue) -> Result<PassReport, String> {
+    pass(&w.ctx, q, 0, Duration::from_secs(5))
+        .await
+        .map_err(|e| e.to_string())
+}
+
+fn report(
+    pages: usize,
+    attached_not_published: usize,
+    published_not_attached: usize,
+) -> PassReport {
+    PassReport {
+        pages,
+        attached_not_published,
+        published_not_attached,
+    }
+}
+
+fn pv_ours() -> k8s_openapi::api::core::v1::PersistentVolume {
+    pv(json!({"metadata": {"finalizers": [FIN]}}))
+}
+
+#[tokio::test]
+async fn an_attached_va_the_driver_does_not_list_is_published_again() {
+    let w = World::attachable(attached_va(json!({})), pv_ours());
+    let q = queue();
+    assert_eq!(run_pass(&w, &q).await, Ok(report(1, 1, 0)));
+    assert_eq!(q.depth(Lane::Attach.index()), 1);
+    assert_eq!(
+        sync_va(&w.ctx, "va-1").await.map_err(|e| e.to_string()),
+        Ok(())
+    );
+    assert_eq!(
+        w.requests(),
+        [
+            "ListVolumes \"\"".to_string(),
+            "PATCH va/va-1 {}".to_string(),
+            format!("Publish vol-1 {NODE_ID} ro=false mode=Some(1) secrets={{}}"),
+            r#"PATCH va/va-1/status {"status":{"attached":true}}"#.to_string(),
+        ]
+    );
+    // The force was used up: the next sync sees an attached VA.
+    assert_eq!(
+        sync_va(&w.ctx, "va-1").await.map_err(|e| e.to_string()),
+        Ok(())
+    );
+    assert_eq!(w.requests().len(), 4);
+}
+
+#[tokio::test]
+async fn a_deleted_va_the_driver_still_lists_is_unpublished_even_without_our_finalizer() {
+    let gone = deleting_va(
+        json!({"metadata": {"finalizers": ["other/keep"]}, "status": {"attached": false}}),
+    );
+    let w = World::attachable(gone, pv_ours());
+    w.driver.push_page(page(&[("vol-1", &[NODE_ID])], ""));
+    let q = queue();
+    assert_eq!(run_pass(&w, &q).await, Ok(report(1, 0, 1)));
+    assert_eq!(q.depth(Lane::Detach.index()), 1);
+    assert_eq!(
+        sync_va(&w.ctx, "va-1").await.map_err(|e| e.to_string()),
+        Ok(())
+    );
+    assert_eq!(w.requests()[1..], [format!("Unpublish vol-1 {NODE_ID}")]);
+}
+
+#[tokio::test]
+async fn agreeing_pending_and_unresolvable_vas_are_left_alone() {
+    // Published where the VA says: nothing forced.
+    let w = World::attachable(attached_va(json!({})), pv_ours());
+    w.driver.push_page(page(&[("vol-1", &[NODE_ID])], ""));
+    let q = queue();
+    assert_eq!(run_pass(&w, &q).await, Ok(report(1, 0, 0)));
+    // A VA in its lane already is left to it.
+    let w = World::attachable(attached_va(json!({})), pv_ours());
+    let q = queue();
+    q.add("va-1", Lane::Attach.index());
+    assert_eq!(run_pass(&w, &q).await, Ok(report(1, 0, 0)));
+    // Without PV, or without any node ID: skipped.
+    let w = World::new(
+        capabilities(true),
+        vec![attached_va(json!({}))],
+        vec![],
+        vec![],
+    );
+    assert_eq!(run_pass(&w, &queue()).await, Ok(report(1, 0, 0)));
+    let unrecorded = attached_va(json!({"metadata": {"annotations": null}}));
+    let w = World::new(
+        capabilities(true),
+        vec![unrecorded],
+        vec![pv_ours()],
+        vec![],
+    );
+    assert_eq!(run_pass(&w, &queue()).await, Ok(report(1, 0, 0)));
+}
+
+#[tokio::test]
+async fn without_csinode_the_recorded_node_id_is_compared() {
+    let recorded = attached_va(json!({"metadata": {"annotations": {NODE_ID_ANN: "id-old"}}}));
+    let w = World::new(capabilities(true), vec![recorded], vec![pv_ours()], vec![]);
+    w.driver.push_page(page(&[("vol-1", &["id-old"])], ""));
+    assert_eq!(run_pass(&w, &queue()).await, Ok(report(1, 0, 0)));
+}
+
+#[tokio::test]
+async fn pages_are_joined_and_a_stale_token_restarts_the_listing_once() {
+    let w = World::attachable(attached_va(json!({})), pv_ours());
+    w.driver.push_page(page(&[], "t1"));
+    w.driver
+        .push_page(Err(RpcStatus::new(Code::Aborted, "stale")));
+    w.driver.push_page(page(&[], "t1"));
+    w.driver.push_page(page(&[("vol-1", &[NODE_ID])], ""));
+    // Every page read counts, the discarded one too.
+    assert_eq!(run_pass(&w, &queue()).await, Ok(report(3, 0, 0)));
+    assert_eq!(
+        w.requests(),
+        [
+            "ListVolumes \"\"",
+            "ListVolumes \"t1\"",
+            "ListVolumes \"\"",
+            "ListVolumes \"t1\""
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_failed_or_looping_listing_forces_nothing() {
+    let w = World::attachable(attached_va(json!({})), pv_ours());
+    w.driver
+        .push_page(Err(RpcStatus::new(Code::Unavailable, "down")));
+    let q = queue();
+    let err = pass(&w.ctx, &q, 0, Duration::from_secs(5)).await.err();
+    assert!(matches!(err, Some(ReconcileError::List(_))), "{err:?}");
+    assert_eq!(q.depth(Lane::Attach.index()), 0);
+
+    let w = World::attachable(attached_va(json!({})), pv_ours());
+    w.driver.push_page(page(&[], "t1"));
+    w.driver.push_page(page(&[], "t1"));
+    let err = pass(&w.ctx, &q, 0, Duration::from_secs(5)).await.err();
+    assert!(
+        matches!(err, Some(ReconcileError::RepeatedToken(_))),
+        "{err:?}"
+    );
+    assert_eq!(q.depth(Lane::Attach.index()), 0);
+}

@@ -1,0 +1,284 @@
+//! Wiring: builds the queues, caches, watches and the context, starts the
+//! workers once this replica leads, and drains them on shutdown.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::storage::v1::CSINode;
+use kube::api::Api;
+use kube::runtime::reflector;
+use tokio::task::JoinSet;
+use tracing::Instrument;
+
+use super::api::KubeApi;
+use super::compact::{CachedPv, CachedVa};
+use super::context::Ctx;
+use super::lane::{Lane, PV_QUEUE, VA_QUEUE};
+use super::queue::{Backoff, Concurrency, WorkQueue};
+use super::store::{PvRefs, Stores};
+use super::{events, informers, names, reconcile, workers};
+use crate::csi::{self, Capabilities};
+use crate::http::Readiness;
+use crate::leader::Leadership;
+use crate::metrics::Metrics;
+
+/// What the controller needs to know, from flags and the driver.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Driver name from GetPluginInfo (matched against `spec.attacher`).
+    pub driver_name: String,
+    /// Driver capabilities.
+    pub capabilities: Capabilities,
+    /// `--default-fstype`.
+    pub default_fs_type: String,
+    /// `--worker-threads`: the ceiling of concurrent attaches and detaches.
+    pub workers: usize,
+    /// `--retry-interval-start` / `--retry-interval-max`.
+    pub backoff: Backoff,
+    /// `--resync` (zero disables).
+    pub resync: Duration,
+    /// How long in-flight operations may run on after shutdown starts (`--timeout`).
+    pub drain_timeout: Duration,
+    /// Put `errorCode` on attach errors (gate `MutableCSINodeAllocatableCount`).
+    pub error_codes: bool,
+    /// `--reconcile-sync`.
+    pub reconcile_period: Duration,
+    /// `--max-entries`.
+    pub max_entries: i32,
+    /// Who posts Events (`None`: no Events).
+    pub reporter: Option<kube::runtime::events::Reporter>,
+}
+
+/// Where the controller reports to and what it waits for.
+pub struct Hooks<L, S> {
+    /// Metric families.
+    pub metrics: Metrics,
+    /// Set once the caches are synced.
+    pub readiness: Readiness,
+    /// Resolves when this replica may write (leadership); caches fill before.
+    pub leading: L,
+    /// The leadership window every driver call is checked against.
+    pub leadership: Leadership,
+    /// Resolves when the sidecar should stop.
+    pub shutdown: S,
+}
+
+/// The two work queues.
+struct Queues {
+    va: Arc<WorkQueue>,
+    pv: Arc<WorkQueue>,
+}
+
+impl Queues {
+    /// Both queues, idle (no adds, no metrics) until this replica leads.
+    /// `--worker-threads` is the ceiling of concurrent attaches + detaches,
+    /// as upstream; each VA lane keeps a share of it (see `Concurrency`).
+    fn new(settings: &Settings, metrics: &Metrics) -> Self {
+        let va = WorkQueue::new(
+            VA_QUEUE,
+            Lane::VA.len(),
+            settings.backoff,
+            Some(metrics.queues.for_queue(VA_QUEUE, &Lane::names(Lane::VA))),
+        )
+        .with_concurrency(Concurrency::with_reserved_tenth(
+            settings.workers,
+            Lane::VA.len(),
+        ))
+        .idle();
+        let pv = WorkQueue::new(
+            PV_QUEUE,
+            Lane::PV.len(),
+            settings.backoff,
+            Some(metrics.queues.for_queue(PV_QUEUE, &Lane::names(Lane::PV))),
+        )
+        .idle();
+        Self {
+            va: Arc::new(va),
+            pv: Arc::new(pv),
+        }
+    }
+}
+
+/// Runs the controller until `hooks.shutdown` resolves, then drains in-flight work.
+///
+/// Caches fill at once (a standby keeps them warm); workers start once the
+/// caches are synced *and* `hooks.leading` resolved.
+pub async fn run(
+    client: kube::Client,
+    csi: csi::Client,
+    settings: Settings,
+    hooks: Hooks<impl Future<Output = ()>, impl Future<Output = ()>>,
+) {
+    let Hooks {
+        metrics,
+        readiness,
+        leading,
+        leadership,
+        shutdown,
+    } = hooks;
+    let finalizer = names::finalizer(&settings.driver_name);
+    let mut tasks = JoinSet::new();
+    let queues = Queues::new(&settings, &metrics);
+    let stores = spawn_watches(&mut tasks, &client, &settings, &finalizer, &queues);
+
+    // Upstream waits for the VA and PV caches only; CSINode lags are retried.
+    tokio::pin!(shutdown);
+    let synced = async {
+        let _ = stores.vas.wait_until_ready().await;
+        let _ = stores.pvs.wait_until_ready().await;
+    };
+    tokio::select! {
+        () = synced => {
+            tracing::info!("Caches synced");
+            readiness.set_caches_synced();
+        }
+        () = &mut shutdown => return tasks.shutdown().await,
+    }
+    tokio::select! {
+        () = leading => {}
+        () = &mut shutdown => return tasks.shutdown().await,
+    }
+
+    let ctx = Arc::new(Ctx {
+        driver_name: settings.driver_name.clone(),
+        finalizer,
+        capabilities: settings.capabilities,
+        default_fs_type: settings.default_fs_type.clone(),
+        api: Arc::new(KubeApi::new(client.clone())),
+        stores,
+        csi: Arc::new(csi),
+        error_codes: settings.error_codes,
+        flow_metrics: Arc::clone(&metrics.flows),
+        force_sync: reconcile::ForceSync::default(),
+        events: settings
+            .reporter
+            .clone()
+            .map(|r| events::FailureEvents::new(client, r, metrics.registry())),
+        leadership,
+    });
+    let mut workers_set = start_leading(&mut tasks, &ctx, &queues, &settings, &metrics);
+
+    shutdown.await;
+    tracing::info!("Stopping workers; waiting for in-flight operations");
+    queues.va.shut_down();
+    queues.pv.shut_down();
+    let drain_timeout = settings.drain_timeout;
+    let drained = tokio::time::timeout(drain_timeout, async {
+        while workers_set.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(timeout = ?drain_timeout, "In-flight operations did not finish in time");
+        workers_set.shutdown().await;
+    }
+    tasks.shutdown().await;
+}
+
+/// The caches, and the watches that fill them (spawned on `tasks`).
+fn spawn_watches(
+    tasks: &mut JoinSet<()>,
+    client: &kube::Client,
+    settings: &Settings,
+    finalizer: &str,
+    queues: &Queues,
+) -> Stores {
+    let driver = &settings.driver_name;
+    let (vas, va_writer) = reflector::store::<CachedVa>();
+    let (pvs, pv_writer) = reflector::store::<CachedPv>();
+    let (csinodes, csinode_writer) = reflector::store::<CSINode>();
+    let pv_refs = PvRefs::default();
+    tasks.spawn(
+        informers::run_va_informer(
+            Api::all(client.clone()),
+            va_writer,
+            pv_refs.clone(),
+            driver.clone(),
+            finalizer.to_string(),
+            Arc::clone(&queues.va),
+            Arc::clone(&queues.pv),
+        )
+        .instrument(tracing::info_span!("watch", resource = "volumeattachments")),
+    );
+    tasks.spawn(
+        informers::run_pv_informer(
+            Api::all(client.clone()),
+            pv_writer,
+            driver.clone(),
+            finalizer.to_string(),
+            Arc::clone(&queues.pv),
+        )
+        .instrument(tracing::info_span!("watch", resource = "persistentvolumes")),
+    );
+    if settings.capabilities.attach_required() {
+        tasks.spawn(
+            informers::run_csinode_informer(Api::all(client.clone()), csinode_writer)
+                .instrument(tracing::info_span!("watch", resource = "csinodes")),
+        );
+    }
+    Stores {
+        vas,
+        pvs,
+        csinodes,
+        pv_refs,
+    }
+}
+
+/// This replica leads: queue everything, start the workers (returned, to be
+/// drained on shutdown), the reconciler and the resync.
+fn start_leading(
+    tasks: &mut JoinSet<()>,
+    ctx: &Arc<Ctx>,
+    queues: &Queues,
+    settings: &Settings,
+    metrics: &Metrics,
+) -> JoinSet<()> {
+    tasks.spawn(workers::report_backlog(
+        Arc::clone(&queues.va),
+        Arc::clone(&queues.pv),
+    ));
+    // Upstream's informers start with the leadership and add every object;
+    // our caches are warm already, so the new leader queues them from there.
+    queues.va.start();
+    queues.pv.start();
+    workers::enqueue_all(ctx, &queues.va, &queues.pv);
+
+    let mut workers_set = JoinSet::new();
+    for q in [&queues.va, &queues.pv] {
+        let q = Arc::clone(q);
+        tasks.spawn(async move { q.run_timers().await });
+    }
+    // Every lane may use up to all `workers` slots the queue's ceiling allows.
+    for _ in 0..settings.workers {
+        for lane in Lane::VA {
+            workers_set.spawn(workers::va_worker(
+                Arc::clone(ctx),
+                Arc::clone(&queues.va),
+                lane,
+            ));
+        }
+        workers_set.spawn(workers::pv_worker(Arc::clone(ctx), Arc::clone(&queues.pv)));
+    }
+    let capabilities = &settings.capabilities;
+    if capabilities.attach_required() && capabilities.can_reconcile() {
+        tasks.spawn(
+            reconcile::run(
+                Arc::clone(ctx),
+                Arc::clone(&queues.va),
+                settings.reconcile_period,
+                settings.max_entries,
+                metrics.reconcile.clone(),
+            )
+            .instrument(tracing::info_span!("reconcile")),
+        );
+    }
+    if !settings.resync.is_zero() {
+        tasks.spawn(workers::resync_loop(
+            Arc::clone(ctx),
+            Arc::clone(&queues.va),
+            Arc::clone(&queues.pv),
+            settings.resync,
+        ));
+    }
+    workers_set
+}

@@ -1,0 +1,220 @@
+//! The worker loops: take a key from a lane, run one sync, and tell the queue
+//! how it went (forget on success, rate-limited re-add on failure). Also the
+//! periodic jobs that feed or watch the queues: resync and backlog report.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use kube::{Resource, ResourceExt};
+use tracing::Instrument;
+
+use super::context::Ctx;
+use super::decision::{decide, Step, Trigger};
+use super::error::FlowError;
+use super::lane::Lane;
+use super::pv_finalizer::{self, needs_finalizer_check};
+use super::queue::WorkQueue;
+use super::{attach, detach, trivial};
+
+/// Runs syncs of the VA queue's `lane` until the queue shuts down.
+pub async fn va_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue>, lane: Lane) {
+    while let Some(key) = queue.get(lane.index()).await {
+        let span = tracing::info_span!("sync", va = %key, lane = lane.name());
+        let panics = ctx.flow_metrics.panics.with_label_values(&[lane.name()]);
+        let result = supervised(sync_va(&ctx, &key), &panics)
+            .instrument(span.clone())
+            .await;
+        match result {
+            Ok(()) => queue.forget(&key),
+            Err(FlowError::NotLeading(_)) => {
+                // Not an error of the VA: whoever leads next does it.
+                let delay = queue.add_rate_limited(&key, lane.index());
+                span.in_scope(|| tracing::info!(retry_in = ?delay, "Not leading: driver call not started or abandoned"));
+            }
+            Err(err) => va_failed(&ctx, &queue, &key, lane, err, &span).await,
+        }
+        queue.done(&key);
+    }
+}
+
+/// A VA sync failed with `err`: re-queue it with backoff, log, post an Event.
+async fn va_failed(
+    ctx: &Ctx,
+    queue: &WorkQueue,
+    key: &str,
+    lane: Lane,
+    err: FlowError,
+    span: &tracing::Span,
+) {
+    let va = ctx.stores.va(key);
+    let lane = va.as_ref().map_or(lane, |va| Lane::of_va(&va.metadata));
+    if let (FlowError::Panicked(_), Some(va)) = (&err, &va) {
+        // The flow did not get as far as recording it.
+        ctx.record_error(va, lane, &err).await;
+    }
+    let delay = queue.add_rate_limited(key, lane.index());
+    span.in_scope(
+        || tracing::warn!(error = %err, retry_in = ?delay, "VolumeAttachment sync failed"),
+    );
+    if let (Some(events), Some(va)) = (&ctx.events, va) {
+        events.failed(&va, lane, queue.failures(key), &err).await;
+    }
+}
+
+/// One attempt for the VA called `key`: decide the step, execute it.
+pub async fn sync_va(ctx: &Ctx, key: &str) -> Result<(), FlowError> {
+    let va = ctx.stores.va(key);
+    let trigger = if ctx.force_sync.take(key) {
+        Trigger::Reconciler
+    } else {
+        Trigger::Event
+    };
+    let step = decide(va.as_ref(), &ctx.finalizer, &ctx.capabilities, trigger);
+    let Some(va) = va else {
+        return Ok(());
+    };
+    match step {
+        Step::Nothing => Ok(()),
+        Step::MarkAttached => trivial::mark_attached(ctx, &va).await,
+        Step::Attach => attach::attach(ctx, &va).await,
+        Step::Republish => attach::republish(ctx, &va).await,
+        Step::Detach => detach::detach(ctx, &va).await,
+        Step::Fail(lane, err) => {
+            ctx.record_error(&va, lane, &err).await;
+            Err(err)
+        }
+    }
+}
+
+/// Runs syncs of the PV queue until it shuts down.
+pub async fn pv_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue>) {
+    let lane = Lane::Pv;
+    while let Some(key) = queue.get(lane.index()).await {
+        let span = tracing::info_span!("sync", pv = %key, lane = lane.name());
+        let result = match ctx.stores.pv(&key) {
+            Some(pv) if ctx.capabilities.attach_required() => {
+                let panics = ctx.flow_metrics.panics.with_label_values(&[lane.name()]);
+                supervised(pv_finalizer::release(&ctx, &pv), &panics)
+                    .instrument(span.clone())
+                    .await
+            }
+            _ => Ok(()),
+        };
+        match result {
+            Ok(()) => queue.forget(&key),
+            Err(err) => {
+                let delay = queue.add_rate_limited(&key, lane.index());
+                span.in_scope(|| tracing::warn!(error = %err, retry_in = ?delay, "PersistentVolume sync failed"));
+            }
+        }
+        queue.done(&key);
+    }
+}
+
+/// Runs one sync attempt; a panic in it (a bug) becomes that attempt's error
+/// (on the object's status, in the log, as an Event from the third failure on,
+/// and counted in `panics`), so the key is released and retried with backoff
+/// and the worker lives on.
+pub async fn supervised(
+    sync: impl Future<Output = Result<(), FlowError>>,
+    panics: &prometheus::IntCounter,
+) -> Result<(), FlowError> {
+    match AssertUnwindSafe(sync).catch_unwind().await {
+        Ok(result) => result,
+        Err(panic) => {
+            panics.inc();
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "panic".to_string());
+            tracing::error!(panic = %message, "A sync panicked; it is retried with backoff");
+            Err(FlowError::Panicked(message))
+        }
+    }
+}
+
+/// How often sampled queue gauges are refreshed.
+const BACKLOG_SAMPLE: Duration = Duration::from_secs(1);
+/// How often a stuck backlog is logged, and what counts as stuck.
+const BACKLOG_LOG_EVERY: Duration = Duration::from_secs(30);
+const BACKLOG_STUCK: Duration = Duration::from_secs(60);
+
+/// Refreshes the sampled queue gauges, and logs every 30 s while a lane has a
+/// key waiting for more than 60 s.
+pub async fn report_backlog(va_queue: Arc<WorkQueue>, pv_queue: Arc<WorkQueue>) {
+    let mut ticker = tokio::time::interval(BACKLOG_SAMPLE);
+    let mut last_log: Option<tokio::time::Instant> = None;
+    loop {
+        ticker.tick().await;
+        let va = va_queue.observe();
+        let pv = pv_queue.observe();
+        let lanes = Lane::VA.iter().zip(&va).chain(Lane::PV.iter().zip(&pv));
+        let stuck: Vec<String> = lanes
+            .filter(|(_, b)| b.oldest > BACKLOG_STUCK)
+            .map(|(lane, b)| {
+                format!(
+                    "{}: {} waiting, oldest {}s",
+                    lane.name(),
+                    b.depth,
+                    b.oldest.as_secs()
+                )
+            })
+            .collect();
+        let due = last_log.is_none_or(|t| t.elapsed() >= BACKLOG_LOG_EVERY);
+        if !stuck.is_empty() && due {
+            tracing::warn!(lanes = %stuck.join("; "), "Work is waiting for more than 60s");
+            last_log = Some(tokio::time::Instant::now());
+        }
+    }
+}
+
+/// Upstream's informer resync: every VA (and every PV needing a look) again.
+pub async fn resync_loop(
+    ctx: Arc<Ctx>,
+    va_queue: Arc<WorkQueue>,
+    pv_queue: Arc<WorkQueue>,
+    period: Duration,
+) {
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    loop {
+        ticker.tick().await;
+        enqueue_all(&ctx, &va_queue, &pv_queue);
+    }
+}
+
+/// Queues every cached VA, and every cached PV whose finalizer needs a look.
+pub fn enqueue_all(ctx: &Ctx, va_queue: &WorkQueue, pv_queue: &WorkQueue) {
+    // Name and lane are in the compact form: no full VA is rebuilt here.
+    for va in ctx.stores.vas.state() {
+        va_queue.add(&va.name_any(), Lane::of_va(va.meta()).index());
+    }
+    for pv in ctx.stores.all_pvs() {
+        if needs_finalizer_check(&pv, &ctx.driver_name, &ctx.finalizer) {
+            pv_queue.add(&pv.name_any(), Lane::Pv.index());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_sync_becomes_its_error_and_the_caller_goes_on() {
+        let panics = prometheus::IntCounter::new("panics", "test").unwrap();
+        let boom = async { panic!("a bug") };
+        match supervised(boom, &panics).await {
+            Err(FlowError::Panicked(message)) => assert_eq!(message, "a bug"),
+            other => panic!("expected Panicked, got {other:?}"),
+        }
+        assert_eq!(panics.get(), 1);
+        assert!(supervised(async { Ok(()) }, &panics).await.is_ok());
+        assert_eq!(panics.get(), 1);
+        let err = FlowError::Panicked("x".into()).to_string();
+        assert_eq!(err, "internal error (please report it): x");
+    }
+}
