@@ -213,6 +213,17 @@ async fn a_leader_whose_lease_is_taken_exits_1() {
             .filter(|h| h == "replica-x")
     })
     .await;
+    // It created the Lease, so it holds it a renew deadline before it acts;
+    // wait until it acts (a Lease taken during that hold only makes it a
+    // standby again: it never led).
+    support::eventually("replica-x acts", Duration::from_secs(20), || {
+        let acting = member
+            .replica
+            .logs()
+            .contains("Successfully acquired lease");
+        async move { acting.then_some(()) }
+    })
+    .await;
     // Someone else grabs the lease (as after a long network partition). The
     // leader renews meanwhile: a 409 Conflict means read again and retry.
     support::eventually(

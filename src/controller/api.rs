@@ -133,9 +133,10 @@ impl KubeApi {
     // Every VA patch names the object it was built from by UID as well as by
     // name: a VA deleted and re-created under the same name (another node)
     // while this replica's cache still held the old one is a different
-    // object, and the API server refuses the write (409 Conflict, "Precondition
-    // failed: UID in precondition") instead of applying the old object's
-    // finalizers or status to the new one. Upstream sends no UID.
+    // object, and the API server refuses the write (422 Invalid on
+    // `metadata.uid`, see `ApiError::is_replaced`) instead of applying the old
+    // object's finalizers or status to the new one. Upstream sends no UID
+    // (docs/contract.md, "Writes aimed at the right object").
 
     /// Merge patch on `va`'s main resource; returns the VA as written.
     pub async fn patch_va(

@@ -450,11 +450,16 @@ impl Injector {
     async fn fd_flood(&self, rng: &mut Rng) -> (String, bool) {
         let w = &self.world;
         let target = rng.below(w.replicas.len() as u64) as usize;
-        let pid = lock(&w.replicas[target].slot)
+        // No process (between a kill and its restart): nothing to act on. A pid
+        // of 0 would make prlimit act on this test process itself.
+        let Some(pid) = lock(&w.replicas[target].slot)
             .process
             .as_ref()
             .map(|p| p.id())
-            .unwrap_or(0);
+            .filter(|pid| *pid != 0)
+        else {
+            return (format!("replica-{target} not running"), true);
+        };
         let open = std::fs::read_dir(format!("/proc/{pid}/fd"))
             .map(|d| d.count())
             .unwrap_or(0);
