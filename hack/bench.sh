@@ -26,4 +26,5 @@ args=("$@")
 if [[ " $* " == *" --smoke "* && " $* " != *" --out "* ]]; then
   args+=(--out "${TMPDIR:-/tmp}/csi-attacher-bench-smoke")
 fi
+[[ " $* " == *" --smoke "* ]] && exec cargo test --locked --bench attacher -- "${args[@]}" # smoke: the harness in the test profile (the tests' build), no release build
 exec cargo bench --locked --bench attacher -- "${args[@]}"

@@ -1,6 +1,6 @@
 //! Detach flow and PV finalizer lane against the real API server and csi-mock-driver.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
