@@ -455,6 +455,12 @@ impl Injector {
             .as_ref()
             .map(|p| p.id())
             .unwrap_or(0);
+        if pid == 0 {
+            // Between a kill and its restart: prlimit(0, ...) would lower this
+            // test process's own limit, and without CAP_SYS_RESOURCE the hard
+            // limit cannot be restored (every later spawn fails with EMFILE).
+            return (format!("replica-{target}: not running"), true);
+        }
         let open = std::fs::read_dir(format!("/proc/{pid}/fd"))
             .map(|d| d.count())
             .unwrap_or(0);
