@@ -25,4 +25,6 @@ fi
 CSI_ATTACHER_TOOLS_BIN=$(bash hack/build-controlplane.sh | tail -n1)
 export CSI_ATTACHER_TOOLS_BIN
 
+# Smoke: the harness in the test profile (the tests' build), no release build.
+[[ " $* " == *" --smoke "* ]] && exec cargo test --locked --bench attacher -- "$@"
 exec cargo bench --locked --bench attacher -- "$@"

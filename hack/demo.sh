@@ -13,10 +13,22 @@ for tool in openssl curl jq python3; do
   command -v "$tool" >/dev/null || { echo "demo: $tool is required" >&2; exit 1; }
 done
 
-step "Building csi-attacher, csi-mock-driver and the pinned control plane"
-cargo build --locked --bins
+# CSI_ATTACHER_DEMO_BIN=<dir>: run the csi-attacher and csi-mock-driver already
+# built there instead of building them (CI: the ones hack/test.sh just built;
+# `cargo build` would compile most dependencies again, without the test-only
+# features).
+if [ -n "${CSI_ATTACHER_DEMO_BIN:-}" ]; then
+  step "Using csi-attacher and csi-mock-driver from $CSI_ATTACHER_DEMO_BIN; building the pinned control plane"
+  bin=$(cd "$CSI_ATTACHER_DEMO_BIN" && pwd)
+  for b in csi-attacher csi-mock-driver; do
+    [ -x "$bin/$b" ] || { echo "demo: no $bin/$b" >&2; exit 1; }
+  done
+else
+  step "Building csi-attacher, csi-mock-driver and the pinned control plane"
+  cargo build --locked --bins
+  bin="$repo/target/debug"
+fi
 tools=$(hack/build-controlplane.sh | tail -n 1)
-bin="$repo/target/debug"
 
 work=$(mktemp -d /tmp/csi-attacher-demo.XXXXXX)
 pids=()

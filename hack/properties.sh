@@ -17,4 +17,4 @@ export CSI_ATTACHER_GOPROPS_BIN
 
 # Unit-level properties (names contain "prop"), then the differential tests.
 cargo test --locked --lib prop
-cargo test --locked --test properties_migration --test properties_go --test properties_pager
+cargo test --locked --test suite -- properties_migration:: properties_go:: properties_pager::

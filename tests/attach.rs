@@ -1,7 +1,7 @@
 //! Attach flow against the real API server and csi-mock-driver: what reaches
 //! the driver (ledger) and what ends up on the objects.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! csi-mock-driver: a black-holed API connection, a slow Events API, a
 //! ListVolumes listing that does not end, a Secret that is not UTF-8.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;

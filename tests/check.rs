@@ -1,6 +1,6 @@
 //! `csi-attacher check`: a read-only report, exit 0 when clean, 1 otherwise.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 

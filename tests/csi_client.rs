@@ -2,7 +2,7 @@
 //! probe loop, identity, capabilities, publish/unpublish semantics, paging,
 //! Go-format errors, deadlines and call metrics.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::sync::Arc;

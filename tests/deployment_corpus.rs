@@ -19,7 +19,7 @@
 //! `ours::*` runs this project's binary, `upstream::*` the pinned Go
 //! external-attacher on the same fixture: what upstream passes, ours must.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};

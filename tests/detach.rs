@@ -1,6 +1,6 @@
 //! Detach flow and PV finalizer lane against the real API server and csi-mock-driver.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -273,7 +273,7 @@ async fn trivial_handler_marks_attached_without_calls_or_finalizers() {
 
 #[tokio::test]
 async fn pv_finalizer_is_released_when_csi_migration_was_rolled_back() {
-    // The only test in this binary that uses a migration driver's name.
+    // The only test in the suite binary that uses the GCE PD migration driver's name (malformed_objects uses the AWS EBS one).
     let env = Env::named_without_attacher("pd.csi.storage.gke.io", &[]).await;
     let kubeconfig = env.cp.kubeconfig.clone();
     let env = env.with_attacher(&kubeconfig, &[]);

@@ -1,6 +1,6 @@
 //! Warning Events on VolumeAttachments whose attach or detach keeps failing.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

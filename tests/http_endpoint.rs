@@ -2,7 +2,7 @@
 //! idle-connection flood, a slowloris client, and a flood under a low
 //! file-descriptor limit must not stop `/healthz`, spin the CPU or cost the Lease.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;

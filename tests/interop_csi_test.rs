@@ -3,7 +3,7 @@
 //! decodes our requests with the official CSI bindings and records them as
 //! protojson; matching records prove `proto/csi.proto` is wire-compatible.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};

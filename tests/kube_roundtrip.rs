@@ -2,7 +2,7 @@
 //! (PersistentVolume, CSINode, VolumeAttachment) can be created, read, patched
 //! (incl. `/status` and finalizers) and watched.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! a leader frozen (SIGSTOP) past its lease calls its driver no more once
 //! resumed; timing client-go refuses exits as upstream does.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! component-base JSON entries, and `--v` levels that keep the Kubernetes
 //! client quiet below 6, all with `RUST_LOG` unset.
 
-mod support;
+use crate::support;
 
 use regex::Regex;
 use serde_json::Value;

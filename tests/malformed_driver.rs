@@ -3,7 +3,7 @@
 //! attacher says so (VA `attachError` / `detachError`, its log, its exit), that
 //! nothing panics, and that the VA recovers once the driver behaves.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::time::Duration;

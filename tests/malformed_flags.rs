@@ -2,7 +2,7 @@
 //! the real binary and checks the exit code and the message on stderr; rows
 //! marked `same` also run upstream's Go binary, which must exit the same way.
 
-mod support;
+use crate::support;
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;

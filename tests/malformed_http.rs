@@ -3,7 +3,7 @@
 //! answer's status line (or that the connection is closed without one), and
 //! afterwards the endpoint still serves and nothing panicked.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! says what is wrong, or that the value reached the driver unaltered, or that
 //! the API server already refuses the object. A good VA created last must attach.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

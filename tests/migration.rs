@@ -7,7 +7,7 @@
 //! and false fields are the same), and what one side rejects the other must
 //! reject with the same message.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::io::Write;

@@ -7,7 +7,7 @@
 //! promtool is the pinned one of `hack/tools-promtool` (`CSI_ATTACHER_PROMTOOL`,
 //! set by hack/test.sh; else built here with hack/build-gotool.sh, cached).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;

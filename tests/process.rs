@@ -1,7 +1,7 @@
 //! The `csi-attacher` binary as a process: exit codes, flags, and what it does
 //! when the driver goes away.
 
-mod support;
+use crate::support;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

@@ -7,7 +7,7 @@
 //!
 //! Cases: 256 by default, `PROPTEST_CASES` for more (`hack/properties.sh`).
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};

@@ -1,7 +1,7 @@
 //! The attacher under a service account whose RBAC lacks a verb: a clear error,
 //! and recovery once the permission is granted.
 
-mod support;
+use crate::support;
 
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, Patch, PatchParams, PostParams};

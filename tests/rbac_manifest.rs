@@ -6,7 +6,7 @@
 //! and failure Events; and every verb the three files grant shows up in the
 //! API server's audit log of one run (no unused verb).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

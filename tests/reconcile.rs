@@ -1,7 +1,7 @@
 //! The ListVolumes reconciler against the real API server and csi-mock-driver,
 //! with the driver's published state edited behind the attacher's back.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Lanes and scale: a detach storm does not delay attaches, and 1,000 VAs go
 //! through attach and detach with nothing left behind.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -6,7 +6,7 @@
 //! Needs root, to hand the attacher another uid; without it the tests say so
 //! and return.
 
-mod support;
+use crate::support;
 
 use std::os::unix::fs::{chown, PermissionsExt};
 use std::os::unix::process::CommandExt;

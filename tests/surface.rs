@@ -1,7 +1,7 @@
 //! The production surface: HTTP endpoint (metrics, health, readiness) after
 //! real attaches, as Prometheus and the kubelet see it.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -451,7 +451,9 @@ impl Injector {
         let w = &self.world;
         let target = rng.below(w.replicas.len() as u64) as usize;
         // No process (between a kill and its restart): nothing to act on. A pid
-        // of 0 would make prlimit act on this test process itself.
+        // of 0 would make prlimit lower this test process's own limit, and
+        // without CAP_SYS_RESOURCE the hard limit cannot be restored (every
+        // later spawn fails with EMFILE).
         let Some(pid) = lock(&w.replicas[target].slot)
             .process
             .as_ref()
