@@ -315,55 +315,6 @@ async fn missing_pv_csinode_or_driver_entry_are_reported_then_recovered() {
 }
 
 #[tokio::test]
-async fn a_pv_being_deleted_is_not_attached() {
-    let env = Env::start(&[], &[]).await;
-    let node = unique("node");
-    let pv_name = unique("pv");
-    env.create_node(&node).await;
-    env.create_pv(pv(&pv_name, &env.driver).build()).await;
-    // pv-protection keeps it around while deleting.
-    env.pvs
-        .delete(&pv_name, &DeleteParams::default())
-        .await
-        .expect("delete pv");
-    let va_name = unique("va");
-    env.create_va(va(&va_name, &env.driver, &node).pv(&pv_name).build())
-        .await;
-    let failed = env.wait_attach_error(&va_name).await;
-    assert_eq!(
-        attach_error_message(&failed),
-        Some(format!(
-            "PersistentVolume \"{pv_name}\" is marked for deletion"
-        ))
-    );
-    assert!(
-        failed.metadata.finalizers.is_none(),
-        "no VA finalizer before the checks pass"
-    );
-    assert!(env.mock.calls("ControllerPublishVolume").await.is_empty());
-}
-
-#[tokio::test]
-async fn access_modes_without_a_csi_mapping_are_reported() {
-    let env = Env::start(&[], &[]).await;
-    let node = unique("node");
-    env.create_node(&node).await;
-    let bad = create(
-        &env,
-        pv(&unique("pv"), &env.driver).access_modes(&["ReadOnlyMany", "ReadWriteOnce"]),
-    )
-    .await;
-    let va_name = unique("va");
-    env.create_va(va(&va_name, &env.driver, &node).pv(&bad.name()).build())
-        .await;
-    let failed = env.wait_attach_error(&va_name).await;
-    assert_eq!(
-        attach_error_message(&failed).as_deref(),
-        Some("CSI does not support ReadOnlyMany and ReadWriteOnce on the same PersistentVolume")
-    );
-}
-
-#[tokio::test]
 async fn publish_error_is_saved_with_error_code_then_success_clears_it() {
     let env = Env::start(&[], &["--retry-interval-start=300ms"]).await;
     env.mock

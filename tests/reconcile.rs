@@ -181,36 +181,3 @@ async fn vas_of_other_drivers_are_not_reconciled() {
     assert_eq!(env.mock.calls("ControllerPublishVolume").await.len(), 1);
 }
 
-#[tokio::test]
-async fn a_repeating_token_ends_the_pass_with_an_error() {
-    let env = Env::start(
-        &["--repeat-list-token"],
-        &["--reconcile-sync=300ms", "--max-entries=1"],
-    )
-    .await;
-    env.mock
-        .set_published(json!({"a": ["n"], "b": ["n"], "c": ["n"]}))
-        .await;
-    support::eventually(
-        "the repeated token in the log",
-        Duration::from_secs(10),
-        || async {
-            env.logs()
-                .contains("the driver repeated next_token")
-                .then_some(())
-        },
-    )
-    .await;
-    // Each pass stops after the repeat: "", "1", then "1" again is refused.
-    let lists = support::eventually("the next pass", Duration::from_secs(10), || async {
-        let lists = env.mock.calls("ListVolumes").await;
-        (lists.len() >= 3).then_some(lists)
-    })
-    .await;
-    let tokens: Vec<&str> = lists
-        .iter()
-        .take(3)
-        .map(|c| c["starting_token"].as_str().unwrap_or("?"))
-        .collect();
-    assert_eq!(tokens, ["", "1", ""], "{lists:?}");
-}
