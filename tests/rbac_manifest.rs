@@ -152,9 +152,14 @@ async fn scenario(
 ) -> Result<String, String> {
     let env = Env::without_attacher(&[]).await;
     let (kubeconfig, user) = apply(&env, docs, without).await;
+    // Short leader-election timings: a replica that creates the Lease holds
+    // it a renew deadline before it acts, and every step must fit the bound.
     let args = [
         "--leader-election",
         "--leader-election-namespace=default",
+        "--leader-election-lease-duration=4s",
+        "--leader-election-renew-deadline=3s",
+        "--leader-election-retry-period=1s",
         "--retry-interval-start=200ms",
         "--retry-interval-max=1s",
     ];
@@ -323,7 +328,7 @@ async fn the_shipped_rbac_is_enough_and_every_rule_is_needed() {
             let result = scenario(
                 docs,
                 Some((*d, *r)),
-                Duration::from_secs(8),
+                Duration::from_secs(15),
                 Extras::default(),
             )
             .await;
@@ -400,13 +405,13 @@ async fn the_opt_in_files_add_secrets_and_events_and_every_granted_verb_is_used(
         scenario(
             &without_secrets,
             None,
-            Duration::from_secs(8),
+            Duration::from_secs(15),
             only(true, false)
         ),
         scenario(
             &without_events,
             None,
-            Duration::from_secs(8),
+            Duration::from_secs(15),
             only(false, true)
         ),
     );

@@ -180,4 +180,3 @@ async fn vas_of_other_drivers_are_not_reconciled() {
     support::quiet_period(Duration::from_secs(1)).await;
     assert_eq!(env.mock.calls("ControllerPublishVolume").await.len(), 1);
 }
-
