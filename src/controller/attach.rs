@@ -88,7 +88,9 @@ async fn publish_and_mark(ctx: &Ctx, va: &VolumeAttachment, mode: Mode) -> Resul
     if let Err(err) = ctx.api.patch_va_status(va, &patch).await {
         return mark_attached_failed(ctx, va, published, err).await;
     }
-    if let Some(created) = &va.metadata.creation_timestamp {
+    // The attach latency is creation → first attached; a re-publish of a VA
+    // attached long ago is not an attach.
+    if let (Mode::Attach, Some(created)) = (mode, &va.metadata.creation_timestamp) {
         ctx.flow_metrics.attach.observe(seconds_since(created));
     }
     // Upstream logs attach/detach milestones at V(2): debug here (`--v=2`).

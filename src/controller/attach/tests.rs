@@ -59,7 +59,8 @@ async fn a_fresh_va_gets_pv_finalizer_va_metadata_publish_and_attached() {
 
 #[tokio::test]
 async fn an_attached_va_needs_nothing_unless_the_reconciler_forces_it() {
-    let w = World::attachable(attached_va(json!({})), pv_ours());
+    let created = json!({"metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"}});
+    let w = World::attachable(attached_va(created), pv_ours());
     assert_eq!(sync(&w).await, Ok(()));
     assert!(w.requests().is_empty());
     // Forced: the API server confirms the VA (empty patch with its UID), it
@@ -74,6 +75,8 @@ async fn an_attached_va_needs_nothing_unless_the_reconciler_forces_it() {
             status(json!({"attached": true}))
         ]
     );
+    // A re-publish is not an attach: no creation → attached latency sample.
+    assert_eq!(w.ctx.flow_metrics.attach.get_sample_count(), 0);
 }
 
 #[tokio::test]
