@@ -1,12 +1,19 @@
 //! P5: two replicas with leader election; the leader is stopped (SIGTERM,
 //! then in a second run SIGKILL) and a new VA is created at once: the time
 //! until it is attached.
+//!
+//! The Lease exists (released, no holder) before the first replica starts,
+//! as in any cluster after the first installation: both attachers take it at
+//! once. (Ours holds a Lease it had to create for a renew deadline before
+//! acting and will not release it meanwhile, which would measure that hold,
+//! not a failover.)
 
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, DeleteParams};
+use k8s_openapi::api::coordination::v1::LeaseSpec;
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 
 use crate::harness::{qps_args, Harness, DRIVER};
 use crate::metric::catalogue::p5;
@@ -23,6 +30,18 @@ async fn failover(h: &Harness, which: Which, signal: libc::c_int, label: &str) -
     let leases: Api<Lease> = Api::namespaced(h.client.clone(), "default");
     let lease_name = format!("external-attacher-leader-{}", DRIVER.replace('.', "-"));
     let _ = leases.delete(&lease_name, &DeleteParams::default()).await;
+    let released = Lease {
+        metadata: ObjectMeta {
+            name: Some(lease_name.clone()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(String::new()),
+            lease_duration_seconds: Some(1),
+            ..LeaseSpec::default()
+        }),
+    };
+    leases.create(&PostParams::default(), &released).await?;
     let run = h.next_run("p5");
     let pvs = h.create_pvs(&run, 1).await?;
     let mut args = qps_args(10_000);
