@@ -1,4 +1,5 @@
 //! The HTTP endpoint: metrics and health (`--http-endpoint` / `--metrics-address`).
+//! Contract: `docs/contract.md#health-endpoints`.
 //!
 //! | path | answer |
 //! |---|---|

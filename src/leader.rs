@@ -1,4 +1,5 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease, with client-go's semantics.
+//! Contract: `docs/contract.md#lease`, `docs/contract.md#a-leadership-window-with-a-margin`.
 //!
 //! # Protocol (client-go `leaderelection`)
 //! - A candidate GETs the Lease; if it is missing it CREATEs it, if it is held

@@ -10,7 +10,8 @@
 //!        CSI client (tonic over UDS; per-call deadline; metrics) ──▶ driver socket
 //! ```
 //!
-//! README.md and `docs/` (migration guide, bounds, chaos suite, malformed inputs) say what it
+//! README.md and `docs/` (index: `docs/README.md`; the compatibility contract, the architecture,
+//! operations, migration guide, bounds, chaos suite, malformed inputs) say what it
 //! does for operators; each module's doc says how.
 
 pub mod check;

@@ -1,4 +1,5 @@
 //! Metric families, all in one registry owned by the application.
+//! Contract: `docs/contract.md#metrics`.
 //!
 //! Names, labels and buckets follow upstream external-attacher v4.12 so existing
 //! dashboards and alerts keep working.

@@ -1,4 +1,5 @@
 //! Attach flow: make a live VolumeAttachment true (as upstream external-attacher v4.12).
+//! Contract: `docs/contract.md#writes-per-attach`.
 //!
 //! In: one VA from the cache that [`super::decision::decide`] sent here.
 //! Out: `Ok` or the step that failed; this file never touches the queue.

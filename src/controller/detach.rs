@@ -1,5 +1,6 @@
 //! Detach flow: unpublish a deleted VolumeAttachment, then let it go
 //! (as upstream external-attacher v4.12).
+//! Contract: `docs/contract.md#writes-per-detach`.
 //!
 //! # Order
 //! `ControllerUnpublishVolume` first; only after it succeeded is our finalizer

@@ -1,4 +1,5 @@
 //! Why one attach, detach or PV-finalizer attempt did not finish.
+//! Contract: `docs/contract.md#error-texts`.
 //!
 //! Display texts are upstream's where upstream writes them into
 //! `attachError`/`detachError` (as upstream external-attacher v4.12).

@@ -1,4 +1,5 @@
 //! Kubernetes Events for attaches and detaches that keep failing.
+//! Contract: `docs/contract.md#events`.
 //!
 //! From the third consecutive failure of a VA on, each failure (the backoff
 //! spaces them) posts a Warning Event on the VolumeAttachment: reason

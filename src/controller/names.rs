@@ -1,4 +1,5 @@
 //! Names other components read: finalizer, annotations, sanitised driver name.
+//! Contract: `docs/contract.md#finalizers-and-annotations`.
 
 /// Annotation on a VA: the node ID the volume was published to (read by
 /// [`super::node_id`]).

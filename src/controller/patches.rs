@@ -1,4 +1,5 @@
 //! Every API write body, built in one place (as upstream external-attacher v4.12).
+//! Contract: `docs/contract.md#api-writes`.
 //!
 //! Pure: objects in, patch bodies out. `None` means "nothing would change":
 //! the caller skips the write.

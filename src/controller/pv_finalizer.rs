@@ -1,4 +1,5 @@
 //! PV lane: release our PV finalizer once no VA needs the PV (as upstream external-attacher v4.12).
+//! Contract: `docs/contract.md#pv-finalizer-release`.
 //!
 //! # Rule
 //! Remove `external-attacher/<driver>` when the PV is deleting (or its CSI

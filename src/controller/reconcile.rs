@@ -1,6 +1,7 @@
 //! ListVolumes reconciler: notice when the driver's published state and the
 //! VolumeAttachments disagree, and let the normal flows repair it
 //! (as upstream external-attacher v4.12).
+//! Contract: `docs/contract.md#listvolumes-reconciler`, `docs/contract.md#a-sturdier-listvolumes-reconciler`.
 //!
 //! In: the driver's `ListVolumes` (paged) and this driver's VAs from the cache.
 //! Out: VA keys forced through the attach or detach lane. The reconciler itself

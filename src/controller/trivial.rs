@@ -1,4 +1,5 @@
 //! Trivial handler: drivers without ControllerPublish (as upstream external-attacher v4.12).
+//! Contract: `docs/contract.md#trivial-handler`.
 //!
 //! A VA of our driver is marked attached with one `/status` patch (built by
 //! [`patches::attached_status`] with an empty publish context). No CSI calls,

@@ -1,5 +1,6 @@
 //! CSI migration: in-tree PersistentVolumes of the seven migrated plugins,
 //! translated to the CSI source their driver expects.
+//! Contract: `docs/contract.md#in-tree-migration`, `docs/migration.md`.
 //!
 //! The rules, outputs and error texts are those of Kubernetes'
 //! `k8s.io/csi-translation-lib` v0.36 (as upstream external-attacher v4.12); the
