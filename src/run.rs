@@ -150,14 +150,14 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
     }
 }
 
-/// Kubernetes API clients: throttled like client-go for the controller;
-/// leader election on its own, unthrottled.
-async fn kube_clients(config: &Config) -> Result<(kube::Client, kube::Client), RunError> {
+/// Kubernetes API clients: throttled like client-go for the controller (its
+/// urgent writes first); leader election on its own, unthrottled.
+async fn kube_clients(config: &Config) -> Result<(kube_client::Clients, kube::Client), RunError> {
     let kube_config = kube_client::bounded(
         kube_client::load_config(&config.kubeconfig).await?,
         config.timeout,
     );
-    let kube = kube_client::build(
+    let kube = kube_client::build_prioritized(
         kube_config.clone(),
         config.kube_api_qps,
         config.kube_api_burst,

@@ -23,6 +23,8 @@ mod check;
 mod cp;
 #[path = "chaos/faults.rs"]
 mod faults;
+#[path = "chaos/outage.rs"]
+mod outage;
 #[path = "chaos/proxy.rs"]
 mod proxy;
 #[path = "chaos/workload.rs"]

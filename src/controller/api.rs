@@ -18,6 +18,7 @@ use serde::de::IgnoredAny;
 use serde_json::Value;
 
 use super::error::{ApiError, SecretError};
+use crate::kube_client;
 
 /// Every API request a flow makes. Each write names the object it was built
 /// from; `None` from a read means "there is none".
@@ -118,15 +119,18 @@ impl ClusterApi for KubeApi {
 #[derive(Clone)]
 pub struct KubeApi {
     client: kube::Client,
+    /// For the writes a pod waits for (`kube_client::Clients::urgent`).
+    urgent: kube::Client,
     vas: Api<VolumeAttachment>,
 }
 
 impl KubeApi {
-    /// Wraps a (throttled) client.
-    pub fn new(client: kube::Client) -> Self {
+    /// Wraps the (throttled) clients.
+    pub fn new(clients: kube_client::Clients) -> Self {
         Self {
-            vas: Api::all(client.clone()),
-            client,
+            vas: Api::all(clients.normal.clone()),
+            client: clients.normal,
+            urgent: clients.urgent,
         }
     }
 
@@ -168,10 +172,12 @@ impl KubeApi {
             &PatchParams::default(),
             &Patch::Merge(&body),
         );
-        self.send_unread(request).await
+        send_unread(&self.client, request).await
     }
 
-    /// Merge patch on `va`'s `/status` (response skipped).
+    /// Merge patch on `va`'s `/status` (response skipped). A patch setting
+    /// `attached=true` is the write a pod waits for: it goes by the urgent
+    /// client, ahead of requests waiting at the throttle.
     pub async fn patch_va_status(
         &self,
         va: &VolumeAttachment,
@@ -184,7 +190,12 @@ impl KubeApi {
             &PatchParams::default(),
             &Patch::Merge(&body),
         );
-        self.send_unread(request).await
+        let client = if marks_attached(&body) {
+            &self.urgent
+        } else {
+            &self.client
+        };
+        send_unread(client, request).await
     }
 
     /// JSON Patch on a PV (response skipped).
@@ -194,21 +205,7 @@ impl KubeApi {
             &PatchParams::default(),
             &Patch::<()>::Json(patch),
         );
-        self.send_unread(request).await
-    }
-
-    /// Sends a built request; a success body is parsed only far enough to be
-    /// valid JSON (no allocation of the object), errors become `ApiError`s.
-    async fn send_unread(
-        &self,
-        request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
-    ) -> Result<(), ApiError> {
-        let request = request.map_err(|e| ApiError(kube::Error::BuildRequest(e)))?;
-        self.client
-            .request::<IgnoredAny>(request)
-            .await
-            .map(drop)
-            .map_err(ApiError)
+        send_unread(&self.client, request).await
     }
 
     /// GETs a PersistentVolume (`None` when there is none).
@@ -246,6 +243,26 @@ impl KubeApi {
     }
 }
 
+/// Whether a status patch sets `attached=true`.
+fn marks_attached(body: &Value) -> bool {
+    body.pointer("/status/attached") == Some(&Value::Bool(true))
+}
+
+/// Sends a built request by `client`; a success body is parsed only far
+/// enough to be valid JSON (no allocation of the object), errors become
+/// `ApiError`s.
+async fn send_unread(
+    client: &kube::Client,
+    request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+) -> Result<(), ApiError> {
+    let request = request.map_err(|e| ApiError(kube::Error::BuildRequest(e)))?;
+    client
+        .request::<IgnoredAny>(request)
+        .await
+        .map(drop)
+        .map_err(ApiError)
+}
+
 /// A Secret's data as the strings CSI carries. A value that is not UTF-8 fails
 /// the whole operation, naming its key only: altering it (as a lossy
 /// conversion would) sends the driver a credential nobody wrote, and upstream
@@ -281,6 +298,23 @@ mod tests {
     use super::*;
     use k8s_openapi::ByteString;
     use serde_json::json;
+
+    #[test]
+    fn only_a_status_patch_setting_attached_goes_first() {
+        assert!(marks_attached(&json!({"status": {"attached": true}})));
+        assert!(marks_attached(
+            &json!({"status": {"attached": true, "attachmentMetadata": {"a": "b"}, "attachError": null}})
+        ));
+        for ordinary in [
+            json!({"status": {"attached": false, "attachmentMetadata": null}}),
+            json!({"status": {"attachmentMetadata": {"a": "b"}}}),
+            json!({"status": {"attachError": {"message": "m"}}}),
+            json!({"status": {"detachError": null}}),
+            json!({"metadata": {"finalizers": ["f"]}}),
+        ] {
+            assert!(!marks_attached(&ordinary), "{ordinary}");
+        }
+    }
 
     #[test]
     fn a_value_that_is_not_utf8_fails_naming_the_key_only() {

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::api::Api;
 use kube::runtime::reflector::store::Writer;
@@ -23,6 +23,7 @@ use super::names::NODE_ID_ANNOTATION;
 use super::pv_finalizer::needs_finalizer_check;
 use super::queue::WorkQueue;
 use super::store::PvRefs;
+use super::watch_backoff::WatchBackoff;
 
 /// Keeps the VA cache and the PV reference index, and feeds both queues.
 pub async fn run_va_informer(
@@ -166,14 +167,17 @@ pub async fn run_csinode_informer(api: Api<CSINode>, mut writer: Writer<CSINode>
     }
 }
 
-/// A watch of every `kind` object, with kube-runtime's default backoff;
+/// A watch of every `kind` object, retried as [`WatchBackoff`] says;
 /// failures are logged and the watch goes on.
 fn watch<K>(api: Api<K>, kind: &'static str) -> futures::stream::BoxStream<'static, Event<K>>
 where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
 {
+    let backoff = WatchBackoff::default();
+    let failures = backoff.observer();
     watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
+        .inspect_err(move |err| failures.record(err))
+        .backoff(backoff)
         .filter_map(move |event| async move {
             match event {
                 Ok(event) => Some(event),

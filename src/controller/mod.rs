@@ -36,6 +36,7 @@ pub mod store;
 #[cfg(test)]
 mod testing;
 pub mod trivial;
+pub mod watch_backoff;
 mod wiring;
 pub mod workers;
 

@@ -20,6 +20,7 @@ use super::store::{PvRefs, Stores};
 use super::{events, informers, names, reconcile, workers};
 use crate::csi::{self, Capabilities};
 use crate::http::Readiness;
+use crate::kube_client;
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
 
@@ -105,7 +106,7 @@ impl Queues {
 /// Caches fill at once (a standby keeps them warm); workers start once the
 /// caches are synced *and* `hooks.leading` resolved.
 pub async fn run(
-    client: kube::Client,
+    clients: kube_client::Clients,
     csi: csi::Client,
     settings: Settings,
     hooks: Hooks<impl Future<Output = ()>, impl Future<Output = ()>>,
@@ -120,6 +121,7 @@ pub async fn run(
     let finalizer = names::finalizer(&settings.driver_name);
     let mut tasks = JoinSet::new();
     let queues = Queues::new(&settings, &metrics);
+    let client = clients.normal.clone();
     let stores = spawn_watches(&mut tasks, &client, &settings, &finalizer, &queues);
 
     // Upstream waits for the VA and PV caches only; CSINode lags are retried.
@@ -145,7 +147,7 @@ pub async fn run(
         finalizer,
         capabilities: settings.capabilities,
         default_fs_type: settings.default_fs_type.clone(),
-        api: Arc::new(KubeApi::new(client.clone())),
+        api: Arc::new(KubeApi::new(clients)),
         stores,
         csi: Arc::new(csi),
         error_codes: settings.error_codes,

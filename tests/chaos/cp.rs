@@ -175,11 +175,22 @@ impl ChaosCp {
 
     /// SIGKILLs the API server, starts it again and waits until it is ready.
     pub async fn restart_apiserver(&mut self) -> Result<()> {
+        self.kill_apiserver();
+        self.start_apiserver()?;
+        self.wait_ready(Duration::from_secs(90)).await
+    }
+
+    /// SIGKILLs the API server and reaps it.
+    pub fn kill_apiserver(&mut self) {
         self.apiserver.signal(libc::SIGCONT);
         self.apiserver.signal(libc::SIGKILL);
         let _ = self.apiserver.wait();
+    }
+
+    /// Starts the API server again (after [`Self::kill_apiserver`]), same flags.
+    pub fn start_apiserver(&mut self) -> Result<()> {
         self.apiserver = Self::spawn_apiserver(&self.tools, &self.dir, &self.api_args)?;
-        self.wait_ready(Duration::from_secs(90)).await
+        Ok(())
     }
 
     pub fn signal_apiserver(&self, signal: libc::c_int) {
