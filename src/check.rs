@@ -14,7 +14,9 @@ use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment, VolumeError};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
-use kube::ResourceExt;
+use kube::core::{ObjectList, Request};
+use kube::Resource;
+use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::config::Config;
@@ -161,25 +163,34 @@ impl Report {
     }
 }
 
+/// One list of every object at `url_path`, decoded straight into views `T`
+/// (what kube's `Api::list` sends, without a k8s-openapi object per item).
+async fn list_views<T: Clone + DeserializeOwned>(
+    kube: &kube::Client,
+    url_path: &str,
+) -> Result<Vec<T>, kube::Error> {
+    let mut request = Request::new(url_path)
+        .list(&ListParams::default())
+        .map_err(kube::Error::BuildRequest)?;
+    request.extensions_mut().insert("list");
+    Ok(kube.request::<ObjectList<T>>(request).await?.items)
+}
+
 /// This driver's VAs, all PVs and all CSINodes, listed once.
 async fn list_objects(
     kube: kube::Client,
     driver: &str,
-) -> Result<(Vec<VolumeAttachment>, Vec<PersistentVolume>, Vec<CSINode>), Error> {
+) -> Result<(Vec<CachedVa>, Vec<CachedPv>, Vec<CSINode>), Error> {
     let list = |what: &'static str| move |source| Error::Api { what, source };
-    let vas: Vec<VolumeAttachment> = Api::<VolumeAttachment>::all(kube.clone())
-        .list(&ListParams::default())
+    let vas: Vec<CachedVa> = list_views(&kube, &VolumeAttachment::url_path(&(), None))
         .await
         .map_err(list("volumeattachments"))?
-        .items
         .into_iter()
-        .filter(|va| va.spec.attacher == driver)
+        .filter(|va: &CachedVa| va.attacher() == driver)
         .collect();
-    let pvs = Api::<PersistentVolume>::all(kube.clone())
-        .list(&ListParams::default())
+    let pvs = list_views(&kube, &PersistentVolume::url_path(&(), None))
         .await
-        .map_err(list("persistentvolumes"))?
-        .items;
+        .map_err(list("persistentvolumes"))?;
     let csinodes = Api::<CSINode>::all(kube)
         .list(&ListParams::default())
         .await
@@ -211,8 +222,8 @@ pub async fn report(config: &Config) -> Result<Report, Error> {
 
     let (vas, pvs, csinodes) = list_objects(kube, &driver).await?;
     let stores = Stores {
-        vas: store_from(vas.iter().cloned().map(CachedVa::from)),
-        pvs: store_from(pvs.iter().cloned().map(CachedPv::from)),
+        vas: store_from(vas.iter().cloned()),
+        pvs: store_from(pvs.iter().cloned()),
         csinodes: store_from(csinodes),
         pv_refs: PvRefs::default(),
     };
@@ -238,35 +249,35 @@ pub async fn report(config: &Config) -> Result<Report, Error> {
     }
     let now = Timestamp::now();
     for va in &vas {
-        let status = va.status.as_ref();
+        let status = va.status();
         for (operation, error) in [
-            ("attach", status.and_then(|s| s.attach_error.as_ref())),
-            ("detach", status.and_then(|s| s.detach_error.as_ref())),
+            ("attach", status.and_then(|s| s.attach_error())),
+            ("detach", status.and_then(|s| s.detach_error())),
         ] {
             if let Some(error) = error {
                 report.errors.push(stuck(va, operation, error, now));
             }
         }
-        if va.metadata.deletion_timestamp.is_some() && va.finalizers().contains(&fin) {
-            report.deleting_vas.push(va.name_any());
+        if va.is_deleting() && va.has_finalizer(&fin) {
+            report.deleting_vas.push(va.name().to_string());
         }
     }
     report.deleting_pvs = pvs
         .iter()
-        .filter(|pv| pv.metadata.deletion_timestamp.is_some() && pv.finalizers().contains(&fin))
-        .map(ResourceExt::name_any)
+        .filter(|pv| pv.is_deleting() && pv.has_finalizer(&fin))
+        .map(|pv| pv.name().to_string())
         .collect();
     Ok(report)
 }
 
 fn stuck(
-    va: &VolumeAttachment,
+    va: &CachedVa,
     operation: &'static str,
     error: &VolumeError,
     now: Timestamp,
 ) -> StuckError {
     StuckError {
-        volume_attachment: va.name_any(),
+        volume_attachment: va.name().to_string(),
         operation,
         age_seconds: error
             .time

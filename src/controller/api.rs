@@ -11,34 +11,36 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, Secret};
 use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, GetParams, Patch, PatchParams};
 use kube::core::Request;
-use kube::{Resource, ResourceExt};
-use serde::de::IgnoredAny;
+use kube::Resource;
+use serde::de::{DeserializeOwned, IgnoredAny};
 use serde_json::Value;
 
+use super::compact::{CachedPv, CachedVa};
 use super::error::{ApiError, SecretError};
 use crate::kube_client;
 
 /// Every API request a flow makes. Each write names the object it was built
 /// from; `None` from a read means "there is none".
 pub trait ClusterApi: Send + Sync {
-    /// Merge patch on a VA's main resource; returns the VA as written.
+    /// Merge patch on a VA's main resource; returns the VA as written
+    /// (decoded straight into its view).
     fn patch_va<'a>(
         &'a self,
-        va: &'a VolumeAttachment,
+        va: &'a CachedVa,
         body: &'a Value,
-    ) -> BoxFuture<'a, Result<VolumeAttachment, ApiError>>;
+    ) -> BoxFuture<'a, Result<CachedVa, ApiError>>;
     /// Merge patch on a VA's main resource, the response not read.
     fn patch_va_unread<'a>(
         &'a self,
-        va: &'a VolumeAttachment,
+        va: &'a CachedVa,
         body: &'a Value,
     ) -> BoxFuture<'a, Result<(), ApiError>>;
     /// Merge patch on a VA's `/status`.
     fn patch_va_status<'a>(
         &'a self,
-        va: &'a VolumeAttachment,
+        va: &'a CachedVa,
         body: &'a Value,
     ) -> BoxFuture<'a, Result<(), ApiError>>;
     /// JSON Patch on the PV called `name`.
@@ -47,9 +49,8 @@ pub trait ClusterApi: Send + Sync {
         name: &'a str,
         patch: json_patch::Patch,
     ) -> BoxFuture<'a, Result<(), ApiError>>;
-    /// GET of a PV.
-    fn pv<'a>(&'a self, name: &'a str)
-        -> BoxFuture<'a, Result<Option<PersistentVolume>, ApiError>>;
+    /// GET of a PV (decoded straight into its view).
+    fn pv<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<CachedPv>, ApiError>>;
     /// GET of `node`'s CSINode: `driver`'s node ID there.
     fn csinode_node_id<'a>(
         &'a self,
@@ -67,21 +68,21 @@ pub trait ClusterApi: Send + Sync {
 impl ClusterApi for KubeApi {
     fn patch_va<'a>(
         &'a self,
-        va: &'a VolumeAttachment,
+        va: &'a CachedVa,
         body: &'a Value,
-    ) -> BoxFuture<'a, Result<VolumeAttachment, ApiError>> {
+    ) -> BoxFuture<'a, Result<CachedVa, ApiError>> {
         KubeApi::patch_va(self, va, body).boxed()
     }
     fn patch_va_unread<'a>(
         &'a self,
-        va: &'a VolumeAttachment,
+        va: &'a CachedVa,
         body: &'a Value,
     ) -> BoxFuture<'a, Result<(), ApiError>> {
         KubeApi::patch_va_unread(self, va, body).boxed()
     }
     fn patch_va_status<'a>(
         &'a self,
-        va: &'a VolumeAttachment,
+        va: &'a CachedVa,
         body: &'a Value,
     ) -> BoxFuture<'a, Result<(), ApiError>> {
         KubeApi::patch_va_status(self, va, body).boxed()
@@ -93,10 +94,7 @@ impl ClusterApi for KubeApi {
     ) -> BoxFuture<'a, Result<(), ApiError>> {
         KubeApi::patch_pv(self, name, patch).boxed()
     }
-    fn pv<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<PersistentVolume>, ApiError>> {
+    fn pv<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<CachedPv>, ApiError>> {
         KubeApi::pv(self, name).boxed()
     }
     fn csinode_node_id<'a>(
@@ -121,14 +119,12 @@ pub struct KubeApi {
     client: kube::Client,
     /// For the writes a pod waits for (`kube_client::Clients::urgent`).
     urgent: kube::Client,
-    vas: Api<VolumeAttachment>,
 }
 
 impl KubeApi {
     /// Wraps the (throttled) clients.
     pub fn new(clients: kube_client::Clients) -> Self {
         Self {
-            vas: Api::all(clients.normal.clone()),
             client: clients.normal,
             urgent: clients.urgent,
         }
@@ -143,32 +139,22 @@ impl KubeApi {
     // (docs/contract.md, "Writes aimed at the right object").
 
     /// Merge patch on `va`'s main resource; returns the VA as written.
-    pub async fn patch_va(
-        &self,
-        va: &VolumeAttachment,
-        body: &Value,
-    ) -> Result<VolumeAttachment, ApiError> {
+    pub async fn patch_va(&self, va: &CachedVa, body: &Value) -> Result<CachedVa, ApiError> {
         let body = with_uid(body, va);
-        self.vas
-            .patch(
-                &va.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&body),
-            )
-            .await
-            .map_err(ApiError)
+        let request = Request::new(VolumeAttachment::url_path(&(), None)).patch(
+            va.name(),
+            &PatchParams::default(),
+            &Patch::Merge(&body),
+        );
+        self.send(request, "patch").await.map_err(ApiError)
     }
 
     /// Merge patch on `va`'s main resource, when the caller does not need
     /// the VA as written: the response body is skipped, not decoded.
-    pub async fn patch_va_unread(
-        &self,
-        va: &VolumeAttachment,
-        body: &Value,
-    ) -> Result<(), ApiError> {
+    pub async fn patch_va_unread(&self, va: &CachedVa, body: &Value) -> Result<(), ApiError> {
         let body = with_uid(body, va);
         let request = Request::new(VolumeAttachment::url_path(&(), None)).patch(
-            &va.name_any(),
+            va.name(),
             &PatchParams::default(),
             &Patch::Merge(&body),
         );
@@ -178,15 +164,11 @@ impl KubeApi {
     /// Merge patch on `va`'s `/status` (response skipped). A patch setting
     /// `attached=true` is the write a pod waits for: it goes by the urgent
     /// client, ahead of requests waiting at the throttle.
-    pub async fn patch_va_status(
-        &self,
-        va: &VolumeAttachment,
-        body: &Value,
-    ) -> Result<(), ApiError> {
+    pub async fn patch_va_status(&self, va: &CachedVa, body: &Value) -> Result<(), ApiError> {
         let body = with_uid(body, va);
         let request = Request::new(VolumeAttachment::url_path(&(), None)).patch_subresource(
             "status",
-            &va.name_any(),
+            va.name(),
             &PatchParams::default(),
             &Patch::Merge(&body),
         );
@@ -208,10 +190,27 @@ impl KubeApi {
         send_unread(&self.client, request).await
     }
 
+    /// Sends a built request (tagged `verb`, as kube's `Api` tags its own)
+    /// by the normal client and decodes the answer as `T`.
+    async fn send<T: DeserializeOwned>(
+        &self,
+        request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+        verb: &'static str,
+    ) -> Result<T, kube::Error> {
+        let mut request = request.map_err(kube::Error::BuildRequest)?;
+        request.extensions_mut().insert(verb);
+        self.client.request::<T>(request).await
+    }
+
     /// GETs a PersistentVolume (`None` when there is none).
-    pub async fn pv(&self, name: &str) -> Result<Option<PersistentVolume>, ApiError> {
-        let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
-        pvs.get_opt(name).await.map_err(ApiError)
+    pub async fn pv(&self, name: &str) -> Result<Option<CachedPv>, ApiError> {
+        let request =
+            Request::new(PersistentVolume::url_path(&(), None)).get(name, &GetParams::default());
+        match self.send(request, "get").await {
+            Ok(pv) => Ok(Some(pv)),
+            Err(kube::Error::Api(status)) if status.is_not_found() => Ok(None),
+            Err(err) => Err(ApiError(err)),
+        }
     }
 
     /// GETs `node`'s CSINode: `driver`'s node ID there, if the node has it.
@@ -280,14 +279,14 @@ fn secret_strings(
 
 /// `body` with `metadata.uid` set to `va`'s UID (unchanged when `va` has none,
 /// as objects built in unit tests may not).
-fn with_uid(body: &Value, va: &VolumeAttachment) -> Value {
+fn with_uid(body: &Value, va: &CachedVa) -> Value {
     let mut body = body.clone();
-    if let (Some(uid), Value::Object(fields)) = (&va.metadata.uid, &mut body) {
+    if let (Some(uid), Value::Object(fields)) = (va.uid(), &mut body) {
         let metadata = fields
             .entry("metadata")
             .or_insert_with(|| Value::Object(serde_json::Map::new()));
         if let Value::Object(metadata) = metadata {
-            metadata.insert("uid".into(), Value::String(uid.clone()));
+            metadata.insert("uid".into(), Value::String(uid.to_owned()));
         }
     }
     body
@@ -337,8 +336,7 @@ mod tests {
 
     #[test]
     fn every_va_patch_names_the_uid_it_was_built_from() {
-        let mut va = VolumeAttachment::default();
-        va.metadata.uid = Some("u-1".into());
+        let va: CachedVa = serde_json::from_value(json!({"metadata": {"uid": "u-1"}})).expect("va");
         let status = json!({"status": {"attached": true}});
         assert_eq!(
             with_uid(&status, &va),
@@ -349,7 +347,7 @@ mod tests {
             with_uid(&metadata, &va),
             json!({"metadata": {"uid": "u-1", "finalizers": ["f"]}})
         );
-        va.metadata.uid = None;
+        let va = CachedVa::default();
         assert_eq!(with_uid(&status, &va), status);
     }
 }

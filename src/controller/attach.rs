@@ -24,10 +24,8 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::storage::v1::VolumeAttachment;
-use kube::ResourceExt;
-
 use super::capability::volume_capability;
+use super::compact::CachedVa;
 use super::context::{seconds_since, Ctx};
 use super::driver::Origin;
 use super::error::FlowError;
@@ -42,7 +40,7 @@ use crate::csi::proto::{ControllerPublishVolumeRequest, ControllerUnpublishVolum
 /// A failure before or during Publish is recorded in `attachError`; a failure
 /// to write `attached=true` is only logged (upstream), unless the API server
 /// refuses that status as invalid; all are retried.
-pub async fn attach(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), FlowError> {
+pub async fn attach(ctx: &Ctx, va: &CachedVa) -> Result<(), FlowError> {
     publish_and_mark(ctx, va, Mode::Attach).await
 }
 
@@ -50,7 +48,7 @@ pub async fn attach(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), FlowError> {
 /// found the volume unpublished): first asks the API server whether the VA
 /// still exists and is not being deleted ([`still_live`]), then runs the
 /// attach, and writes `attached=true` even though it changes nothing.
-pub async fn republish(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), FlowError> {
+pub async fn republish(ctx: &Ctx, va: &CachedVa) -> Result<(), FlowError> {
     if !still_live(ctx, va).await? {
         return Ok(());
     }
@@ -66,7 +64,7 @@ enum Mode {
     Republish,
 }
 
-async fn publish_and_mark(ctx: &Ctx, va: &VolumeAttachment, mode: Mode) -> Result<(), FlowError> {
+async fn publish_and_mark(ctx: &Ctx, va: &CachedVa, mode: Mode) -> Result<(), FlowError> {
     let (publish_context, published) = match publish(ctx, va).await {
         Ok(done) => done,
         Err(err) => {
@@ -76,7 +74,7 @@ async fn publish_and_mark(ctx: &Ctx, va: &VolumeAttachment, mode: Mode) -> Resul
             return Err(err);
         }
     };
-    let patch = match patches::attached_status(va.status.as_ref(), &publish_context) {
+    let patch = match patches::attached_status(va.status(), &publish_context) {
         Some(patch) => patch,
         // A re-publish of a VA that already says attached changes nothing,
         // but is written anyway: the write carries the VA's UID, so a VA that
@@ -91,11 +89,11 @@ async fn publish_and_mark(ctx: &Ctx, va: &VolumeAttachment, mode: Mode) -> Resul
     }
     // The attach latency is creation → first attached; a re-publish of a VA
     // attached long ago is not an attach.
-    if let (Mode::Attach, Some(created)) = (mode, &va.metadata.creation_timestamp) {
+    if let (Mode::Attach, Some(created)) = (mode, va.creation_timestamp()) {
         ctx.flow_metrics.attach.observe(seconds_since(created));
     }
     // Upstream logs attach/detach milestones at V(2): debug here (`--v=2`).
-    tracing::debug!(va = %va.name_any(), "Attached");
+    tracing::debug!(va = %va.name(), "Attached");
     Ok(())
 }
 
@@ -108,15 +106,15 @@ async fn publish_and_mark(ctx: &Ctx, va: &VolumeAttachment, mode: Mode) -> Resul
 /// driver's list rightly lacks them. Publishing those would leak them (chaos
 /// seed 20261127, I1). An empty merge patch carrying the UID changes nothing
 /// and answers with the VA as it is (404 when gone, 422 when replaced).
-async fn still_live(ctx: &Ctx, va: &VolumeAttachment) -> Result<bool, FlowError> {
+async fn still_live(ctx: &Ctx, va: &CachedVa) -> Result<bool, FlowError> {
     match ctx.api.patch_va(va, &serde_json::json!({})).await {
-        Ok(current) if current.metadata.deletion_timestamp.is_some() => {
-            tracing::info!(va = %va.name_any(), "Not re-publishing a VolumeAttachment that is being deleted");
+        Ok(current) if current.is_deleting() => {
+            tracing::info!(va = %va.name(), "Not re-publishing a VolumeAttachment that is being deleted");
             Ok(false)
         }
         Ok(_) => Ok(true),
         Err(err) if err.is_not_found() || err.is_replaced() => {
-            tracing::info!(va = %va.name_any(), "Not re-publishing a VolumeAttachment that is gone (stale cache)");
+            tracing::info!(va = %va.name(), "Not re-publishing a VolumeAttachment that is gone (stale cache)");
             Ok(false)
         }
         Err(err) => Err(FlowError::SaveVolumeAttachment(err)),
@@ -126,7 +124,7 @@ async fn still_live(ctx: &Ctx, va: &VolumeAttachment) -> Result<bool, FlowError>
 /// Writing `attached=true` after a successful Publish failed with `err`.
 async fn mark_attached_failed(
     ctx: &Ctx,
-    va: &VolumeAttachment,
+    va: &CachedVa,
     published: Published,
     err: super::error::ApiError,
 ) -> Result<(), FlowError> {
@@ -134,7 +132,7 @@ async fn mark_attached_failed(
         // The VA went away (or was replaced) while we published for it: a
         // replica with a newer cache detached it already, and nobody else
         // will unpublish what we just published. Undo it.
-        tracing::info!(va = %va.name_any(), node_id = %published.request.node_id,
+        tracing::info!(va = %va.name(), node_id = %published.request.node_id,
             "VolumeAttachment gone while it was published; unpublishing");
         ctx.leadership
             .call(ctx.csi.unpublish(published.request, published.origin))
@@ -163,7 +161,7 @@ struct Published {
 /// and the Unpublish that would undo it.
 async fn publish(
     ctx: &Ctx,
-    va: &VolumeAttachment,
+    va: &CachedVa,
 ) -> Result<(BTreeMap<String, String>, Published), FlowError> {
     // Check as much as possible before the VA gets our finalizer.
     let source = source::resolve_or_get(va, &ctx.stores, ctx.api.as_ref()).await?;
@@ -178,8 +176,8 @@ async fn publish(
     // driver re-registered): the volume may be published to the recorded one.
     // Unpublish it there first, so that the record can move on without
     // leaking that publication (upstream overwrites the record).
-    if let (Some(stale), true) = (stale, va.finalizers().contains(&ctx.finalizer)) {
-        tracing::info!(va = %va.name_any(), recorded = %stale, csinode = %request.node_id,
+    if let (Some(stale), true) = (stale, va.has_finalizer(&ctx.finalizer)) {
+        tracing::info!(va = %va.name(), recorded = %stale, csinode = %request.node_id,
             "The node ID recorded at publish differs from the CSINode's; unpublishing from the recorded one first");
         let unpublish = ControllerUnpublishVolumeRequest {
             volume_id: request.volume_id.clone(),
@@ -219,16 +217,16 @@ async fn add_pv_finalizer(ctx: &Ctx, source: &Source<'_>) -> Result<(), FlowErro
     let Source::Pv(pv) = source else {
         return Ok(());
     };
-    let name = pv.name_any();
-    if pv.metadata.deletion_timestamp.is_some() {
-        return Err(FlowError::PvDeleting(name));
+    let name = pv.name();
+    if pv.is_deleting() {
+        return Err(FlowError::PvDeleting(name.to_string()));
     }
-    if pv.finalizers().contains(&ctx.finalizer) {
+    if pv.has_finalizer(&ctx.finalizer) {
         return Ok(());
     }
-    let patch = patches::pv_add_finalizer(pv.metadata.finalizers.as_deref(), &ctx.finalizer);
+    let patch = patches::pv_add_finalizer(pv.finalizers_as_sent(), &ctx.finalizer);
     ctx.api
-        .patch_pv(&name, patch)
+        .patch_pv(name, patch)
         .await
         .map_err(FlowError::AddPvFinalizer)
 }
@@ -238,7 +236,7 @@ async fn add_pv_finalizer(ctx: &Ctx, source: &Source<'_>) -> Result<(), FlowErro
 /// (and a CSINode GET on a cache miss); writes nothing.
 async fn publish_request(
     ctx: &Ctx,
-    va: &VolumeAttachment,
+    va: &CachedVa,
     source: &Source<'_>,
 ) -> Result<(ControllerPublishVolumeRequest, Origin, Option<String>), FlowError> {
     let volume = source.csi_volume()?;

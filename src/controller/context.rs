@@ -5,12 +5,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::CSIPersistentVolumeSource;
-use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::ResourceExt;
 
 use super::api::ClusterApi;
+use super::compact::CachedVa;
 use super::driver::Driver;
 use super::error::FlowError;
 use super::events::FailureEvents;
@@ -73,7 +72,7 @@ impl Ctx {
 
     /// Saves `err` on `va` as `attachError` (attach lane) or `detachError`
     /// (detach lane); a failure to save is only logged.
-    pub async fn record_error(&self, va: &VolumeAttachment, lane: Lane, err: &FlowError) {
+    pub async fn record_error(&self, va: &CachedVa, lane: Lane, err: &FlowError) {
         let (field, patch) = match lane {
             Lane::Detach => (
                 "detachError",
@@ -92,10 +91,10 @@ impl Ctx {
             Ok(()) => {}
             // The VA was deleted and re-created: the error was about the old one.
             Err(save) if save.is_replaced() => {
-                tracing::debug!(va = %va.name_any(), "VolumeAttachment re-created; {field} not saved")
+                tracing::debug!(va = %va.name(), "VolumeAttachment re-created; {field} not saved")
             }
             Err(save) => {
-                tracing::warn!(va = %va.name_any(), error = %save, "could not save {field}")
+                tracing::warn!(va = %va.name(), error = %save, "could not save {field}")
             }
         }
     }

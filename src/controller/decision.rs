@@ -4,8 +4,7 @@
 //! The flows ([`super::attach`], [`super::detach`], [`super::trivial`])
 //! execute the step; nothing here does I/O.
 
-use k8s_openapi::api::storage::v1::VolumeAttachment;
-
+use super::compact::CachedVa;
 use super::error::FlowError;
 use super::lane::Lane;
 use crate::csi::Capabilities;
@@ -41,7 +40,7 @@ pub enum Step {
 
 /// The step for `va` (`None`: not in the cache).
 pub fn decide(
-    va: Option<&VolumeAttachment>,
+    va: Option<&CachedVa>,
     finalizer: &str,
     capabilities: &Capabilities,
     trigger: Trigger,
@@ -51,17 +50,10 @@ pub fn decide(
         // Gone from the cache: deleted (the cache holds our driver's VAs only).
         return Step::Nothing;
     };
-    let attached = va.status.as_ref().is_some_and(|s| s.attached);
-    let ours = va
-        .metadata
-        .finalizers
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .any(|f| f == finalizer);
-    let lane = Lane::of_va(&va.metadata);
-    let source = &va.spec.source;
-    let source_error = match (&source.persistent_volume_name, &source.inline_volume_spec) {
+    let attached = va.attached();
+    let ours = va.has_finalizer(finalizer);
+    let lane = Lane::of_va(va);
+    let source_error = match (va.pv_name(), va.inline_spec()) {
         (Some(_), Some(_)) => Some(FlowError::BothSources),
         (None, None) => Some(FlowError::NoSource),
         _ => None,
@@ -102,12 +94,7 @@ mod tests {
         }
     }
 
-    fn va(
-        attached: bool,
-        deleting: bool,
-        ours: bool,
-        source: serde_json::Value,
-    ) -> VolumeAttachment {
+    fn va(attached: bool, deleting: bool, ours: bool, source: serde_json::Value) -> CachedVa {
         let mut meta = json!({"name": "va"});
         if deleting {
             meta["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
@@ -123,7 +110,7 @@ mod tests {
         .expect("va")
     }
 
-    fn step(va: Option<&VolumeAttachment>, attach: bool, trigger: Trigger) -> String {
+    fn step(va: Option<&CachedVa>, attach: bool, trigger: Trigger) -> String {
         format!("{:?}", decide(va, FIN, &caps(attach), trigger))
     }
 

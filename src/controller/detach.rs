@@ -12,9 +12,7 @@
 //! when the finalizer patch shows the VA is gone (ours was the last
 //! finalizer), where it could only 404. Upstream sends it anyway.
 
-use k8s_openapi::api::storage::v1::VolumeAttachment;
-use kube::ResourceExt;
-
+use super::compact::CachedVa;
 use super::context::{seconds_since, Ctx};
 use super::error::FlowError;
 use super::lane::Lane;
@@ -23,14 +21,14 @@ use super::{patches, source};
 use crate::csi::proto::ControllerUnpublishVolumeRequest;
 
 /// One detach attempt; any failure is recorded in `detachError` and retried.
-pub async fn detach(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), FlowError> {
+pub async fn detach(ctx: &Ctx, va: &CachedVa) -> Result<(), FlowError> {
     match unpublish_and_release(ctx, va).await {
         Ok(()) => {
-            if let Some(deleted) = &va.metadata.deletion_timestamp {
+            if let Some(deleted) = va.deletion_timestamp() {
                 ctx.flow_metrics.detach.observe(seconds_since(deleted));
             }
             // V(2) upstream: debug here (`--v=2`).
-            tracing::debug!(va = %va.name_any(), "Detached");
+            tracing::debug!(va = %va.name(), "Detached");
             Ok(())
         }
         Err(err) => {
@@ -42,7 +40,7 @@ pub async fn detach(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), FlowError> {
     }
 }
 
-async fn unpublish_and_release(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), FlowError> {
+async fn unpublish_and_release(ctx: &Ctx, va: &CachedVa) -> Result<(), FlowError> {
     unpublish(ctx, va).await?;
     let mut current = None;
     if let Some(patch) = patches::remove_va_finalizer(va, &ctx.finalizer) {
@@ -58,13 +56,11 @@ async fn unpublish_and_release(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), F
     // Our finalizer was the last one: the API server has deleted the VA.
     if current
         .as_ref()
-        .is_some_and(|v| v.metadata.deletion_timestamp.is_some() && v.finalizers().is_empty())
+        .is_some_and(|v| v.is_deleting() && v.finalizers().is_empty())
     {
         return Ok(());
     }
-    let status = current
-        .as_ref()
-        .map_or(va.status.as_ref(), |v| v.status.as_ref());
+    let status = current.as_ref().map_or(va.status(), |v| v.status());
     if let Some(patch) = patches::detached_status(status) {
         match ctx.api.patch_va_status(va, &patch).await {
             Ok(_) => {}
@@ -77,14 +73,14 @@ async fn unpublish_and_release(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), F
 
 /// `ControllerUnpublishVolume` from every node ID the volume may be
 /// published to ([`NodeIds::to_unpublish`]).
-async fn unpublish(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), FlowError> {
+async fn unpublish(ctx: &Ctx, va: &CachedVa) -> Result<(), FlowError> {
     let source = source::resolve_or_get(va, &ctx.stores, ctx.api.as_ref()).await?;
     let volume = source.csi_volume()?;
     let secrets = ctx.publish_secrets(&volume.csi).await?;
     let node_ids = NodeIds::cached(va, &ctx.stores.csinodes, &ctx.driver_name);
     if let (Some(recorded), Ok(current)) = (&node_ids.recorded, &node_ids.csinode) {
         if !recorded.is_empty() && recorded != current {
-            tracing::info!(va = %va.name_any(), recorded = %recorded, csinode = %current,
+            tracing::info!(va = %va.name(), recorded = %recorded, csinode = %current,
                 "The node ID recorded at publish differs from the CSINode's; unpublishing from both");
         }
     }

@@ -18,10 +18,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::Resource;
 use prometheus::{IntCounter, Opts, Registry};
 use tokio::sync::mpsc;
 
+use super::compact::CachedVa;
 use super::error::FlowError;
 use super::lane::Lane;
 
@@ -60,7 +60,7 @@ impl FailureEvents {
     /// Called after each failed sync of `va` in `lane`; `failures` counts
     /// consecutive failures. Never waits: the Event is queued, or dropped
     /// when the queue is full.
-    pub async fn failed(&self, va: &VolumeAttachment, lane: Lane, failures: u32, err: &FlowError) {
+    pub async fn failed(&self, va: &CachedVa, lane: Lane, failures: u32, err: &FlowError) {
         if failures < FAILURES_BEFORE_EVENT {
             return;
         }
@@ -77,7 +77,7 @@ impl FailureEvents {
                 action: action.into(),
                 secondary: None,
             },
-            reference: va.object_ref(&()),
+            reference: reference(va),
         };
         if let Err(err) = self.queue.try_send(pending) {
             self.dropped.inc();
@@ -92,6 +92,20 @@ impl FailureEvents {
     /// Events dropped so far.
     pub fn dropped(&self) -> u64 {
         self.dropped.get()
+    }
+}
+
+/// What an Event on `va` is about: its API version, kind, name and UID (the
+/// fields kube's `Resource::object_ref` fills for a cluster-scoped object).
+fn reference(va: &CachedVa) -> ObjectReference {
+    use k8s_openapi::Resource as _;
+    ObjectReference {
+        api_version: Some(VolumeAttachment::API_VERSION.to_owned()),
+        kind: Some(VolumeAttachment::KIND.to_owned()),
+        name: va.meta.rest.name.clone(),
+        namespace: va.meta.rest.namespace.clone(),
+        uid: va.uid().map(str::to_owned),
+        ..ObjectReference::default()
     }
 }
 
@@ -139,6 +153,18 @@ mod tests {
         (kube::Client::try_from(config).expect("client"), listener)
     }
 
+    #[test]
+    fn the_reference_is_the_one_kube_builds_for_the_full_object() {
+        use kube::Resource;
+        let json = serde_json::json!({
+            "metadata": {"name": "va-1", "uid": "u-1", "resourceVersion": "7"},
+            "spec": {"attacher": "d", "nodeName": "n", "source": {"persistentVolumeName": "pv"}},
+        });
+        let view: CachedVa = serde_json::from_value(json.clone()).expect("view");
+        let full: VolumeAttachment = serde_json::from_value(json).expect("full");
+        assert_eq!(reference(&view), full.object_ref(&()));
+    }
+
     #[tokio::test]
     async fn a_full_queue_drops_and_counts_without_waiting() {
         let (client, _listener) = hanging_client();
@@ -148,8 +174,8 @@ mod tests {
             instance: None,
         };
         let events = FailureEvents::new(client, reporter, &registry);
-        let mut va = VolumeAttachment::default();
-        va.metadata.name = Some("va".into());
+        let va: CachedVa =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "va"}})).expect("va");
         let err = FlowError::PvNotFound("pv".into());
         let started = std::time::Instant::now();
         // The poster takes one and hangs on it; the queue holds QUEUE_CAPACITY more.

@@ -15,9 +15,8 @@ use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
-use kube::{Resource, ResourceExt};
 
-use super::compact::{CachedPv, CachedVa};
+use super::compact::{CachedPv, CachedVa, Wire};
 use super::lane::Lane;
 use super::names::NODE_ID_ANNOTATION;
 use super::pv_finalizer::needs_finalizer_check;
@@ -27,7 +26,7 @@ use super::watch_backoff::WatchBackoff;
 
 /// Keeps the VA cache and the PV reference index, and feeds both queues.
 pub async fn run_va_informer(
-    api: Api<CachedVa>,
+    api: Api<Wire<CachedVa>>,
     mut writer: Writer<CachedVa>,
     pv_refs: PvRefs,
     driver: String,
@@ -46,10 +45,10 @@ pub async fn run_va_informer(
                 writer.apply_watcher_event(&Event::Init);
             }
             Event::InitApply(va) => {
-                let name = va.name_any();
+                let name = va.name().to_string();
                 pv_refs.relisted(&name, va.pv_name());
                 if va.attacher() == driver {
-                    listed.push((name, Lane::of_va(va.meta())));
+                    listed.push((name, Lane::of_va(&va)));
                     writer.apply_watcher_event(&Event::InitApply(va));
                 }
             }
@@ -64,7 +63,7 @@ pub async fn run_va_informer(
                 }
             }
             Event::Apply(va) => {
-                let name = va.name_any();
+                let name = va.name().to_string();
                 pv_refs.upsert(&name, va.pv_name());
                 if va.attacher() != driver {
                     continue;
@@ -73,14 +72,14 @@ pub async fn run_va_informer(
                     Some(old) => should_enqueue_change(&old, &va, &finalizer),
                     None => true,
                 };
-                let lane = Lane::of_va(va.meta());
+                let lane = Lane::of_va(&va);
                 writer.apply_watcher_event(&Event::Apply(va));
                 if enqueue {
                     va_queue.add(&name, lane.index());
                 }
             }
             Event::Delete(va) => {
-                let name = va.name_any();
+                let name = va.name().to_string();
                 pv_refs.remove(&name);
                 if let Some(pv) = va.pv_name() {
                     pv_queue.add(pv, Lane::Pv.index());
@@ -95,7 +94,7 @@ pub async fn run_va_informer(
 
 /// Keeps the PV cache (this driver's PVs only) and feeds the PV queue.
 pub async fn run_pv_informer(
-    api: Api<CachedPv>,
+    api: Api<Wire<CachedPv>>,
     mut writer: Writer<CachedPv>,
     driver: String,
     finalizer: String,
@@ -111,8 +110,8 @@ pub async fn run_pv_informer(
             }
             Event::InitApply(pv) => {
                 if is_cached(&pv, &driver, &finalizer) {
-                    if needs_finalizer_check(&pv.to_full(), &driver, &finalizer) {
-                        listed.push(pv.name_any());
+                    if needs_finalizer_check(&pv, &driver, &finalizer) {
+                        listed.push(pv.name().to_string());
                     }
                     writer.apply_watcher_event(&Event::InitApply(pv));
                 }
@@ -125,8 +124,8 @@ pub async fn run_pv_informer(
             }
             Event::Apply(pv) => {
                 if is_cached(&pv, &driver, &finalizer) {
-                    let enqueue = needs_finalizer_check(&pv.to_full(), &driver, &finalizer);
-                    let name = pv.name_any();
+                    let enqueue = needs_finalizer_check(&pv, &driver, &finalizer);
+                    let name = pv.name().to_string();
                     writer.apply_watcher_event(&Event::Apply(pv));
                     if enqueue {
                         pv_queue.add(&name, Lane::Pv.index());
@@ -153,7 +152,7 @@ pub async fn run_csinode_informer(api: Api<CSINode>, mut writer: Writer<CSINode>
     // `managedFields` are dropped on arrival: nothing here reads them, and
     // they are often the largest part of an object. (VAs and PVs are decoded
     // without them, see `compact`.)
-    let mut events = watch(api, "CSINode").map(|mut event| {
+    let mut events = watch_raw(api, "CSINode").map(|mut event| {
         match &mut event {
             Event::Apply(node) | Event::InitApply(node) | Event::Delete(node) => {
                 node.metadata.managed_fields = None
@@ -167,9 +166,29 @@ pub async fn run_csinode_informer(api: Api<CSINode>, mut writer: Writer<CSINode>
     }
 }
 
+/// A watch of every `kind` object as views: each object is decoded once,
+/// straight into its view, and unwrapped from [`Wire`] here, before any
+/// cache or enqueue decision sees it.
+fn watch<T>(api: Api<Wire<T>>, kind: &'static str) -> futures::stream::BoxStream<'static, Event<T>>
+where
+    Wire<T>:
+        kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+    T: Send + 'static,
+{
+    watch_raw(api, kind)
+        .map(|event| match event {
+            Event::Init => Event::Init,
+            Event::InitApply(obj) => Event::InitApply(obj.view),
+            Event::InitDone => Event::InitDone,
+            Event::Apply(obj) => Event::Apply(obj.view),
+            Event::Delete(obj) => Event::Delete(obj.view),
+        })
+        .boxed()
+}
+
 /// A watch of every `kind` object, retried as [`WatchBackoff`] says;
 /// failures are logged and the watch goes on.
-fn watch<K>(api: Api<K>, kind: &'static str) -> futures::stream::BoxStream<'static, Event<K>>
+fn watch_raw<K>(api: Api<K>, kind: &'static str) -> futures::stream::BoxStream<'static, Event<K>>
 where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
 {
@@ -200,12 +219,12 @@ where
 /// re-running that attach against a cache without `attached=true` would
 /// publish and patch a second time.
 pub fn should_enqueue_change(old: &CachedVa, new: &CachedVa, finalizer: &str) -> bool {
-    let (old_meta, new_meta) = (old.meta(), new.meta());
+    let (old_meta, new_meta) = (&old.meta.rest, &new.meta.rest);
     if old_meta.resource_version == new_meta.resource_version {
         return true; // resync
     }
     let mut sanitized = new.clone();
-    sanitized.meta_mut().resource_version = old_meta.resource_version.clone();
+    sanitized.meta.rest.resource_version = old_meta.resource_version.clone();
     let mut with_ours = old_meta.finalizers.clone().unwrap_or_default();
     if !with_ours.iter().any(|f| f == finalizer) {
         with_ours.push(finalizer.to_string());
@@ -213,7 +232,7 @@ pub fn should_enqueue_change(old: &CachedVa, new: &CachedVa, finalizer: &str) ->
     let mut own_write = false;
     if new_meta.finalizers.as_deref().unwrap_or_default() == with_ours.as_slice() {
         own_write |= new_meta.finalizers != old_meta.finalizers;
-        sanitized.meta_mut().finalizers = old_meta.finalizers.clone();
+        sanitized.meta.rest.finalizers = old_meta.finalizers.clone();
     }
     if new.same_annotations_but(old, NODE_ID_ANNOTATION) {
         own_write |= !new.same_annotations(old);
@@ -272,8 +291,13 @@ mod tests {
 
     const FIN: &str = "external-attacher/x";
 
+    /// The view a watch decodes from `va`'s JSON.
+    fn view(va: &VolumeAttachment) -> CachedVa {
+        serde_json::from_value(serde_json::to_value(va).expect("json")).expect("view")
+    }
+
     fn enqueue(old: &VolumeAttachment, new: &VolumeAttachment) -> bool {
-        should_enqueue_change(&old.clone().into(), &new.clone().into(), FIN)
+        should_enqueue_change(&view(old), &view(new), FIN)
     }
 
     #[test]

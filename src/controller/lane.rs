@@ -5,7 +5,7 @@
 //! is its label in metrics (`csi_attacher_sync_panics_total`, the lane gauges)
 //! and its field in logs.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use super::compact::CachedVa;
 
 /// One lane of one queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -51,9 +51,9 @@ impl Lane {
         lanes.map(Lane::name)
     }
 
-    /// The lane a VA with `meta` belongs in: detach once it is being deleted.
-    pub fn of_va(meta: &ObjectMeta) -> Lane {
-        if meta.deletion_timestamp.is_some() {
+    /// The lane `va` belongs in: detach once it is being deleted.
+    pub fn of_va(va: &CachedVa) -> Lane {
+        if va.is_deleting() {
             Lane::Detach
         } else {
             Lane::Attach

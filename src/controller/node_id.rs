@@ -13,10 +13,10 @@
 //! | [`NodeIds::to_compare`]   | the annotation, else skip        | fallback only                    |
 
 use k8s_openapi::api::storage::v1::CSINode;
-use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::api::ClusterApi;
+use super::compact::CachedVa;
 use super::error::FlowError;
 use super::names::NODE_ID_ANNOTATION;
 
@@ -42,12 +42,8 @@ pub enum Lookup {
 }
 
 /// The node-id annotation on `va`, as found.
-fn annotation(va: &VolumeAttachment) -> Option<String> {
-    va.metadata
-        .annotations
-        .as_ref()?
-        .get(NODE_ID_ANNOTATION)
-        .cloned()
+fn annotation(va: &CachedVa) -> Option<String> {
+    va.annotation(NODE_ID_ANNOTATION).map(str::to_owned)
 }
 
 /// `driver`'s node ID on `node` from the CSINode cache.
@@ -75,13 +71,13 @@ impl NodeIds {
     /// Both sources for `va`; with [`Lookup::CacheThenApi`] a cache miss
     /// costs one GET of the CSINode.
     pub async fn look_up(
-        va: &VolumeAttachment,
+        va: &CachedVa,
         csinodes: &Store<CSINode>,
         api: &dyn ClusterApi,
         driver: &str,
         lookup: Lookup,
     ) -> Self {
-        let node = &va.spec.node_name;
+        let node = va.node_name();
         let mut csinode = from_cache(csinodes, node, driver);
         if let (Lookup::CacheThenApi, Err(miss)) = (lookup, &csinode) {
             match api.csinode_node_id(node, driver).await {
@@ -99,10 +95,10 @@ impl NodeIds {
     }
 
     /// Both sources for `va`, from the cache only (no I/O).
-    pub fn cached(va: &VolumeAttachment, csinodes: &Store<CSINode>, driver: &str) -> Self {
+    pub fn cached(va: &CachedVa, csinodes: &Store<CSINode>, driver: &str) -> Self {
         Self {
             recorded: annotation(va),
-            csinode: from_cache(csinodes, &va.spec.node_name, driver),
+            csinode: from_cache(csinodes, va.node_name(), driver),
         }
     }
 

@@ -6,31 +6,27 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::storage::v1::{VolumeAttachment, VolumeAttachmentStatus, VolumeError};
+use k8s_openapi::api::storage::v1::VolumeError;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{json, Map, Value};
 
+use super::compact::{CachedVa, CompactVaStatus};
 use super::names::NODE_ID_ANNOTATION;
 
 /// Merge patch (main resource) adding our finalizer and the node-id annotation,
 /// or `None` when both are already there.
 ///
 /// The finalizer list is written whole (cached list + ours), as upstream does.
-pub fn attach_metadata(va: &VolumeAttachment, finalizer: &str, node_id: &str) -> Option<Value> {
+pub fn attach_metadata(va: &CachedVa, finalizer: &str, node_id: &str) -> Option<Value> {
     let mut metadata = Map::new();
-    let finalizers = va.metadata.finalizers.as_deref().unwrap_or_default();
+    let finalizers = va.finalizers();
     if !finalizers.iter().any(|f| f == finalizer) {
         let mut list = finalizers.to_vec();
         list.push(finalizer.to_string());
         metadata.insert("finalizers".into(), json!(list));
     }
-    let current = va
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(NODE_ID_ANNOTATION));
-    if current.map(String::as_str) != Some(node_id) {
+    if va.annotation(NODE_ID_ANNOTATION) != Some(node_id) {
         metadata.insert("annotations".into(), json!({ NODE_ID_ANNOTATION: node_id }));
     }
     (!metadata.is_empty()).then(|| json!({ "metadata": metadata }))
@@ -38,8 +34,8 @@ pub fn attach_metadata(va: &VolumeAttachment, finalizer: &str, node_id: &str) ->
 
 /// Merge patch (main resource) removing our finalizer (`null` when none is left),
 /// or `None` when it is not there.
-pub fn remove_va_finalizer(va: &VolumeAttachment, finalizer: &str) -> Option<Value> {
-    let finalizers = va.metadata.finalizers.as_deref().unwrap_or_default();
+pub fn remove_va_finalizer(va: &CachedVa, finalizer: &str) -> Option<Value> {
+    let finalizers = va.finalizers();
     if !finalizers.iter().any(|f| f == finalizer) {
         return None;
     }
@@ -62,25 +58,29 @@ pub fn attached_reasserted() -> Value {
 /// `/status` merge patch after a successful publish: `attached=true`, the
 /// publish context, `attachError=null` — only the fields that change.
 pub fn attached_status(
-    status: Option<&VolumeAttachmentStatus>,
+    status: Option<&CompactVaStatus>,
     publish_context: &BTreeMap<String, String>,
 ) -> Option<Value> {
     let mut patch = Map::new();
-    if !status.is_some_and(|s| s.attached) {
+    if !status.is_some_and(|s| s.attached()) {
         patch.insert("attached".into(), json!(true));
     }
-    let current = status.and_then(|s| s.attachment_metadata.as_ref());
-    let current_empty = current.is_none_or(BTreeMap::is_empty);
+    let current = status.and_then(CompactVaStatus::attachment_metadata);
+    let current_empty = current.is_none_or(<[_]>::is_empty);
+    // Both are sorted by key without repeats: equal as maps when equal in order.
+    let same =
+        current.is_some_and(|pairs| pairs.iter().map(|(k, v)| (k, v)).eq(publish_context.iter()));
     match (current_empty, publish_context.is_empty()) {
         (true, true) => {}
         (false, true) => {
             patch.insert("attachmentMetadata".into(), Value::Null);
         }
-        _ if current != Some(publish_context) => {
+        _ if !same => {
             // Merge patches merge maps: null out keys that disappeared.
             let mut metadata: Map<String, Value> = current
                 .into_iter()
-                .flat_map(|m| m.keys())
+                .flatten()
+                .map(|(k, _)| k)
                 .filter(|k| !publish_context.contains_key(*k))
                 .map(|k| (k.clone(), Value::Null))
                 .collect();
@@ -89,7 +89,7 @@ pub fn attached_status(
         }
         _ => {}
     }
-    if status.is_some_and(|s| s.attach_error.is_some()) {
+    if status.is_some_and(|s| s.attach_error().is_some()) {
         patch.insert("attachError".into(), Value::Null);
     }
     (!patch.is_empty()).then(|| json!({ "status": patch }))
@@ -97,19 +97,15 @@ pub fn attached_status(
 
 /// `/status` merge patch after a successful unpublish: `attached=false`,
 /// `attachmentMetadata=null`, `detachError=null` — only the fields that change.
-pub fn detached_status(status: Option<&VolumeAttachmentStatus>) -> Option<Value> {
+pub fn detached_status(status: Option<&CompactVaStatus>) -> Option<Value> {
     let mut patch = Map::new();
-    if status.is_some_and(|s| s.attached) {
+    if status.is_some_and(|s| s.attached()) {
         patch.insert("attached".into(), json!(false));
     }
-    if status.is_some_and(|s| {
-        s.attachment_metadata
-            .as_ref()
-            .is_some_and(|m| !m.is_empty())
-    }) {
+    if status.is_some_and(|s| s.attachment_metadata().is_some_and(|m| !m.is_empty())) {
         patch.insert("attachmentMetadata".into(), Value::Null);
     }
-    if status.is_some_and(|s| s.detach_error.is_some()) {
+    if status.is_some_and(|s| s.detach_error().is_some()) {
         patch.insert("detachError".into(), Value::Null);
     }
     (!patch.is_empty()).then(|| json!({ "status": patch }))
@@ -184,25 +180,19 @@ mod tests {
 
     const FIN: &str = "external-attacher/csi-example-com";
 
-    fn va(finalizers: Option<Vec<&str>>, node_id: Option<&str>) -> VolumeAttachment {
-        let mut va = VolumeAttachment::default();
-        va.metadata.finalizers = finalizers.map(|f| f.into_iter().map(String::from).collect());
-        va.metadata.annotations =
-            node_id.map(|n| [(NODE_ID_ANNOTATION.to_string(), n.to_string())].into());
-        va
+    fn va(finalizers: Option<Vec<&str>>, node_id: Option<&str>) -> CachedVa {
+        let annotations = node_id.map(|n| json!({ NODE_ID_ANNOTATION: n }));
+        serde_json::from_value(
+            json!({"metadata": {"finalizers": finalizers, "annotations": annotations}}),
+        )
+        .expect("va")
     }
 
-    fn status(attached: bool, metadata: &[(&str, &str)]) -> VolumeAttachmentStatus {
-        VolumeAttachmentStatus {
-            attached,
-            attachment_metadata: (!metadata.is_empty()).then(|| {
-                metadata
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect()
-            }),
-            ..Default::default()
-        }
+    fn status(attached: bool, metadata: &[(&str, &str)]) -> CompactVaStatus {
+        let metadata: Option<BTreeMap<&str, &str>> =
+            (!metadata.is_empty()).then(|| metadata.iter().copied().collect());
+        serde_json::from_value(json!({"attached": attached, "attachmentMetadata": metadata}))
+            .expect("status")
     }
 
     #[test]
@@ -273,7 +263,7 @@ mod tests {
             Some(json!({"status": {"attachmentMetadata": {"old": null, "devicePath": "/dev/x"}}}))
         );
         let mut failed = status(false, &[]);
-        failed.attach_error = Some(VolumeError::default());
+        failed.attach_error = Some(Box::default());
         assert_eq!(
             attached_status(Some(&failed), &BTreeMap::new()),
             Some(json!({"status": {"attached": true, "attachError": null}}))
@@ -283,7 +273,7 @@ mod tests {
     #[test]
     fn detached_status_writes_changed_fields_only() {
         let mut s = status(true, &[("devicePath", "/dev/x")]);
-        s.detach_error = Some(VolumeError::default());
+        s.detach_error = Some(Box::default());
         assert_eq!(
             detached_status(Some(&s)),
             Some(

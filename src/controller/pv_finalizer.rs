@@ -12,46 +12,37 @@
 //! One JSON Patch with a `test` op on the finalizer's index: a concurrent
 //! change fails the patch and the retry sees the fresh cache.
 
-use k8s_openapi::api::core::v1::PersistentVolume;
-use kube::ResourceExt;
-
+use super::compact::CachedPv;
 use super::context::Ctx;
 use super::error::FlowError;
 use super::names::MIGRATED_TO_ANNOTATION;
 use super::patches;
-use crate::migration;
 
 /// Upstream's `processFinalizers`: our finalizer, and the PV is deleting or its
 /// CSI migration was rolled back (in-tree PV not marked as migrated to us).
-pub fn needs_finalizer_check(pv: &PersistentVolume, driver: &str, finalizer: &str) -> bool {
-    let has_finalizer = pv.finalizers().iter().any(|f| f == finalizer);
-    has_finalizer && (pv.metadata.deletion_timestamp.is_some() || migration_rolled_back(pv, driver))
+pub fn needs_finalizer_check(pv: &CachedPv, driver: &str, finalizer: &str) -> bool {
+    pv.has_finalizer(finalizer) && (pv.is_deleting() || migration_rolled_back(pv, driver))
 }
 
 /// An in-tree PV whose `pv.kubernetes.io/migrated-to` is missing or not us.
-pub fn migration_rolled_back(pv: &PersistentVolume, driver: &str) -> bool {
-    migration::is_pv_migratable(pv)
-        && pv
-            .annotations()
-            .get(MIGRATED_TO_ANNOTATION)
-            .map(String::as_str)
-            != Some(driver)
+pub fn migration_rolled_back(pv: &CachedPv, driver: &str) -> bool {
+    pv.is_migratable() && pv.annotation(MIGRATED_TO_ANNOTATION) != Some(driver)
 }
 
 /// One attempt for `pv`.
-pub async fn release(ctx: &Ctx, pv: &PersistentVolume) -> Result<(), FlowError> {
-    let name = pv.name_any();
+pub async fn release(ctx: &Ctx, pv: &CachedPv) -> Result<(), FlowError> {
+    let name = pv.name();
     if !needs_finalizer_check(pv, &ctx.driver_name, &ctx.finalizer) {
         return Ok(());
     }
-    if ctx.stores.pv_refs.is_referenced(&name) {
+    if ctx.stores.pv_refs.is_referenced(name) {
         return Ok(()); // re-evaluated when that VA is deleted
     }
     let Some(index) = pv.finalizers().iter().position(|f| *f == ctx.finalizer) else {
         return Ok(());
     };
     ctx.api
-        .patch_pv(&name, patches::pv_remove_finalizer(index, &ctx.finalizer))
+        .patch_pv(name, patches::pv_remove_finalizer(index, &ctx.finalizer))
         .await
         .map_err(FlowError::RemovePvFinalizer)?;
     tracing::info!(pv = %name, "Removed PersistentVolume finalizer");

@@ -23,12 +23,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use kube::ResourceExt;
 use tokio::time::Instant;
 use tonic::Code;
 
-use k8s_openapi::api::storage::v1::VolumeAttachment;
-
+use super::compact::CachedVa;
 use super::context::Ctx;
 use super::driver::Driver;
 use super::lane::Lane;
@@ -198,7 +196,7 @@ pub fn mismatches(
 ) -> Vec<Mismatch> {
     let mut out = Vec::new();
     for va in stores.all_vas() {
-        let name = va.name_any();
+        let name = va.name().to_string();
         if skip(&name) {
             continue;
         }
@@ -215,10 +213,10 @@ pub fn mismatches(
         let found = published
             .get(&volume)
             .is_some_and(|nodes| nodes.contains(&node_id));
-        let attached = va.status.as_ref().is_some_and(|s| s.attached);
+        let attached = va.attached();
         if attached != found {
             out.push(Mismatch {
-                lane: Lane::of_va(&va.metadata),
+                lane: Lane::of_va(&va),
                 name,
                 volume,
                 node_id,
@@ -231,8 +229,8 @@ pub fn mismatches(
 
 /// The handle `va`'s volume is listed under for `node_id`, or `None` (logged)
 /// when it has none.
-fn compared_handle(va: &VolumeAttachment, stores: &Stores, node_id: &str) -> Option<String> {
-    let name = va.name_any();
+fn compared_handle(va: &CachedVa, stores: &Stores, node_id: &str) -> Option<String> {
+    let name = va.name();
     let source = match source::resolve(va, stores) {
         Ok(source) => source,
         Err(err) => {

@@ -1,14 +1,13 @@
 //! What a VA attaches: a PV from the cache, or the inline CSI spec.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{
-    CSIPersistentVolumeSource, PersistentVolume, PersistentVolumeSpec,
-};
-use k8s_openapi::api::storage::v1::VolumeAttachment;
+use k8s_openapi::api::core::v1::CSIPersistentVolumeSource;
 
 use super::api::ClusterApi;
 use super::capability::CapabilitySource;
+use super::compact::{CachedPv, CachedVa, CompactPvSpec};
 use super::driver::Origin;
 use super::error::FlowError;
 use super::store::Stores;
@@ -16,21 +15,21 @@ use crate::migration;
 
 /// The VA's volume source.
 pub enum Source<'a> {
-    /// `spec.source.persistentVolumeName`, resolved from the cache.
-    Pv(Box<PersistentVolume>),
+    /// `spec.source.persistentVolumeName`, resolved from the cache (or the
+    /// API server).
+    Pv(Arc<CachedPv>),
     /// `spec.source.inlineVolumeSpec` (migrated in-tree inline volumes).
-    Inline(&'a PersistentVolumeSpec),
+    Inline(&'a CompactPvSpec),
 }
 
 /// Resolves the source; errors are upstream's texts.
-pub fn resolve<'a>(va: &'a VolumeAttachment, stores: &Stores) -> Result<Source<'a>, FlowError> {
-    let source = &va.spec.source;
-    match (&source.persistent_volume_name, &source.inline_volume_spec) {
+pub fn resolve<'a>(va: &'a CachedVa, stores: &Stores) -> Result<Source<'a>, FlowError> {
+    match (va.pv_name(), va.inline_spec()) {
         (Some(_), Some(_)) => Err(FlowError::BothSources),
         (Some(name), None) => stores
             .pv(name)
-            .map(|pv| Source::Pv(Box::new(pv)))
-            .ok_or_else(|| FlowError::PvNotFound(name.clone())),
+            .map(Source::Pv)
+            .ok_or_else(|| FlowError::PvNotFound(name.to_string())),
         (None, Some(spec)) => Ok(Source::Inline(spec)),
         (None, None) => Err(FlowError::NoSource),
     }
@@ -43,13 +42,13 @@ pub fn resolve<'a>(va: &'a VolumeAttachment, stores: &Stores) -> Result<Source<'
 /// detaches it with that PV's handle. Without this, such a VA would carry our
 /// finalizer and never detach.
 pub async fn resolve_or_get<'a>(
-    va: &'a VolumeAttachment,
+    va: &'a CachedVa,
     stores: &Stores,
     api: &dyn ClusterApi,
 ) -> Result<Source<'a>, FlowError> {
     match resolve(va, stores) {
         Err(FlowError::PvNotFound(name)) => match api.pv(&name).await {
-            Ok(Some(pv)) => Ok(Source::Pv(Box::new(pv))),
+            Ok(Some(pv)) => Ok(Source::Pv(Arc::new(pv))),
             Ok(None) => Err(FlowError::PvNotFound(name)),
             Err(source) => Err(FlowError::GetPv { name, source }),
         },
@@ -61,8 +60,12 @@ pub async fn resolve_or_get<'a>(
 pub struct CsiVolume<'a> {
     /// The CSI source.
     pub csi: Cow<'a, CSIPersistentVolumeSource>,
-    /// The spec it came from (access modes, volume mode, mount options).
-    pub spec: Cow<'a, PersistentVolumeSpec>,
+    /// The spec's access modes (as translated, for an in-tree PV).
+    pub access_modes: Cow<'a, [String]>,
+    /// The spec's volume mode.
+    pub volume_mode: Option<&'a str>,
+    /// The spec's mount options.
+    pub mount_options: &'a [String],
     /// Whether an in-tree PV was translated (metric label).
     pub origin: Origin,
     /// Whether the volume may have come from an in-tree plugin: a translated
@@ -74,9 +77,9 @@ impl CsiVolume<'_> {
     /// Inputs of the VolumeCapability.
     pub fn capability_source(&self) -> CapabilitySource<'_> {
         CapabilitySource {
-            access_modes: self.spec.access_modes.as_deref().unwrap_or_default(),
-            block: self.spec.volume_mode.as_deref() == Some("Block"),
-            mount_options: self.spec.mount_options.as_deref().unwrap_or_default(),
+            access_modes: &self.access_modes,
+            block: self.volume_mode == Some("Block"),
+            mount_options: self.mount_options,
             fs_type: self.csi.fs_type.as_deref(),
         }
     }
@@ -86,41 +89,45 @@ impl Source<'_> {
     /// The CSI source, or why there is none.
     pub fn csi_volume(&self) -> Result<CsiVolume<'_>, FlowError> {
         match self {
-            Self::Pv(pv) if migration::is_pv_migratable(pv) => {
-                let translated = migration::translate_pv(pv).map_err(FlowError::Translate)?;
-                let mut spec = translated.spec.ok_or(FlowError::NotCsi)?;
-                let csi = spec.csi.take().ok_or(FlowError::NotCsi)?;
+            Self::Pv(pv) if pv.is_migratable() => {
+                let translated = migration::translate_parts(pv.translation_input())
+                    .map_err(FlowError::Translate)?;
+                // A migratable PV has a spec; translation leaves its volume
+                // mode and mount options as they are.
+                let spec = pv.spec().ok_or(FlowError::NotCsi)?;
+                let csi = translated.csi.ok_or(FlowError::NotCsi)?;
                 Ok(CsiVolume {
                     csi: Cow::Owned(csi),
-                    spec: Cow::Owned(spec),
+                    access_modes: Cow::Owned(translated.access_modes.unwrap_or_default()),
+                    volume_mode: spec.volume_mode(),
+                    mount_options: spec.mount_options(),
                     origin: Origin::Migrated,
                     migratable: true,
                 })
             }
             Self::Pv(pv) => {
-                let spec = pv.spec.as_ref().ok_or(FlowError::NotCsi)?;
-                let csi = spec.csi.as_ref().ok_or(FlowError::NotCsi)?;
-                Ok(CsiVolume {
-                    csi: Cow::Borrowed(csi),
-                    spec: Cow::Borrowed(spec),
-                    origin: Origin::Csi,
-                    migratable: false,
-                })
+                let spec = pv.spec().ok_or(FlowError::NotCsi)?;
+                borrowed(spec, Origin::Csi, false).ok_or(FlowError::NotCsi)
             }
             // Upstream records `migrated="false"` for inline specs, though they
             // are migrated volumes; their handles still get repaired.
-            Self::Inline(spec) => spec
-                .csi
-                .as_ref()
-                .map(|csi| CsiVolume {
-                    csi: Cow::Borrowed(csi),
-                    spec: Cow::Borrowed(*spec),
-                    origin: Origin::Csi,
-                    migratable: true,
-                })
-                .ok_or(FlowError::InlineWithoutCsi),
+            Self::Inline(spec) => {
+                borrowed(spec, Origin::Csi, true).ok_or(FlowError::InlineWithoutCsi)
+            }
         }
     }
+}
+
+/// `spec`'s own CSI source, if it has one.
+fn borrowed(spec: &CompactPvSpec, origin: Origin, migratable: bool) -> Option<CsiVolume<'_>> {
+    spec.csi().map(|csi| CsiVolume {
+        csi: Cow::Borrowed(csi),
+        access_modes: Cow::Borrowed(spec.access_modes()),
+        volume_mode: spec.volume_mode(),
+        mount_options: spec.mount_options(),
+        origin,
+        migratable,
+    })
 }
 
 #[cfg(test)]
@@ -138,7 +145,7 @@ mod tests {
         }
     }
 
-    fn va(source: serde_json::Value) -> VolumeAttachment {
+    fn va(source: serde_json::Value) -> CachedVa {
         serde_json::from_value(json!({
             "metadata": {"name": "va"},
             "spec": {"attacher": "d", "nodeName": "n", "source": source},

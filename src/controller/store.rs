@@ -3,16 +3,16 @@
 //!
 //! Other drivers' VAs are not cached (only their PV reference is counted), PVs
 //! are kept only when this driver serves them, `managedFields` is dropped
-//! from everything, and VAs and PVs are held in compact forms
-//! ([`super::compact`]): memory follows this driver's objects, not the
-//! cluster's, and not the size of k8s-openapi's structs.
+//! from everything, and VAs and PVs are held as views ([`super::compact`]):
+//! memory follows this driver's objects, not the cluster's, and not the size
+//! of k8s-openapi's structs. Reads hand out the store's `Arc`s: no object is
+//! copied per read.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use k8s_openapi::api::core::v1::PersistentVolume;
-use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
-use kube::runtime::reflector::{ObjectRef, Store};
+use k8s_openapi::api::storage::v1::CSINode;
+use kube::runtime::reflector::{Lookup, ObjectRef, Store};
 
 use super::compact::{CachedPv, CachedVa};
 
@@ -31,30 +31,30 @@ pub struct Stores {
 
 impl Stores {
     /// The cached VA called `name`.
-    pub fn va(&self, name: &str) -> Option<VolumeAttachment> {
-        self.vas.get(&ObjectRef::new(name)).map(|va| va.to_full())
+    pub fn va(&self, name: &str) -> Option<Arc<CachedVa>> {
+        self.vas.get(&ObjectRef::new(name))
     }
 
     /// The cached PV called `name`.
-    pub fn pv(&self, name: &str) -> Option<PersistentVolume> {
-        self.pvs.get(&ObjectRef::new(name)).map(|pv| pv.to_full())
+    pub fn pv(&self, name: &str) -> Option<Arc<CachedPv>> {
+        self.pvs.get(&ObjectRef::new(name))
     }
 
     /// Every cached VA.
-    pub fn all_vas(&self) -> Vec<VolumeAttachment> {
-        self.vas.state().iter().map(|va| va.to_full()).collect()
+    pub fn all_vas(&self) -> Vec<Arc<CachedVa>> {
+        self.vas.state()
     }
 
     /// Every cached PV.
-    pub fn all_pvs(&self) -> Vec<PersistentVolume> {
-        self.pvs.state().iter().map(|pv| pv.to_full()).collect()
+    pub fn all_pvs(&self) -> Vec<Arc<CachedPv>> {
+        self.pvs.state()
     }
 }
 
 /// A read-only cache holding `items` (for one-shot reads such as `check`).
 pub fn store_from<K>(items: impl IntoIterator<Item = K>) -> Store<K>
 where
-    K: kube::Resource + Clone + 'static,
+    K: Lookup + Clone + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
     use kube::runtime::watcher::Event;

@@ -3,6 +3,10 @@
 //!
 //! Both fakes write every request to one shared [`Journal`], in order, with
 //! its body: a test pins the exact sequence of API requests and CSI calls.
+//!
+//! Fixtures are written as k8s-openapi objects (easy to build and change in a
+//! test); the caches and the fakes hold the views decoded from their JSON, as
+//! the watches and the API client decode them.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -83,7 +87,9 @@ pub fn replaced() -> ApiError {
 pub struct FakeApi {
     journal: Journal,
     vas: Mutex<HashMap<String, Value>>,
-    pvs: Mutex<HashMap<String, PersistentVolume>>,
+    /// The JSON of every cached VA: the server's copy until one is written.
+    cached_vas: Mutex<HashMap<String, Value>>,
+    pvs: Mutex<HashMap<String, CachedPv>>,
     csinodes: Mutex<HashMap<String, String>>,
     secrets: Mutex<HashMap<String, BTreeMap<String, String>>>,
     failures: Mutex<HashMap<&'static str, VecDeque<ApiError>>>,
@@ -98,7 +104,7 @@ impl FakeApi {
     /// A PV only the API server has (not the cache).
     pub fn put_pv(&self, pv: PersistentVolume) {
         let name = pv.metadata.name.clone().unwrap_or_default();
-        lock(&self.pvs).insert(name, pv);
+        lock(&self.pvs).insert(name, view(&pv));
     }
 
     /// The API server's copy of a VA, when it differs from the cache's.
@@ -130,12 +136,13 @@ impl FakeApi {
     /// Applies a merge patch to the server's copy of `va` (the cached one
     /// the first time), as the API server does; a deleting VA whose last
     /// finalizer goes is deleted (returned as written).
-    fn apply(&self, va: &VolumeAttachment, body: &Value) -> Result<VolumeAttachment, ApiError> {
-        let name = va.metadata.name.clone().unwrap_or_default();
+    fn apply(&self, va: &CachedVa, body: &Value) -> Result<CachedVa, ApiError> {
+        let name = va.name().to_string();
+        let cached = lock(&self.cached_vas).get(&name).cloned();
         let mut vas = lock(&self.vas);
         let doc = vas
             .entry(name)
-            .or_insert_with(|| serde_json::to_value(va).unwrap_or(Value::Null));
+            .or_insert_with(|| cached.unwrap_or(Value::Null));
         json_patch::merge(doc, body);
         serde_json::from_value(doc.clone()).map_err(|e| ApiError(kube::Error::SerdeError(e)))
     }
@@ -145,30 +152,37 @@ fn name_of(va: &VolumeAttachment) -> &str {
     va.metadata.name.as_deref().unwrap_or_default()
 }
 
+/// The view decoded from `object`'s JSON (a fixture's, as a watch would).
+pub fn view<T: serde::Serialize, V: serde::de::DeserializeOwned + Default>(object: &T) -> V {
+    serde_json::to_value(object)
+        .and_then(serde_json::from_value)
+        .unwrap_or_default()
+}
+
 impl ClusterApi for FakeApi {
     fn patch_va<'a>(
         &'a self,
-        va: &'a VolumeAttachment,
+        va: &'a CachedVa,
         body: &'a Value,
-    ) -> BoxFuture<'a, Result<VolumeAttachment, ApiError>> {
+    ) -> BoxFuture<'a, Result<CachedVa, ApiError>> {
         let result = self
-            .record("patch_va", format!("PATCH va/{} {body}", name_of(va)))
+            .record("patch_va", format!("PATCH va/{} {body}", va.name()))
             .and_then(|()| self.apply(va, body));
         async move { result }.boxed()
     }
     fn patch_va_unread<'a>(
         &'a self,
-        va: &'a VolumeAttachment,
+        va: &'a CachedVa,
         body: &'a Value,
     ) -> BoxFuture<'a, Result<(), ApiError>> {
         let result = self
-            .record("patch_va", format!("PATCH va/{} {body}", name_of(va)))
+            .record("patch_va", format!("PATCH va/{} {body}", va.name()))
             .and_then(|()| self.apply(va, body).map(drop));
         async move { result }.boxed()
     }
     fn patch_va_status<'a>(
         &'a self,
-        va: &'a VolumeAttachment,
+        va: &'a CachedVa,
         body: &'a Value,
     ) -> BoxFuture<'a, Result<(), ApiError>> {
         // Error times change every run: journal them as "<time>".
@@ -178,7 +192,7 @@ impl ClusterApi for FakeApi {
                 *time = json!("<time>");
             }
         }
-        let entry = format!("PATCH va/{}/status {shown}", name_of(va));
+        let entry = format!("PATCH va/{}/status {shown}", va.name());
         let result = self.record("patch_va_status", entry);
         async move { result }.boxed()
     }
@@ -191,10 +205,7 @@ impl ClusterApi for FakeApi {
         let result = self.record("patch_pv", format!("PATCH pv/{name} {body}"));
         async move { result }.boxed()
     }
-    fn pv<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<PersistentVolume>, ApiError>> {
+    fn pv<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<CachedPv>, ApiError>> {
         let result = self
             .record("get_pv", format!("GET pv/{name}"))
             .map(|()| lock(&self.pvs).get(name).cloned());
@@ -370,10 +381,12 @@ impl World {
                 name_of(va),
                 va.spec.source.persistent_volume_name.as_deref(),
             );
+            let json = serde_json::to_value(va).unwrap_or(Value::Null);
+            lock(&api.cached_vas).insert(name_of(va).to_string(), json);
         }
         let stores = Stores {
-            vas: store_from(vas.into_iter().map(CachedVa::from)),
-            pvs: store_from(pvs.into_iter().map(CachedPv::from)),
+            vas: store_from(vas.iter().map(view::<_, CachedVa>)),
+            pvs: store_from(pvs.iter().map(view::<_, CachedPv>)),
             csinodes: store_from(csinodes),
             pv_refs,
         };

@@ -7,15 +7,14 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::storage::v1::VolumeAttachment;
-
+use super::compact::CachedVa;
 use super::context::Ctx;
 use super::error::FlowError;
 use super::patches;
 
 /// Marks `va` attached ([`super::decision::Step::MarkAttached`]).
-pub async fn mark_attached(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), FlowError> {
-    let Some(patch) = patches::attached_status(va.status.as_ref(), &BTreeMap::new()) else {
+pub async fn mark_attached(ctx: &Ctx, va: &CachedVa) -> Result<(), FlowError> {
+    let Some(patch) = patches::attached_status(va.status(), &BTreeMap::new()) else {
         return Ok(());
     };
     ctx.api

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use kube::{Resource, ResourceExt};
 use tracing::Instrument;
 
 use super::context::Ctx;
@@ -50,7 +49,7 @@ async fn va_failed(
     span: &tracing::Span,
 ) {
     let va = ctx.stores.va(key);
-    let lane = va.as_ref().map_or(lane, |va| Lane::of_va(&va.metadata));
+    let lane = va.as_deref().map_or(lane, Lane::of_va);
     if let (FlowError::Panicked(_), Some(va)) = (&err, &va) {
         // The flow did not get as far as recording it.
         ctx.record_error(va, lane, &err).await;
@@ -72,7 +71,7 @@ pub async fn sync_va(ctx: &Ctx, key: &str) -> Result<(), FlowError> {
     } else {
         Trigger::Event
     };
-    let step = decide(va.as_ref(), &ctx.finalizer, &ctx.capabilities, trigger);
+    let step = decide(va.as_deref(), &ctx.finalizer, &ctx.capabilities, trigger);
     let Some(va) = va else {
         return Ok(());
     };
@@ -188,13 +187,12 @@ pub async fn resync_loop(
 
 /// Queues every cached VA, and every cached PV whose finalizer needs a look.
 pub fn enqueue_all(ctx: &Ctx, va_queue: &WorkQueue, pv_queue: &WorkQueue) {
-    // Name and lane are in the compact form: no full VA is rebuilt here.
-    for va in ctx.stores.vas.state() {
-        va_queue.add(&va.name_any(), Lane::of_va(va.meta()).index());
+    for va in ctx.stores.all_vas() {
+        va_queue.add(va.name(), Lane::of_va(&va).index());
     }
     for pv in ctx.stores.all_pvs() {
         if needs_finalizer_check(&pv, &ctx.driver_name, &ctx.finalizer) {
-            pv_queue.add(&pv.name_any(), Lane::Pv.index());
+            pv_queue.add(pv.name(), Lane::Pv.index());
         }
     }
 }

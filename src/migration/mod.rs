@@ -14,7 +14,10 @@ mod gce;
 mod others;
 pub mod topology;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeSpec};
+use k8s_openapi::api::core::v1::{
+    ObjectReference, PersistentVolume, PersistentVolumeSpec, VolumeNodeAffinity,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// CSI drivers that replace one of the seven migrated in-tree plugins.
 pub const MIGRATION_DRIVERS: [&str; 7] = [
@@ -105,6 +108,49 @@ pub fn translate_pv(pv: &PersistentVolume) -> Result<PersistentVolume, Translate
         }
     }
     Ok(pv)
+}
+
+/// What the translation reads of a PV, for callers that hold it in parts
+/// rather than as a k8s-openapi object (the controller's cache views).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PvParts<'a> {
+    /// `metadata.name`.
+    pub name: Option<&'a str>,
+    /// `metadata.labels` (topology), as pairs.
+    pub labels: Option<&'a [(String, String)]>,
+    /// `metadata.annotations` (Azure File's resource group, Portworx secrets), as pairs.
+    pub annotations: Option<&'a [(String, String)]>,
+    /// The spec's fields other than the ones below: the in-tree volume source.
+    pub spec: Option<&'a PersistentVolumeSpec>,
+    /// `spec.accessModes`.
+    pub access_modes: Option<&'a [String]>,
+    /// `spec.claimRef` (Azure File's secret namespace).
+    pub claim_ref: Option<&'a ObjectReference>,
+    /// `spec.nodeAffinity` (topology).
+    pub node_affinity: Option<&'a VolumeNodeAffinity>,
+}
+
+/// [`translate_pv`] of a PV given by `parts`: the translated spec. The PV the
+/// translation works on is assembled here from what it reads; fields it
+/// neither reads nor writes (mount options, volume mode, ...) are not in it,
+/// so take those from the caller's own copy.
+pub fn translate_parts(parts: PvParts<'_>) -> Result<PersistentVolumeSpec, TranslateError> {
+    let pairs = |p: Option<&[(String, String)]>| p.map(|p| p.iter().cloned().collect());
+    let mut spec = parts.spec.cloned().unwrap_or_default();
+    spec.access_modes = parts.access_modes.map(<[String]>::to_vec);
+    spec.claim_ref = parts.claim_ref.cloned();
+    spec.node_affinity = parts.node_affinity.cloned();
+    let pv = PersistentVolume {
+        metadata: ObjectMeta {
+            name: parts.name.map(str::to_owned),
+            labels: pairs(parts.labels),
+            annotations: pairs(parts.annotations),
+            ..ObjectMeta::default()
+        },
+        spec: Some(spec),
+        status: None,
+    };
+    Ok(translate_pv(&pv)?.spec.unwrap_or_default())
 }
 
 /// The handle with what only the node knows filled in: GCE PD's `UNSPECIFIED`

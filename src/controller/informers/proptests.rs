@@ -176,7 +176,10 @@ proptest! {
 
     #[test]
     fn enqueue_decisions_follow_the_rules((old, new) in update()) {
-        let decision = should_enqueue_change(&old.clone().into(), &new.clone().into(), FIN);
+        let view = |va: &VolumeAttachment| -> CachedVa {
+            serde_json::from_value(serde_json::to_value(va).expect("json")).expect("view")
+        };
+        let decision = should_enqueue_change(&view(&old), &view(&new), FIN);
         let (o, n) = (&old.metadata, &new.metadata);
         if o.resource_version == n.resource_version {
             prop_assert!(decision, "a resync always enqueues");

@@ -11,7 +11,8 @@ fn deleting_pv(finalizers: serde_json::Value) -> PersistentVolume {
 }
 
 async fn run(w: &World, pv: &PersistentVolume) -> Result<(), String> {
-    release(&w.ctx, pv).await.map_err(|e| e.to_string())
+    let pv: super::CachedPv = view(pv);
+    release(&w.ctx, &pv).await.map_err(|e| e.to_string())
 }
 
 fn remove_at(index: usize) -> String {
