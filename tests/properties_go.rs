@@ -130,6 +130,38 @@ fn number_text() -> BoxedStrategy<String> {
     .boxed()
 }
 
+/// Whether apimachinery's ParseQuantity takes too long on `s`: it rounds
+/// `1e-N` to nanos by computing 10^N, quadratic in N: N of 10^6 takes 0.05 s,
+/// 10^7 2.3 s, and near int32's limit (`"e-" + "123456789"` is one draw of
+/// [`number_text`]) hours, which once held a CI run for most of an hour. Such
+/// inputs are skipped; ours answers them at once.
+fn slow_for_apimachinery(s: &str) -> bool {
+    s.match_indices(['e', 'E']).any(|(at, _)| {
+        let Some(rest) = s[at + 1..].strip_prefix('-') else {
+            return false;
+        };
+        let digits = rest.bytes().take_while(u8::is_ascii_digit);
+        digits.skip_while(|d| *d == b'0').count() > 6
+    })
+}
+
+#[test]
+fn only_huge_negative_exponents_are_too_slow_for_apimachinery() {
+    for slow in ["1e-123456789", "7KiE-0010000000x", "e-12345678a"] {
+        assert!(slow_for_apimachinery(slow), "{slow}");
+    }
+    for fast in [
+        "1e-999999",
+        "1e-000999999",
+        "1e123456789",
+        "1e-",
+        "1.5",
+        "Ei",
+    ] {
+        assert!(!slow_for_apimachinery(fast), "{fast}");
+    }
+}
+
 fn quote_text() -> BoxedStrategy<String> {
     prop_oneof![
         4 => any::<String>(),
@@ -219,6 +251,7 @@ proptest! {
 
     #[test]
     fn quantity_is_zero_is_apimachinery_parse_quantity(s in number_text()) {
+        prop_assume!(!slow_for_apimachinery(&s));
         let answer = ask("quantity", &s);
         let theirs = match answer.get("bool") {
             Some(zero) => Ok(zero.as_bool().expect("bool")),
