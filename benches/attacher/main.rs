@@ -20,8 +20,10 @@ mod cli;
 mod harness;
 mod k8s;
 mod metric;
+mod outage;
 mod plan;
 mod process;
+mod procstat;
 mod report;
 mod scenarios;
 mod sizes;
@@ -80,6 +82,25 @@ async fn main() -> Result<()> {
             for &which in both {
                 eprintln!("{} {} round {round}", p3.title(), which.name());
                 scenarios::run(p3, &h, which).await?;
+            }
+        }
+    }
+    // After P3: the growth steps add to its objects of another driver.
+    let growth = Scenario::Growth;
+    if cli.wants(growth.keys()) {
+        for &size in sizes.growth {
+            eprintln!("Growth: objects of another driver up to {}", size.label());
+            scenarios::prepare_growth(&h, size).await?;
+            for round in 1..=sizes.rounds {
+                for &which in both {
+                    eprintln!(
+                        "{} {} {} round {round}",
+                        growth.title(),
+                        size.label(),
+                        which.name()
+                    );
+                    scenarios::growth_step(&h, which, size).await?;
+                }
             }
         }
     }
