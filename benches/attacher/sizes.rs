@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 
 /// One step of the growth curves: our VAs attached and detached among PVs and
 /// VAs of another driver.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, serde::Deserialize)]
 pub struct GrowthSize {
     pub vas: usize,
     pub foreign_pvs: usize,
