@@ -12,8 +12,10 @@ use anyhow::{Context, Result};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::metric::catalogue::{p1, p2, p4, p5};
+use crate::metric::catalogue::growth::Curve;
+use crate::metric::catalogue::{p1, p2, p4, p5, p7};
 use crate::metric::{Better, Metric, Side};
+use crate::sizes::{GrowthSize, FULL};
 use crate::stats::Summary;
 
 /// metric → ("upstream" | "ours" | "apiserver") → the value of each round
@@ -100,6 +102,37 @@ fn charts() -> Vec<Chart> {
                 .collect(),
         },
         Chart {
+            file: "recovery.svg",
+            title: "P7 API server back → new VA attached",
+            unit: "seconds",
+            groups: p7::Outage::ALL
+                .into_iter()
+                .flat_map(|outage| {
+                    p7::Of::ALL.map(|of| {
+                        (
+                            format!("{}, {}", outage.label(), of.label()),
+                            p7::recovery_s(outage, of),
+                        )
+                    })
+                })
+                .collect(),
+        },
+        Chart {
+            file: "throughput-workers.svg",
+            title: "P1 attach at drivers' worker counts",
+            unit: "VAs per second",
+            groups: FULL
+                .p1w_workers
+                .iter()
+                .flat_map(|&w| {
+                    FULL.p1w_qps.iter().map(move |&(q, b)| {
+                        let load = p1::load(w, q, b);
+                        (format!("{w} workers, QPS {q}"), p1::attach_rate_at(&load))
+                    })
+                })
+                .collect(),
+        },
+        Chart {
             file: "latency-load.svg",
             title: "P4 Publish reply → attached=true, 2,000 VAs created at once",
             unit: "milliseconds",
@@ -155,7 +188,177 @@ pub fn write_from_json(dir: &Path) -> Result<Vec<PathBuf>> {
             written.push(file);
         }
     }
+    // The growth curves: the steps of the run's sizes.
+    let steps: Vec<GrowthSize> =
+        serde_json::from_value(json["sizes"]["growth"].clone()).unwrap_or_default();
+    for curve in Curve::ALL {
+        let points: Vec<Point> = steps
+            .iter()
+            .filter_map(|&step| Point::new(step, results.get(&curve.metric(step).name)?))
+            .collect();
+        if points.is_empty() {
+            continue;
+        }
+        let file = dir.join(growth_file(curve));
+        if draw_growth(&file, curve, &subtitle, &points)
+            .with_context(|| format!("drawing {}", file.display()))?
+        {
+            written.push(file);
+        }
+    }
     Ok(written)
+}
+
+fn growth_file(curve: Curve) -> &'static str {
+    match curve {
+        Curve::AttachRate => "growth-attach.svg",
+        Curve::DetachRate => "growth-detach.svg",
+        Curve::CpuPerThousand => "growth-cpu.svg",
+        Curve::PeakRss => "growth-rss.svg",
+    }
+}
+
+/// One step of a growth curve: its size and the rounds' summary per side.
+struct Point {
+    size: GrowthSize,
+    upstream: Option<Summary>,
+    ours: Option<Summary>,
+}
+
+impl Point {
+    fn new(size: GrowthSize, sides: &BTreeMap<String, Vec<Option<f64>>>) -> Option<Self> {
+        let stats = |side: Side| Summary::of(sides.get(side.key())?.iter().flatten().copied());
+        let point = Self {
+            size,
+            upstream: stats(Side::Upstream),
+            ours: stats(Side::Ours),
+        };
+        (point.upstream.is_some() || point.ours.is_some()).then_some(point)
+    }
+}
+
+/// A growth curve: our VAs on the x axis, one line per binary through the
+/// medians, whiskers min–max. False (and no file) when every value is zero.
+fn draw_growth(file: &Path, curve: Curve, subtitle: &str, points: &[Point]) -> Result<bool> {
+    let top = points
+        .iter()
+        .flat_map(|p| [p.upstream, p.ours])
+        .flatten()
+        .map(|s| s.max)
+        .fold(0.0, f64::max);
+    if top <= 0.0 {
+        return Ok(false);
+    }
+    let right = points.iter().map(|p| p.size.vas).max().unwrap_or(1) as f64 * 1.08;
+    let better = curve.metric(points[0].size).better;
+    let root = SVGBackend::new(file, (760, 440)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_error)?;
+    let mut plot = ChartBuilder::on(&root)
+        .caption(
+            format!(
+                "Growth: {} by size, QPS 10,000 ({})",
+                curve.label(),
+                better.phrase()
+            ),
+            (FONT, 17),
+        )
+        .margin(14)
+        .margin_bottom(60)
+        .x_label_area_size(48)
+        .y_label_area_size(64)
+        .build_cartesian_2d(0.0..right, 0.0..top * 1.18)
+        .map_err(plot_error)?;
+    plot.configure_mesh()
+        .x_desc("our VAs (foreign PVs and VAs grow with them, see results.md)")
+        .y_desc(curve.label())
+        .x_label_style((FONT, 13))
+        .y_label_style((FONT, 13))
+        .x_label_formatter(&|v| axis_number(*v))
+        .y_label_formatter(&|v| axis_number(*v))
+        .axis_desc_style((FONT, 14))
+        .light_line_style(WHITE.mix(0.0))
+        .draw()
+        .map_err(plot_error)?;
+    let value_style =
+        TextStyle::from((FONT, 12).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
+    for (color, side) in [(UPSTREAM, Side::Upstream), (OURS, Side::Ours)] {
+        let line: Vec<(f64, Summary)> = points
+            .iter()
+            .filter_map(|p| {
+                let s = if side == Side::Upstream {
+                    p.upstream
+                } else {
+                    p.ours
+                };
+                Some((p.size.vas as f64, s?))
+            })
+            .collect();
+        plot.draw_series(std::iter::once(PathElement::new(
+            line.iter().map(|(x, s)| (*x, s.median)).collect::<Vec<_>>(),
+            color.stroke_width(2),
+        )))
+        .map_err(plot_error)?;
+        for (x, s) in &line {
+            let cap = right * 0.006;
+            let whisker = color.stroke_width(1);
+            plot.draw_series([
+                PathElement::new(vec![(*x, s.min), (*x, s.max)], whisker),
+                PathElement::new(vec![(x - cap, s.min), (x + cap, s.min)], whisker),
+                PathElement::new(vec![(x - cap, s.max), (x + cap, s.max)], whisker),
+            ])
+            .map_err(plot_error)?;
+            plot.draw_series(std::iter::once(Circle::new(
+                (*x, s.median),
+                4,
+                color.filled(),
+            )))
+            .map_err(plot_error)?;
+            plot.draw_series(std::iter::once(Text::new(
+                short(s.median),
+                (x + right * 0.012, s.median),
+                value_style.clone(),
+            )))
+            .map_err(plot_error)?;
+        }
+    }
+    legend(
+        &root,
+        &format!("points: median of the rounds, whiskers: min–max; {subtitle}"),
+    )?;
+    root.present().map_err(plot_error)?;
+    Ok(true)
+}
+
+/// Legend and provenance along the bottom edge of a chart.
+fn legend(root: &DrawingArea<SVGBackend, plotters::coord::Shift>, note: &str) -> Result<()> {
+    let (_, bottom) = root.dim_in_pixel();
+    let y = bottom as i32 - 46;
+    for (i, (name, color)) in [("upstream v4.12.0", UPSTREAM), ("csi-attacher-rs", OURS)]
+        .into_iter()
+        .enumerate()
+    {
+        let x = 20 + i as i32 * 170;
+        root.draw(&Rectangle::new(
+            [(x, y - 6), (x + 14, y + 8)],
+            color.filled(),
+        ))
+        .map_err(plot_error)?;
+        root.draw(&Text::new(
+            name,
+            (x + 20, y + 1),
+            TextStyle::from((FONT, 13).into_font()).pos(Pos::new(HPos::Left, VPos::Center)),
+        ))
+        .map_err(plot_error)?;
+    }
+    root.draw(&Text::new(
+        note.to_owned(),
+        (20, y + 26),
+        TextStyle::from((FONT, 11).into_font())
+            .color(&RGBColor(0x55, 0x55, 0x55))
+            .pos(Pos::new(HPos::Left, VPos::Center)),
+    ))
+    .map_err(plot_error)?;
+    Ok(())
 }
 
 /// The bars of one group: the rounds' summary per side.
@@ -285,34 +488,10 @@ fn draw(file: &Path, chart: &Chart, subtitle: &str, groups: &[Group]) -> Result<
         }
     }
 
-    // Legend and provenance along the bottom edge.
-    let (_, bottom) = root.dim_in_pixel();
-    let y = bottom as i32 - 46;
-    for (i, (name, color)) in [("upstream v4.12.0", UPSTREAM), ("csi-attacher-rs", OURS)]
-        .into_iter()
-        .enumerate()
-    {
-        let x = 20 + i as i32 * 170;
-        root.draw(&Rectangle::new(
-            [(x, y - 6), (x + 14, y + 8)],
-            color.filled(),
-        ))
-        .map_err(plot_error)?;
-        root.draw(&Text::new(
-            name,
-            (x + 20, y + 1),
-            TextStyle::from((FONT, 13).into_font()).pos(Pos::new(HPos::Left, VPos::Center)),
-        ))
-        .map_err(plot_error)?;
-    }
-    root.draw(&Text::new(
-        format!("bars: median of the rounds, whiskers: min–max; {subtitle}"),
-        (20, y + 26),
-        TextStyle::from((FONT, 11).into_font())
-            .color(&RGBColor(0x55, 0x55, 0x55))
-            .pos(Pos::new(HPos::Left, VPos::Center)),
-    ))
-    .map_err(plot_error)?;
+    legend(
+        &root,
+        &format!("bars: median of the rounds, whiskers: min–max; {subtitle}"),
+    )?;
     root.present().map_err(plot_error)?;
     Ok(true)
 }
@@ -371,5 +550,40 @@ mod tests {
         assert!(svg.contains("(lower is better)"), "{svg}");
         assert!(svg.contains("ours 4.00×"), "{svg}");
         assert!(svg.contains("test machine, smoke sizes"), "{svg}");
+    }
+
+    #[test]
+    fn growth_curves_one_chart_per_metric() {
+        let dir = tempfile::tempdir().unwrap();
+        let [a, b] = [FULL.growth[0], FULL.growth[1]];
+        let mut results = serde_json::Map::new();
+        for (size, up, ours) in [(a, 60.0, 30.0), (b, 120.0, 45.0)] {
+            results.insert(
+                Curve::PeakRss.metric(size).name,
+                serde_json::json!({"upstream": [up], "ours": [ours, ours + 1.0]}),
+            );
+        }
+        std::fs::write(
+            dir.path().join("results.json"),
+            serde_json::json!({
+                "machine": "test machine",
+                "sizes": {"growth": [
+                    {"vas": a.vas, "foreign_pvs": a.foreign_pvs, "foreign_vas": a.foreign_vas},
+                    {"vas": b.vas, "foreign_pvs": b.foreign_pvs, "foreign_vas": b.foreign_vas},
+                ]},
+                "results": results,
+            })
+            .to_string(),
+        )
+        .unwrap();
+        let written = write_from_json(dir.path()).unwrap();
+        assert_eq!(written, [dir.path().join("growth-rss.svg")]);
+        let svg = std::fs::read_to_string(&written[0]).unwrap();
+        assert!(svg.contains("Growth: P3 peak RSS MiB by size"), "{svg}");
+        assert!(svg.contains("(lower is better)"), "{svg}");
+        // Each point's median is labelled (ours: the mean of its two rounds).
+        for label in ["60.0", "30.5", "45.5"] {
+            assert!(svg.contains(&format!("\n{label}\n")), "{label}: {svg}");
+        }
     }
 }

@@ -46,6 +46,16 @@ pub enum Key {
     P4,
     P5,
     P6,
+    /// P1 at 100 and 1,000 workers, QPS 20/200/10,000 (and the Limit it is compared with).
+    #[value(name = "p1-workers")]
+    P1Workers,
+    /// P4 with 1,000 in flight and the API server's patch latency under that load.
+    #[value(name = "p4-load")]
+    P4Load,
+    /// Recovery after an API server restart and an etcd stall.
+    P7,
+    /// P1/P2/P3 at three sizes.
+    Growth,
 }
 
 impl Cli {
@@ -121,11 +131,16 @@ mod tests {
         assert!(cli.wants(&[Key::Limit]));
         assert!(!cli.wants(&[Key::P1]));
         assert!(!cli.wants(&[Key::P5]));
+        let cli = parse(&["--only", "p1-workers,p4-load,p7,growth"]).unwrap();
+        for key in [Key::P1Workers, Key::P4Load, Key::P7, Key::Growth] {
+            assert!(cli.wants(&[key]), "{key:?}");
+        }
+        assert!(!cli.wants(&[Key::P1, Key::P4]));
     }
 
     #[test]
     fn bad_arguments_are_errors() {
-        assert!(parse(&["--only", "p7"]).is_err());
+        assert!(parse(&["--only", "p8"]).is_err());
         assert!(parse(&["--rounds", "three"]).is_err());
         assert!(parse(&["--out"]).is_err());
         assert!(parse(&["--fast"]).is_err());

@@ -40,6 +40,8 @@ pub struct Harness {
     pub pvs: Api<PersistentVolume>,
     results: Mutex<Results>,
     run: AtomicUsize,
+    /// PVs and VAs of another driver created so far (P3, growth): they stay.
+    pub foreign: Mutex<(usize, usize)>,
 }
 
 /// An attacher started for one run of a scenario and proven live, the run's
@@ -107,6 +109,7 @@ impl Harness {
             logs,
             results: Mutex::new(Results::default()),
             run: AtomicUsize::new(0),
+            foreign: Mutex::new((0, 0)),
         })
     }
 
@@ -132,7 +135,17 @@ impl Harness {
             .clone()
     }
 
-    /// Starts an attacher with the flags both get and `extra`. With
+    /// The values `metric` has for `side` so far (one per round).
+    pub fn recorded(&self, metric: &Metric, side: Side) -> Vec<f64> {
+        self.results()
+            .iter()
+            .find(|(name, _)| *name == metric.name)
+            .and_then(|(_, series)| series.side(side).map(<[f64]>::to_vec))
+            .unwrap_or_default()
+    }
+
+    /// Starts an attacher with the flags both get and `extra` (a
+    /// `--worker-threads` in `extra` replaces the default 10). With
     /// `hostname`, it runs in its own UTS namespace under that host name: both
     /// attachers take their leader-election identity from the host name, as
     /// pods do.
@@ -163,7 +176,10 @@ impl Harness {
             .arg(format!("--csi-address={}", self.mock.address()))
             .arg(format!("--kubeconfig={}", self.cp.kubeconfig.display()))
             .arg("--timeout=15s")
-            .arg("--worker-threads=10")
+            .args(
+                (!extra.iter().any(|a| a.starts_with("--worker-threads=")))
+                    .then_some("--worker-threads=10"),
+            )
             .arg(format!("--http-endpoint=127.0.0.1:{port}"))
             .args(extra)
             .stdout(Stdio::null())
@@ -176,9 +192,20 @@ impl Harness {
 
     /// A run of `scenario`: `pvs` PVs, then an attacher at `qps`, proven live.
     pub async fn stage(&self, which: Which, scenario: &str, pvs: usize, qps: u32) -> Result<Stage> {
+        self.stage_with(which, scenario, pvs, &qps_args(qps)).await
+    }
+
+    /// [`Harness::stage`] with the attacher's flags (beyond those both get) given.
+    pub async fn stage_with(
+        &self,
+        which: Which,
+        scenario: &str,
+        pvs: usize,
+        args: &[String],
+    ) -> Result<Stage> {
         let run = self.next_run(scenario);
         let pvs = self.create_pvs(&run, pvs).await?;
-        let attacher = self.spawn(which, &run, &qps_args(qps), None)?;
+        let attacher = self.spawn(which, &run, args, None)?;
         self.canary(which, &attacher).await?;
         let tracker = Tracker::start(self.vas.clone(), &run).await?;
         Ok(Stage {
@@ -283,7 +310,7 @@ impl Harness {
     }
 
     /// Proves the attacher is running: one VA attached and detached.
-    async fn canary(&self, which: Which, attacher: &Attacher) -> Result<()> {
+    pub async fn canary(&self, which: Which, attacher: &Attacher) -> Result<()> {
         let run = self.next_run("canary");
         let mut tracker = Tracker::start(self.vas.clone(), &run).await?;
         let pvs = self.create_pvs(&run, 1).await?;

@@ -20,8 +20,10 @@ mod cli;
 mod harness;
 mod k8s;
 mod metric;
+mod outage;
 mod plan;
 mod process;
+mod procstat;
 mod report;
 mod scenarios;
 mod sizes;
@@ -30,6 +32,8 @@ mod stats;
 mod support;
 mod tracker;
 mod writes;
+
+use std::time::Instant;
 
 use anyhow::Result;
 use clap::Parser;
@@ -63,12 +67,16 @@ async fn main() -> Result<()> {
             }
             if !scenario.per_attacher() {
                 eprintln!("{}", scenario.title());
+                let t = Instant::now();
                 scenarios::run(scenario, &h, Which::Ours).await?;
+                took(scenario.title(), t);
                 continue;
             }
             for &which in both {
                 eprintln!("{} {}", scenario.title(), which.name());
+                let t = Instant::now();
                 scenarios::run(scenario, &h, which).await?;
+                took(&format!("{} {}", scenario.title(), which.name()), t);
             }
         }
     }
@@ -79,9 +87,35 @@ async fn main() -> Result<()> {
         for round in 1..=sizes.rounds {
             for &which in both {
                 eprintln!("{} {} round {round}", p3.title(), which.name());
+                let t = Instant::now();
                 scenarios::run(p3, &h, which).await?;
+                took(&format!("{} {}", p3.title(), which.name()), t);
+            }
+        }
+    }
+    // After P3: the growth steps add to its objects of another driver.
+    let growth = Scenario::Growth;
+    if cli.wants(growth.keys()) {
+        for &size in sizes.growth {
+            eprintln!("Growth: objects of another driver up to {}", size.label());
+            let t = Instant::now();
+            scenarios::prepare_growth(&h, size).await?;
+            took("Growth: objects of another driver", t);
+            for round in 1..=sizes.rounds {
+                for &which in both {
+                    let what = format!("{} {} {}", growth.title(), size.label(), which.name());
+                    eprintln!("{what} round {round}");
+                    let t = Instant::now();
+                    scenarios::growth_step(&h, which, size).await?;
+                    took(&what, t);
+                }
             }
         }
     }
     report::write(&h.results(), &sizes, cli.smoke, &out)
+}
+
+/// The progress line of how long a scenario took (the README's time per round).
+fn took(what: &str, since: Instant) {
+    eprintln!("  ({what}: {:.1} s)", since.elapsed().as_secs_f64());
 }

@@ -76,6 +76,15 @@ pub mod catalogue {
         pub fn one_patch_ms(p: u32) -> Metric {
             Metric::lower(format!("Limit: one status patch, p{p} ms (1 in flight)"))
         }
+
+        /// One status patch at a time from the harness's minimal client while
+        /// an attacher works through `in_flight` VAs created at once (P4 under
+        /// load); recorded per attacher, whose load it is.
+        pub fn one_patch_under_load_ms(p: u32, in_flight: usize) -> Metric {
+            Metric::lower(format!(
+                "Limit: one status patch under P4 load ({in_flight} in flight), p{p} ms"
+            ))
+        }
     }
 
     pub mod p1 {
@@ -95,6 +104,41 @@ pub mod catalogue {
 
         pub fn writes_per_detach(qps: u32) -> Metric {
             Metric::lower(format!("P1 API writes per detach (QPS {qps})"))
+        }
+
+        /// "100 workers, QPS 20/100": the load of a P1-at-workers run.
+        pub fn load(workers: u32, qps: u32, burst: u32) -> String {
+            format!("{workers} workers, QPS {qps}/{burst}")
+        }
+
+        pub fn attach_rate_at(load: &str) -> Metric {
+            Metric::higher(format!("P1 attach VAs/s ({load})"))
+        }
+
+        pub fn detach_rate_at(load: &str) -> Metric {
+            Metric::higher(format!("P1 detach VAs/s ({load})"))
+        }
+
+        pub fn writes_per_attach_at(load: &str) -> Metric {
+            Metric::lower(format!("P1 API writes per attach ({load})"))
+        }
+
+        pub fn writes_per_detach_at(load: &str) -> Metric {
+            Metric::lower(format!("P1 API writes per detach ({load})"))
+        }
+
+        /// The goal beside [`attach_rate_at`] of `load`: 80 % of the API
+        /// server's write limit (Limit's patches/s) ÷ ours' writes per attach.
+        /// Its name extends the rate's, so results.md lists it right after.
+        pub fn attach_goal(load: &str) -> Metric {
+            Metric::higher(format!(
+                "P1 attach VAs/s ({load}) goal: 80 % of the API server's write limit ÷ writes per attach"
+            ))
+        }
+
+        /// The goal's value.
+        pub fn goal(patches_per_second: f64, writes_per_attach: f64) -> f64 {
+            0.8 * patches_per_second / writes_per_attach
         }
     }
 
@@ -160,6 +204,107 @@ pub mod catalogue {
         /// `signal`: "SIGTERM" or "SIGKILL".
         pub fn failover_s(signal: &str) -> Metric {
             Metric::lower(format!("P5 failover to attached s ({signal})"))
+        }
+    }
+
+    pub mod p7 {
+        use super::Metric;
+
+        /// What P7 takes away.
+        #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+        pub enum Outage {
+            /// kube-apiserver SIGKILLed, restarted with the same flags.
+            ApiServerRestart,
+            /// etcd SIGSTOPped, then SIGCONTed.
+            EtcdStall,
+        }
+
+        impl Outage {
+            pub const ALL: [Outage; 2] = [Outage::ApiServerRestart, Outage::EtcdStall];
+
+            pub fn label(self) -> &'static str {
+                match self {
+                    Outage::ApiServerRestart => "API server restart",
+                    Outage::EtcdStall => "etcd stall",
+                }
+            }
+        }
+
+        /// The two figures P7 reports of a round's outages.
+        #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+        pub enum Of {
+            Median,
+            Max,
+        }
+
+        impl Of {
+            pub const ALL: [Of; 2] = [Of::Median, Of::Max];
+
+            pub fn label(self) -> &'static str {
+                match self {
+                    Of::Median => "median",
+                    Of::Max => "max",
+                }
+            }
+
+            /// The figure of `samples`; NaN when there are none.
+            pub fn of(self, samples: &[f64]) -> f64 {
+                match (self, crate::stats::Summary::of(samples.iter().copied())) {
+                    (_, None) => f64::NAN,
+                    (Of::Median, Some(s)) => s.median,
+                    (Of::Max, Some(s)) => s.max,
+                }
+            }
+        }
+
+        /// "P7 API server restart → attached s, median".
+        pub fn recovery_s(outage: Outage, of: Of) -> Metric {
+            Metric::lower(format!(
+                "P7 {} → attached s, {}",
+                outage.label(),
+                of.label()
+            ))
+        }
+    }
+
+    pub mod growth {
+        use super::Metric;
+        use crate::sizes::GrowthSize;
+
+        /// The growth curves' metrics, one per chart.
+        #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+        pub enum Curve {
+            AttachRate,
+            DetachRate,
+            CpuPerThousand,
+            PeakRss,
+        }
+
+        impl Curve {
+            pub const ALL: [Curve; 4] = [
+                Curve::AttachRate,
+                Curve::DetachRate,
+                Curve::CpuPerThousand,
+                Curve::PeakRss,
+            ];
+
+            /// Its column in results.md's growth table and its chart's title.
+            pub fn label(self) -> &'static str {
+                match self {
+                    Curve::AttachRate => "P1 attach VAs/s",
+                    Curve::DetachRate => "P1 detach VAs/s",
+                    Curve::CpuPerThousand => "P2 CPU s per 1,000 attach+detach",
+                    Curve::PeakRss => "P3 peak RSS MiB",
+                }
+            }
+
+            pub fn metric(self, size: GrowthSize) -> Metric {
+                let name = format!("Growth: {} ({})", self.label(), size.label());
+                match self {
+                    Curve::AttachRate | Curve::DetachRate => Metric::higher(name),
+                    Curve::CpuPerThousand | Curve::PeakRss => Metric::lower(name),
+                }
+            }
         }
     }
 
@@ -268,9 +413,51 @@ mod tests {
         assert_eq!(p5::failover_s("SIGKILL").better, Better::Lower);
         assert_eq!(p6::attach_during_storm_s().better, Better::Lower);
         assert_eq!(
+            p7::recovery_s(p7::Outage::ApiServerRestart, p7::Of::Max).better,
+            Better::Lower
+        );
+        let load = p1::load(100, 10_000, 10_000);
+        assert_eq!(p1::attach_goal(&load).better, Better::Higher);
+        assert_eq!(
+            p1::attach_rate_at(&load).name,
+            "P1 attach VAs/s (100 workers, QPS 10000/10000)"
+        );
+        // The goal row sorts right after its rate row in results.md.
+        assert!(p1::attach_goal(&load)
+            .name
+            .starts_with(&p1::attach_rate_at(&load).name));
+        let size = crate::sizes::FULL.growth[0];
+        assert_eq!(
+            growth::Curve::PeakRss.metric(size).name,
+            "Growth: P3 peak RSS MiB (1000 VAs, 10000 foreign PVs)"
+        );
+        assert_eq!(
+            growth::Curve::AttachRate.metric(size).better,
+            Better::Higher
+        );
+        assert_eq!(
             p4::latency_ms(p4::Span::PublishToAttached, 99, "1 in flight").name,
             "P4 Publish reply→attached p99 ms (1 in flight)"
         );
+    }
+
+    #[test]
+    fn p7_reports_median_and_max_of_the_outages() {
+        use p7::Of;
+        assert_eq!(Of::Median.of(&[3.0, 1.0, 2.0, 9.0, 2.5]), 2.5);
+        assert_eq!(Of::Max.of(&[3.0, 1.0, 2.0, 9.0, 2.5]), 9.0);
+        assert_eq!(Of::Median.of(&[1.0, 2.0]), 1.5);
+        assert!(Of::Max.of(&[]).is_nan());
+        assert_eq!(
+            p7::recovery_s(p7::Outage::EtcdStall, Of::Median).name,
+            "P7 etcd stall → attached s, median"
+        );
+    }
+
+    #[test]
+    fn p1_goal_is_80_percent_of_the_limit_per_attach() {
+        // 1,600 patches/s, 3 writes an attach: 0.8 × 1600 / 3.
+        assert!((p1::goal(1600.0, 3.0) - 426.666).abs() < 0.01);
     }
 
     #[test]

@@ -19,28 +19,47 @@ pub enum Scenario {
     P5Failover,
     /// P6: a new VA's attach during a slow detach storm.
     P6HeadOfLine,
+    /// P1 at drivers' worker counts (100, 1,000) and three QPS each.
+    P1Workers,
+    /// P4 with `p4_load` VAs in flight, and the API server's own status-patch
+    /// latency probed during that load.
+    P4Load,
+    /// P7: time to a new VA attached after an API server restart and after an
+    /// etcd stall.
+    P7Recovery,
+    /// P1's rates, P2's CPU and P3's RSS at growing sizes (after P3: its
+    /// objects of another driver are the first step's).
+    Growth,
 }
 
 impl Scenario {
     /// What each round runs, in order. P3 runs after the rounds (its objects
     /// of another driver are created once and stay).
-    pub const ROUND: [Scenario; 5] = [
+    pub const ROUND: [Scenario; 8] = [
         Scenario::Limit,
         Scenario::P1Qps200,
         Scenario::Unthrottled,
         Scenario::P5Failover,
         Scenario::P6HeadOfLine,
+        Scenario::P1Workers,
+        Scenario::P4Load,
+        Scenario::P7Recovery,
     ];
 
     /// The `--only` keys that select it: those whose metrics it records.
     pub fn keys(self) -> &'static [Key] {
         match self {
-            Scenario::Limit => &[Key::Limit],
+            // P1 at workers compares its rate with the round's Limit.
+            Scenario::Limit => &[Key::Limit, Key::P1Workers],
             Scenario::P1Qps200 => &[Key::P1],
             Scenario::Unthrottled => &[Key::P1, Key::P2, Key::P4],
             Scenario::P3Memory => &[Key::P3],
             Scenario::P5Failover => &[Key::P5],
             Scenario::P6HeadOfLine => &[Key::P6],
+            Scenario::P1Workers => &[Key::P1Workers],
+            Scenario::P4Load => &[Key::P4Load],
+            Scenario::P7Recovery => &[Key::P7],
+            Scenario::Growth => &[Key::Growth],
         }
     }
 
@@ -53,6 +72,10 @@ impl Scenario {
             Scenario::P3Memory => "P3",
             Scenario::P5Failover => "P5",
             Scenario::P6HeadOfLine => "P6",
+            Scenario::P1Workers => "P1 at workers",
+            Scenario::P4Load => "P4 under load",
+            Scenario::P7Recovery => "P7",
+            Scenario::Growth => "Growth",
         }
     }
 
@@ -73,7 +96,7 @@ mod tests {
     fn every_key_selects_a_scenario() {
         let all: Vec<Scenario> = Scenario::ROUND
             .into_iter()
-            .chain([Scenario::P3Memory])
+            .chain([Scenario::P3Memory, Scenario::Growth])
             .collect();
         for key in [
             Key::Limit,
@@ -83,6 +106,10 @@ mod tests {
             Key::P4,
             Key::P5,
             Key::P6,
+            Key::P1Workers,
+            Key::P4Load,
+            Key::P7,
+            Key::Growth,
         ] {
             assert!(
                 all.iter().any(|s| s.keys().contains(&key)),
@@ -92,5 +119,9 @@ mod tests {
         // P2 and P4 are measured by the QPS 10,000 run only.
         assert!(Scenario::Unthrottled.keys().contains(&Key::P2));
         assert!(!Scenario::P1Qps200.keys().contains(&Key::P4));
+        // P1 at workers needs the round's Limit for its goal row.
+        assert!(Scenario::Limit.keys().contains(&Key::P1Workers));
+        // Growth runs after the rounds, not in them.
+        assert!(!Scenario::ROUND.contains(&Scenario::Growth));
     }
 }

@@ -1,12 +1,14 @@
 //! results.md, results.json and the charts of a run.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::Result;
 use serde_json::json;
 
+use crate::metric::catalogue::growth::Curve;
 use crate::metric::{Results, Side};
-use crate::sizes::Sizes;
+use crate::sizes::{GrowthSize, Sizes};
 use crate::stats::Summary;
 
 /// Writes `<out>/results.md`, `<out>/results.json` and the charts; prints results.md.
@@ -62,9 +64,9 @@ pub fn markdown(results: &Results, sizes: &Sizes, smoke: bool, machine: &str) ->
     md.push_str(&format!(
         "Written by `hack/bench.sh{}` on {}. One kube-apiserver v1.36.3 + etcd v3.6.8 and one \
          csi-mock-driver on this machine; each scenario runs upstream, then ours, {} round(s); \
-         same flags for both (`--worker-threads=10 --timeout=15s`, QPS/burst as named). \
-         Sizes: P1 {} VAs over {} nodes; P3 {} of our VAs attached among {} PVs and {} VAs of \
-         another driver; P4 sequential {} VAs; P5 lease {} / renew {} / retry {}; P6 {} VAs.\n\n",
+         same flags for both (`--worker-threads=10 --timeout=15s` unless named, QPS/burst as \
+         named). Sizes: P1 {} VAs over {} nodes; P3 {} of our VAs attached among {} PVs and {} VAs of \
+         another driver; P4 sequential {} VAs; P5 lease {} / renew {} / retry {}; P6 {} VAs; {}.\n\n",
         if smoke { " --smoke" } else { "" },
         machine,
         sizes.rounds,
@@ -77,11 +79,16 @@ pub fn markdown(results: &Results, sizes: &Sizes, smoke: bool, machine: &str) ->
         sizes.lease[0],
         sizes.lease[1],
         sizes.lease[2],
-        sizes.p6_vas
+        sizes.p6_vas,
+        new_sizes(sizes),
     ));
     md.push_str("| scenario | upstream median | ours median | ours better by | upstream min–max | ours min–max |\n|---|---|---|---|---|---|\n");
     let summary = |values: Option<&[f64]>| values.and_then(|v| Summary::of(v.iter().copied()));
     for (metric, series) in results.iter() {
+        // The growth curves have a table of their own.
+        if metric.starts_with(GROWTH_PREFIX) {
+            continue;
+        }
         if let Some(limit) = series.side(Side::ApiServer) {
             let limit = summary(Some(limit));
             md.push_str(&format!(
@@ -110,6 +117,87 @@ pub fn markdown(results: &Results, sizes: &Sizes, smoke: bool, machine: &str) ->
         ));
     }
     md.push_str("\n\"ours better by\": ours ÷ upstream for rates (higher is better), upstream ÷ ours for times, writes, CPU and memory (lower is better).\n");
+    md.push_str(&growth_table(results, sizes.growth));
+    md
+}
+
+/// What every growth metric's name starts with.
+const GROWTH_PREFIX: &str = "Growth: ";
+
+/// The sizes of P1 at workers, P4 under load, P7 and the growth curves.
+fn new_sizes(sizes: &Sizes) -> String {
+    let qps: Vec<String> = sizes
+        .p1w_qps
+        .iter()
+        .map(|&(q, b)| format!("{q}/{b} ({} VAs)", sizes.p1w_vas(q, b)))
+        .collect();
+    let workers: Vec<String> = sizes.p1w_workers.iter().map(u32::to_string).collect();
+    let growth: Vec<String> = sizes
+        .growth
+        .iter()
+        .map(|g| format!("{} ({} foreign VAs)", g.label(), g.foreign_vas))
+        .collect();
+    format!(
+        "P1 at {} workers × QPS/burst {}; P4 under load {} VAs; P7 {} outage(s) of each kind of {} s, \
+         lease {} / renew {} / retry {}; growth {}",
+        workers.join(" and "),
+        qps.join(", "),
+        sizes.p4_load,
+        sizes.p7_outages,
+        sizes.p7_down.as_secs_f64(),
+        sizes.p7_lease[0],
+        sizes.p7_lease[1],
+        sizes.p7_lease[2],
+        growth.join("; ")
+    )
+}
+
+/// results.md's growth table: one row per size, for each curve the median of
+/// upstream and of ours; nothing when no growth metric was measured.
+pub fn growth_table(results: &Results, steps: &[GrowthSize]) -> String {
+    let medians: BTreeMap<&str, (Option<Summary>, Option<Summary>)> = results
+        .iter()
+        .filter(|(name, _)| name.starts_with(GROWTH_PREFIX))
+        .map(|(name, series)| {
+            let of = |side| {
+                series
+                    .side(side)
+                    .and_then(|v| Summary::of(v.iter().copied()))
+            };
+            (name, (of(Side::Upstream), of(Side::Ours)))
+        })
+        .collect();
+    if medians.is_empty() {
+        return String::new();
+    }
+    let mut md = String::from(
+        "\n## Growth curves\n\nQPS 10,000, medians of the rounds, upstream / ours (ratio: ours better by).\n\n| size |",
+    );
+    for curve in Curve::ALL {
+        md.push_str(&format!(" {} |", curve.label()));
+    }
+    md.push_str("\n|---|");
+    md.push_str(&"---|".repeat(Curve::ALL.len()));
+    md.push('\n');
+    for &step in steps {
+        md.push_str(&format!("| {} |", step.label()));
+        for curve in Curve::ALL {
+            let metric = curve.metric(step);
+            let cell = match medians.get(metric.name.as_str()) {
+                Some((up, ours)) => {
+                    let ratio = up
+                        .zip(*ours)
+                        .and_then(|(u, o)| metric.better.ours_better_by(u.median, o.median))
+                        .map(|r| format!(" ({r:.2}×)"))
+                        .unwrap_or_default();
+                    format!(" {} / {}{ratio} |", median(*up), median(*ours))
+                }
+                None => " |".to_owned(),
+            };
+            md.push_str(&cell);
+        }
+        md.push('\n');
+    }
     md
 }
 
@@ -146,7 +234,7 @@ pub fn machine() -> String {
 #[allow(unused_imports, dead_code)]
 mod tests {
     use super::*;
-    use crate::metric::catalogue::{limit, p1, p5};
+    use crate::metric::catalogue::{growth::Curve, limit, p1, p5};
     use crate::sizes::SMOKE;
 
     #[test]
@@ -178,5 +266,41 @@ mod tests {
                 "| P5 failover to attached s (SIGTERM) | 18.000 | 0.500 | 36.00× | 18.000–18.000 | 0.500–0.500 |",
             ]
         );
+    }
+
+    #[test]
+    fn growth_has_a_table_of_its_own_one_row_per_size() {
+        let mut results = Results::default();
+        let [small, big] = [SMOKE.growth[0], SMOKE.growth[1]];
+        results.record(&Curve::AttachRate.metric(small), Side::Upstream, 100.0);
+        results.record(&Curve::AttachRate.metric(small), Side::Ours, 150.0);
+        results.record(&Curve::PeakRss.metric(small), Side::Upstream, 60.0);
+        results.record(&Curve::PeakRss.metric(small), Side::Ours, 30.0);
+        results.record(&Curve::PeakRss.metric(big), Side::Ours, 40.0);
+        results.record(&p1::attach_rate(200), Side::Ours, 66.0);
+        let md = markdown(&results, &SMOKE, true, "test");
+        // Not in the main table.
+        let main: Vec<&str> = md
+            .lines()
+            .filter(|l| l.starts_with("| P") || l.starts_with("| G"))
+            .collect();
+        assert_eq!(
+            main,
+            ["| P1 attach VAs/s (QPS 200) |  | 66.000 |  |  | 66.000–66.000 |"]
+        );
+        let table = growth_table(&results, SMOKE.growth);
+        let rows: Vec<&str> = table.lines().filter(|l| l.starts_with('|')).collect();
+        assert_eq!(
+            rows,
+            [
+                "| size | P1 attach VAs/s | P1 detach VAs/s | P2 CPU s per 1,000 attach+detach | P3 peak RSS MiB |",
+                "|---|---|---|---|---|",
+                "| 10 VAs, 20 foreign PVs | 100 / 150 (1.50×) | | | 60.000 / 30.000 (2.00×) |",
+                "| 20 VAs, 40 foreign PVs | | | |  / 40.000 |",
+            ]
+        );
+        assert!(md.ends_with(&table));
+        // Nothing measured, no table.
+        assert_eq!(growth_table(&Results::default(), SMOKE.growth), "");
     }
 }

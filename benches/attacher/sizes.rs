@@ -4,6 +4,22 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+/// One step of the growth curves: our VAs attached and detached among PVs and
+/// VAs of another driver.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, serde::Deserialize)]
+pub struct GrowthSize {
+    pub vas: usize,
+    pub foreign_pvs: usize,
+    pub foreign_vas: usize,
+}
+
+impl GrowthSize {
+    /// How a metric name and a results.md row say it: "1000 VAs, 10000 foreign PVs".
+    pub fn label(self) -> String {
+        format!("{} VAs, {} foreign PVs", self.vas, self.foreign_pvs)
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 pub struct Sizes {
     pub rounds: usize,
@@ -19,6 +35,22 @@ pub struct Sizes {
     pub deadline: Duration,
     /// Leader election timing for P5 (both attachers): lease, renew deadline, retry.
     pub lease: [&'static str; 3],
+    /// P1 at drivers' worker counts: the `--worker-threads` values ...
+    pub p1w_workers: &'static [u32],
+    /// ... each at these `--kube-api-qps`/`--kube-api-burst` ...
+    pub p1w_qps: &'static [(u32, u32)],
+    /// ... with as many VAs as the client's budget attaches in this many
+    /// seconds (at most `p1_vas`, see [`p1_vas_for`]).
+    pub p1w_seconds: f64,
+    /// P4 under load: VAs created at once, with the side probe's patches.
+    pub p4_load: usize,
+    /// P7: outages of each kind per attacher per round, and how long each lasts.
+    pub p7_outages: usize,
+    pub p7_down: Duration,
+    /// P7's leader election timing: long enough to outlive an outage.
+    pub p7_lease: [&'static str; 3],
+    /// The growth curves' steps, smallest first.
+    pub growth: &'static [GrowthSize],
 }
 
 pub const FULL: Sizes = Sizes {
@@ -34,6 +66,30 @@ pub const FULL: Sizes = Sizes {
     deadline: Duration::from_secs(600),
     // Upstream's defaults.
     lease: ["15s", "10s", "5s"],
+    p1w_workers: &[100, 1000],
+    p1w_qps: &[(20, 100), (200, 400), (10_000, 10_000)],
+    p1w_seconds: 12.0,
+    p4_load: 1000,
+    p7_outages: 5,
+    p7_down: Duration::from_secs(8),
+    p7_lease: ["60s", "40s", "5s"],
+    growth: &[
+        GrowthSize {
+            vas: 1000,
+            foreign_pvs: 10_000,
+            foreign_vas: 4000,
+        },
+        GrowthSize {
+            vas: 5000,
+            foreign_pvs: 50_000,
+            foreign_vas: 20_000,
+        },
+        GrowthSize {
+            vas: 10_000,
+            foreign_pvs: 100_000,
+            foreign_vas: 40_000,
+        },
+    ],
 };
 
 pub const SMOKE: Sizes = Sizes {
@@ -48,7 +104,44 @@ pub const SMOKE: Sizes = Sizes {
     limit_patches: 50,
     deadline: Duration::from_secs(120),
     lease: ["4s", "3s", "1s"],
+    p1w_workers: &[100],
+    p1w_qps: &[(20, 100)],
+    p1w_seconds: 12.0,
+    p4_load: 10,
+    p7_outages: 1,
+    p7_down: Duration::from_secs(1),
+    p7_lease: ["60s", "40s", "5s"],
+    growth: &[
+        GrowthSize {
+            vas: 10,
+            foreign_pvs: 20,
+            foreign_vas: 10,
+        },
+        GrowthSize {
+            vas: 20,
+            foreign_pvs: 40,
+            foreign_vas: 20,
+        },
+    ],
 };
+
+/// API writes one attach costs the attacher's client when the PV lacks its
+/// finalizer (PV finalizer, VA finalizer, VA status), both binaries.
+pub const WRITES_PER_ATTACH: f64 = 3.0;
+
+/// How many VAs a P1 run at `qps`/`burst` gets: what the client-side rate
+/// limiter lets through in `seconds` of attaching (the burst spent first, then
+/// `qps` writes a second, [`WRITES_PER_ATTACH`] each), at most `cap`, at least 1.
+/// Detaching them takes about as long again.
+pub fn p1_vas_for(qps: u32, burst: u32, seconds: f64, cap: usize) -> usize {
+    let writes = f64::from(qps) * seconds + f64::from(burst);
+    let vas = (writes / WRITES_PER_ATTACH).floor();
+    if vas >= cap as f64 {
+        cap
+    } else {
+        (vas as usize).max(1)
+    }
+}
 
 impl Sizes {
     /// results.json's `sizes`.
@@ -58,6 +151,65 @@ impl Sizes {
             "p3_ours": self.p3_ours, "p3_other_pvs": self.p3_other_pvs,
             "p3_other_vas": self.p3_other_vas, "p4_sequential": self.p4_sequential,
             "p6_vas": self.p6_vas, "limit_patches": self.limit_patches,
+            "p1w_workers": self.p1w_workers,
+            "p1w_qps": self.p1w_qps.iter().map(|(q, b)| json!({"qps": q, "burst": b, "vas": self.p1w_vas(*q, *b)})).collect::<Vec<_>>(),
+            "p4_load": self.p4_load,
+            "p7_outages": self.p7_outages, "p7_down_s": self.p7_down.as_secs_f64(),
+            "growth": self.growth.iter().map(|g| json!({"vas": g.vas, "foreign_pvs": g.foreign_pvs, "foreign_vas": g.foreign_vas})).collect::<Vec<_>>(),
         })
+    }
+
+    /// VAs of a P1-at-workers run at `qps`/`burst`.
+    pub fn p1w_vas(self, qps: u32, burst: u32) -> usize {
+        p1_vas_for(qps, burst, self.p1w_seconds, self.p1_vas)
+    }
+}
+
+// Also compiled into the benchmark, which cargo builds with cfg(test) but no
+// test harness: there the #[test]s are dropped (they run in attacher_units).
+#[cfg(test)]
+#[allow(unused_imports, dead_code)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn p1_runs_are_sized_by_their_qps() {
+        // QPS 20, burst 100, 12 s: (240 + 100) writes / 3 = 113 VAs.
+        assert_eq!(p1_vas_for(20, 100, 12.0, 2000), 113);
+        // QPS 200, burst 400: (2400 + 400) / 3 = 933.
+        assert_eq!(p1_vas_for(200, 400, 12.0, 2000), 933);
+        // QPS 10,000: the cap (2,000 VAs, as P1 elsewhere).
+        assert_eq!(p1_vas_for(10_000, 10_000, 12.0, 2000), 2000);
+        // Smoke: the cap of 20 wins everywhere.
+        assert_eq!(SMOKE.p1w_vas(20, 100), 20);
+        // Never zero.
+        assert_eq!(p1_vas_for(0, 0, 12.0, 2000), 1);
+        // A full run stays near the ~30 s a run may take: attaching at the
+        // client's budget takes `seconds`, detaching about as long.
+        for &(qps, burst) in FULL.p1w_qps {
+            let vas = FULL.p1w_vas(qps, burst) as f64;
+            let attach_s = (vas * WRITES_PER_ATTACH - f64::from(burst)).max(0.0) / f64::from(qps);
+            assert!(
+                attach_s <= FULL.p1w_seconds + 0.1,
+                "QPS {qps}: {attach_s} s"
+            );
+        }
+    }
+
+    #[test]
+    fn growth_steps_grow() {
+        for sizes in [FULL, SMOKE] {
+            assert!(sizes.growth.len() >= 2);
+            for pair in sizes.growth.windows(2) {
+                assert!(pair[0].vas < pair[1].vas);
+                assert!(pair[0].foreign_pvs <= pair[1].foreign_pvs);
+                assert!(pair[0].foreign_vas <= pair[1].foreign_vas);
+            }
+            // Foreign VAs each name a foreign PV.
+            for g in sizes.growth {
+                assert!(g.foreign_vas <= g.foreign_pvs);
+            }
+        }
+        assert_eq!(FULL.growth[0].label(), "1000 VAs, 10000 foreign PVs");
     }
 }

@@ -10,6 +10,7 @@ mod charts;
 mod cli;
 mod metric;
 mod plan;
+mod procstat;
 mod report;
 mod sizes;
 mod stats;

@@ -1,18 +1,21 @@
 //! The code of each scenario of [`crate::plan::Scenario`].
 
+mod growth;
 mod limit;
 mod p1;
 mod p3;
 mod p4;
 mod p5;
 mod p6;
+mod p7;
 mod unthrottled;
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 
 use crate::harness::Harness;
 use crate::plan::Scenario;
 use crate::process::Which;
+use crate::sizes::GrowthSize;
 
 /// Runs `scenario` once: for `which` attacher (Limit runs no attacher and
 /// ignores it).
@@ -24,10 +27,24 @@ pub async fn run(scenario: Scenario, h: &Harness, which: Which) -> Result<()> {
         Scenario::P3Memory => p3::run(h, which).await,
         Scenario::P5Failover => p5::run(h, which).await,
         Scenario::P6HeadOfLine => p6::run(h, which).await,
+        Scenario::P1Workers => p1::at_workers(h, which).await,
+        Scenario::P4Load => p4::under_load(h, which).await,
+        Scenario::P7Recovery => p7::run(h, which).await,
+        Scenario::Growth => bail!("the growth curves run by size: scenarios::growth_step"),
     }
 }
 
 /// What P3 needs before its rounds: the objects of another driver.
 pub async fn prepare_p3(h: &Harness) -> Result<()> {
     p3::foreign_objects(h).await
+}
+
+/// The objects of another driver of one growth step (what is missing of them).
+pub async fn prepare_growth(h: &Harness, size: GrowthSize) -> Result<()> {
+    growth::prepare(h, size).await
+}
+
+/// One growth step for `which`.
+pub async fn growth_step(h: &Harness, which: Which, size: GrowthSize) -> Result<()> {
+    growth::run(h, which, size).await
 }

@@ -14,8 +14,15 @@ const OTHER_DRIVER: &str = "other.csi.example.com";
 
 /// The other driver's PVs and VAs; they stay for the rest of the run.
 pub async fn foreign_objects(h: &Harness) -> Result<()> {
+    ensure_foreign(h, h.sizes.p3_other_pvs, h.sizes.p3_other_vas).await
+}
+
+/// At least `pv_count` PVs and `va_count` VAs of the other driver: creates
+/// what is missing (the growth curves add to P3's).
+pub async fn ensure_foreign(h: &Harness, pv_count: usize, va_count: usize) -> Result<()> {
     let run = "foreign";
-    let pvs: Vec<usize> = (0..h.sizes.p3_other_pvs).collect();
+    let (have_pvs, have_vas) = *h.foreign.lock().unwrap_or_else(|e| e.into_inner());
+    let pvs: Vec<usize> = (have_pvs..pv_count).collect();
     for_all(pvs, |i| async move {
         h.pvs
             .create(
@@ -26,7 +33,7 @@ pub async fn foreign_objects(h: &Harness) -> Result<()> {
         Ok(())
     })
     .await?;
-    let vas: Vec<usize> = (0..h.sizes.p3_other_vas).collect();
+    let vas: Vec<usize> = (have_vas..va_count).collect();
     for_all(vas, |i| async move {
         let va = va_object(
             &format!("other-va-{i}"),
@@ -38,7 +45,10 @@ pub async fn foreign_objects(h: &Harness) -> Result<()> {
         h.vas.create(&PostParams::default(), &va).await?;
         Ok(())
     })
-    .await
+    .await?;
+    let mut foreign = h.foreign.lock().unwrap_or_else(|e| e.into_inner());
+    *foreign = (have_pvs.max(pv_count), have_vas.max(va_count));
+    Ok(())
 }
 
 pub async fn run(h: &Harness, which: Which) -> Result<()> {

@@ -1,11 +1,17 @@
 //! P4: latency from VA creation to ControllerPublishVolume (the driver's call
 //! log), and from the Publish reply to `attached=true` seen by a watch.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::json;
 
 use crate::harness::Harness;
+use crate::k8s::va_object;
+use crate::metric::catalogue::limit;
 use crate::metric::catalogue::p4::{latency_ms, Span, PERCENTILES};
 use crate::process::Which;
 use crate::stats::percentile;
@@ -62,4 +68,71 @@ pub async fn sequential(h: &Harness, which: Which) -> Result<()> {
     h.delete_gone(&mut tracker, &created, "sequential VAs gone")
         .await?;
     h.cleanup(&run).await
+}
+
+/// `p4_load` VAs created at once on a new attacher (QPS 10,000), P4's spans
+/// of them, and meanwhile the floor under them: one status patch at a time
+/// by the harness's minimal client, on a spare VA of a driver the attacher
+/// ignores, from the first VA created to the last attached.
+pub async fn under_load(h: &Harness, which: Which) -> Result<()> {
+    let n = h.sizes.p4_load;
+    let mut stage = h.stage(which, "p4load", n, 10_000).await?;
+    let spare = format!("{}-spare", stage.run);
+    let va = va_object(
+        &spare,
+        "limit.csi.example.com",
+        "node-0",
+        &spare,
+        &stage.run,
+    )?;
+    h.vas.create(&PostParams::default(), &va).await?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let probe = tokio::spawn(probe(h.vas.clone(), spare, stop.clone()));
+    let created = h
+        .create_attached(
+            &mut stage.tracker,
+            &stage.run,
+            &stage.pvs,
+            "P4 load attached",
+        )
+        .await;
+    stop.store(true, Ordering::Relaxed);
+    let mut rtts = probe.await??;
+    let created = created?;
+    record_latency(
+        h,
+        which,
+        &format!("{n} in flight"),
+        &stage.tracker,
+        &created,
+    )
+    .await;
+    eprintln!("  {} probe patches", rtts.len());
+    for p in PERCENTILES {
+        let value = percentile(&mut rtts, f64::from(p));
+        h.record(&limit::one_patch_under_load_ms(p, n), which, value);
+    }
+    h.delete_gone(&mut stage.tracker, &created, "P4 load gone")
+        .await?;
+    h.finish(stage).await
+}
+
+/// Patches `name`'s status (attached true, false, ...) one at a time until
+/// `stop`; each round trip in ms.
+async fn probe(
+    vas: kube::Api<k8s_openapi::api::storage::v1::VolumeAttachment>,
+    name: String,
+    stop: Arc<AtomicBool>,
+) -> Result<Vec<f64>> {
+    let mut rtts = Vec::new();
+    let mut attached = false;
+    while !stop.load(Ordering::Relaxed) {
+        attached = !attached;
+        let patch = Patch::Merge(json!({"status": {"attached": attached}}));
+        let t = std::time::Instant::now();
+        vas.patch_status(&name, &PatchParams::default(), &patch)
+            .await?;
+        rtts.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(rtts)
 }

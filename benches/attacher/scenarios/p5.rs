@@ -26,7 +26,9 @@ pub async fn run(h: &Harness, which: Which) -> Result<()> {
     failover(h, which, libc::SIGKILL, "SIGKILL").await
 }
 
-async fn failover(h: &Harness, which: Which, signal: libc::c_int, label: &str) -> Result<()> {
+/// The attachers' Lease, deleted and created again released (no holder), as
+/// after a first installation; returns its API and name.
+pub async fn released_lease(h: &Harness) -> Result<(Api<Lease>, String)> {
     let leases: Api<Lease> = Api::namespaced(h.client.clone(), "default");
     let lease_name = format!("external-attacher-leader-{}", DRIVER.replace('.', "-"));
     let _ = leases.delete(&lease_name, &DeleteParams::default()).await;
@@ -42,28 +44,42 @@ async fn failover(h: &Harness, which: Which, signal: libc::c_int, label: &str) -
         }),
     };
     leases.create(&PostParams::default(), &released).await?;
-    let run = h.next_run("p5");
-    let pvs = h.create_pvs(&run, 1).await?;
-    let mut args = qps_args(10_000);
-    let [lease, renew, retry] = h.sizes.lease;
-    args.extend([
-        "--leader-election".into(),
-        "--leader-election-namespace=default".into(),
-        format!("--leader-election-lease-duration={lease}"),
-        format!("--leader-election-renew-deadline={renew}"),
-        format!("--leader-election-retry-period={retry}"),
-    ]);
-    let first = h.spawn(which, &format!("{run}-a"), &args, Some("replica-a"))?;
-    let held = poll_until(Duration::from_secs(60), || async {
+    Ok((leases, lease_name))
+}
+
+/// The Lease's holder once it has one (within 60 s).
+pub async fn holder(leases: &Api<Lease>, lease_name: &str) -> Option<String> {
+    poll_until(Duration::from_secs(60), || async {
         leases
-            .get_opt(&lease_name)
+            .get_opt(lease_name)
             .await
             .ok()
             .flatten()
             .and_then(|l| l.spec?.holder_identity)
             .filter(|h| !h.is_empty())
     })
-    .await;
+    .await
+}
+
+/// The flags of leader election in the default namespace with `[lease, renew, retry]`.
+pub fn election_args([lease, renew, retry]: [&str; 3]) -> Vec<String> {
+    vec![
+        "--leader-election".into(),
+        "--leader-election-namespace=default".into(),
+        format!("--leader-election-lease-duration={lease}"),
+        format!("--leader-election-renew-deadline={renew}"),
+        format!("--leader-election-retry-period={retry}"),
+    ]
+}
+
+async fn failover(h: &Harness, which: Which, signal: libc::c_int, label: &str) -> Result<()> {
+    let (leases, lease_name) = released_lease(h).await?;
+    let run = h.next_run("p5");
+    let pvs = h.create_pvs(&run, 1).await?;
+    let mut args = qps_args(10_000);
+    args.extend(election_args(h.sizes.lease));
+    let first = h.spawn(which, &format!("{run}-a"), &args, Some("replica-a"))?;
+    let held = holder(&leases, &lease_name).await;
     if held.as_deref() != Some("replica-a") {
         bail!(
             "{}: the lease is held by {held:?}, not replica-a",
