@@ -707,3 +707,98 @@ async fn a_va_gone_while_its_publish_ran_is_unpublished_after_it() {
     }
     assert_eq!(env.mock.published().await, json!({}));
 }
+
+/// With the client-side throttle as the bottleneck (QPS 4, burst 1, 20 VAs
+/// at once on 10 workers: ~40 pre-Publish writes queued), the status write
+/// after each Publish takes the next token instead of waiting behind every
+/// write queued before it (docs/contract.md, "The status write a pod waits
+/// for goes first"). In arrival order it waited seconds.
+#[tokio::test]
+async fn after_publish_the_status_write_goes_ahead_of_queued_writes() {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    use std::collections::HashMap;
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    const VAS: usize = 20;
+    let env = Env::start(
+        &[],
+        &[
+            "--kube-api-qps=4",
+            "--kube-api-burst=1",
+            "--worker-threads=10",
+        ],
+    )
+    .await;
+    let node = unique("node");
+    env.create_node(&node).await;
+    let mut names = HashMap::new();
+    let mut vas = Vec::new();
+    for _ in 0..VAS {
+        let volume = create(&env, pv(&unique("pv"), &env.driver)).await;
+        let name = unique("va");
+        names.insert(name.clone(), volume.handle());
+        vas.push(va(&name, &env.driver, &node).pv(&volume.name()).build());
+    }
+    // When each VA is first seen attached, by a watch started before any exists.
+    let mut events = watcher::watcher(env.vas.clone(), watcher::Config::default()).boxed();
+    let now_nanos = || {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as f64)
+            .unwrap_or_default()
+    };
+    let mut seen: HashMap<String, f64> = HashMap::new();
+    let watching = async {
+        while seen.len() < VAS {
+            let Some(Ok(watcher::Event::Apply(va) | watcher::Event::InitApply(va))) =
+                events.next().await
+            else {
+                continue;
+            };
+            let name = va.metadata.name.clone().unwrap_or_default();
+            let attached = va.status.as_ref().is_some_and(|s| s.attached);
+            if attached && names.contains_key(&name) {
+                seen.entry(name).or_insert_with(now_nanos);
+            }
+        }
+    };
+    let creating = async {
+        for va in vas {
+            env.create_va(va).await;
+        }
+    };
+    let (finished, ()) = tokio::join!(
+        tokio::time::timeout(Duration::from_secs(90), watching),
+        creating
+    );
+    assert!(finished.is_ok(), "attached: {} of {VAS}", seen.len());
+
+    // Publish reply (the mock's receive time + its duration) → attached seen.
+    let replies: HashMap<String, f64> = env
+        .mock
+        .calls("ControllerPublishVolume")
+        .await
+        .iter()
+        .filter(|c| c["code"] == "OK")
+        .map(|c| {
+            let received = c["time_unix_nanos"].as_f64().unwrap_or_default();
+            let took = c["duration_ms"].as_f64().unwrap_or_default() * 1e6;
+            (
+                c["volume_id"].as_str().unwrap_or_default().to_owned(),
+                received + took,
+            )
+        })
+        .collect();
+    let mut waits: Vec<f64> = seen
+        .iter()
+        .map(|(name, at)| (at - replies[&names[name]]) / 1e9)
+        .collect();
+    waits.sort_by(f64::total_cmp);
+    eprintln!("Publish reply → attached seen, s: {waits:?}");
+    let longest = waits.last().copied().unwrap_or_default();
+    assert!(
+        longest < 1.5,
+        "the longest wait was {longest:.2} s: {waits:?}"
+    );
+}
