@@ -240,12 +240,7 @@ impl Point {
 /// A growth curve: our VAs on the x axis, one line per binary through the
 /// medians, whiskers min–max. False (and no file) when every value is zero.
 fn draw_growth(file: &Path, curve: Curve, subtitle: &str, points: &[Point]) -> Result<bool> {
-    let top = points
-        .iter()
-        .flat_map(|p| [p.upstream, p.ours])
-        .flatten()
-        .map(|s| s.max)
-        .fold(0.0, f64::max);
+    let top = highest(points.iter().map(|p| [p.upstream, p.ours]));
     if top <= 0.0 {
         return Ok(false);
     }
@@ -393,6 +388,11 @@ fn short(v: f64) -> String {
     }
 }
 
+/// The largest max among both binaries' summaries (0 when there is none).
+fn highest(pairs: impl Iterator<Item = [Option<Summary>; 2]>) -> f64 {
+    pairs.flatten().flatten().map(|s| s.max).fold(0.0, f64::max)
+}
+
 /// Axis numbers without trailing zeros: 0, 0.5, 700.
 fn axis_number(v: f64) -> String {
     let text = format!("{v:.3}");
@@ -401,12 +401,7 @@ fn axis_number(v: f64) -> String {
 
 /// Draws `chart` into `file`; false (and no file) when every value is zero.
 fn draw(file: &Path, chart: &Chart, subtitle: &str, groups: &[Group]) -> Result<bool> {
-    let top = groups
-        .iter()
-        .flat_map(|g| [g.upstream, g.ours])
-        .flatten()
-        .map(|s| s.max)
-        .fold(0.0, f64::max);
+    let top = highest(groups.iter().map(|g| [g.upstream, g.ours]));
     if top <= 0.0 {
         return Ok(false);
     }
