@@ -56,6 +56,8 @@ pub enum Key {
     P7,
     /// P1/P2/P3 at three sizes.
     Growth,
+    /// The floor attacher: P1's rates and P2's CPU of the least an attacher does on ours' stack.
+    Floor,
 }
 
 impl Cli {

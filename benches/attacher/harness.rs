@@ -156,9 +156,11 @@ impl Harness {
         extra: &[String],
         hostname: Option<&str>,
     ) -> Result<Attacher> {
-        let binary = match which {
-            Which::Upstream => &self.upstream,
-            Which::Ours => &self.ours,
+        let floor = std::env::current_exe()?;
+        let (binary, first) = match which {
+            Which::Upstream => (&self.upstream, None),
+            Which::Ours => (&self.ours, None),
+            Which::Floor => (&floor, Some(crate::floor::FLAG)),
         };
         let port = free_port()?;
         let log = std::fs::File::create(self.logs.join(format!("{}-{name}.log", which.name())))?;
@@ -173,6 +175,7 @@ impl Harness {
             }
         };
         command
+            .args(first)
             .arg(format!("--csi-address={}", self.mock.address()))
             .arg(format!("--kubeconfig={}", self.cp.kubeconfig.display()))
             .arg("--timeout=15s")

@@ -9,6 +9,7 @@
 //! - `scenarios/`: one module per scenario;
 //! - `harness`, `process`, `tracker`, `k8s`: starting attachers, creating and
 //!   removing objects, waiting on VAs, reading /proc and the API server's counters;
+//! - `floor`: the floor attacher, this binary run with `--floor-attacher`;
 //! - `metric`: every metric with its direction, and the values of a run;
 //!   `stats`: percentiles and medians; `report`, `charts`: the files written.
 //!
@@ -17,6 +18,7 @@
 
 mod charts;
 mod cli;
+mod floor;
 mod harness;
 mod k8s;
 mod metric;
@@ -43,8 +45,23 @@ use harness::Harness;
 use plan::Scenario;
 use process::Which;
 
-#[tokio::main]
-async fn main() -> Result<()> {
+// As ours: the floor attacher is this binary (and the harness's own allocation
+// is not measured).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() -> Result<()> {
+    let mut args = std::env::args().skip(1).peekable();
+    if args.peek().map(String::as_str) == Some(floor::FLAG) {
+        return floor::main(args.skip(1));
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(bench())
+}
+
+async fn bench() -> Result<()> {
     let cli = Cli::parse();
     let out = cli.out();
     // Charts from the results already there: no control plane, no attachers.

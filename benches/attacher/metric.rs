@@ -58,6 +58,15 @@ impl Metric {
             better: Better::Lower,
         }
     }
+
+    /// The floor attacher's value of this metric: its own row, named after
+    /// this one so that results.md lists it right after.
+    pub fn floor(&self) -> Metric {
+        Metric {
+            name: format!("{} floor: a minimal attacher on ours' stack", self.name),
+            better: self.better,
+        }
+    }
 }
 
 /// Every metric, by scenario. Names are the keys of results.json: changing one
@@ -324,6 +333,8 @@ pub enum Side {
     Ours,
     /// The API server alone (the Limit scenario).
     ApiServer,
+    /// The floor attacher (the Floor scenario).
+    Floor,
 }
 
 impl Side {
@@ -333,6 +344,7 @@ impl Side {
             Side::Upstream => "upstream",
             Side::Ours => "ours",
             Side::ApiServer => "apiserver",
+            Side::Floor => "floor",
         }
     }
 }

@@ -30,15 +30,19 @@ pub enum Scenario {
     /// P1's rates, P2's CPU and P3's RSS at growing sizes (after P3: its
     /// objects of another driver are the first step's).
     Growth,
+    /// The floor attacher ([`crate::floor`]) through the QPS 10,000 run and
+    /// P1 at 100 workers: the floor under P2's CPU, the ceiling over P1.
+    Floor,
 }
 
 impl Scenario {
     /// What each round runs, in order. P3 runs after the rounds (its objects
     /// of another driver are created once and stay).
-    pub const ROUND: [Scenario; 8] = [
+    pub const ROUND: [Scenario; 9] = [
         Scenario::Limit,
         Scenario::P1Qps200,
         Scenario::Unthrottled,
+        Scenario::Floor,
         Scenario::P5Failover,
         Scenario::P6HeadOfLine,
         Scenario::P1Workers,
@@ -60,6 +64,8 @@ impl Scenario {
             Scenario::P4Load => &[Key::P4Load],
             Scenario::P7Recovery => &[Key::P7],
             Scenario::Growth => &[Key::Growth],
+            // The reference of P2's CPU and of P1 at 100 workers.
+            Scenario::Floor => &[Key::Floor, Key::P2, Key::P1Workers],
         }
     }
 
@@ -76,12 +82,14 @@ impl Scenario {
             Scenario::P4Load => "P4 under load",
             Scenario::P7Recovery => "P7",
             Scenario::Growth => "Growth",
+            Scenario::Floor => "Floor attacher",
         }
     }
 
-    /// Whether it runs once per attacher (all but Limit).
+    /// Whether it runs once per attacher (all but Limit and Floor, which
+    /// run once a round).
     pub fn per_attacher(self) -> bool {
-        self != Scenario::Limit
+        !matches!(self, Scenario::Limit | Scenario::Floor)
     }
 }
 
@@ -110,6 +118,7 @@ mod tests {
             Key::P4Load,
             Key::P7,
             Key::Growth,
+            Key::Floor,
         ] {
             assert!(
                 all.iter().any(|s| s.keys().contains(&key)),

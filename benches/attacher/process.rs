@@ -6,11 +6,12 @@ use anyhow::{Context, Result};
 
 use crate::support::procs::Guard;
 
-/// Upstream's or ours.
+/// Upstream's or ours, or the floor attacher ([`crate::floor`]).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Which {
     Upstream,
     Ours,
+    Floor,
 }
 
 impl Which {
@@ -24,6 +25,7 @@ impl From<Which> for crate::metric::Side {
         match which {
             Which::Upstream => crate::metric::Side::Upstream,
             Which::Ours => crate::metric::Side::Ours,
+            Which::Floor => crate::metric::Side::Floor,
         }
     }
 }

@@ -89,12 +89,17 @@ pub fn markdown(results: &Results, sizes: &Sizes, smoke: bool, machine: &str) ->
         if metric.starts_with(GROWTH_PREFIX) {
             continue;
         }
-        if let Some(limit) = series.side(Side::ApiServer) {
-            let limit = summary(Some(limit));
+        let reference = [
+            (Side::ApiServer, "API server"),
+            (Side::Floor, "floor attacher"),
+        ]
+        .into_iter()
+        .find_map(|(side, label)| series.side(side).map(|v| (summary(Some(v)), label)));
+        if let Some((values, label)) = reference {
             md.push_str(&format!(
-                "| {metric} | {} (API server) | | | {} | |\n",
-                median(limit),
-                range(limit)
+                "| {metric} | {} ({label}) | | | {} | |\n",
+                median(values),
+                range(values)
             ));
             continue;
         }
@@ -252,6 +257,8 @@ mod tests {
         results.record(&limit::patches_per_second(), Side::ApiServer, 1500.0);
         // Ours alone (--ours-only): no ratio.
         results.record(&p1::detach_rate(200), Side::Ours, 200.0);
+        // The floor attacher's row follows the row it is the floor of.
+        results.record(&p1::attach_rate(200).floor(), Side::Floor, 170.0);
 
         let md = markdown(&results, &SMOKE, true, "2 CPUs (test), 1 GiB");
         assert!(md.contains("Written by `hack/bench.sh --smoke` on 2 CPUs (test), 1 GiB."));
@@ -262,6 +269,7 @@ mod tests {
                 "| scenario | upstream median | ours median | ours better by | upstream min–max | ours min–max |",
                 "| Limit: VA status patches/s (minimal client, 64 in flight) | 1550 (API server) | | | 1500–1600 | |",
                 "| P1 attach VAs/s (QPS 200) | 100 | 150 | 1.50× | 80.000–120 | 140–160 |",
+                "| P1 attach VAs/s (QPS 200) floor: a minimal attacher on ours' stack | 170 (floor attacher) | | | 170–170 | |",
                 "| P1 detach VAs/s (QPS 200) |  | 200 |  |  | 200–200 |",
                 "| P5 failover to attached s (SIGTERM) | 18.000 | 0.500 | 36.00× | 18.000–18.000 | 0.500–0.500 |",
             ]

@@ -1,5 +1,6 @@
 //! The code of each scenario of [`crate::plan::Scenario`].
 
+mod floor;
 mod growth;
 mod limit;
 mod p1;
@@ -17,11 +18,12 @@ use crate::plan::Scenario;
 use crate::process::Which;
 use crate::sizes::GrowthSize;
 
-/// Runs `scenario` once: for `which` attacher (Limit runs no attacher and
-/// ignores it).
+/// Runs `scenario` once: for `which` attacher (Limit runs no attacher, Floor
+/// the floor attacher; both ignore it).
 pub async fn run(scenario: Scenario, h: &Harness, which: Which) -> Result<()> {
     match scenario {
         Scenario::Limit => limit::run(h).await,
+        Scenario::Floor => floor::run(h).await,
         Scenario::P1Qps200 => p1::run(h, which).await,
         Scenario::Unthrottled => unthrottled::run(h, which).await,
         Scenario::P3Memory => p3::run(h, which).await,
