@@ -23,6 +23,7 @@ use crate::k8s::{pv_object, va_object};
 use crate::metric::catalogue::p7::{recovery_s, Of, Outage};
 use crate::outage;
 use crate::process::{Attacher, Which};
+use crate::tracker::now_unix;
 
 pub async fn run(h: &Harness, which: Which) -> Result<()> {
     let (leases, lease_name) = p5::released_lease(h).await?;
@@ -59,9 +60,9 @@ pub async fn run(h: &Harness, which: Which) -> Result<()> {
                 };
             let name = format!("{run}-{i}-{}", outage_key(outage));
             match attach_one(h, &mut attacher, &run, &name, ready).await? {
-                Some(seconds) => {
+                Some((seconds, spans)) => {
                     eprintln!(
-                        "  {} {i}: attached {seconds:.3} s after ready",
+                        "  {} {i}: attached {seconds:.3} s after ready ({spans})",
                         outage.label()
                     );
                     samples.push((outage, seconds));
@@ -108,15 +109,16 @@ const ATTACH_DEADLINE: Duration = Duration::from_secs(120);
 
 /// Creates PV and VA `name` (retrying while the API server refuses), waits
 /// until the VA is attached, then deletes it and waits until it is gone;
-/// returns seconds from `ready` to attached, or `None` when the VA was not
-/// attached within [`ATTACH_DEADLINE`] (it is left to the run's cleanup).
+/// returns seconds from `ready` to attached with where they went (for the
+/// progress line), or `None` when the VA was not attached within
+/// [`ATTACH_DEADLINE`] (it is left to the run's cleanup).
 async fn attach_one(
     h: &Harness,
     attacher: &mut Attacher,
     run: &str,
     name: &str,
     ready: Instant,
-) -> Result<Option<f64>> {
+) -> Result<Option<(f64, String)>> {
     let deadline = ATTACH_DEADLINE;
     let pv = format!("{name}-pv");
     let va = format!("{name}-va");
@@ -139,11 +141,12 @@ async fn attach_one(
         exists(created.map(|_| ()))
     })
     .await?;
+    let created = (ready.elapsed().as_secs_f64(), now_unix());
     let until = Instant::now() + deadline;
     let attached = loop {
         let seen = h.vas.get_opt(&va).await.ok().flatten();
         if seen.as_ref().is_some_and(is_attached) {
-            break ready.elapsed().as_secs_f64();
+            break (ready.elapsed().as_secs_f64(), now_unix());
         }
         if let Some(status) = attacher.process.try_wait()? {
             bail!("the attacher exited ({status}) after the outage");
@@ -161,7 +164,21 @@ async fn attach_one(
         }
         tokio::time::sleep(outage::POLL).await;
     }
-    Ok(Some(attached))
+    // Where the time went: the harness's create, the attacher's writes
+    // before Publish, and the write after it (seen by a 20 ms poll).
+    let spans = match h.publishes().await.get(&format!("handle-{pv}")) {
+        Some(&(received, replied)) => format!(
+            "VA created at {:.3} s, Publish {:.3} s later, attached seen {:.3} s after its reply",
+            created.0,
+            received - created.1,
+            attached.1 - replied
+        ),
+        None => format!(
+            "VA created at {:.3} s, no Publish in the driver's ledger",
+            created.0
+        ),
+    };
+    Ok(Some((attached.0, spans)))
 }
 
 /// A create's result; "already exists" is success (an earlier try whose
