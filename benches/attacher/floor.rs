@@ -332,13 +332,7 @@ impl State {
             self.pending.insert(name, va);
             return;
         }
-        let ours = va
-            .metadata
-            .0
-            .finalizers
-            .iter()
-            .flatten()
-            .any(|f| *f == ctx.finalizer);
+        let ours = has(&va.metadata.0.finalizers, &ctx.finalizer);
         let detach = va.metadata.0.deletion_timestamp.is_some();
         if detach && !ours || !detach && (va.status.attached || self.attached.contains(&name)) {
             return;
@@ -371,6 +365,10 @@ impl State {
     }
 }
 
+fn has(list: &Option<Vec<String>>, item: &str) -> bool {
+    list.iter().flatten().any(|f| f == item)
+}
+
 fn with(list: &Option<Vec<String>>, item: &str) -> Vec<String> {
     let mut list = list.clone().unwrap_or_default();
     list.push(item.to_owned());
@@ -381,22 +379,13 @@ async fn attach_va(ctx: &Ctx, va: &Va) -> Result<()> {
     let name = va.metadata.0.name.as_deref().context("name")?;
     let pp = PatchParams::default();
     let finalizers = &va.metadata.0.finalizers;
-    if !finalizers.iter().flatten().any(|f| *f == ctx.finalizer) {
+    if !has(finalizers, &ctx.finalizer) {
         let patch = json!({"metadata": {"finalizers": with(finalizers, &ctx.finalizer)}});
         ctx.vas.patch(name, &pp, &Patch::Merge(patch)).await?;
     }
-    let pv_name = va
-        .spec
-        .source
-        .persistent_volume_name
-        .as_deref()
-        .context("no PV")?;
-    let pv = ctx
-        .pv_store
-        .get(&reflector::ObjectRef::new(pv_name))
-        .context("PV not in the cache")?;
+    let (pv_name, pv) = pv_of(ctx, va)?;
     let pv_finalizers = &pv.metadata.0.finalizers;
-    if !pv_finalizers.iter().flatten().any(|f| *f == ctx.finalizer) {
+    if !has(pv_finalizers, &ctx.finalizer) {
         let patch = json!({"metadata": {"finalizers": with(pv_finalizers, &ctx.finalizer)}});
         ctx.pvs.patch(pv_name, &pp, &Patch::Merge(patch)).await?;
     }
@@ -429,16 +418,7 @@ async fn attach_va(ctx: &Ctx, va: &Va) -> Result<()> {
 
 async fn detach_va(ctx: &Ctx, va: &Va) -> Result<()> {
     let name = va.metadata.0.name.as_deref().context("name")?;
-    let pv_name = va
-        .spec
-        .source
-        .persistent_volume_name
-        .as_deref()
-        .context("no PV")?;
-    let pv = ctx
-        .pv_store
-        .get(&reflector::ObjectRef::new(pv_name))
-        .context("PV not in the cache")?;
+    let (_, pv) = pv_of(ctx, va)?;
     let csi = pv.spec.csi.as_ref().context("not a CSI PV")?;
     let request = ControllerUnpublishVolumeRequest {
         volume_id: csi.volume_handle.clone(),
@@ -459,6 +439,21 @@ async fn detach_va(ctx: &Ctx, va: &Va) -> Result<()> {
         .patch(name, &PatchParams::default(), &Patch::Merge(patch))
         .await?;
     Ok(())
+}
+
+/// The VA's PV name and the cached PV.
+fn pv_of<'a>(ctx: &Ctx, va: &'a Va) -> Result<(&'a str, Arc<Pv>)> {
+    let name = va
+        .spec
+        .source
+        .persistent_volume_name
+        .as_deref()
+        .context("no PV")?;
+    let pv = ctx
+        .pv_store
+        .get(&reflector::ObjectRef::new(name))
+        .context("PV not in the cache")?;
+    Ok((name, pv))
 }
 
 fn node_id(ctx: &Ctx, node: &str) -> Result<String> {
