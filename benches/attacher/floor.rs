@@ -7,7 +7,7 @@
 //! PV finalizer, `attached=true` with the Publish context; on deletion the
 //! finalizer's removal), the same gRPC calls (ControllerPublishVolume,
 //! ControllerUnpublishVolume), the same watches (VAs, PVs, CSINodes), with
-//! the same crates (kube's HTTP/1 + rustls client, tonic over the Unix socket,
+//! the same crates (ours' kube client: HTTP/1, rustls, TCP_NODELAY; tonic over the Unix socket,
 //! a current-thread tokio runtime, mimalloc). What it leaves out is
 //! everything that makes ours a production controller: queues with backoff,
 //! leader election, metrics, Events, error handling beyond a retry, migration,
@@ -239,7 +239,8 @@ enum Outcome {
 async fn run(flags: Flags) -> Result<()> {
     let kubeconfig = kube::config::Kubeconfig::read_from(&flags.kubeconfig)?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
-    let client = kube::Client::try_from(config)?;
+    // Ours' client stack (TCP_NODELAY, the request deadline), unthrottled.
+    let client = csi_attacher::kube_client::build_unthrottled(config)?;
     let channel = csi_channel(&flags.csi_address).await?;
     let driver = IdentityClient::new(channel.clone())
         .get_plugin_info(GetPluginInfoRequest {})
