@@ -209,6 +209,11 @@ fn build_with(config: ApiConfig, limit: RateLimitLayer) -> Result<kube::Client, 
 type Transport =
     BoxService<http::Request<kube::client::Body>, http::Response<Box<DynBody>>, BoxError>;
 
+/// The target of the request log: kube's, as when kube's builder traced the
+/// requests, so that the logging filter shows them at `--v=6` as a library's
+/// debug lines (our own crate's debug lines show at `--v=2`).
+const REQUEST_LOG_TARGET: &str = "kube_client::client::builder";
+
 /// The transport of every client (see the module docs, "TCP_NODELAY").
 /// With a proxy URL, kube's own builder, which refuses it: this build has no
 /// proxy support.
@@ -230,6 +235,7 @@ fn transport(config: kube::Config) -> Result<ClientBuilder<Transport>, Error> {
     let trace = TraceLayer::new_for_http()
         .make_span_with(|request: &http::Request<kube::client::Body>| {
             tracing::debug_span!(
+                target: REQUEST_LOG_TARGET,
                 "HTTP",
                 http.method = %request.method(),
                 http.url = %request.uri(),
@@ -239,7 +245,7 @@ fn transport(config: kube::Config) -> Result<ClientBuilder<Transport>, Error> {
                 otel.status_code = tracing::field::Empty,
             )
         })
-        .on_request(|_: &http::Request<kube::client::Body>, _: &Span| tracing::debug!("requesting"))
+        .on_request(|_: &http::Request<kube::client::Body>, _: &Span| tracing::debug!(target: REQUEST_LOG_TARGET, "requesting"))
         .on_response(
             |response: &http::Response<Incoming>, _: Duration, span: &Span| {
                 let status = response.status();
@@ -251,7 +257,7 @@ fn transport(config: kube::Config) -> Result<ClientBuilder<Transport>, Error> {
         )
         .on_body_chunk(())
         .on_eos(|_: Option<&http::HeaderMap>, _: Duration, _: &Span| {
-            tracing::debug!("stream closed")
+            tracing::debug!(target: REQUEST_LOG_TARGET, "stream closed")
         })
         .on_failure(
             |class: ServerErrorsFailureClass, _: Duration, span: &Span| {
@@ -259,10 +265,10 @@ fn transport(config: kube::Config) -> Result<ClientBuilder<Transport>, Error> {
                 match class {
                     ServerErrorsFailureClass::StatusCode(status) => {
                         span.record("http.status_code", status.as_u16());
-                        tracing::error!("failed with status {}", status)
+                        tracing::error!(target: REQUEST_LOG_TARGET, "failed with status {}", status)
                     }
                     ServerErrorsFailureClass::Error(err) => {
-                        tracing::error!("failed with error {}", err)
+                        tracing::error!(target: REQUEST_LOG_TARGET, "failed with error {}", err)
                     }
                 }
             },
