@@ -176,7 +176,8 @@ pub fn growth_table(results: &Results, steps: &[GrowthSize]) -> String {
         return String::new();
     }
     let mut md = String::from(
-        "\n## Growth curves\n\nQPS 10,000, medians of the rounds, upstream / ours (ratio: ours better by).\n\n| size |",
+        "\n## Growth curves\n\nQPS 10,000, medians of the rounds, upstream / ours (ratio: ours better by). The last row is \
+         the growth: each attacher's median at the largest size divided by its median at the smallest.\n\n| size |",
     );
     for curve in Curve::ALL {
         md.push_str(&format!(" {} |", curve.label()));
@@ -200,6 +201,26 @@ pub fn growth_table(results: &Results, steps: &[GrowthSize]) -> String {
                 None => " |".to_owned(),
             };
             md.push_str(&cell);
+        }
+        md.push('\n');
+    }
+    // The growth itself: each side's median at the largest size ÷ at the smallest.
+    if let [first, .., last] = steps {
+        md.push_str("| largest ÷ smallest size |");
+        for curve in Curve::ALL {
+            let [small, big] =
+                [*first, *last].map(|step| medians.get(curve.metric(step).name.as_str()));
+            let factor = |side: fn(&(Option<Summary>, Option<Summary>)) -> Option<Summary>| {
+                let (s, b) = (side(small?)?.median, side(big?)?.median);
+                (s > 0.0).then(|| format!("×{:.2}", b / s))
+            };
+            let up = factor(|m| m.0).unwrap_or_default();
+            let ours = factor(|m| m.1).unwrap_or_default();
+            md.push_str(&if up.is_empty() && ours.is_empty() {
+                " |".to_owned()
+            } else {
+                format!(" {up} / {ours} |")
+            });
         }
         md.push('\n');
     }
@@ -285,6 +306,8 @@ mod tests {
         results.record(&Curve::PeakRss.metric(small), Side::Upstream, 60.0);
         results.record(&Curve::PeakRss.metric(small), Side::Ours, 30.0);
         results.record(&Curve::PeakRss.metric(big), Side::Ours, 40.0);
+        results.record(&Curve::AttachRate.metric(big), Side::Upstream, 90.0);
+        results.record(&Curve::AttachRate.metric(big), Side::Ours, 150.0);
         results.record(&p1::attach_rate(200), Side::Ours, 66.0);
         let md = markdown(&results, &SMOKE, true, "test");
         // Not in the main table.
@@ -304,7 +327,9 @@ mod tests {
                 "| size | P1 attach VAs/s | P1 detach VAs/s | P2 CPU s per 1,000 attach+detach | P3 peak RSS MiB |",
                 "|---|---|---|---|---|",
                 "| 10 VAs, 20 foreign PVs | 100 / 150 (1.50×) | | | 60.000 / 30.000 (2.00×) |",
-                "| 20 VAs, 40 foreign PVs | | | |  / 40.000 |",
+                "| 20 VAs, 40 foreign PVs | 90.000 / 150 (1.67×) | | |  / 40.000 |",
+                // Each side's largest ÷ smallest; a side with one end missing has none.
+                "| largest ÷ smallest size | ×0.90 / ×1.00 | | |  / ×1.33 |",
             ]
         );
         assert!(md.ends_with(&table));
