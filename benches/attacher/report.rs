@@ -157,10 +157,13 @@ fn new_sizes(sizes: &Sizes) -> String {
     )
 }
 
+/// A metric's summary for upstream and for ours.
+type BothSides = (Option<Summary>, Option<Summary>);
+
 /// results.md's growth table: one row per size, for each curve the median of
 /// upstream and of ours; nothing when no growth metric was measured.
 pub fn growth_table(results: &Results, steps: &[GrowthSize]) -> String {
-    let medians: BTreeMap<&str, (Option<Summary>, Option<Summary>)> = results
+    let medians: BTreeMap<&str, BothSides> = results
         .iter()
         .filter(|(name, _)| name.starts_with(GROWTH_PREFIX))
         .map(|(name, series)| {
@@ -210,7 +213,7 @@ pub fn growth_table(results: &Results, steps: &[GrowthSize]) -> String {
         for curve in Curve::ALL {
             let [small, big] =
                 [*first, *last].map(|step| medians.get(curve.metric(step).name.as_str()));
-            let factor = |side: fn(&(Option<Summary>, Option<Summary>)) -> Option<Summary>| {
+            let factor = |side: fn(&BothSides) -> Option<Summary>| {
                 let (s, b) = (side(small?)?.median, side(big?)?.median);
                 (s > 0.0).then(|| format!("×{:.2}", b / s))
             };
