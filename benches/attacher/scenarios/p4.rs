@@ -18,16 +18,19 @@ use crate::stats::percentile;
 use crate::tracker::Tracker;
 
 /// Records the p50 and p99 of both spans over `created` (VA name, time it
-/// existed), under the load `in_flight` names.
+/// existed), under the load `in_flight` names; for a `burst` (VAs created at
+/// once), also its tail without the harness's creates ([`record_tail`]).
 pub async fn record_latency(
     h: &Harness,
     which: Which,
     in_flight: &str,
+    burst: bool,
     tracker: &Tracker,
     created: &[(String, f64)],
 ) {
     let publishes = h.publishes().await;
     let (mut to_publish, mut to_attached) = (Vec::new(), Vec::new());
+    let mut replies = Vec::new();
     for (va, at) in created {
         let handle = format!("handle-{}", va.trim_end_matches("-va"));
         let (Some((received, replied)), Some(seen)) =
@@ -37,6 +40,10 @@ pub async fn record_latency(
         };
         to_publish.push((received - at) * 1e3);
         to_attached.push((seen - replied) * 1e3);
+        replies.push((*replied, (seen - replied) * 1e3));
+    }
+    if burst {
+        record_tail(h, which, in_flight, created, replies);
     }
     for span in Span::ALL {
         let values = match span {
@@ -48,6 +55,43 @@ pub async fn record_latency(
             h.record(&latency_ms(span, p, in_flight), which, value);
         }
     }
+}
+
+/// A burst's tail: the API server also takes the harness's creates until the
+/// last VA exists. Prints how many Publish replies (`replies`: reply time,
+/// reply→attached in ms) came before that, of the slowest 1 % and of all, and
+/// records reply→attached over the replies after it: the attacher's own tail,
+/// without the creates'.
+fn record_tail(
+    h: &Harness,
+    which: Which,
+    in_flight: &str,
+    created: &[(String, f64)],
+    mut replies: Vec<(f64, f64)>,
+) {
+    let last_created = created.iter().map(|(_, at)| *at).fold(f64::MIN, f64::max);
+    let before =
+        |replies: &[(f64, f64)]| replies.iter().filter(|(at, _)| *at < last_created).count();
+    let (all, all_before) = (replies.len(), before(&replies));
+    let mut after: Vec<f64> = replies
+        .iter()
+        .filter(|(at, _)| *at >= last_created)
+        .map(|(_, ms)| *ms)
+        .collect();
+    for p in PERCENTILES {
+        let value = percentile(&mut after, f64::from(p));
+        let load = format!("{in_flight}, replied after the last create");
+        h.record(&latency_ms(Span::PublishToAttached, p, &load), which, value);
+    }
+    replies.sort_by(|a, b| b.1.total_cmp(&a.1));
+    replies.truncate(all.div_ceil(100));
+    let Some(&(_, fastest)) = replies.last() else {
+        return;
+    };
+    eprintln!(
+        "  P4 {in_flight}: Publish replies while VAs were still being created: {} of the slowest 1 % (≥ {fastest:.1} ms), {all_before} of all {all}",
+        before(&replies)
+    );
 }
 
 /// One VA in flight at a time on the attacher already running: the
@@ -64,7 +108,7 @@ pub async fn sequential(h: &Harness, which: Which) -> Result<()> {
             .await?;
         created.extend(one);
     }
-    record_latency(h, which, "1 in flight", &tracker, &created).await;
+    record_latency(h, which, "1 in flight", false, &tracker, &created).await;
     h.delete_gone(&mut tracker, &created, "sequential VAs gone")
         .await?;
     h.cleanup(&run).await
@@ -103,6 +147,7 @@ pub async fn under_load(h: &Harness, which: Which) -> Result<()> {
         h,
         which,
         &format!("{n} in flight"),
+        true,
         &stage.tracker,
         &created,
     )

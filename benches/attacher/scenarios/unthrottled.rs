@@ -19,7 +19,15 @@ pub async fn run(h: &Harness, which: Which) -> Result<()> {
         burst.cpu_seconds / n as f64 * 1000.0,
     );
     let in_flight = format!("{n} in flight");
-    p4::record_latency(h, which, &in_flight, &burst.stage.tracker, &burst.created).await;
+    p4::record_latency(
+        h,
+        which,
+        &in_flight,
+        true,
+        &burst.stage.tracker,
+        &burst.created,
+    )
+    .await;
     p4::sequential(h, which).await?;
     h.finish(burst.stage).await
 }
