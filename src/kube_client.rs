@@ -642,7 +642,11 @@ where
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+    /// A normal request's future as it is; an urgent one's boxed with its ticket.
+    type Future = futures::future::Either<
+        S::Future,
+        Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>,
+    >;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         if let (Some(limiter), false) = (&self.limiter, self.permitted) {
@@ -666,14 +670,16 @@ where
 
     fn call(&mut self, request: Req) -> Self::Future {
         self.permitted = false;
-        let ticket = self.ticket.take();
         let answer = self.inner.call(request);
-        Box::pin(async move {
-            let answer = answer.await;
-            // Normal requests may start again (if no other urgent one is pending).
-            drop(ticket);
-            answer
-        })
+        match self.ticket.take() {
+            None => futures::future::Either::Left(answer),
+            Some(ticket) => futures::future::Either::Right(Box::pin(async move {
+                let answer = answer.await;
+                // Normal requests may start again (if no other urgent one is pending).
+                drop(ticket);
+                answer
+            })),
+        }
     }
 }
 

@@ -78,9 +78,9 @@ fn record_tail(
         .filter(|(at, _)| *at >= last_created)
         .map(|(_, ms)| *ms)
         .collect();
+    let load = format!("{in_flight}, replied after the last create");
     for p in PERCENTILES {
         let value = percentile(&mut after, f64::from(p));
-        let load = format!("{in_flight}, replied after the last create");
         h.record(&latency_ms(Span::PublishToAttached, p, &load), which, value);
     }
     replies.sort_by(|a, b| b.1.total_cmp(&a.1));
