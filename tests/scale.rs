@@ -205,6 +205,64 @@ fn peak_concurrency(ledger: &[serde_json::Value], methods: &[&str]) -> usize {
 }
 
 #[tokio::test]
+async fn a_burst_in_one_lane_uses_all_slots_but_one_and_the_other_lane_still_starts_at_once() {
+    // 20 workers: each lane reserves 2. With nothing to detach, the attach
+    // lane borrows the detach lane's reserve but one slot.
+    const BURST: usize = 30;
+    let env = Env::start(&[], &["--worker-threads=20"]).await;
+    let node = unique("node");
+    env.create_node(&node).await;
+    let old = create_many(&env, &node, 1).await;
+    wait_all_attached(&env, 1, Duration::from_secs(60)).await;
+
+    env.mock
+        .set_fault("ControllerPublishVolume", json!({"delay_ms": 3000}))
+        .await;
+    let calls_before = env.mock.ledger().await.len();
+    let burst = create_many(&env, &node, BURST).await;
+    env.delete_va(&old[0].1).await;
+    wait_all(
+        &env,
+        "old detached, the burst attached",
+        Duration::from_secs(60),
+        |vas| {
+            vas.len() == BURST
+                && vas
+                    .iter()
+                    .all(|v| v.status.as_ref().is_some_and(|s| s.attached))
+        },
+    )
+    .await;
+    env.mock.clear_faults().await;
+    drop(burst);
+
+    let ledger = &env.mock.ledger().await[calls_before..];
+    // The detach started in the slot kept for it, before the first of the
+    // slow Publishes ended.
+    let ends = ledger
+        .iter()
+        .filter(|c| c["method"] == "ControllerPublishVolume")
+        .map(|c| {
+            let start = c["time_unix_nanos"].as_u64().expect("start");
+            start + (c["duration_ms"].as_f64().expect("duration") * 1e6) as u64
+        });
+    let first_end = ends.min().expect("Publish calls");
+    let unpublish = ledger
+        .iter()
+        .find(|c| c["method"] == "ControllerUnpublishVolume")
+        .expect("the old VA was unpublished");
+    let started = unpublish["time_unix_nanos"].as_u64().expect("start");
+    assert!(
+        started < first_end,
+        "the Unpublish waited for a Publish to end ({} ms after it)",
+        (started - first_end) / 1_000_000
+    );
+    let peak = peak_concurrency(ledger, &["ControllerPublishVolume"]);
+    println!("peak concurrent Publish with --worker-threads=20 and nothing to detach: {peak}");
+    assert_eq!(peak, 19, "all slots but the idle detach lane's one");
+}
+
+#[tokio::test]
 async fn worker_threads_bound_publish_and_unpublish_together() {
     const N: usize = 6;
     let env = Env::start(&[], &["--worker-threads=2"]).await;

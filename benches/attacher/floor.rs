@@ -7,7 +7,9 @@
 //! PV finalizer, `attached=true` with the Publish context; on deletion the
 //! finalizer's removal), the same gRPC calls (ControllerPublishVolume,
 //! ControllerUnpublishVolume), the same watches (VAs, PVs, CSINodes), with
-//! the same crates (ours' kube client: HTTP/1, rustls, TCP_NODELAY; tonic over the Unix socket,
+//! the same crates (ours' kube client: HTTP/1, rustls, TCP_NODELAY, the
+//! `--kube-api-qps`/`--kube-api-burst` throttle with the write after Publish
+//! ahead of the rest, at the throttle and at the API server; tonic over the Unix socket,
 //! a current-thread tokio runtime, mimalloc). What it leaves out is
 //! everything that makes ours a production controller: queues with backoff,
 //! leader election, metrics, Events, error handling beyond a retry, migration,
@@ -52,10 +54,14 @@ struct Flags {
     csi_address: String,
     kubeconfig: PathBuf,
     workers: usize,
+    qps: f64,
+    burst: i64,
 }
 
 fn flags(args: impl Iterator<Item = String>) -> Result<Flags> {
     let (mut csi_address, mut kubeconfig, mut workers) = (None, None, 10);
+    // The attacher's defaults.
+    let (mut qps, mut burst) = (5.0, 10);
     for arg in args {
         if let Some(v) = arg.strip_prefix("--csi-address=") {
             csi_address = Some(v.to_owned());
@@ -63,14 +69,20 @@ fn flags(args: impl Iterator<Item = String>) -> Result<Flags> {
             kubeconfig = Some(PathBuf::from(v));
         } else if let Some(v) = arg.strip_prefix("--worker-threads=") {
             workers = v.parse().context("--worker-threads")?;
+        } else if let Some(v) = arg.strip_prefix("--kube-api-qps=") {
+            qps = v.parse().context("--kube-api-qps")?;
+        } else if let Some(v) = arg.strip_prefix("--kube-api-burst=") {
+            burst = v.parse().context("--kube-api-burst")?;
         }
-        // Every other attacher flag (QPS, timeout, endpoint) has nothing to
-        // act on here.
+        // Every other attacher flag (timeout, endpoint) has nothing to act on
+        // here.
     }
     Ok(Flags {
         csi_address: csi_address.context("--csi-address")?,
         kubeconfig: kubeconfig.context("--kubeconfig")?,
         workers,
+        qps,
+        burst,
     })
 }
 
@@ -222,6 +234,8 @@ struct Ctx {
     driver: String,
     finalizer: String,
     vas: Api<Va>,
+    /// The write after Publish, on the urgent client.
+    va_status: Api<Va>,
     pvs: Api<Pv>,
     pv_store: Store<Pv>,
     node_store: Store<CsiNode>,
@@ -239,8 +253,10 @@ enum Outcome {
 async fn run(flags: Flags) -> Result<()> {
     let kubeconfig = kube::config::Kubeconfig::read_from(&flags.kubeconfig)?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
-    // Ours' client stack (TCP_NODELAY, the request deadline), unthrottled.
-    let client = csi_attacher::kube_client::build_unthrottled(config)?;
+    // Ours' client stack (TCP_NODELAY, the request deadline, the throttle
+    // with the urgent client ahead).
+    let clients = csi_attacher::kube_client::build_prioritized(config, flags.qps, flags.burst)?;
+    let client = clients.normal;
     let channel = csi_channel(&flags.csi_address).await?;
     let driver = IdentityClient::new(channel.clone())
         .get_plugin_info(GetPluginInfoRequest {})
@@ -267,6 +283,7 @@ async fn run(flags: Flags) -> Result<()> {
         finalizer: format!("external-attacher/{}", driver.replace('/', "-")),
         driver,
         vas: Api::all(client.clone()),
+        va_status: Api::all(clients.urgent),
         pvs: Api::all(client),
         pv_store,
         node_store,
@@ -411,7 +428,7 @@ async fn attach_va(ctx: &Ctx, va: &Va) -> Result<()> {
         "attached": true,
         "attachmentMetadata": context.into_inner().publish_context,
     }});
-    ctx.vas
+    ctx.va_status
         .patch_status(name, &pp, &Patch::Merge(status))
         .await?;
     Ok(())

@@ -81,6 +81,10 @@ pub mod catalogue {
             Metric::higher("Limit: VA status patches/s (minimal client, 64 in flight)")
         }
 
+        pub fn creates_per_second() -> Metric {
+            Metric::higher("Limit: VA creates/s (minimal client, 64 in flight)")
+        }
+
         /// `p` is 50 or 99.
         pub fn one_patch_ms(p: u32) -> Metric {
             Metric::lower(format!("Limit: one status patch, p{p} ms (1 in flight)"))
@@ -148,6 +152,25 @@ pub mod catalogue {
         /// The goal's value.
         pub fn goal(patches_per_second: f64, writes_per_attach: f64) -> f64 {
             0.8 * patches_per_second / writes_per_attach
+        }
+
+        /// The ceiling beside [`attach_rate_at`] of `load`, from the same
+        /// Limit: see [`ceiling`]. Listed after the rate, as the goal is.
+        pub fn attach_ceiling(load: &str) -> Metric {
+            Metric::higher(format!(
+                "P1 attach VAs/s ({load}) ceiling: the API server's whole write limit spent on P1's creates and writes per attach"
+            ))
+        }
+
+        /// The ceiling's value: VAs/s if the API server did nothing but one
+        /// create (the harness's) and `writes_per_attach` patches per VA, each
+        /// at its Limit rate, and no process shared its CPU.
+        pub fn ceiling(
+            patches_per_second: f64,
+            creates_per_second: f64,
+            writes_per_attach: f64,
+        ) -> f64 {
+            1.0 / (writes_per_attach / patches_per_second + 1.0 / creates_per_second)
         }
     }
 
@@ -470,6 +493,20 @@ mod tests {
     fn p1_goal_is_80_percent_of_the_limit_per_attach() {
         // 1,600 patches/s, 3 writes an attach: 0.8 × 1600 / 3.
         assert!((p1::goal(1600.0, 3.0) - 426.666).abs() < 0.01);
+    }
+
+    #[test]
+    fn p1_ceiling_spends_the_whole_limit_on_a_create_and_the_writes_per_attach() {
+        // 1,600 patches/s and 800 creates/s: 3 patches (1/533.3 s) and a
+        // create (1/800 s) take 1/320 s of the API server per VA.
+        assert!((p1::ceiling(1600.0, 800.0, 3.0) - 320.0).abs() < 1e-9);
+        // As fast as patches, a create is a fourth write.
+        assert!((p1::ceiling(1600.0, 1600.0, 3.0) - 400.0).abs() < 1e-9);
+        let load = p1::load(100, 10_000, 10_000);
+        assert!(p1::attach_ceiling(&load)
+            .name
+            .starts_with(&p1::attach_rate_at(&load).name));
+        assert_eq!(p1::attach_ceiling(&load).better, Better::Higher);
     }
 
     #[test]

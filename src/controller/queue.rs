@@ -24,6 +24,12 @@
 //! operations), and each lane keeps a reserved share of it that the other
 //! lanes cannot take: a storm in one lane still leaves room for the others.
 //!
+//! A lane with no key waiting lends its reserve but one slot: a burst in one
+//! lane uses every slot but one per idle lane (99 of 100, as upstream's 100
+//! nearly), and the idle lane's next key still starts at once. Once keys wait
+//! in it, the lane claims its whole reserve again: slots freed from then on
+//! go to it first, until it has its share.
+//!
 //! # Idle until started
 //! A queue built [`WorkQueue::idle`] ignores adds until [`WorkQueue::start`]:
 //! a standby replica keeps its caches warm but queues (and counts) no work it
@@ -83,7 +89,9 @@ impl Concurrency {
     /// (at least one) when there are enough slots for every lane to have one.
     ///
     /// A tenth: one slot is all an attach needs to get past a detach storm,
-    /// and every reserved slot is one a single-lane burst cannot use.
+    /// and more keep several attaches from queueing behind one another; a
+    /// lane with nothing waiting lends all of it but one slot (see the module
+    /// docs), so a single-lane burst still uses all but one.
     pub fn with_reserved_tenth(total: usize, lanes: usize) -> Self {
         let share = if lanes > 0 && total >= lanes {
             (total / 10).max(1).min(total / lanes)
@@ -96,24 +104,42 @@ impl Concurrency {
         }
     }
 
-    /// Whether `lane` may start one more key with `in_flight` keys running per lane.
-    fn admits(&self, lane: usize, in_flight: &[usize]) -> bool {
-        let reserved = |l: usize| self.reserved.get(l).copied().unwrap_or(0);
+    /// The slots lane `lane` holds or keeps from the others, with `in_flight`
+    /// of its keys running: all of its reserve while keys wait in it; while
+    /// none do, its running keys and, within its reserve, one free slot for
+    /// its next key.
+    fn claim(&self, lane: usize, in_flight: usize, waiting: bool) -> usize {
+        let reserved = self.reserved.get(lane).copied().unwrap_or(0);
+        let kept = if waiting {
+            reserved
+        } else {
+            reserved.min(in_flight + 1)
+        };
+        in_flight.max(kept)
+    }
+
+    /// Whether `lane` may start one more key with `in_flight` keys running
+    /// and `waiting` keys waiting per lane.
+    fn admits(&self, lane: usize, in_flight: &[usize], waiting: &[usize]) -> bool {
+        let count = |v: &[usize], l: usize| v.get(l).copied().unwrap_or(0);
         if in_flight.iter().sum::<usize>() >= self.total {
             return false;
         }
-        if in_flight.get(lane).copied().unwrap_or(0) < reserved(lane) {
+        let mine = count(in_flight, lane);
+        if mine < self.reserved.get(lane).copied().unwrap_or(0) {
             return true;
         }
-        let shared = self
-            .total
-            .saturating_sub(self.reserved.iter().sum::<usize>());
-        let shared_used: usize = in_flight
-            .iter()
-            .enumerate()
-            .map(|(l, n)| n.saturating_sub(reserved(l)))
+        let others: usize = (0..in_flight.len().max(self.reserved.len()))
+            .filter(|l| *l != lane)
+            .map(|l| self.claim(l, count(in_flight, l), count(waiting, l) > 0))
             .sum();
-        shared_used < shared
+        mine + others < self.total
+    }
+
+    /// How many slots lane `lane` stops keeping from the others when its last
+    /// waiting key leaves it, with `in_flight` of its keys running.
+    fn lent_when_drained(&self, lane: usize, in_flight: usize) -> usize {
+        self.claim(lane, in_flight, true) - self.claim(lane, in_flight, false)
     }
 }
 
@@ -122,6 +148,8 @@ struct State {
     lanes: Vec<VecDeque<String>>,
     /// Waiting keys and the lane they wait in.
     queued: HashMap<String, usize>,
+    /// How many keys wait per lane (`queued` counted by lane).
+    waiting: Vec<usize>,
     /// Keys added while being processed, with the lane to re-queue them in.
     dirty: HashMap<String, usize>,
     processing: HashSet<String>,
@@ -172,6 +200,7 @@ impl WorkQueue {
         let state = State {
             lanes: (0..lanes).map(|_| VecDeque::new()).collect(),
             in_flight: vec![0; lanes],
+            waiting: vec![0; lanes],
             accepting: true,
             ..State::default()
         };
@@ -243,8 +272,14 @@ impl WorkQueue {
                     m.lane_depth[old].dec();
                     m.lane_depth[lane].inc();
                 }
+                state.waiting[old] -= 1;
+                state.waiting[lane] += 1;
+                if state.waiting[old] == 0 {
+                    self.drained(state, old);
+                }
             }
             None => {
+                state.waiting[lane] += 1;
                 // A dirty key keeps the time it became dirty.
                 state
                     .ready_since
@@ -323,8 +358,23 @@ impl WorkQueue {
 
     /// Keys ready to be processed in `lane`.
     pub fn depth(&self, lane: usize) -> usize {
-        let state = self.lock();
-        state.queued.values().filter(|l| **l == lane).count()
+        self.lock().waiting.get(lane).copied().unwrap_or(0)
+    }
+
+    /// `lane` has no key waiting any more: the slots of its reserve it stops
+    /// keeping may go to the other lanes, whose workers may be waiting for one.
+    fn drained(&self, state: &State, lane: usize) {
+        let Some(concurrency) = &self.concurrency else {
+            return;
+        };
+        let lent = concurrency.lent_when_drained(lane, state.in_flight[lane]);
+        for (other, ready) in self.lane_ready.iter().enumerate() {
+            if other != lane {
+                for _ in 0..lent {
+                    ready.notify_one();
+                }
+            }
+        }
     }
 
     /// Takes the next key of `lane`, waiting for one (and, with a ceiling, for
@@ -343,14 +393,18 @@ impl WorkQueue {
                 let admitted = self
                     .concurrency
                     .as_ref()
-                    .is_none_or(|c| c.admits(lane, &state.in_flight));
+                    .is_none_or(|c| c.admits(lane, &state.in_flight, &state.waiting));
                 while let Some(key) = admitted.then(|| state.lanes[lane].pop_front()).flatten() {
                     if state.queued.get(&key) == Some(&lane) {
                         state.queued.remove(&key);
+                        state.waiting[lane] -= 1;
                         let now = Instant::now();
                         let since = state.ready_since.remove(&key).unwrap_or(now);
                         state.started.insert(key.clone(), (now, lane));
                         state.in_flight[lane] += 1;
+                        if state.waiting[lane] == 0 {
+                            self.drained(&state, lane);
+                        }
                         state.processing.insert(key.clone());
                         if let Some(m) = &self.metrics {
                             m.depth.dec();
@@ -675,13 +729,87 @@ mod tests {
         assert_eq!(c(100), [10, 10]);
         assert_eq!(c(1000), [100, 100]);
         let twenty = Concurrency::with_reserved_tenth(20, 2);
-        assert!(twenty.admits(0, &[15, 2]), "shared slot left");
+        let busy = [1, 1];
+        assert!(twenty.admits(0, &[15, 2], &busy), "shared slot left");
         assert!(
-            !twenty.admits(0, &[18, 1]),
-            "lane 1 keeps its reserved slots"
+            !twenty.admits(0, &[18, 1], &busy),
+            "lane 1 keeps its reserved slots while keys wait in it"
         );
-        assert!(twenty.admits(1, &[18, 1]));
-        assert!(!twenty.admits(1, &[18, 2]), "total reached");
+        assert!(twenty.admits(1, &[18, 1], &busy));
+        assert!(!twenty.admits(1, &[18, 2], &busy), "total reached");
+    }
+
+    #[test]
+    fn a_lane_with_nothing_waiting_lends_its_reserve_but_one_slot() {
+        let hundred = Concurrency::with_reserved_tenth(100, 2);
+        let idle_detach = [5, 0];
+        assert!(hundred.admits(0, &[90, 0], &idle_detach), "lent");
+        assert!(hundred.admits(0, &[98, 0], &idle_detach));
+        assert!(
+            !hundred.admits(0, &[99, 0], &idle_detach),
+            "the idle lane keeps one slot for its next key"
+        );
+        assert!(hundred.admits(1, &[99, 0], &[5, 1]), "which starts at once");
+        assert!(
+            !hundred.admits(0, &[90, 0], &[5, 1]),
+            "a lane with keys waiting claims its whole reserve"
+        );
+        assert!(
+            !hundred.admits(0, &[93, 6], &idle_detach),
+            "and keeps the slots it runs, and one more"
+        );
+        assert!(hundred.admits(0, &[92, 6], &idle_detach));
+        assert!(
+            hundred.admits(0, &[88, 11], &idle_detach),
+            "beyond its reserve, it keeps no free slot"
+        );
+        // Ten workers reserve one slot a lane: nothing to lend.
+        let ten = Concurrency::with_reserved_tenth(10, 2);
+        assert!(!ten.admits(0, &[9, 0], &[3, 0]));
+        assert_eq!(hundred.lent_when_drained(1, 0), 9);
+        assert_eq!(hundred.lent_when_drained(1, 4), 5);
+        assert_eq!(hundred.lent_when_drained(1, 9), 0);
+        assert_eq!(hundred.lent_when_drained(1, 12), 0);
+        assert_eq!(ten.lent_when_drained(1, 0), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_in_one_lane_borrows_the_idle_lanes_reserve_and_gives_it_back() {
+        let q = capped(100);
+        for i in 0..120 {
+            q.add(&format!("a{i}"), 0);
+        }
+        let mut attaching = Vec::new();
+        while let Some(key) = next(&q, 0).await {
+            attaching.push(key);
+        }
+        assert_eq!(attaching.len(), 99, "all but the idle lane's one slot");
+        q.add("d0", 1);
+        q.add("d1", 1);
+        assert_eq!(next(&q, 1).await.as_deref(), Some("d0"), "kept slot");
+        assert_eq!(next(&q, 1).await, None, "the ceiling is full");
+        // Freed slots go to the lane with keys waiting, up to its reserve.
+        q.done(&attaching[0]);
+        assert_eq!(next(&q, 0).await, None, "not to the borrowing lane");
+        assert_eq!(next(&q, 1).await.as_deref(), Some("d1"));
+        // Its last key gone, the detach lane lends again: a waiting attach
+        // worker is woken for a slot freed meanwhile (the detach lane keeps
+        // one free slot, so two are freed).
+        q.add("d2", 1);
+        for key in &attaching[1..4] {
+            q.done(key);
+        }
+        let waiter = {
+            let q = Arc::clone(&q);
+            tokio::spawn(async move { q.get(0).await })
+        };
+        tokio::task::yield_now().await;
+        assert_eq!(next(&q, 1).await.as_deref(), Some("d2"));
+        let woken = tokio::time::timeout(Duration::from_millis(10), waiter)
+            .await
+            .expect("the attach worker is woken when the detach lane drains")
+            .expect("join");
+        assert_eq!(woken.as_deref(), Some("a99"));
     }
 
     fn capped(total: usize) -> Arc<WorkQueue> {

@@ -26,8 +26,9 @@ pub async fn run(h: &Harness) -> Result<()> {
     h.record(&p2::cpu_per_thousand().floor(), Which::Floor, cpu);
     h.finish(b.stage).await?;
 
-    // The floor has no client-side limit: it stands beside the unthrottled
-    // run only (not in the smoke run, whose P1 at workers is at QPS 20).
+    // The floor takes the attacher's throttle flags, but its rows stand
+    // beside the unthrottled run only (not in the smoke run, whose P1 at
+    // workers is at QPS 20).
     let workers = 100;
     let top = h.sizes.p1w_qps.iter().max_by_key(|(q, _)| *q);
     let unthrottled = |&&(q, _): &&(u32, u32)| q >= qps && h.sizes.p1w_workers.contains(&workers);

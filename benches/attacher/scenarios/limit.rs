@@ -1,5 +1,6 @@
-//! Limit: the API server's own ceiling on this machine, no attacher: VA status
-//! patches/s from a minimal client (64 in flight), and one patch's latency.
+//! Limit: the API server's own ceiling on this machine, no attacher: VA
+//! creates/s and VA status patches/s from a minimal client (64 in flight), and
+//! one patch's latency.
 
 use std::time::Instant;
 
@@ -17,6 +18,7 @@ pub async fn run(h: &Harness) -> Result<()> {
     let run = h.next_run("limit");
     let n = h.sizes.limit_patches;
     let names: Vec<String> = (0..n).map(|i| format!("{run}-va-{i}")).collect();
+    let t0 = Instant::now();
     for_all(names.clone(), |name| {
         let run = &run;
         async move {
@@ -32,6 +34,7 @@ pub async fn run(h: &Harness) -> Result<()> {
         }
     })
     .await?;
+    let creates = n as f64 / t0.elapsed().as_secs_f64();
     let patch = Patch::Merge(json!({"status": {"attached": true}}));
     let t0 = Instant::now();
     for_all(names, |name| {
@@ -57,6 +60,7 @@ pub async fn run(h: &Harness) -> Result<()> {
         rtts.push(t.elapsed().as_secs_f64() * 1e3);
     }
     h.record(&limit::patches_per_second(), Side::ApiServer, rate);
+    h.record(&limit::creates_per_second(), Side::ApiServer, creates);
     for p in [50, 99] {
         let value = percentile(&mut rtts, f64::from(p));
         h.record(&limit::one_patch_ms(p), Side::ApiServer, value);

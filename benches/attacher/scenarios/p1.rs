@@ -81,8 +81,9 @@ pub async fn run(h: &Harness, which: Which) -> Result<()> {
 }
 
 /// P1 at each of `p1w_workers` × `p1w_qps`, each run sized by its QPS. Beside
-/// ours' run at 100 workers and the highest QPS, the goal: 80 % of the
-/// round's Limit ÷ the writes per attach ours measured there.
+/// ours' run at 100 workers and the highest QPS, the goal (80 % of the
+/// round's Limit ÷ the writes per attach ours measured there) and the
+/// ceiling (the whole Limit spent on those writes and the harness's create).
 pub async fn at_workers(h: &Harness, which: Which) -> Result<()> {
     for &workers in h.sizes.p1w_workers {
         for &(qps, burst) in h.sizes.p1w_qps {
@@ -103,14 +104,23 @@ pub async fn at_workers(h: &Harness, which: Which) -> Result<()> {
             let top_qps = h.sizes.p1w_qps.iter().map(|(q, _)| *q).max();
             if which == Which::Ours && workers == 100 && Some(qps) == top_qps {
                 // This round's Limit: the last one recorded.
-                let limit = h.recorded(&limit::patches_per_second(), Side::ApiServer);
-                match limit.last() {
-                    Some(&rate) => h.record(
-                        &p1::attach_goal(&load),
-                        Side::ApiServer,
-                        p1::goal(rate, b.writes_per_attach),
-                    ),
-                    None => eprintln!("  no Limit measured: no goal row"),
+                let last = |m| h.recorded(&m, Side::ApiServer).last().copied();
+                let patches = last(limit::patches_per_second());
+                let creates = last(limit::creates_per_second());
+                match (patches, creates) {
+                    (Some(patches), Some(creates)) => {
+                        h.record(
+                            &p1::attach_goal(&load),
+                            Side::ApiServer,
+                            p1::goal(patches, b.writes_per_attach),
+                        );
+                        h.record(
+                            &p1::attach_ceiling(&load),
+                            Side::ApiServer,
+                            p1::ceiling(patches, creates, b.writes_per_attach),
+                        );
+                    }
+                    _ => eprintln!("  no Limit measured: no goal row"),
                 }
             }
         }

@@ -127,10 +127,11 @@ fn check_ceiling(concurrency: &Concurrency, held: &[(String, usize)]) -> Result<
         concurrency.total
     );
     for lane in 0..LANES {
+        // A lane lends its reserve while nothing waits in it, but one slot.
         let others = total - per_lane[lane];
         prop_assert!(
-            others <= concurrency.total - concurrency.reserved[lane],
-            "other lanes took lane {}'s reserved slots: {:?} of {:?}",
+            others <= concurrency.total - concurrency.reserved[lane].min(1),
+            "other lanes took lane {}'s last reserved slot: {:?} of {:?}",
             lane,
             per_lane,
             concurrency
