@@ -25,8 +25,8 @@
 //! lanes cannot take: a storm in one lane still leaves room for the others.
 //!
 //! A lane with no key waiting lends its reserve but one slot: a burst in one
-//! lane uses every slot but one per idle lane (99 of 100, as upstream's 100
-//! nearly), and the idle lane's next key still starts at once. Once keys wait
+//! lane uses every slot but one per idle lane (99 of 100, where upstream
+//! runs 100), and the idle lane's next key still starts at once. Once keys wait
 //! in it, the lane claims its whole reserve again: slots freed from then on
 //! go to it first, until it has its share.
 //!
@@ -272,7 +272,7 @@ impl WorkQueue {
                     m.lane_depth[old].dec();
                     m.lane_depth[lane].inc();
                 }
-                state.waiting[old] -= 1;
+                state.waiting[old] = state.waiting[old].saturating_sub(1);
                 state.waiting[lane] += 1;
                 if state.waiting[old] == 0 {
                     self.drained(state, old);
@@ -397,7 +397,7 @@ impl WorkQueue {
                 while let Some(key) = admitted.then(|| state.lanes[lane].pop_front()).flatten() {
                     if state.queued.get(&key) == Some(&lane) {
                         state.queued.remove(&key);
-                        state.waiting[lane] -= 1;
+                        state.waiting[lane] = state.waiting[lane].saturating_sub(1);
                         let now = Instant::now();
                         let since = state.ready_since.remove(&key).unwrap_or(now);
                         state.started.insert(key.clone(), (now, lane));
@@ -793,8 +793,9 @@ mod tests {
         assert_eq!(next(&q, 0).await, None, "not to the borrowing lane");
         assert_eq!(next(&q, 1).await.as_deref(), Some("d1"));
         // Its last key gone, the detach lane lends again: a waiting attach
-        // worker is woken for a slot freed meanwhile (the detach lane keeps
-        // one free slot, so two are freed).
+        // worker is woken for a slot freed meanwhile. Three are freed: d2
+        // takes one, the drained detach lane keeps one, the attach worker
+        // gets the third.
         q.add("d2", 1);
         for key in &attaching[1..4] {
             q.done(key);
