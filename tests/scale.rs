@@ -182,6 +182,13 @@ async fn a_thousand_vas_attach_and_detach_leaving_no_finalizer() {
     .await;
 }
 
+/// A ledger call's start and end, in Unix nanoseconds.
+fn call_span(call: &serde_json::Value) -> (u64, u64) {
+    let start = call["time_unix_nanos"].as_u64().expect("start");
+    let took = call["duration_ms"].as_f64().expect("duration");
+    (start, start + (took * 1e6) as u64)
+}
+
 /// The most driver calls of `methods` in flight at once, from the ledger.
 fn peak_concurrency(ledger: &[serde_json::Value], methods: &[&str]) -> usize {
     let mut edges: Vec<(u64, i32)> = Vec::new();
@@ -189,10 +196,9 @@ fn peak_concurrency(ledger: &[serde_json::Value], methods: &[&str]) -> usize {
         if !methods.iter().any(|m| call["method"] == *m) {
             continue;
         }
-        let start = call["time_unix_nanos"].as_u64().expect("start");
-        let took = call["duration_ms"].as_f64().expect("duration");
+        let (start, end) = call_span(call);
         edges.push((start, 1));
-        edges.push((start + (took * 1e6) as u64, -1));
+        edges.push((end, -1));
     }
     // At equal times, an end comes before a start.
     edges.sort();
@@ -219,7 +225,7 @@ async fn a_burst_in_one_lane_uses_all_slots_but_one_and_the_other_lane_still_sta
         .set_fault("ControllerPublishVolume", json!({"delay_ms": 3000}))
         .await;
     let calls_before = env.mock.ledger().await.len();
-    let burst = create_many(&env, &node, BURST).await;
+    create_many(&env, &node, BURST).await;
     env.delete_va(&old[0].1).await;
     wait_all(
         &env,
@@ -234,24 +240,21 @@ async fn a_burst_in_one_lane_uses_all_slots_but_one_and_the_other_lane_still_sta
     )
     .await;
     env.mock.clear_faults().await;
-    drop(burst);
 
     let ledger = &env.mock.ledger().await[calls_before..];
     // The detach started in the slot kept for it, before the first of the
     // slow Publishes ended.
-    let ends = ledger
+    let first_end = ledger
         .iter()
         .filter(|c| c["method"] == "ControllerPublishVolume")
-        .map(|c| {
-            let start = c["time_unix_nanos"].as_u64().expect("start");
-            start + (c["duration_ms"].as_f64().expect("duration") * 1e6) as u64
-        });
-    let first_end = ends.min().expect("Publish calls");
+        .map(|c| call_span(c).1)
+        .min()
+        .expect("Publish calls");
     let unpublish = ledger
         .iter()
         .find(|c| c["method"] == "ControllerUnpublishVolume")
         .expect("the old VA was unpublished");
-    let started = unpublish["time_unix_nanos"].as_u64().expect("start");
+    let (started, _) = call_span(unpublish);
     assert!(
         started < first_end,
         "the Unpublish waited for a Publish to end ({} ms after it)",
