@@ -13,6 +13,7 @@ mod check;
 mod csi_client;
 mod deployment_corpus;
 mod detach;
+mod driver_profiles;
 mod events;
 mod http_endpoint;
 mod interop_csi_test;
