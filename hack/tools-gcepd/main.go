@@ -13,10 +13,17 @@
 // The backoff flags and their defaults are the driver's own
 // (cmd/gce-pd-csi-driver/main.go).
 //
-// One addition: the fake provider has no locking (the sanity test calls it
-// from one goroutine at a time) and an attacher publishes concurrently, so its
-// instance reads and attach/detach writes go through one mutex here. Compute
-// Engine itself serializes operations on an instance.
+// Two additions to the fake provider, both in lockedProvider: it has no
+// locking (the sanity test calls it from one goroutine at a time) and an
+// attacher publishes concurrently, so its instance and disk reads and
+// attach/detach writes go through one mutex here (Compute Engine itself
+// serializes operations on an instance); and its AttachDisk/DetachDisk do not
+// maintain a disk's users, which the driver's ListVolumes reports as published
+// nodes (the attacher's reconciler reads them), so the wrapper keeps the
+// seeded disks' users as Compute Engine does.
+//
+// --instances-on-sigusr1 names instances that appear only when the process
+// gets SIGUSR1, so a test can make a failing attach succeed.
 //
 // Built by: hack/build-gotool.sh tools-gcepd gce-pd-driver github.com/csi-attacher-rs/hack/tools-gcepd
 package main
@@ -26,8 +33,10 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/GoogleCloudPlatform/k8s-cloud-provider/pkg/cloud/meta"
@@ -40,22 +49,46 @@ import (
 )
 
 var (
-	endpoint   = flag.String("endpoint", "", "CSI endpoint, unix:///path/to/csi.sock")
-	driverName = flag.String("driver-name", "pd.csi.storage.gke.io", "the name GetPluginInfo answers")
-	project    = flag.String("project", "test-project", "the fake provider's default project (UNSPECIFIED projects resolve to it)")
-	zone       = flag.String("zone", "us-central1-c", "the fake provider's default zone, {locale}-{region}-{zone}")
-	instances  = flag.String("instances", "", "comma-separated instance names to seed (node IDs projects/<any>/zones/<any>/instances/<name>)")
-	disks      = flag.String("disks", "", "comma-separated zonal disks to seed: <name> (in --zone) or <zone>/<name>")
+	endpoint      = flag.String("endpoint", "", "CSI endpoint, unix:///path/to/csi.sock")
+	driverName    = flag.String("driver-name", "pd.csi.storage.gke.io", "the name GetPluginInfo answers")
+	project       = flag.String("project", "test-project", "the fake provider's default project (UNSPECIFIED projects resolve to it)")
+	zone          = flag.String("zone", "us-central1-c", "the fake provider's default zone, {locale}-{region}-{zone}")
+	instances     = flag.String("instances", "", "comma-separated instance names to seed (node IDs projects/<any>/zones/<any>/instances/<name>)")
+	disks         = flag.String("disks", "", "comma-separated zonal disks to seed: <name> (in --zone) or <zone>/<name>")
+	lateInstances = flag.String("instances-on-sigusr1", "", "comma-separated instance names inserted when the process gets SIGUSR1 (an instance that appears while the driver is backing off)")
 
 	// The driver's flags, with its defaults.
 	errorBackoffInitialDurationMs = flag.Int("backoff-initial-duration-ms", 200, "The amount of ms for the initial duration of the backoff condition for controller publish/unpublish CSI operations. Default is 200.")
 	errorBackoffMaxDurationMs     = flag.Int("backoff-max-duration-ms", 300000, "The amount of ms for the max duration of the backoff condition for controller publish/unpublish CSI operations. Default is 300000 (5m).")
 )
 
-// lockedProvider serializes the fake provider's instance state.
+// computeURL is the API prefix of Compute Engine resource links (disk
+// self-links and users), which the driver's ListVolumes parses.
+const computeURL = "https://www.googleapis.com/compute/v1/"
+
+// lockedProvider serializes the fake provider's state and keeps disk users.
 type lockedProvider struct {
 	*gce.FakeCloudProvider
 	mu sync.Mutex
+	// disks are the seeded disks by key (meta.Key.String()), as the fake holds them.
+	disks map[string]*computev1.Disk
+}
+
+func (p *lockedProvider) ListDisks(ctx context.Context, fields []googleapi.Field) ([]*computev1.Disk, string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	list, token, err := p.FakeCloudProvider.ListDisks(ctx, fields)
+	copies := make([]*computev1.Disk, 0, len(list))
+	for _, disk := range list {
+		c := *disk
+		c.Users = append([]string(nil), disk.Users...)
+		copies = append(copies, &c)
+	}
+	return copies, token, err
+}
+
+func (p *lockedProvider) ListDisksWithFilter(ctx context.Context, fields []googleapi.Field, filter string) ([]*computev1.Disk, string, error) {
+	return p.ListDisks(ctx, fields)
 }
 
 func (p *lockedProvider) GetInstanceOrError(ctx context.Context, project, instanceZone, instanceName string) (*computev1.Instance, error) {
@@ -82,13 +115,40 @@ func (p *lockedProvider) ListInstances(ctx context.Context, fields []googleapi.F
 func (p *lockedProvider) AttachDisk(ctx context.Context, project string, volKey *meta.Key, readWrite, diskType, instanceZone, instanceName string, forceAttach bool) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.FakeCloudProvider.AttachDisk(ctx, project, volKey, readWrite, diskType, instanceZone, instanceName, forceAttach)
+	if err := p.FakeCloudProvider.AttachDisk(ctx, project, volKey, readWrite, diskType, instanceZone, instanceName, forceAttach); err != nil {
+		return err
+	}
+	if disk, ok := p.disks[volKey.String()]; ok {
+		disk.Users = append(disk.Users, instanceURL(project, instanceZone, instanceName))
+	}
+	return nil
 }
 
 func (p *lockedProvider) DetachDisk(ctx context.Context, project, deviceName, instanceZone, instanceName string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.FakeCloudProvider.DetachDisk(ctx, project, deviceName, instanceZone, instanceName)
+	if err := p.FakeCloudProvider.DetachDisk(ctx, project, deviceName, instanceZone, instanceName); err != nil {
+		return err
+	}
+	// A zonal disk's device name is its name.
+	user := instanceURL(project, instanceZone, instanceName)
+	for _, disk := range p.disks {
+		if disk.Name != deviceName {
+			continue
+		}
+		kept := disk.Users[:0]
+		for _, u := range disk.Users {
+			if u != user {
+				kept = append(kept, u)
+			}
+		}
+		disk.Users = kept
+	}
+	return nil
+}
+
+func instanceURL(project, zone, name string) string {
+	return fmt.Sprintf("%sprojects/%s/zones/%s/instances/%s", computeURL, project, zone, name)
 }
 
 // snapshot copies an instance and its disk list, so a caller reads it without the lock.
@@ -96,6 +156,14 @@ func snapshot(instance *computev1.Instance) *computev1.Instance {
 	c := *instance
 	c.Disks = append([]*computev1.AttachedDisk(nil), instance.Disks...)
 	return &c
+}
+
+func newInstance(name string) *computev1.Instance {
+	return &computev1.Instance{
+		Name:     name,
+		SelfLink: instanceURL(*project, *zone, name),
+		Disks:    []*computev1.AttachedDisk{},
+	}
 }
 
 func splitList(s string) []string {
@@ -117,28 +185,45 @@ func main() {
 	}
 
 	var seeded []*gce.CloudDisk
+	byKey := map[string]*computev1.Disk{}
 	for _, d := range splitList(*disks) {
 		diskZone, name := *zone, d
 		if z, n, ok := strings.Cut(d, "/"); ok {
 			diskZone, name = z, n
 		}
-		seeded = append(seeded, gce.CloudDiskFromV1(&computev1.Disk{
+		// The fake keys a disk by its zone field, so that is the bare zone name.
+		disk := &computev1.Disk{
 			Name:     name,
 			Zone:     diskZone,
 			Type:     "pd-balanced",
 			SizeGb:   10,
 			Status:   "READY",
-			SelfLink: fmt.Sprintf("projects/%s/zones/%s/disks/%s", *project, diskZone, name),
-		}))
+			SelfLink: fmt.Sprintf("%sprojects/%s/zones/%s/disks/%s", computeURL, *project, diskZone, name),
+		}
+		byKey[meta.ZonalKey(name, diskZone).String()] = disk
+		seeded = append(seeded, gce.CloudDiskFromV1(disk))
 	}
 	fake, err := gce.CreateFakeCloudProvider(*project, *zone, seeded)
 	if err != nil {
 		klog.Fatalf("creating the fake cloud provider: %v", err)
 	}
 	for _, name := range splitList(*instances) {
-		fake.InsertInstance(&computev1.Instance{Name: name, Disks: []*computev1.AttachedDisk{}}, *zone, name)
+		fake.InsertInstance(newInstance(name), *zone, name)
 	}
-	cloud := &lockedProvider{FakeCloudProvider: fake}
+	cloud := &lockedProvider{FakeCloudProvider: fake, disks: byKey}
+	if late := splitList(*lateInstances); len(late) > 0 {
+		signals := make(chan os.Signal, 1)
+		signal.Notify(signals, syscall.SIGUSR1)
+		go func() {
+			<-signals
+			cloud.mu.Lock()
+			defer cloud.mu.Unlock()
+			for _, name := range late {
+				fake.InsertInstance(newInstance(name), *zone, name)
+			}
+			klog.Infof("SIGUSR1: inserted instances %v", late)
+		}()
+	}
 
 	gceDriver := driver.GetGCEDriver()
 	identityServer := driver.NewIdentityServer(gceDriver)
