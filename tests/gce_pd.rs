@@ -972,16 +972,21 @@ async fn in_tree_gce_pd_pvs_are_attached_with_handles_the_driver_resolves() {
                 "{binary:?}: {published:?}"
             );
         }
+        // Counted as migrated; ours publishes each once, upstream sometimes
+        // once more after its own VA update (the driver: "already attached").
         let operations = attacher.operations().await;
-        assert_eq!(
-            operations.get(&(
+        let publishes = operations
+            .get(&(
                 "ControllerPublishVolume".to_string(),
                 "OK".to_string(),
-                "true".to_string()
-            )),
-            Some(&2),
-            "{binary:?}: {operations:?}"
-        );
+                "true".to_string(),
+            ))
+            .copied()
+            .unwrap_or(0);
+        match binary {
+            Binary::Ours => assert_eq!(publishes, 2, "{operations:?}"),
+            Binary::Upstream => assert!(publishes >= 2, "{operations:?}"),
+        }
 
         for name in [&zoned, &unzoned, &missing] {
             world.delete_va(name).await;
