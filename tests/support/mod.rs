@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod controlplane;
+pub mod corpus;
 pub mod env;
 pub mod mock;
 pub mod objects;
