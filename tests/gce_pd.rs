@@ -1053,3 +1053,120 @@ async fn the_gcp_pd_deployment_attaches_and_detaches_through_the_driver() {
         );
     }
 }
+
+/// One step of [`the_gce_pd_profile_answers_as_the_real_driver_where_both_apply`]:
+/// the code and message of each call, in order.
+async fn backoff_sequence(socket: &Path, node: &str, volume: &str) -> Vec<(String, String)> {
+    use csi_attacher::csi::proto::volume_capability::{
+        access_mode::Mode, AccessMode, AccessType, MountVolume,
+    };
+    use csi_attacher::csi::proto::{
+        ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest, VolumeCapability,
+    };
+    let metrics = csi_attacher::metrics::Metrics::new();
+    let (client, _loss) = csi_attacher::csi::Client::connect(
+        socket,
+        csi_attacher::csi::DIAL_TIMEOUT,
+        Duration::from_secs(10),
+        Arc::clone(&metrics.csi),
+    )
+    .await
+    .expect("connect");
+    let publish = || ControllerPublishVolumeRequest {
+        volume_id: volume.to_string(),
+        node_id: node.to_string(),
+        volume_capability: Some(VolumeCapability {
+            access_type: Some(AccessType::Mount(MountVolume {
+                fs_type: "ext4".into(),
+                ..Default::default()
+            })),
+            access_mode: Some(AccessMode {
+                mode: Mode::SingleNodeWriter as i32,
+            }),
+        }),
+        ..Default::default()
+    };
+    let unpublish = || ControllerUnpublishVolumeRequest {
+        volume_id: volume.to_string(),
+        node_id: node.to_string(),
+        ..Default::default()
+    };
+    let outcome = |r: Result<(), csi_attacher::csi::RpcStatus>| match r {
+        Ok(()) => ("OK".to_string(), String::new()),
+        Err(status) => (status.code_name().to_string(), status.message),
+    };
+    let mut seen = Vec::new();
+    // Detach from an instance the cloud does not have: already detached.
+    seen.push(outcome(client.unpublish(unpublish(), false).await));
+    // The real error starts a 200 ms backoff…
+    seen.push(outcome(client.publish(publish(), false).await.map(drop)));
+    let failed = Instant::now();
+    // …inside which Publish and Unpublish fail at once with its code.
+    seen.push(outcome(client.publish(publish(), false).await.map(drop)));
+    seen.push(outcome(client.unpublish(unpublish(), false).await));
+    assert!(
+        failed.elapsed() < Duration::from_millis(150),
+        "too slow to test a 200 ms window"
+    );
+    // After it, the real lookup again; its error doubles the window to 400 ms.
+    tokio::time::sleep_until((failed + Duration::from_millis(250)).into()).await;
+    seen.push(outcome(client.publish(publish(), false).await.map(drop)));
+    let failed = Instant::now();
+    tokio::time::sleep_until((failed + Duration::from_millis(250)).into()).await;
+    seen.push(outcome(client.publish(publish(), false).await.map(drop)));
+    seen
+}
+
+/// The gce-pd driver profile (`csi-mock-driver --profile gce-pd`) against the
+/// real driver's code on the same calls: a Publish to an instance the cloud
+/// does not have, the backoff's fail-fast answers for Publish and Unpublish
+/// (code, text, window and its doubling), Unpublish from a missing instance.
+#[tokio::test]
+async fn the_gce_pd_profile_answers_as_the_real_driver_where_both_apply() {
+    let real = GceDriver::start(Seed {
+        instances: &["n1"],
+        disks: &["d1"],
+        ..Seed::default()
+    })
+    .await;
+    let profile =
+        support::mock::MockDriver::start(&["--profile=gce-pd", &format!("--name={DRIVER}")])
+            .expect("csi-mock-driver --profile gce-pd");
+    let node = node_id("ghost");
+    profile.delete_instance(&node).await;
+    let volume = handle("d1");
+    let from_real = backoff_sequence(&real.socket, &node, &volume).await;
+    let from_profile = backoff_sequence(&profile.socket, &node, &volume).await;
+    let codes = |seen: &[(String, String)]| seen.iter().map(|(c, _)| c.clone()).collect::<Vec<_>>();
+    assert_eq!(
+        codes(&from_real),
+        ["OK", "NotFound", "NotFound", "NotFound", "NotFound", "NotFound"],
+        "the real driver: {from_real:?}"
+    );
+    assert_eq!(
+        codes(&from_profile),
+        codes(&from_real),
+        "profile {from_profile:?}"
+    );
+    let lookup = format!("Could not find instance {node}: ");
+    for (i, (real, profiled)) in from_real.iter().zip(&from_profile).enumerate() {
+        match i {
+            // The lookups: the driver's text up to googleapi's own (the fake
+            // provider's "Error 0: ," is not what Compute Engine sends).
+            1 | 4 => {
+                assert!(real.1.starts_with(&lookup), "real {i}: {real:?}");
+                assert!(profiled.1.starts_with(&lookup), "profile {i}: {profiled:?}");
+            }
+            // Fail-fast answers and the OK: the very same text.
+            _ => assert_eq!(profiled.1, real.1, "call {i}"),
+        }
+    }
+    assert_eq!(
+        from_real[3].1,
+        format!("ControllerUnpublish not permitted on node \"{node}\" due to backoff condition")
+    );
+    assert_eq!(
+        format!("rpc error: code = NotFound desc = {}", from_real[5].1),
+        publish_backoff_text("ghost")
+    );
+}
