@@ -119,11 +119,30 @@ pub enum Error {
     #[error("cannot build the Kubernetes client: {0}")]
     Build(#[source] kube::Error),
     /// The proxy settings cannot be followed.
-    #[error("cannot reach the API server: {0}")]
+    #[error("cannot use the proxy settings: {0}")]
     Proxy(#[from] proxy::Error),
 }
 
 pub mod proxy;
+
+/// `err` and the sources its text does not already show, joined by `: `.
+///
+/// kube's errors name their cause's top line only ("ServiceError: client
+/// error (Connect)"); why the connection failed (a refused CONNECT, a TLS
+/// error) is further down the chain.
+pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut next = err.source();
+    while let Some(source) = next {
+        let part = source.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        next = source.source();
+    }
+    text
+}
 
 /// Stands for an unset `proxy-url` while kube converts a kubeconfig, so that
 /// kube does not read `HTTPS_PROXY` itself (its reading is not client-go's,
