@@ -167,6 +167,27 @@ async fn a_kubeconfig_proxy_url_is_used_whatever_the_environment_says() {
     assert_tunnelled_to(&proxy, &target, &env);
 }
 
+/// An `https://` proxy: TLS to the proxy, verified as Go's transport
+/// verifies it (the cluster's CA and `tls-server-name`: the proxy serves a
+/// certificate of that CA for `localhost`), CONNECT inside it, and the API
+/// server's TLS inside the tunnel.
+#[tokio::test]
+async fn an_https_proxy_gets_tls_with_the_clusters_settings_and_the_tunnel_inside() {
+    let env = Env::without_attacher(&[]).await;
+    let proxy = ConnectProxy::start_tls(
+        &[NAME],
+        Answer::Tunnel,
+        &env.cp.dir.join("apiserver.crt"),
+        &env.cp.dir.join("apiserver.key"),
+    )
+    .await;
+    let target = format!("{NAME}:{}", api_port(&env));
+    let kubeconfig = kubeconfig(&env, &format!("https://{target}"), None);
+    let env = env.with_attacher_env(&kubeconfig, &[], &[("HTTPS_PROXY", &proxy.tls_url())]);
+    env.attached().await;
+    assert_tunnelled_to(&proxy, &target, &env);
+}
+
 /// A proxy that refuses CONNECT: the log says which proxy refused which
 /// target with which status, and the attacher keeps retrying (no panic).
 #[tokio::test]

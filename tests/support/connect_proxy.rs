@@ -5,14 +5,15 @@
 //! `apiserver.test` → 127.0.0.1), so a client given such a name can reach
 //! the API server only through it. It opens tunnels to loopback addresses
 //! only; anything else is answered 502. [`Answer::Refuse`] makes it answer
-//! every CONNECT with that status instead.
+//! every CONNECT with that status instead. [`ConnectProxy::start_tls`]
+//! makes it an `https://` proxy.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// How the proxy answers CONNECT.
@@ -42,6 +43,49 @@ impl Drop for ConnectProxy {
 impl ConnectProxy {
     /// Starts a proxy that resolves each of `names` to 127.0.0.1.
     pub async fn start(names: &[&str], answer: Answer) -> Self {
+        Self::start_with(names, answer, None).await
+    }
+
+    /// [`ConnectProxy::start`], speaking TLS with the PEM certificate chain
+    /// and key in `cert` and `key` (an `https://` proxy).
+    pub async fn start_tls(
+        names: &[&str],
+        answer: Answer,
+        cert: &std::path::Path,
+        key: &std::path::Path,
+    ) -> Self {
+        use tokio_rustls::rustls::pki_types::pem::PemObject;
+        use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+            .expect("certificate file")
+            .collect::<Result<_, _>>()
+            .expect("certificates");
+        let key = PrivateKeyDer::from_pem_file(key).expect("private key");
+        let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+        let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("TLS versions")
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .expect("server certificate");
+        Self::start_with(
+            names,
+            answer,
+            Some(tokio_rustls::TlsAcceptor::from(Arc::new(config))),
+        )
+        .await
+    }
+
+    /// `https://127.0.0.1:<port>` for a proxy from [`ConnectProxy::start_tls`].
+    pub fn tls_url(&self) -> String {
+        format!("https://{}", self.addr)
+    }
+
+    async fn start_with(
+        names: &[&str],
+        answer: Answer,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy addr");
         let names: Arc<HashMap<String, IpAddr>> = Arc::new(
@@ -61,8 +105,16 @@ impl ConnectProxy {
                         Arc::clone(&tunnels),
                         Arc::clone(&targets),
                     );
+                    let tls = tls.clone();
                     tokio::spawn(async move {
-                        serve(client, answer, &names, &tunnels, &targets).await;
+                        match tls {
+                            None => serve(client, answer, &names, &tunnels, &targets).await,
+                            Some(tls) => {
+                                if let Ok(client) = tls.accept(client).await {
+                                    serve(client, answer, &names, &tunnels, &targets).await;
+                                }
+                            }
+                        }
                     });
                 }
             }
@@ -92,7 +144,7 @@ impl ConnectProxy {
 }
 
 async fn serve(
-    mut client: TcpStream,
+    mut client: impl AsyncRead + AsyncWrite + Unpin,
     answer: Answer,
     names: &HashMap<String, IpAddr>,
     tunnels: &AtomicUsize,
