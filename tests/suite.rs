@@ -30,6 +30,7 @@ mod process;
 mod properties_go;
 mod properties_migration;
 mod properties_pager;
+mod proxy;
 mod rbac;
 mod rbac_manifest;
 mod reconcile;
