@@ -304,28 +304,62 @@ impl Injector {
                     "ControllerPublishVolume"
                 };
                 let before = kind.starts_with("kill-before");
-                let mut rx = w.ledger_tx.subscribe();
-                let line = w
-                    .next_ledger(&mut rx, Duration::from_secs(8), |l| {
-                        l["method"] == method
-                            && if before {
-                                l["event"] == "start"
-                            } else {
-                                l["event"].is_null() && l["code"] == "OK"
-                            }
-                    })
+                // The mock answers in microseconds, and the ledger is read every
+                // 10 ms: without a delay the "before" kill lands after the answer
+                // and the "after" kill after the status write. So the call is
+                // slowed (below --timeout), and for "after" the caller's API
+                // connection is held from the call's start until it is killed.
+                let _ = drv
+                    .admin(
+                        "PUT",
+                        &format!("/faults/{method}"),
+                        Some(json!({"delay_ms": if before { 1000 } else { 500 }})),
+                    )
                     .await;
-                match line.and_then(|l| l["caller"].as_u64()) {
-                    Some(caller) => {
-                        w.signal_replica(caller as usize, libc::SIGKILL);
-                        (
-                            format!(
-                                "SIGKILL replica-{caller} at {method} {}",
-                                if before { "start" } else { "end" }
-                            ),
-                            false,
-                        )
+                let mut rx = w.ledger_tx.subscribe();
+                let started = w
+                    .next_ledger(&mut rx, Duration::from_secs(8), |l| {
+                        l["method"] == method && l["event"] == "start"
+                    })
+                    .await
+                    .and_then(|l| l["caller"].as_u64());
+                let caller = match (started, before) {
+                    (Some(caller), true) => Some(caller),
+                    (Some(caller), false) => {
+                        w.replicas[caller as usize].proxy.set(Mode::Blackhole);
+                        let answered = w
+                            .next_ledger(&mut rx, Duration::from_secs(4), |l| {
+                                l["method"] == method
+                                    && l["event"].is_null()
+                                    && l["caller"] == caller
+                                    && l["code"] == "OK"
+                            })
+                            .await;
+                        answered.map(|_| caller)
                     }
+                    (None, _) => None,
+                };
+                if let Some(caller) = caller {
+                    w.signal_replica(caller as usize, libc::SIGKILL);
+                }
+                if let Some(caller) = started {
+                    // Held bytes are dropped, not delivered after the kill.
+                    let proxy = &w.replicas[caller as usize].proxy;
+                    if !before {
+                        proxy.set(Mode::Reset);
+                        pause(50).await;
+                        proxy.set(Mode::Pass);
+                    }
+                }
+                let _ = drv.admin("DELETE", "/faults", None).await;
+                match caller {
+                    Some(caller) => (
+                        format!(
+                            "SIGKILL replica-{caller} at {method} {}",
+                            if before { "start" } else { "end" }
+                        ),
+                        false,
+                    ),
                     None => (format!("no {method} within 8 s"), true),
                 }
             }

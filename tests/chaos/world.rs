@@ -415,6 +415,8 @@ pub struct Call {
     pub end: i128,
     /// When the caller went away before the answer.
     pub abandoned: Option<i128>,
+    /// Which driver process answered (0, then one more per restart).
+    pub incarnation: u32,
 }
 
 impl Call {
@@ -461,6 +463,7 @@ pub fn calls(lines: &[Value]) -> Vec<Call> {
                         start,
                         end,
                         abandoned: None,
+                        incarnation,
                     },
                 ));
             }
