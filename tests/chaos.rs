@@ -8,7 +8,7 @@
 //! faults and restarts, attacher kills around Publish/Unpublish, a leader
 //! stopped past its lease, Lease deletion and theft, CSINode re-registration,
 //! a file-descriptor limit with an idle-connection flood. Then the invariants
-//! I1–I7 (docs/chaos.md) are checked from the audit log, the driver's ledger
+//! I1–I10 and the faults' evidence (docs/chaos.md) are checked from the audit log, the driver's ledger
 //! and state, the objects, metrics and logs.
 //!
 //! `CHAOS_SIZE=ci` (default, ≥ 60 faults) or `full` (≥ 500), `CHAOS_SEED=<u64>`

@@ -226,9 +226,14 @@ pub fn terms(audit: &[Value], lease: &str) -> Vec<Term> {
     let mut current: Option<Term> = None;
     for (at, verb, holder) in writes {
         match (&mut current, holder) {
+            // Also a CREATE after a deletion: a leader whose window is still
+            // open goes on leading on the Lease it re-creates (no hold).
             (Some(term), Some(h)) if term.identity == h && at - term.last_renewal <= gap => {
                 term.last_renewal = at
             }
+            // A deletion ends nobody's window: the holder acts until its
+            // window closes, and may re-create the Lease within it.
+            (Some(_), None) if verb == "delete" => {}
             (_, holder) => {
                 if let Some(term) = current.take() {
                     terms.push(term);
@@ -327,16 +332,26 @@ pub fn i1(h: &History, f: &mut Findings) {
                     && c.start >= last.end
             })
             .min_by_key(|c| c.end);
-        // When our finalizer left: first write on this VA whose response lacks it.
+        // When our finalizer left: first write on this VA whose response lacks
+        // it, or whose request dropped it and got no answer saying whether it
+        // applied (5xx: a 504 after etcd applied it): no sooner than its receipt.
         let removal = va_writes
             .get(inst.name.as_str())
             .into_iter()
             .flatten()
             .filter(|e| {
-                e["responseObject"]["metadata"]["uid"] == inst.uid.as_str()
+                let answered = e["responseObject"]["metadata"]["uid"] == inst.uid.as_str()
                     && ok(e)
                     && e["responseObject"]["metadata"]["deletionTimestamp"].is_string()
-                    && !has_ours(&e["responseObject"])
+                    && !has_ours(&e["responseObject"]);
+                let unknown = e["requestObject"]["metadata"]["uid"] == inst.uid.as_str()
+                    && e["responseStatus"]["code"]
+                        .as_i64()
+                        .is_some_and(|c| c >= 500)
+                    && e["requestObject"]["metadata"]
+                        .get("finalizers")
+                        .is_some_and(|f| f.is_null() || !has_ours(&e["requestObject"]));
+                answered || unknown
             })
             .map(|e| received(e))
             .min();
@@ -657,7 +672,11 @@ const EXIT1_FAULTS: &[&str] = &[
 const EXIT1_AFTER: i128 = 10 * SECOND;
 
 /// Most API requests a standby may make in one second during an outage.
-pub const STANDBY_REQUESTS_PER_SECOND: u32 = 100;
+/// Measured: a standby GETs the Lease about twice a second and keeps its
+/// watches; the CI run's peak during outages was 11 in one second (requests
+/// queued behind a stopped API server land together). The bound is about 3×
+/// that; a hot loop makes hundreds (the old bound, 100, was the client's burst).
+pub const STANDBY_REQUESTS_PER_SECOND: u32 = 30;
 
 pub fn i6(h: &History, f: &mut Findings) {
     for (name, log) in h

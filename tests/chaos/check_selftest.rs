@@ -172,6 +172,22 @@ fn i1_reports_a_missing_or_early_unpublish_and_missing_evidence() {
     let f = check(&h);
     assert!(f.of("I1").is_empty(), "{f:#?}");
     assert!(f.skipped.iter().any(|(c, _)| c == "I1"), "{f:#?}");
+    // The removal's answer was lost (504) but it applied: its receipt bounds
+    // the removal (the first CI run's VA; it used to pass unchecked).
+    let mut h = clean();
+    h.audit.retain(|e| {
+        e["objectRef"]["subresource"] == "status"
+            || e["objectRef"]["resource"] != "volumeattachments"
+    });
+    let lost = |at: f64| {
+        json!({"verb": "patch", "objectRef": {"resource": "volumeattachments", "name": "va-a"},
+        "user": {"username": "chaos-replica-1"}, "requestReceivedTimestamp": ts(at), "responseStatus": {"code": 504},
+        "requestObject": {"metadata": {"finalizers": null, "uid": "u-a"}}})
+    };
+    h.audit.push(lost(9.2));
+    assert!(check(&h).violations.is_empty(), "{:#?}", check(&h));
+    h.audit.push(lost(9.05));
+    only(&check(&h), "I1");
     // An Unpublish that started before a late (abandoned) Publish ended.
     let mut h = clean();
     h.calls.push(Call {
@@ -239,6 +255,20 @@ fn i4_reports_overlaps_and_calls_outside_the_window() {
     // A call during the hold after a CREATE (window opens at 2 s).
     let mut h = clean();
     h.calls.push(call(PUB, 0, "vol-b", "node-2-id", 1.0, 1.1));
+    only(&check(&h), "I4");
+    // The Lease deleted under the leader, which re-creates it within its
+    // window: no hold, it goes on acting (seen in the first CI run).
+    let mut h = clean();
+    h.audit.push(json!({"verb": "delete", "objectRef": {"resource": "leases", "name": "L"},
+        "user": {"username": "chaos-admin"}, "requestReceivedTimestamp": ts(20.1), "responseStatus": {"code": 200}}));
+    h.audit.push(lease("create", "replica-0", 20.3));
+    h.audit.extend(renewals("replica-0", 20.8, 25.0));
+    h.calls.push(call(PUB, 0, "vol-b", "node-2-id", 21.0, 21.1));
+    assert!(check(&h).of("I4").is_empty(), "{:#?}", check(&h));
+    // ... but re-created after its window closed: the hold applies.
+    let mut h = clean();
+    h.audit.push(lease("create", "replica-0", 23.0));
+    h.calls.push(call(PUB, 0, "vol-b", "node-2-id", 24.0, 24.1));
     only(&check(&h), "I4");
     // A call received as the replica resumed from a SIGSTOP inside its
     // leadership: exempt, and counted.
