@@ -287,6 +287,19 @@ fn apiserver_killed(h: &History, from: i128, to: i128) -> bool {
     })
 }
 
+/// A successful delete of this VA answered with an object without a
+/// deletionTimestamp: removed at once, not marked for deletion.
+fn deleted_at_once(h: &History, inst: &Instance) -> bool {
+    h.audit.iter().any(|e| {
+        e["verb"] == "delete"
+            && e["objectRef"]["resource"] == "volumeattachments"
+            && e["objectRef"]["name"] == inst.name.as_str()
+            && ok(e)
+            && e["responseObject"]["metadata"]["uid"] == inst.uid.as_str()
+            && !e["responseObject"]["metadata"]["deletionTimestamp"].is_string()
+    })
+}
+
 pub fn i1(h: &History, f: &mut Findings) {
     let live: BTreeSet<(&str, &str)> = h
         .live_vas
@@ -376,6 +389,16 @@ pub fn i1(h: &History, f: &mut Findings) {
                 ),
             ),
             (Some(_), Some(_)) => {}
+            // The API server removed the VA at once, finalizer and all (a
+            // delete whose answer has no deletionTimestamp): nothing of ours
+            // to order. Seen when the delete raced our finalizer's addition.
+            (Some(_), None) if deleted_at_once(h, inst) => f.skipped.push((
+                "I1".into(),
+                format!(
+                    "VA {} (uid {}): deleted at once by the API server with our finalizer on; no removal of ours to order",
+                    inst.name, inst.uid
+                ),
+            )),
             // No write that removed our finalizer: the order cannot be checked.
             (Some(u), None) if apiserver_killed(h, u.start, u.end + 60 * SECOND) => f.skipped.push((
                 "I1".into(),
@@ -650,26 +673,44 @@ pub fn i5(h: &History, f: &mut Findings) {
     }
 }
 
-/// Faults after which a replica may exit 1 (lost leadership, lost driver
-/// connection), and how long after the fault's end the exit may come.
-const EXIT1_FAULTS: &[&str] = &[
-    "apiserver-sigkill",
-    "apiserver-sigstop",
-    "etcd-stall",
-    "watch-expiry-410",
-    "leader-partition",
-    "proxy-delay",
-    "proxy-reset",
-    "lost-responses",
-    "apf-429",
-    "lease-deleted",
-    "lease-stolen",
-    "leader-sigstop-past-lease",
-    "driver-restart",
-    "driver-restart-empty",
-    "fd-limit-and-idle-flood",
+/// Why a replica exits 1, as its last `"exiting" err=...` line says, and the
+/// faults that explain it, with how long after a fault's end it may come.
+const EXIT1_REASONS: &[(&str, &[&str], i128)] = &[
+    (
+        "Stopped leading",
+        &[
+            "apiserver-sigkill",
+            "apiserver-sigstop",
+            "etcd-stall",
+            "watch-expiry-410",
+            "leader-partition",
+            "proxy-delay",
+            "proxy-reset",
+            "lost-responses",
+            "apf-429",
+            "lease-deleted",
+            "lease-stolen",
+            "leader-sigstop-past-lease",
+            "fd-limit-and-idle-flood",
+        ],
+        5 * SECOND,
+    ),
+    (
+        "Lost connection to CSI driver",
+        &["driver-restart", "driver-restart-empty"],
+        10 * SECOND,
+    ),
 ];
-const EXIT1_AFTER: i128 = 10 * SECOND;
+
+/// The reason replica `r` logged for exiting, from the 5 s before `at`.
+fn exit_reason<'a>(h: &'a History, r: usize, at: i128) -> Option<&'a str> {
+    let name = format!("replica-{r} log");
+    let (_, log) = h.logs.iter().find(|(n, _)| *n == name)?;
+    log.lines()
+        .filter(|l| l.contains("\"exiting\" err="))
+        .filter(|l| klog_time(l, at).is_some_and(|t| t <= at && t >= at - 5 * SECOND))
+        .next_back()
+}
 
 /// Most API requests a standby may make in one second during an outage.
 /// Measured: a standby GETs the Lease about twice a second and keeps its
@@ -712,32 +753,49 @@ pub fn i6(h: &History, f: &mut Findings) {
     let mut explained = 0;
     for exit in &h.exits {
         let by_us = exit.sent.is_some() && exit.signal == exit.sent;
-        let fault = h.windows.iter().find(|w| {
-            EXIT1_FAULTS.contains(&w.kind.as_str())
-                && exit.at >= w.start - SECOND
-                && exit.at <= w.end + EXIT1_AFTER
-        });
-        let ok = match exit.code {
-            Some(0) => true,
-            Some(1) if exit.sent.is_some() || fault.is_some() => {
-                explained += 1;
-                true
-            }
-            _ => by_us,
+        // An exit 1 needs its reason logged and a fault that causes it then.
+        let why = match exit.code {
+            Some(0) => None,
+            Some(1) if exit.sent.is_some() => None,
+            Some(1) => match exit_reason(h, exit.replica, exit.at) {
+                None => Some("no reason logged".to_string()),
+                Some(line) => {
+                    let cause = EXIT1_REASONS
+                        .iter()
+                        .find(|(reason, _, _)| line.contains(reason));
+                    let fault = cause.and_then(|(_, kinds, after)| {
+                        h.windows.iter().find(|w| {
+                            kinds.contains(&w.kind.as_str())
+                                && exit.at >= w.start - SECOND
+                                && exit.at <= w.end + after
+                        })
+                    });
+                    match fault {
+                        Some(_) => None,
+                        None => Some(format!(
+                            "no fault explains its reason: {}",
+                            line.get(..200).unwrap_or(line)
+                        )),
+                    }
+                }
+            },
+            _ if by_us => None,
+            _ => Some("not a signal the suite sent".to_string()),
         };
-        if !ok {
-            f.violation(
+        match why {
+            None if exit.code == Some(1) => explained += 1,
+            None => {}
+            Some(why) => f.violation(
                 "I6",
                 format!(
-                    "replica-{} ended with code {:?} signal {:?} at {} (signal sent by the suite: {:?}){}",
+                    "replica-{} ended with code {:?} signal {:?} at {} (signal sent by the suite: {:?}): {why}",
                     exit.replica,
                     exit.code,
                     exit.signal,
                     secs(exit.at),
                     exit.sent,
-                    if exit.code == Some(1) { "; no fault explains an exit 1 then" } else { "" }
                 ),
-            );
+            ),
         }
     }
     f.measured

@@ -188,6 +188,24 @@ fn i1_reports_a_missing_or_early_unpublish_and_missing_evidence() {
     assert!(check(&h).violations.is_empty(), "{:#?}", check(&h));
     h.audit.push(lost(9.05));
     only(&check(&h), "I1");
+    // The API server removed the VA at once with our finalizer on (the
+    // second CI run): counted as skipped, not a violation, not a pass.
+    let mut h = clean();
+    h.audit.retain(|e| {
+        e["objectRef"]["subresource"] == "status"
+            || e["objectRef"]["resource"] != "volumeattachments"
+    });
+    h.audit.push(json!({"verb": "delete", "objectRef": {"resource": "volumeattachments", "name": "va-a"},
+        "user": {"username": "chaos-admin"}, "requestReceivedTimestamp": ts(8.0), "responseStatus": {"code": 200},
+        "responseObject": {"metadata": {"name": "va-a", "uid": "u-a", "finalizers": [crate::world::FINALIZER]}}}));
+    let f = check(&h);
+    assert!(f.of("I1").is_empty(), "{f:#?}");
+    assert!(
+        f.skipped
+            .iter()
+            .any(|(c, why)| c == "I1" && why.contains("at once")),
+        "{f:#?}"
+    );
     // An Unpublish that started before a late (abandoned) Publish ended.
     let mut h = clean();
     h.calls.push(Call {
@@ -323,7 +341,7 @@ fn i6_reports_panics_floods_unexplained_exits_and_busy_standbys() {
         .collect();
     h.logs.push(("replica-1 log".into(), flood));
     only(&check(&h), "I6");
-    // An exit 1 no fault explains: used to be accepted.
+    // An exit 1 without a logged reason: used to be accepted.
     let mut h = clean();
     h.exits.push(Exit {
         replica: 1,
@@ -332,10 +350,14 @@ fn i6_reports_panics_floods_unexplained_exits_and_busy_standbys() {
         sent: None,
         at: t(12.0),
     });
-    only(&check(&h), "I6");
-    // ... explained by a Lease fault just before: accepted and counted.
     h.windows
         .push(window("lease-stolen", 11.0, 11.2, "stolen: None"));
+    only(&check(&h), "I6");
+    // "Stopped leading" after a Lease fault: accepted and counted.
+    h.logs.push((
+        "replica-1 log".into(),
+        "E1127 10:00:11.900000       1 main.rs:102] \"exiting\" err=\"Stopped leading\"\n".into(),
+    ));
     let f = check(&h);
     assert!(f.of("I6").is_empty(), "{f:#?}");
     assert!(
@@ -344,6 +366,12 @@ fn i6_reports_panics_floods_unexplained_exits_and_busy_standbys() {
             .any(|(w, v)| w.starts_with("exits 1") && v == "1"),
         "{f:#?}"
     );
+    // A lost driver connection that no driver fault explains.
+    h.logs[1].1 = "E1127 10:00:11.900000       1 main.rs:102] \"exiting\" err=\"Lost connection to CSI driver, exiting\"\n".into();
+    only(&check(&h), "I6");
+    h.windows
+        .push(window("driver-restart", 10.0, 10.5, "restart: Ok(())"));
+    assert!(check(&h).of("I6").is_empty(), "{:#?}", check(&h));
     // A signal we did not send.
     let mut h = clean();
     h.exits.push(Exit {
@@ -543,4 +571,39 @@ fn faults_without_evidence_count_as_skipped_and_fail_the_run_above_5_percent() {
 fn klog_times_parse() {
     let at = check::klog_time("W1127 10:00:14.250000       1 x.rs:1] y", t(0.0));
     assert_eq!(at, Some(t(14.25)));
+}
+
+#[test]
+fn abandoned_calls_without_a_record_still_count() {
+    // The second CI run: a kill-before-unpublish whose call was abandoned
+    // during its injected delay and never recorded; it used to vanish from
+    // the calls (and from I4).
+    let lines: Vec<Value> = vec![
+        json!({"call_id": 7, "caller": 0, "event": "start", "method": UNPUB, "time_unix_nanos": t(3.0) as i64}),
+        json!({"call_id": 7, "caller": 0, "event": "abandoned", "method": UNPUB, "time_unix_nanos": t(3.01) as i64}),
+    ];
+    let calls = crate::world::calls(&lines);
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0].code, crate::world::UNRECORDED);
+    assert_eq!(calls[0].caller_end(), t(3.01));
+    let mut h = clean();
+    h.calls.extend(calls);
+    h.windows.push(window(
+        "kill-before-unpublish",
+        2.9,
+        3.05,
+        "SIGKILL replica-0 at ControllerUnpublishVolume start",
+    ));
+    h.exits.push(Exit {
+        replica: 0,
+        code: None,
+        signal: Some(9),
+        sent: Some(9),
+        at: t(3.3),
+    });
+    let f = check(&h);
+    assert!(f.skipped.is_empty() && f.violations.is_empty(), "{f:#?}");
+    // It overlaps another replica's call.
+    h.calls.push(call(PUB, 1, "vol-b", "node-2-id", 3.005, 3.2));
+    only(&check(&h), "I4");
 }
