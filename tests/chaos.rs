@@ -404,6 +404,7 @@ async fn run(seed: u64, fault_count: usize, size: &str) -> Result<String> {
         audit,
         calls,
         exits,
+        logs: history_logs,
         ..
     } = history;
     let violations = &findings.violations;
@@ -478,7 +479,15 @@ async fn run(seed: u64, fault_count: usize, size: &str) -> Result<String> {
             .filter(|e| e["responseStatus"]["code"] == code)
             .count()
     };
-    writeln!(out, "- API answers to the replicas (audit log): {} × 429, {} × 422, {} × 403, {} × 409, {} × 410", replica_codes(429), replica_codes(422), replica_codes(403), replica_codes(409), replica_codes(410))?;
+    // A 410 reaches a resumed watch as an ERROR event in an HTTP 200 stream:
+    // the audit log cannot show it; the replicas' logs do.
+    let expired = history_logs
+        .iter()
+        .filter(|(n, _)| n.starts_with("replica-"))
+        .flat_map(|(_, log)| log.lines())
+        .filter(|l| l.contains("watch failed") && l.contains("too old resource version"))
+        .count();
+    writeln!(out, "- API answers to the replicas (audit log): {} × 429, {} × 422, {} × 403, {} × 409; {expired} watches expired (410 inside the watch stream, from the replica logs)", replica_codes(429), replica_codes(422), replica_codes(403), replica_codes(409))?;
     writeln!(
         out,
         "- leadership terms (from the Lease's audit events): {}\n",

@@ -703,13 +703,12 @@ const EXIT1_REASONS: &[(&str, &[&str], i128)] = &[
 ];
 
 /// The reason replica `r` logged for exiting, from the 5 s before `at`.
-fn exit_reason<'a>(h: &'a History, r: usize, at: i128) -> Option<&'a str> {
+fn exit_reason(h: &History, r: usize, at: i128) -> Option<&str> {
     let name = format!("replica-{r} log");
     let (_, log) = h.logs.iter().find(|(n, _)| *n == name)?;
     log.lines()
         .filter(|l| l.contains("\"exiting\" err="))
-        .filter(|l| klog_time(l, at).is_some_and(|t| t <= at && t >= at - 5 * SECOND))
-        .next_back()
+        .rfind(|l| klog_time(l, at).is_some_and(|t| t <= at && t >= at - 5 * SECOND))
 }
 
 /// Most API requests a standby may make in one second during an outage.
