@@ -73,6 +73,28 @@ async fn pause(ms: u64) {
 }
 
 impl Injector {
+    /// Waits (up to 8 s) for a Publish/Unpublish ledger line matching `pred`;
+    /// a note for the fault's log: empty, or that no call came.
+    async fn met(
+        &self,
+        rx: &mut tokio::sync::broadcast::Receiver<Value>,
+        pred: impl Fn(&Value) -> bool,
+    ) -> String {
+        let line = self
+            .world
+            .next_ledger(rx, Duration::from_secs(8), |l| {
+                matches!(
+                    l["method"].as_str(),
+                    Some("ControllerPublishVolume" | "ControllerUnpublishVolume")
+                ) && pred(l)
+            })
+            .await;
+        match line {
+            Some(_) => String::new(),
+            None => " (no call within 8 s)".into(),
+        }
+    }
+
     async fn leader(&self) -> usize {
         for _ in 0..20 {
             if let Some(l) = self.world.leader(&self.client).await {
@@ -215,9 +237,12 @@ impl Injector {
                 let n = self.foreign_finalizers(&mut Rng::new(rng.next())).await;
                 (format!("{n} foreign finalizer writes"), false)
             }
+            // The driver faults hold until a call has met them (up to 8 s),
+            // so that each one acts on a call, not on an idle driver.
             "driver-slow" => {
                 let delay = 300 + rng.below(1200);
                 let ms = 2000 + rng.below(2000);
+                let mut rx = w.ledger_tx.subscribe();
                 for m in ["ControllerPublishVolume", "ControllerUnpublishVolume"] {
                     let _ = drv
                         .admin(
@@ -227,9 +252,13 @@ impl Injector {
                         )
                         .await;
                 }
+                let met = self.met(&mut rx, |l| l["event"] == "start").await;
                 pause(ms).await;
                 let _ = drv.admin("DELETE", "/faults", None).await;
-                (format!("delay {delay} ms for {ms} ms"), false)
+                (
+                    format!("delay {delay} ms for {ms} ms{met}"),
+                    met.contains("no call"),
+                )
             }
             "driver-failing" => {
                 let codes = [
@@ -241,6 +270,7 @@ impl Injector {
                 ];
                 let code = codes[rng.below(codes.len() as u64) as usize];
                 let times = 2 + rng.below(6);
+                let mut rx = w.ledger_tx.subscribe();
                 for m in ["ControllerPublishVolume", "ControllerUnpublishVolume"] {
                     let _ = drv
                         .admin(
@@ -250,9 +280,12 @@ impl Injector {
                         )
                         .await;
                 }
+                let met = self
+                    .met(&mut rx, |l| l["event"].is_null() && l["code"] == code)
+                    .await;
                 pause(1500).await;
                 let _ = drv.admin("DELETE", "/faults", None).await;
-                (format!("{code} x{times}"), false)
+                (format!("{code} x{times}{met}"), met.contains("no call"))
             }
             "driver-hang" => {
                 let method = if rng.f64() < 0.5 {
@@ -261,6 +294,7 @@ impl Injector {
                     "ControllerUnpublishVolume"
                 };
                 let ms = 1500 + rng.below(2500);
+                let mut rx = w.ledger_tx.subscribe();
                 let _ = drv
                     .admin(
                         "PUT",
@@ -268,9 +302,15 @@ impl Injector {
                         Some(json!({"hang": true})),
                     )
                     .await;
+                let met = self
+                    .met(&mut rx, |l| l["method"] == method && l["event"] == "start")
+                    .await;
                 pause(ms).await;
                 let _ = drv.admin("DELETE", "/faults", None).await;
-                (format!("{method} hung {ms} ms"), false)
+                (
+                    format!("{method} hung {ms} ms{met}"),
+                    met.contains("no call"),
+                )
             }
             "driver-restart" | "driver-restart-empty" => {
                 let empty = kind == "driver-restart-empty";
@@ -280,6 +320,7 @@ impl Injector {
             }
             "driver-late-publish" => {
                 let delay = TIMEOUT.as_millis() as u64 + 500 + rng.below(1000);
+                let mut rx = w.ledger_tx.subscribe();
                 let _ = drv
                     .admin(
                         "PUT",
@@ -287,11 +328,16 @@ impl Injector {
                         Some(json!({"delay_ms": delay, "times": 3})),
                     )
                     .await;
+                let met = self
+                    .met(&mut rx, |l| {
+                        l["method"] == "ControllerPublishVolume" && l["event"] == "start"
+                    })
+                    .await;
                 pause(delay + 1000).await;
                 let _ = drv.admin("DELETE", "/faults", None).await;
                 (
-                    format!("Publish delayed {delay} ms (> --timeout) x3"),
-                    false,
+                    format!("Publish delayed {delay} ms (> --timeout) x3{met}"),
+                    met.contains("no call"),
                 )
             }
             "kill-before-publish"
@@ -483,18 +529,22 @@ impl Injector {
 
     async fn fd_flood(&self, rng: &mut Rng) -> (String, bool) {
         let w = &self.world;
-        let target = rng.below(w.replicas.len() as u64) as usize;
-        // No process (between a kill and its restart): nothing to act on. A pid
-        // of 0 would make prlimit lower this test process's own limit, and
-        // without CAP_SYS_RESOURCE the hard limit cannot be restored (every
-        // later spawn fails with EMFILE).
-        let Some(pid) = lock(&w.replicas[target].slot)
-            .process
-            .as_ref()
-            .map(|p| p.id())
-            .filter(|pid| *pid != 0)
-        else {
-            return (format!("replica-{target} not running"), true);
+        let n = w.replicas.len();
+        let drawn = rng.below(n as u64) as usize;
+        // No process (between a kill and its restart): nothing to act on, so
+        // the next running replica is taken. A pid of 0 would make prlimit
+        // lower this test process's own limit, and without CAP_SYS_RESOURCE
+        // the hard limit cannot be restored (every later spawn fails with EMFILE).
+        let running = (0..n).map(|k| (drawn + k) % n).find_map(|r| {
+            lock(&w.replicas[r].slot)
+                .process
+                .as_ref()
+                .map(|p| p.id())
+                .filter(|pid| *pid != 0)
+                .map(|pid| (r, pid))
+        });
+        let Some((target, pid)) = running else {
+            return ("no replica running".into(), true);
         };
         let open = std::fs::read_dir(format!("/proc/{pid}/fd"))
             .map(|d| d.count())
