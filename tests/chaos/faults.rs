@@ -362,10 +362,17 @@ impl Injector {
                         Some(json!({"delay_ms": if before { 1000 } else { 500 }})),
                     )
                     .await;
+                // Only a call that started after the delay was set (a line
+                // read now may be older than the fault).
+                let set_at = crate::world::now_nanos();
                 let mut rx = w.ledger_tx.subscribe();
                 let started = w
                     .next_ledger(&mut rx, Duration::from_secs(8), |l| {
-                        l["method"] == method && l["event"] == "start"
+                        l["method"] == method
+                            && l["event"] == "start"
+                            && l["time_unix_nanos"]
+                                .as_i64()
+                                .is_some_and(|t| i128::from(t) >= set_at)
                     })
                     .await
                     .and_then(|l| l["caller"].as_u64());
