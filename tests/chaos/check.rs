@@ -1097,7 +1097,8 @@ pub fn i10(h: &History, f: &mut Findings) {
     }
 }
 
-/// A klog line's time (`W1127 08:54:28.123456 ...`), in the year of `reference`.
+/// A klog line's time (`W1127 08:54:28.123456 ...`; the attacher stamps klog headers in UTC,
+/// `src/logging.rs`), in the year of `reference`.
 pub fn klog_time(line: &str, reference: i128) -> Option<i128> {
     let (mmdd, hms) = (line.get(1..5)?, line.get(6..21)?);
     let year = format_time(reference).get(..4)?.to_string();
