@@ -456,7 +456,7 @@ impl Cloud {
             done
         };
         // The driver answers at its first poll after the operation completed.
-        let seen = self.profile.operation.seen_after(took);
+        let seen = self.profile.operation.seen_after(took, self.scale);
         tokio::time::sleep(seen.saturating_sub(took)).await;
         result
     }
@@ -1096,5 +1096,14 @@ mod tests {
         let t = Instant::now();
         cloud.publish(args("v", "n")).await.expect("attach");
         assert_eq!(t.elapsed(), Duration::from_millis(100));
+        // The driver's polls too: at 0, 10, 28, 60.4, 117.92 ms.
+        let polled = format!("{FIXED}[operation]\npoll_initial_ms = 1000\npoll_factor = 1.8\n");
+        let profile = Profile::parse(&polled, "t").expect("profile");
+        let cloud = Arc::new(Cloud::new(profile, 1, 0.01, Default::default()));
+        let t = Instant::now();
+        cloud.publish(args("v", "n")).await.expect("attach");
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        // (tokio's timer rounds each wait up to the millisecond)
+        assert!((117.9..=120.0).contains(&ms), "{ms} ms");
     }
 }

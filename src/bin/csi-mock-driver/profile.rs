@@ -466,13 +466,14 @@ impl Profile {
 
 impl Around {
     /// When the driver sees an operation that took `took` done: its first
-    /// poll at or after it.
-    pub fn seen_after(&self, took: std::time::Duration) -> std::time::Duration {
+    /// poll at or after it, the polls' waits multiplied by `scale` (the
+    /// driver's `--time-scale`, as every other duration of the profile).
+    pub fn seen_after(&self, took: std::time::Duration, scale: f64) -> std::time::Duration {
         if self.poll_initial_ms == 0 || took.is_zero() {
             return took;
         }
         let mut at = std::time::Duration::ZERO;
-        let mut wait = self.poll_initial_ms as f64 / 1e3;
+        let mut wait = self.poll_initial_ms as f64 * scale / 1e3;
         while at < took {
             at += std::time::Duration::from_secs_f64(wait);
             wait *= self.poll_factor;
@@ -550,12 +551,15 @@ mod tests {
         assert_eq!(p.operation.volume_busy_code, Some(GrpcCode(Code::Aborted)));
         // Polls at 0, 1, 2.8, 6.04, 11.872, 22.3696 s.
         let secs = |s: f64| Duration::from_secs_f64(s);
-        let seen = |took: f64| p.operation.seen_after(secs(took)).as_secs_f64();
+        let seen = |took: f64| p.operation.seen_after(secs(took), 1.0).as_secs_f64();
         assert!((seen(0.5) - 1.0).abs() < 1e-6);
         assert!((seen(2.0) - 2.8).abs() < 1e-6);
         assert!((seen(12.0) - 22.3696).abs() < 1e-6);
         let no_polls = Profile::parse(base, "t").expect("profile");
-        assert_eq!(no_polls.operation.seen_after(secs(3.3)), secs(3.3));
+        assert_eq!(no_polls.operation.seen_after(secs(3.3), 1.0), secs(3.3));
+        // Scaled as every other duration: polls at 0, 0.01, 0.028, … s.
+        let scaled = p.operation.seen_after(secs(0.02), 0.01).as_secs_f64();
+        assert!((scaled - 0.028).abs() < 1e-9, "{scaled}");
     }
 
     #[test]
