@@ -8,6 +8,8 @@
 //! | `DELETE /faults[/<Method>]` | clear one or all faults (releases hangs) |
 //! | `GET /published`, `PUT /published` | read / replace the table `{volume: [node, ...]}` |
 //! | `PUT /ready` | `{"ready": bool}`: what Probe answers |
+//! | `DELETE /nodes/<node ID>` | with a profile: the cloud deletes that instance (ID percent-encoded); its attachments go with it |
+//! | `GET /nodes/gone` | with a profile: the instances deleted so far |
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -110,6 +112,18 @@ async fn handle(req: Request<Incoming>, driver: &Driver) -> Response<Full<Bytes>
                 Err(err) => reply(StatusCode::BAD_REQUEST, json!({"error": err.to_string()})),
             }
         }
+        (Method::DELETE, ["nodes", node]) => match &driver.cloud {
+            Some(cloud) => {
+                let node = percent_encoding::percent_decode_str(node).decode_utf8_lossy();
+                cloud.remove_node(&node);
+                reply(StatusCode::OK, json!({"gone": cloud.gone_nodes()}))
+            }
+            None => no_profile(),
+        },
+        (Method::GET, ["nodes", "gone"]) => match &driver.cloud {
+            Some(cloud) => reply(StatusCode::OK, json!({"gone": cloud.gone_nodes()})),
+            None => no_profile(),
+        },
         (Method::PUT, ["ready"]) => match serde_json::from_slice::<Value>(&body)
             .ok()
             .and_then(|v| v.get("ready").and_then(Value::as_bool))
@@ -128,6 +142,14 @@ async fn handle(req: Request<Incoming>, driver: &Driver) -> Response<Full<Bytes>
             json!({"error": format!("no route for {path}")}),
         ),
     }
+}
+
+/// Deleting instances needs a cloud to delete them from.
+fn no_profile() -> Response<Full<Bytes>> {
+    reply(
+        StatusCode::CONFLICT,
+        json!({"error": "no driver profile: start with --profile or --profile-file"}),
+    )
 }
 
 fn reply(status: StatusCode, body: Value) -> Response<Full<Bytes>> {

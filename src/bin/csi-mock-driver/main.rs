@@ -15,8 +15,10 @@
 //! published table over a restart: loaded at start, written on SIGTERM/SIGINT.
 
 mod admin;
+mod cloud;
 mod faults;
 mod ledger;
+mod profile;
 mod service;
 mod state;
 
@@ -90,6 +92,20 @@ struct Args {
     /// ("operation pending for volume").
     #[arg(long)]
     serialize_volumes: bool,
+    /// Behave as a real cloud driver under load: a built-in profile (aws-ebs,
+    /// azure-disk, gce-pd, serial-per-node; docs/driver-profiles.md).
+    #[arg(long, conflicts_with = "profile_file")]
+    profile: Option<String>,
+    /// A profile of your own, a TOML file in the schema of docs/driver-profiles.md.
+    #[arg(long)]
+    profile_file: Option<PathBuf>,
+    /// The profile's random seed: the same seed gives the same latencies to the same calls.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Multiplies every duration of the profile (latencies, delays, backoffs;
+    /// divides refill rates): below 1 for quick smoke runs, 1 for the real thing.
+    #[arg(long, default_value_t = 1.0)]
+    time_scale: f64,
 }
 
 #[tokio::main]
@@ -162,7 +178,27 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .iter()
         .map(|e| csi_attacher::csi::parse_address(e))
         .collect::<Result<Vec<_>, _>>()?;
-    let published = load_state(&args)?;
+    let published = Arc::new(Mutex::new(load_state(&args)?));
+    let profile = match (&args.profile, &args.profile_file) {
+        (Some(name), _) => Some(profile::Profile::builtin(name)?),
+        (None, Some(path)) => Some(profile::Profile::from_file(path)?),
+        (None, None) => None,
+    };
+    if !(args.time_scale.is_finite() && args.time_scale > 0.0) {
+        anyhow::bail!(
+            "--time-scale must be a positive number, got {}",
+            args.time_scale
+        );
+    }
+    let profile_name = profile.as_ref().map(|p| p.name.clone());
+    let cloud = profile.map(|p| {
+        Arc::new(cloud::Cloud::new(
+            p,
+            args.seed,
+            args.time_scale,
+            Arc::clone(&published),
+        ))
+    });
     let driver = Arc::new(Driver {
         name: args.name,
         plugin_caps,
@@ -170,9 +206,10 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         ready: AtomicBool::new(!args.start_unready),
         faults: Faults::new(),
         ledger: Ledger::open(args.ledger.as_deref(), args.ledger_events)?,
-        published: Mutex::new(published),
+        published,
         repeat_list_token: args.repeat_list_token,
         pending: args.serialize_volumes.then(Default::default),
+        cloud,
     });
 
     let admin = serve_admin(args.admin_addr, &driver).await?;
@@ -186,7 +223,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     }
     println!(
         "{}",
-        serde_json::json!({"endpoint": sockets[0], "endpoints": sockets, "admin": admin.map(|a| a.to_string())})
+        serde_json::json!({"endpoint": sockets[0], "endpoints": sockets, "admin": admin.map(|a| a.to_string()), "profile": profile_name})
     );
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

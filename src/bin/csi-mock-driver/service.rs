@@ -15,6 +15,7 @@ use csi_attacher::csi::proto::{
 use serde_json::{json, Map, Value};
 use tonic::{Request, Response, Status};
 
+use crate::cloud::{Cloud, PublishArgs};
 use crate::faults::{Fault, Faults, RawReply};
 use crate::ledger::Ledger;
 use crate::state::Published;
@@ -27,11 +28,14 @@ pub struct Driver {
     pub ready: AtomicBool,
     pub faults: Faults,
     pub ledger: Ledger,
-    pub published: Mutex<Published>,
+    pub published: Arc<Mutex<Published>>,
     /// Answer every non-final ListVolumes page with next_token "1" (a buggy driver).
     pub repeat_list_token: bool,
     /// With `--serialize-volumes`: volumes with a (Un)Publish running.
     pub pending: Option<Mutex<std::collections::HashSet<String>>>,
+    /// With `--profile`/`--profile-file`: the simulated cloud that serves
+    /// ControllerPublishVolume and ControllerUnpublishVolume.
+    pub cloud: Option<Arc<Cloud>>,
 }
 
 impl Driver {
@@ -64,6 +68,23 @@ impl Driver {
         fields: Map<String, Value>,
         body: impl FnOnce(Option<&Fault>) -> Result<T, Status>,
     ) -> Result<Response<T>, Status> {
+        self.call_async(method, volume, fields, |fault| {
+            std::future::ready(body(fault.as_ref()))
+        })
+        .await
+    }
+
+    /// [`Self::call_on`] with a body that awaits (a profile's cloud).
+    async fn call_async<T, F>(
+        &self,
+        method: &'static str,
+        volume: Option<&str>,
+        fields: Map<String, Value>,
+        body: impl FnOnce(Option<Fault>) -> F,
+    ) -> Result<Response<T>, Status>
+    where
+        F: std::future::Future<Output = Result<T, Status>>,
+    {
         let mut guard = LedgerGuard {
             driver: self,
             method,
@@ -87,7 +108,7 @@ impl Driver {
             _ => None,
         };
         let result = match self.faults.apply(method).await {
-            Ok(fault) => body(fault.as_ref()),
+            Ok(fault) => body(fault).await,
             Err(status) => Err(status),
         };
         guard.finish(result.as_ref().map(|_| ()).map_err(Clone::clone));
@@ -209,22 +230,37 @@ impl Controller for Service {
             ("secrets".into(), json!(sorted(&req.secrets))),
             ("volume_context".into(), json!(sorted(&req.volume_context))),
         ]);
+        if let Some(cloud) = &self.0.cloud {
+            let cloud = Arc::clone(cloud);
+            let volume = req.volume_id.clone();
+            return self
+                .0
+                .call_async(
+                    "ControllerPublishVolume",
+                    Some(&volume),
+                    fields,
+                    |_| async move {
+                        let capability = validate_publish(&req)?.clone();
+                        let publish_context = cloud
+                            .publish(PublishArgs {
+                                volume: req.volume_id,
+                                node: req.node_id,
+                                capability,
+                                readonly: req.readonly,
+                            })
+                            .await?;
+                        Ok(proto::ControllerPublishVolumeResponse { publish_context })
+                    },
+                )
+                .await;
+        }
         self.0
             .call_on(
                 "ControllerPublishVolume",
                 Some(&req.volume_id),
                 fields,
                 |_| {
-                    if req.volume_id.is_empty() {
-                        return Err(Status::invalid_argument("volume_id is required"));
-                    }
-                    if req.node_id.is_empty() {
-                        return Err(Status::invalid_argument("node_id is required"));
-                    }
-                    let capability = req
-                        .volume_capability
-                        .as_ref()
-                        .ok_or_else(|| Status::invalid_argument("volume_capability is required"))?;
+                    let capability = validate_publish(&req)?;
                     let publish_context = self.0.published().publish(
                         &req.volume_id,
                         &req.node_id,
@@ -247,6 +283,30 @@ impl Controller for Service {
             ("node_id".into(), req.node_id.clone().into()),
             ("secrets".into(), json!(sorted(&req.secrets))),
         ]);
+        if let Some(cloud) = &self.0.cloud {
+            let cloud = Arc::clone(cloud);
+            let volume = req.volume_id.clone();
+            return self
+                .0
+                .call_async(
+                    "ControllerUnpublishVolume",
+                    Some(&volume),
+                    fields,
+                    |_| async move {
+                        if req.volume_id.is_empty() {
+                            return Err(Status::invalid_argument("volume_id is required"));
+                        }
+                        if req.node_id.is_empty() {
+                            return Err(Status::invalid_argument(
+                                "node_id is required (a driver profile detaches from one node)",
+                            ));
+                        }
+                        cloud.unpublish(&req.volume_id, &req.node_id).await?;
+                        Ok(proto::ControllerUnpublishVolumeResponse {})
+                    },
+                )
+                .await;
+        }
         self.0
             .call_on(
                 "ControllerUnpublishVolume",
@@ -328,6 +388,21 @@ impl Controller for Service {
             })
             .await
     }
+}
+
+/// A Publish request's required fields; its capability.
+fn validate_publish(
+    req: &proto::ControllerPublishVolumeRequest,
+) -> Result<&VolumeCapability, Status> {
+    if req.volume_id.is_empty() {
+        return Err(Status::invalid_argument("volume_id is required"));
+    }
+    if req.node_id.is_empty() {
+        return Err(Status::invalid_argument("node_id is required"));
+    }
+    req.volume_capability
+        .as_ref()
+        .ok_or_else(|| Status::invalid_argument("volume_capability is required"))
 }
 
 fn sorted(map: &std::collections::HashMap<String, String>) -> BTreeMap<&str, &str> {

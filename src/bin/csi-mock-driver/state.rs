@@ -42,11 +42,27 @@ impl Published {
         capability: &VolumeCapability,
         readonly: bool,
     ) -> Result<HashMap<String, String>, Status> {
+        if let Some(context) = self.check(volume, node, capability, readonly)? {
+            return Ok(context);
+        }
+        Ok(self.insert(volume, node, capability, readonly))
+    }
+
+    /// Whether `volume` may be published on `node` (CSI semantics, the
+    /// per-node limit): `Some(context)` when it already is, compatibly;
+    /// `None` when it may be; the CSI error when it may not.
+    pub fn check(
+        &self,
+        volume: &str,
+        node: &str,
+        capability: &VolumeCapability,
+        readonly: bool,
+    ) -> Result<Option<HashMap<String, String>>, Status> {
         if let Some(existing) = self.volumes.get(volume).and_then(|nodes| nodes.get(node)) {
             let compatible = existing.readonly == readonly
                 && existing.capability.as_ref().is_none_or(|c| c == capability);
             return if compatible {
-                Ok(existing.context.clone())
+                Ok(Some(existing.context.clone()))
             } else {
                 Err(Status::new(
                     Code::AlreadyExists,
@@ -74,11 +90,7 @@ impl Published {
             }
         }
         if self.max_volumes_per_node > 0 {
-            let on_node = self
-                .volumes
-                .values()
-                .filter(|n| n.contains_key(node))
-                .count();
+            let on_node = self.on_node(node);
             if on_node >= self.max_volumes_per_node {
                 return Err(Status::new(
                     Code::ResourceExhausted,
@@ -86,6 +98,17 @@ impl Published {
                 ));
             }
         }
+        Ok(None)
+    }
+
+    /// Records `volume` as published on `node` (after [`Self::check`]); its context.
+    pub fn insert(
+        &mut self,
+        volume: &str,
+        node: &str,
+        capability: &VolumeCapability,
+        readonly: bool,
+    ) -> HashMap<String, String> {
         let context: HashMap<String, String> =
             [("devicePath".to_string(), format!("/dev/mock/{volume}"))].into();
         self.volumes.entry(volume.to_string()).or_default().insert(
@@ -96,7 +119,38 @@ impl Published {
                 context: context.clone(),
             },
         );
-        Ok(context)
+        context
+    }
+
+    /// How many volumes are published on `node`.
+    pub fn on_node(&self, node: &str) -> usize {
+        self.volumes
+            .values()
+            .filter(|n| n.contains_key(node))
+            .count()
+    }
+
+    /// The publish context of `volume` on `node`, if it is published there.
+    pub fn context(&self, volume: &str, node: &str) -> Option<HashMap<String, String>> {
+        self.volumes
+            .get(volume)
+            .and_then(|nodes| nodes.get(node))
+            .map(|p| p.context.clone())
+    }
+
+    /// Whether `volume` is published on `node`.
+    pub fn contains(&self, volume: &str, node: &str) -> bool {
+        self.volumes
+            .get(volume)
+            .is_some_and(|nodes| nodes.contains_key(node))
+    }
+
+    /// Forgets every publication on `node` (the cloud deleted the instance).
+    pub fn remove_node(&mut self, node: &str) {
+        self.volumes.retain(|_, nodes| {
+            nodes.remove(node);
+            !nodes.is_empty()
+        });
     }
 
     /// Unpublishes `volume` from `node` (all nodes when `node` is empty). Unknown → OK.

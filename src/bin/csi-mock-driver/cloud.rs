@@ -1,0 +1,1097 @@
+//! The simulated cloud behind a driver profile (`profile.rs`): what a real
+//! controller plugin and its cloud do with ControllerPublishVolume and
+//! ControllerUnpublishVolume under load.
+//!
+//! One call goes through, in this order (each step only when the profile has
+//! it): the driver's duplicate check (a call for the same key still being
+//! served), the per-(node, volume) backoff's fail-fast, the deleted-instance
+//! rules, idempotency (already attached / already detached), a cloud
+//! operation still pending for the key (an earlier caller gave up, the cloud
+//! did not), another node's operation on the volume, the single-node and
+//! attachment-limit checks, then the cloud API's token bucket (throttled calls
+//! retried inside the call, or failed), the node's operation slots (wait or
+//! fail), and the cloud operation itself: a sampled latency, alone or in the
+//! node's next batch. With `outlives_caller` the operation runs on its own
+//! task, so a caller's deadline does not stop it: it completes later, and a
+//! new call meanwhile meets it as pending.
+//!
+//! Deterministic for a seed: every random draw (latency, retry jitter) comes
+//! from a generator seeded by the seed, the operation kind, the volume, the
+//! node and the call's attempt number for that key, so the same calls get the
+//! same durations whatever their interleaving. (The order in which concurrent
+//! calls reach a token bucket or a node slot is the caller's.)
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use csi_attacher::csi::proto::VolumeCapability;
+use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+use tonic::{Code, Status};
+
+#[cfg(test)]
+use crate::profile::BUILTIN;
+use crate::profile::{fill, GoneUnpublish, OnBusy, OnThrottle, Pending, Profile, SlotScope};
+use crate::state::Published;
+
+/// Attach (ControllerPublishVolume) or detach (ControllerUnpublishVolume).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Attach,
+    Detach,
+}
+
+/// (volume, node).
+type Key = (String, String);
+
+/// The outcome of a cloud operation, shared with every call that waits on it.
+type Outcome = Option<Result<(), Status>>;
+
+/// The simulated cloud of one profile.
+pub struct Cloud {
+    profile: Profile,
+    /// Every duration of the profile is multiplied by this (refill rates divided).
+    scale: f64,
+    seed: u64,
+    published: Arc<Mutex<Published>>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Calls per (kind, key) so far: the attempt number seeds the generator.
+    attempts: HashMap<(Kind, Key), u64>,
+    /// Keys of calls the driver is serving now (its duplicate check).
+    serving: HashSet<Key>,
+    /// Cloud operations not yet completed.
+    ops: HashMap<Key, Op>,
+    backoff: HashMap<Key, BackoffEntry>,
+    /// Instances the cloud no longer has.
+    gone: HashSet<String>,
+    slots: HashMap<String, Arc<Semaphore>>,
+    bucket: Option<Bucket>,
+    batches: HashMap<String, NodeBatch>,
+    /// Batches run per node (seeds the batch's latency).
+    batch_runs: HashMap<String, u64>,
+}
+
+struct Op {
+    kind: Kind,
+    done: watch::Receiver<Outcome>,
+}
+
+struct BackoffEntry {
+    until: Instant,
+    /// The last backoff period (the next error doubles it).
+    period: Duration,
+    code: Code,
+}
+
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+#[derive(Default)]
+struct NodeBatch {
+    queue: Vec<BatchItem>,
+    /// A task is flushing this node's queue.
+    flushing: bool,
+}
+
+struct BatchItem {
+    kind: Kind,
+    key: Key,
+    attach: Option<(VolumeCapability, bool)>,
+    done: oneshot::Sender<Result<(), Status>>,
+}
+
+/// What a Publish carries.
+pub struct PublishArgs {
+    pub volume: String,
+    pub node: String,
+    pub capability: VolumeCapability,
+    pub readonly: bool,
+}
+
+impl Cloud {
+    pub fn new(profile: Profile, seed: u64, scale: f64, published: Arc<Mutex<Published>>) -> Self {
+        let bucket = profile.api.as_ref().map(|api| Bucket {
+            tokens: f64::from(api.bucket),
+            at: Instant::now(),
+        });
+        Self {
+            profile,
+            scale,
+            seed,
+            published,
+            state: Mutex::new(State {
+                bucket,
+                ..State::default()
+            }),
+        }
+    }
+
+    #[cfg(test)]
+    pub fn profile(&self) -> &Profile {
+        &self.profile
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn published(&self) -> MutexGuard<'_, Published> {
+        self.published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn ms(&self, ms: u64) -> Duration {
+        Duration::from_secs_f64(ms as f64 * self.scale / 1e3)
+    }
+
+    /// The cloud deletes `node`: its attachments are gone with it.
+    pub fn remove_node(&self, node: &str) {
+        self.state().gone.insert(node.to_string());
+        self.published().remove_node(node);
+    }
+
+    /// Nodes removed so far.
+    pub fn gone_nodes(&self) -> Vec<String> {
+        let mut nodes: Vec<String> = self.state().gone.iter().cloned().collect();
+        nodes.sort();
+        nodes
+    }
+
+    /// ControllerPublishVolume: the publish context, or the driver's error.
+    pub async fn publish(
+        self: &Arc<Self>,
+        args: PublishArgs,
+    ) -> Result<HashMap<String, String>, Status> {
+        let key = (args.volume.clone(), args.node.clone());
+        self.serve(Kind::Attach, key, Some((args.capability, args.readonly)))
+            .await?;
+        // Detached again (the node deleted) between the answer and here: say so.
+        self.published()
+            .context(&args.volume, &args.node)
+            .ok_or_else(|| {
+                Status::aborted(format!(
+                    "volume {} was detached from node {} while attaching",
+                    args.volume, args.node
+                ))
+            })
+    }
+
+    /// ControllerUnpublishVolume.
+    pub async fn unpublish(self: &Arc<Self>, volume: &str, node: &str) -> Result<(), Status> {
+        self.serve(Kind::Detach, (volume.to_string(), node.to_string()), None)
+            .await
+    }
+
+    async fn serve(
+        self: &Arc<Self>,
+        kind: Kind,
+        key: Key,
+        attach: Option<(VolumeCapability, bool)>,
+    ) -> Result<(), Status> {
+        let around = &self.profile.operation;
+        let mut serving = None;
+        if let Some(code) = around.duplicate_code {
+            let mut state = self.state();
+            if !state.serving.insert(key.clone()) {
+                return Err(Status::new(
+                    code.0,
+                    fill(&around.duplicate_message, &key.0, &key.1),
+                ));
+            }
+            serving = Some(ServingGuard {
+                cloud: self,
+                key: key.clone(),
+            });
+        }
+        let attempt = {
+            let mut state = self.state();
+            let n = state.attempts.entry((kind, key.clone())).or_default();
+            *n += 1;
+            *n
+        };
+        if let Some(status) = self.backing_off(kind, &key) {
+            return Err(status);
+        }
+        // A caller that goes away counts as an error for the backoff (the
+        // driver's context ends, its cloud call returns the context's error).
+        let mut abandoned = AbandonGuard {
+            cloud: self,
+            key: key.clone(),
+            armed: self.profile.backoff.is_some(),
+        };
+        let result = match self.profile.node.slot_scope {
+            // The driver's lock: taken before its checks, held until it answers.
+            SlotScope::Call => match self.slot(&key.1).await {
+                Ok(_slot) => self.run(kind, &key, attach, attempt).await,
+                Err(status) => Err(status),
+            },
+            SlotScope::Operation => self.run(kind, &key, attach, attempt).await,
+        };
+        abandoned.armed = false;
+        self.note_outcome(&key, &result);
+        drop(serving);
+        result
+    }
+
+    /// The backoff's fail-fast answer for `key`, if it is backing off.
+    fn backing_off(&self, kind: Kind, key: &Key) -> Option<Status> {
+        let backoff = self.profile.backoff.as_ref()?;
+        let state = self.state();
+        let entry = state.backoff.get(key)?;
+        (Instant::now() < entry.until).then(|| {
+            let call = match kind {
+                Kind::Attach => "ControllerPublish",
+                Kind::Detach => "ControllerUnpublish",
+            };
+            Status::new(
+                entry.code,
+                fill(&backoff.message, &key.0, &key.1).replace("{call}", call),
+            )
+        })
+    }
+
+    /// Backoff bookkeeping: an error starts or doubles it, a success resets it.
+    fn note_outcome(&self, key: &Key, result: &Result<(), Status>) {
+        let Some(backoff) = &self.profile.backoff else {
+            return;
+        };
+        let mut state = self.state();
+        match result {
+            Ok(()) => {
+                state.backoff.remove(key);
+            }
+            Err(status) => {
+                let initial = self.ms(backoff.initial_ms);
+                let max = self.ms(backoff.max_ms);
+                let period = match state.backoff.get(key) {
+                    Some(entry) => (entry.period * 2).min(max),
+                    None => initial,
+                };
+                state.backoff.insert(
+                    key.clone(),
+                    BackoffEntry {
+                        until: Instant::now() + period,
+                        period,
+                        code: status.code(),
+                    },
+                );
+            }
+        }
+    }
+
+    async fn run(
+        self: &Arc<Self>,
+        kind: Kind,
+        key: &Key,
+        attach: Option<(VolumeCapability, bool)>,
+        attempt: u64,
+    ) -> Result<(), Status> {
+        let node = &self.profile.node;
+        let around = &self.profile.operation;
+        let (volume, node_id) = (key.0.as_str(), key.1.as_str());
+        // A new call may meet a pending operation more than once (it waits,
+        // the state changes); a handful of rounds is always enough.
+        for _ in 0..8 {
+            if self.state().gone.contains(node_id) {
+                return match (kind, node.gone_unpublish) {
+                    (Kind::Attach, _) => Err(Status::new(
+                        node.gone_publish_code.0,
+                        fill(&node.gone_publish_message, volume, node_id),
+                    )),
+                    (Kind::Detach, GoneUnpublish::Ok) => {
+                        self.published().unpublish(volume, node_id);
+                        Ok(())
+                    }
+                    (Kind::Detach, GoneUnpublish::Fail(code)) => Err(Status::new(
+                        code,
+                        fill(&node.gone_unpublish_message, volume, node_id),
+                    )),
+                };
+            }
+            let pending = self
+                .state()
+                .ops
+                .get(key)
+                .map(|op| (op.kind, op.done.clone()));
+            if let Some((_, mut done)) = pending {
+                match around.pending {
+                    Pending::Fail => {
+                        return Err(Status::new(
+                            around.pending_code.0,
+                            fill(&around.pending_message, volume, node_id),
+                        ))
+                    }
+                    Pending::Wait => {
+                        let _ = done.wait_for(Option::is_some).await;
+                        continue;
+                    }
+                }
+            }
+            match (kind, &attach) {
+                (Kind::Attach, Some((capability, readonly))) => {
+                    if self
+                        .published()
+                        .check(volume, node_id, capability, *readonly)?
+                        .is_some()
+                    {
+                        return Ok(());
+                    }
+                }
+                _ => {
+                    if !self.published().contains(volume, node_id) {
+                        return Ok(());
+                    }
+                }
+            }
+            if let Some(code) = around.volume_busy_code {
+                let busy = self
+                    .state()
+                    .ops
+                    .keys()
+                    .any(|(v, n)| v == volume && n != node_id);
+                if busy {
+                    return Err(Status::new(
+                        code.0,
+                        fill(&around.volume_busy_message, volume, node_id),
+                    ));
+                }
+            }
+            if kind == Kind::Attach && node.max_attachments > 0 {
+                let attaching = self
+                    .state()
+                    .ops
+                    .iter()
+                    .filter(|((_, n), op)| n == node_id && op.kind == Kind::Attach)
+                    .count();
+                if self.published().on_node(node_id) + attaching >= node.max_attachments {
+                    return Err(Status::new(
+                        node.max_attachments_code.0,
+                        fill(&node.max_attachments_message, volume, node_id),
+                    ));
+                }
+            }
+            return self.operate(kind, key, attach, attempt).await;
+        }
+        Err(Status::aborted(format!(
+            "operation for volume {volume} on node {node_id} kept changing; try again"
+        )))
+    }
+
+    /// Registers the cloud operation, passes the API's bucket and the node's
+    /// slots, and runs it (on its own task when it outlives its caller).
+    async fn operate(
+        self: &Arc<Self>,
+        kind: Kind,
+        key: &Key,
+        attach: Option<(VolumeCapability, bool)>,
+        attempt: u64,
+    ) -> Result<(), Status> {
+        let (tx, rx) = watch::channel(None);
+        self.state().ops.insert(
+            key.clone(),
+            Op {
+                kind,
+                done: rx.clone(),
+            },
+        );
+        // Until the operation reaches the cloud, a caller that goes away takes it with it.
+        let mut registered = OpGuard {
+            cloud: self,
+            key: key.clone(),
+            armed: true,
+        };
+        let mut rng = self.rng(kind, key, attempt);
+        let batched = self.profile.batch.is_some();
+        if !batched {
+            self.take_token(&mut rng).await?;
+        }
+        let permit = match self.profile.node.slot_scope {
+            SlotScope::Operation => self.slot(&key.1).await?,
+            SlotScope::Call => None,
+        };
+        registered.armed = false;
+        let cloud = Arc::clone(self);
+        let op_key = key.clone();
+        let key = key.clone();
+        let work = async move {
+            let started = Instant::now();
+            let result = if batched {
+                cloud.batched(kind, key.clone(), attach).await
+            } else {
+                tokio::time::sleep(cloud.latency(kind, &mut rng)).await;
+                cloud.apply(kind, &key, attach.as_ref());
+                Ok(())
+            };
+            drop(permit);
+            cloud.state().ops.remove(&key);
+            let _ = tx.send(Some(result.clone()));
+            (result, started.elapsed())
+        };
+        let (result, took) = if self.profile.operation.outlives_caller {
+            match tokio::spawn(work).await {
+                Ok(done) => done,
+                Err(err) => (
+                    Err(Status::internal(format!("cloud operation failed: {err}"))),
+                    Duration::ZERO,
+                ),
+            }
+        } else {
+            // Dropped with its caller: the operation never completes, and
+            // whoever waits on it sees it gone.
+            let mut dropped = OpGuard {
+                cloud: self,
+                key: op_key,
+                armed: true,
+            };
+            let done = work.await;
+            dropped.armed = false;
+            done
+        };
+        // The driver answers at its first poll after the operation completed.
+        let seen = self.profile.operation.seen_after(took);
+        tokio::time::sleep(seen.saturating_sub(took)).await;
+        result
+    }
+
+    /// The node's operation slot (a permit of its semaphore), or the busy error.
+    async fn slot(&self, node_id: &str) -> Result<Option<OwnedSemaphorePermit>, Status> {
+        let node = &self.profile.node;
+        if node.max_operations == 0 {
+            return Ok(None);
+        }
+        let semaphore = Arc::clone(
+            self.state()
+                .slots
+                .entry(node_id.to_string())
+                .or_insert_with(|| Arc::new(Semaphore::new(node.max_operations))),
+        );
+        let busy = || Status::new(node.busy_code.0, fill(&node.busy_message, "", node_id));
+        match node.on_busy {
+            OnBusy::Fail => semaphore.try_acquire_owned().map(Some).map_err(|_| busy()),
+            OnBusy::Wait => semaphore
+                .acquire_owned()
+                .await
+                .map(Some)
+                .map_err(|_| busy()),
+        }
+    }
+
+    /// One token of the API's bucket, retried inside the call or failed.
+    async fn take_token(&self, rng: &mut fastrand::Rng) -> Result<(), Status> {
+        let Some(api) = &self.profile.api else {
+            return Ok(());
+        };
+        let mut attempt = 0u32;
+        loop {
+            if self.try_token() {
+                return Ok(());
+            }
+            attempt += 1;
+            if api.on_throttle == OnThrottle::Fail || attempt >= api.retry_max_attempts.max(1) {
+                return Err(Status::new(
+                    api.throttle_code.0,
+                    api.throttle_message.clone(),
+                ));
+            }
+            let cap = api
+                .retry_base_ms
+                .saturating_mul(1u64 << attempt.min(32))
+                .min(api.retry_max_backoff_ms.max(api.retry_base_ms));
+            tokio::time::sleep(self.ms((cap as f64 * rng.f64()) as u64)).await;
+        }
+    }
+
+    fn try_token(&self) -> bool {
+        let Some(api) = &self.profile.api else {
+            return true;
+        };
+        let mut state = self.state();
+        let Some(bucket) = state.bucket.as_mut() else {
+            return true;
+        };
+        let now = Instant::now();
+        let rate = api.refill_per_s / self.scale.max(f64::MIN_POSITIVE);
+        bucket.tokens = (bucket.tokens + now.duration_since(bucket.at).as_secs_f64() * rate)
+            .min(f64::from(api.bucket));
+        bucket.at = now;
+        if bucket.tokens >= 1.0 {
+            bucket.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Queues the operation in its node's next batch and waits for the batch.
+    async fn batched(
+        self: &Arc<Self>,
+        kind: Kind,
+        key: Key,
+        attach: Option<(VolumeCapability, bool)>,
+    ) -> Result<(), Status> {
+        let (done, outcome) = oneshot::channel();
+        let node_id = key.1.clone();
+        let start = {
+            let mut state = self.state();
+            let batch = state.batches.entry(node_id.clone()).or_default();
+            batch.queue.push(BatchItem {
+                kind,
+                key,
+                attach,
+                done,
+            });
+            !std::mem::replace(&mut batch.flushing, true)
+        };
+        if start {
+            tokio::spawn(Arc::clone(self).flush(node_id));
+        }
+        outcome
+            .await
+            .unwrap_or_else(|_| Err(Status::internal("batch ended without an answer")))
+    }
+
+    /// Runs a node's batches one after another until its queue is empty.
+    async fn flush(self: Arc<Self>, node_id: String) {
+        let Some(batch) = &self.profile.batch else {
+            return;
+        };
+        tokio::time::sleep(self.ms(batch.initial_delay_ms)).await;
+        loop {
+            let (items, kind, run) = {
+                let mut state = self.state();
+                let run = {
+                    let n = state.batch_runs.entry(node_id.clone()).or_default();
+                    *n += 1;
+                    *n
+                };
+                let Some(queued) = state.batches.get_mut(&node_id) else {
+                    return;
+                };
+                if queued.queue.is_empty() {
+                    queued.flushing = false;
+                    return;
+                }
+                // One kind per update (a node's attaches and detaches are
+                // separate updates): the oldest request's, or detaches first.
+                let kind = if batch.detach_first
+                    && queued.queue.iter().any(|item| item.kind == Kind::Detach)
+                {
+                    Kind::Detach
+                } else {
+                    queued.queue[0].kind
+                };
+                let mut items = Vec::new();
+                let mut rest = Vec::new();
+                for item in queued.queue.drain(..) {
+                    if item.kind == kind && items.len() < batch.max_batch {
+                        items.push(item);
+                    } else {
+                        rest.push(item);
+                    }
+                }
+                queued.queue = rest;
+                (items, kind, run)
+            };
+            let mut rng = self.rng(kind, &(String::from("batch"), node_id.clone()), run);
+            let result = self.take_token(&mut rng).await;
+            if result.is_ok() {
+                tokio::time::sleep(self.latency(kind, &mut rng)).await;
+            }
+            for item in items {
+                if result.is_ok() {
+                    self.apply(item.kind, &item.key, item.attach.as_ref());
+                }
+                let _ = item.done.send(result.clone());
+            }
+        }
+    }
+
+    /// The cloud operation's effect on the published table.
+    fn apply(&self, kind: Kind, key: &Key, attach: Option<&(VolumeCapability, bool)>) {
+        let mut published = self.published();
+        match (kind, attach) {
+            (Kind::Attach, Some((capability, readonly))) => {
+                published.insert(&key.0, &key.1, capability, *readonly);
+            }
+            _ => published.unpublish(&key.0, &key.1),
+        }
+    }
+
+    fn latency(&self, kind: Kind, rng: &mut fastrand::Rng) -> Duration {
+        let latency = match kind {
+            Kind::Attach => self.profile.attach.latency,
+            Kind::Detach => self.profile.detach.latency,
+        };
+        latency.sample(rng.f64(), rng.f64()).mul_f64(self.scale)
+    }
+
+    /// The generator of one call: seed, kind, key and attempt, FNV-1a mixed
+    /// (std's hasher is not stable across releases).
+    fn rng(&self, kind: Kind, key: &Key, attempt: u64) -> fastrand::Rng {
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut mix = |bytes: &[u8]| {
+            for b in bytes {
+                hash ^= u64::from(*b);
+                hash = hash.wrapping_mul(0x0100_0000_01b3);
+            }
+        };
+        mix(&self.seed.to_le_bytes());
+        mix(&[kind as u8]);
+        mix(key.0.as_bytes());
+        mix(&[0]);
+        mix(key.1.as_bytes());
+        mix(&attempt.to_le_bytes());
+        fastrand::Rng::with_seed(hash)
+    }
+}
+
+/// Releases the driver's duplicate check for a key.
+struct ServingGuard<'a> {
+    cloud: &'a Cloud,
+    key: Key,
+}
+
+impl Drop for ServingGuard<'_> {
+    fn drop(&mut self) {
+        self.cloud.state().serving.remove(&self.key);
+    }
+}
+
+/// Unregisters an operation that never reached the cloud (its caller went away).
+struct OpGuard<'a> {
+    cloud: &'a Cloud,
+    key: Key,
+    armed: bool,
+}
+
+impl Drop for OpGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.cloud.state().ops.remove(&self.key);
+        }
+    }
+}
+
+/// Records a backoff for a call whose caller went away before its answer.
+struct AbandonGuard<'a> {
+    cloud: &'a Cloud,
+    key: Key,
+    armed: bool,
+}
+
+impl Drop for AbandonGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.cloud.note_outcome(
+                &self.key,
+                &Err(Status::deadline_exceeded("context deadline exceeded")),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use csi_attacher::csi::proto::volume_capability::{
+        access_mode::Mode, AccessMode, AccessType, MountVolume,
+    };
+
+    fn cloud(name: &str) -> Arc<Cloud> {
+        let profile = Profile::builtin(name).expect("profile");
+        Arc::new(Cloud::new(profile, 1, 1.0, Default::default()))
+    }
+
+    fn custom(text: &str) -> Arc<Cloud> {
+        let profile = Profile::parse(text, "test").expect("profile");
+        Arc::new(Cloud::new(profile, 1, 1.0, Default::default()))
+    }
+
+    fn args(volume: &str, node: &str) -> PublishArgs {
+        PublishArgs {
+            volume: volume.into(),
+            node: node.into(),
+            capability: VolumeCapability {
+                access_type: Some(AccessType::Mount(MountVolume::default())),
+                access_mode: Some(AccessMode {
+                    mode: Mode::SingleNodeWriter as i32,
+                }),
+            },
+            readonly: false,
+        }
+    }
+
+    /// Publishes on its own task; the task's answer and when it came.
+    fn spawn_publish(
+        cloud: &Arc<Cloud>,
+        volume: &str,
+        node: &str,
+    ) -> tokio::task::JoinHandle<(Result<HashMap<String, String>, Status>, Instant)> {
+        let cloud = Arc::clone(cloud);
+        let args = args(volume, node);
+        tokio::spawn(async move { (cloud.publish(args).await, Instant::now()) })
+    }
+
+    /// Lets spawned calls run up to their first wait.
+    async fn settle() {
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    const FIXED: &str = "name = \"t\"\n[attach.latency]\nkind = \"fixed\"\nms = 10000\n[detach.latency]\nkind = \"fixed\"\nms = 10000\n";
+
+    #[tokio::test(start_paused = true)]
+    async fn gce_pd_the_33rd_operation_on_one_vm_gets_the_real_drivers_answer() {
+        let cloud = cloud("gce-pd");
+        let node = &cloud.profile().node;
+        assert_eq!(node.max_operations, 32);
+        assert_eq!(node.on_busy, OnBusy::Fail);
+        let calls: Vec<_> = (0..32)
+            .map(|i| spawn_publish(&cloud, &format!("v{i}"), "vm-1"))
+            .collect();
+        settle().await;
+        let err = cloud.publish(args("v32", "vm-1")).await.expect_err("33rd");
+        assert_eq!(err.code(), node.busy_code.0);
+        assert!(
+            err.message().contains("Too many pending operations"),
+            "{err:?}"
+        );
+        // Another VM has its own queue.
+        spawn_publish(&cloud, "w0", "vm-2");
+        for call in calls {
+            call.await.expect("join").0.expect("one of the 32");
+        }
+        cloud
+            .publish(args("v32", "vm-1"))
+            .await
+            .expect("a slot again");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn gce_pd_after_an_error_fails_fast_with_the_last_code_doubling_and_resets_on_success() {
+        let cloud = cloud("gce-pd");
+        let backoff = cloud.profile().backoff.clone().expect("backoff");
+        assert_eq!((backoff.initial_ms, backoff.max_ms), (200, 300_000));
+        cloud.remove_node("gone-vm");
+        let first = cloud.publish(args("v", "gone-vm")).await.expect_err("gone");
+        assert_eq!(first.code(), Code::NotFound);
+        let t0 = Instant::now();
+        let fast = cloud
+            .publish(args("v", "gone-vm"))
+            .await
+            .expect_err("backoff");
+        assert_eq!(fast.code(), Code::NotFound);
+        assert!(fast.message().contains("backoff"), "{fast:?}");
+        assert_eq!(Instant::now(), t0, "fails at once");
+        tokio::time::sleep(Duration::from_millis(201)).await;
+        let second = cloud.publish(args("v", "gone-vm")).await.expect_err("gone");
+        assert!(!second.message().contains("backoff"), "{second:?}");
+        // Now 400 ms: still backing off after 300 ms.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let fast = cloud
+            .publish(args("v", "gone-vm"))
+            .await
+            .expect_err("backoff");
+        assert!(fast.message().contains("backoff"), "{fast:?}");
+        // The backoff is per (node, volume): another volume is not held back.
+        cloud.publish(args("w", "vm-ok")).await.expect("other key");
+        // A success resets the period: the next error starts at 200 ms again.
+        let cap = args("", "").capability;
+        cloud.published().insert("x", "vm-a", &cap, false);
+        for wait in [0, 201, 401] {
+            tokio::time::sleep(Duration::from_millis(wait)).await;
+            let err = cloud
+                .publish(args("x", "vm-b"))
+                .await
+                .expect_err("elsewhere");
+            assert_eq!(err.code(), Code::FailedPrecondition);
+        }
+        tokio::time::sleep(Duration::from_millis(801)).await;
+        cloud.unpublish("x", "vm-a").await.expect("detach");
+        cloud
+            .publish(args("x", "vm-b"))
+            .await
+            .expect("attach resets");
+        cloud.published().unpublish("x", "vm-b");
+        cloud.published().insert("x", "vm-a", &cap, false);
+        cloud
+            .publish(args("x", "vm-b"))
+            .await
+            .expect_err("elsewhere");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let err = cloud
+            .publish(args("x", "vm-b"))
+            .await
+            .expect_err("elsewhere");
+        assert!(
+            !err.message().contains("backoff"),
+            "200 ms, not 1.6 s: {err:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn aws_ebs_duplicate_in_flight_is_aborted_and_a_retry_while_attaching_joins_it() {
+        let cloud = cloud("aws-ebs");
+        let around = cloud.profile().operation.clone();
+        assert!(around.outlives_caller);
+        assert_eq!(around.duplicate_code.map(|c| c.0), Some(Code::Aborted));
+        assert_eq!(around.pending, Pending::Wait, "since v1.36.0");
+        let first = spawn_publish(&cloud, "vol-1", "i-1");
+        settle().await;
+        let dup = cloud.publish(args("vol-1", "i-1")).await.expect_err("dup");
+        assert_eq!(dup.code(), Code::Aborted);
+        assert!(dup.message().contains("already exists"), "{dup:?}");
+        // The caller gives up (its deadline); the cloud goes on attaching,
+        // and a retry joins it.
+        first.abort();
+        let _ = first.await;
+        assert!(cloud
+            .state()
+            .ops
+            .contains_key(&("vol-1".into(), "i-1".into())));
+        cloud.publish(args("vol-1", "i-1")).await.expect("joined");
+        assert!(cloud.state().ops.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn aws_ebs_before_v1_36_a_retry_while_attaching_fails_with_the_drivers_text() {
+        let (_, text) = BUILTIN
+            .iter()
+            .find(|(name, _)| *name == "aws-ebs")
+            .expect("aws-ebs");
+        let text = text.replace("pending = \"wait\"", "pending = \"fail\"");
+        let profile = Profile::parse(&text, "aws-ebs-v1.35").expect("profile");
+        let cloud = Arc::new(Cloud::new(profile, 1, 1.0, Default::default()));
+        let first = spawn_publish(&cloud, "vol-1", "i-1");
+        settle().await;
+        first.abort();
+        let _ = first.await;
+        let retry = cloud
+            .publish(args("vol-1", "i-1"))
+            .await
+            .expect_err("still attaching");
+        assert_eq!(retry.code(), Code::Internal);
+        assert!(
+            retry
+                .message()
+                .contains("expected device to be attached but was attaching"),
+            "{retry:?}"
+        );
+        // Once the cloud is done, the retry finds it attached.
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        cloud.publish(args("vol-1", "i-1")).await.expect("attached");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn aws_ebs_past_the_nodes_attachment_limit_is_resource_exhausted_counting_attaching() {
+        let cloud = cloud("aws-ebs");
+        let limit = cloud.profile().node.max_attachments;
+        assert!(limit > 0);
+        for i in 0..limit - 1 {
+            cloud
+                .published()
+                .insert(&format!("a{i}"), "i-1", &args("", "").capability, false);
+        }
+        let attaching = spawn_publish(&cloud, "last", "i-1");
+        settle().await;
+        let err = cloud
+            .publish(args("one-more", "i-1"))
+            .await
+            .expect_err("limit");
+        assert_eq!(err.code(), Code::ResourceExhausted);
+        attaching.await.expect("join").0.expect("the last one fits");
+        // Another node is not limited by this one.
+        cloud.publish(args("one-more", "i-2")).await.expect("i-2");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn throttled_calls_are_retried_inside_the_call_then_fail_with_the_throttle_code() {
+        let cloud = custom(&format!(
+            "{FIXED}[api]\nbucket = 2\nrefill_per_s = 0.001\non_throttle = \"retry\"\nretry_max_attempts = 3\nretry_base_ms = 1000\nretry_max_backoff_ms = 4000\nthrottle_code = \"Internal\"\nthrottle_message = \"RequestLimitExceeded\"\n"
+        ));
+        let t0 = Instant::now();
+        cloud.publish(args("a", "n")).await.expect("token 1");
+        cloud.publish(args("b", "n")).await.expect("token 2");
+        let before = Instant::now();
+        let err = cloud.publish(args("c", "n")).await.expect_err("throttled");
+        assert_eq!(err.code(), Code::Internal);
+        assert_eq!(err.message(), "RequestLimitExceeded");
+        assert!(before - t0 >= Duration::from_secs(20), "two operations");
+        assert!(Instant::now() > before, "the retries took time");
+        let fail = custom(&format!(
+            "{FIXED}[api]\nbucket = 1\nrefill_per_s = 0.001\non_throttle = \"fail\"\nthrottle_code = \"ResourceExhausted\"\n"
+        ));
+        fail.publish(args("a", "n")).await.expect("token");
+        let before = Instant::now();
+        let err = fail.publish(args("b", "n")).await.expect_err("429");
+        assert_eq!(err.code(), Code::ResourceExhausted);
+        assert_eq!(Instant::now(), before, "at once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn azure_disk_batches_a_vms_queued_attaches_into_one_update_and_updates_serialize() {
+        let cloud = cloud("azure-disk");
+        let batch = cloud.profile().batch.clone().expect("batch");
+        let t0 = Instant::now();
+        let wave: Vec<_> = (0..5)
+            .map(|i| spawn_publish(&cloud, &format!("d{i}"), "vm-1"))
+            .collect();
+        settle().await;
+        // Queued while the first update runs: the next update.
+        tokio::time::sleep(Duration::from_millis(batch.initial_delay_ms + 1)).await;
+        let late = spawn_publish(&cloud, "late", "vm-1");
+        let mut ends = Vec::new();
+        for call in wave {
+            let (result, at) = call.await.expect("join");
+            result.expect("attached");
+            ends.push(at);
+        }
+        assert!(ends.iter().all(|e| *e == ends[0]), "one update: {ends:?}");
+        assert!(ends[0] - t0 >= Duration::from_millis(batch.initial_delay_ms));
+        let (result, late_end) = late.await.expect("join");
+        result.expect("late attached");
+        assert!(late_end > ends[0], "after the first update");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn serial_per_node_runs_one_operation_per_node_and_a_waiter_can_give_up() {
+        let builtin = cloud("serial-per-node");
+        assert_eq!(builtin.profile().node.max_operations, 1);
+        assert_eq!(builtin.profile().node.on_busy, OnBusy::Wait);
+        // The rule with fixed 10 s operations, so the timing is exact.
+        let cloud = custom(&format!(
+            "{FIXED}[node]\nmax_operations = 1\non_busy = \"wait\"\n"
+        ));
+        let t0 = Instant::now();
+        let a = spawn_publish(&cloud, "a", "n1");
+        settle().await;
+        let b = spawn_publish(&cloud, "b", "n1");
+        let other = spawn_publish(&cloud, "c", "n2");
+        let (ra, end_a) = a.await.expect("join");
+        let (rb, end_b) = b.await.expect("join");
+        let (rc, end_c) = other.await.expect("join");
+        ra.and(rb).and(rc).expect("all attached");
+        assert_eq!(end_a - t0, Duration::from_secs(10));
+        assert_eq!(end_b - t0, Duration::from_secs(20), "b waited for a");
+        assert_eq!(
+            end_c - t0,
+            Duration::from_secs(10),
+            "n2 did not wait for n1"
+        );
+        // A call blocked on the slot gives up at its deadline and leaves nothing behind.
+        let long = spawn_publish(&cloud, "x", "n1");
+        settle().await;
+        let gave_up =
+            tokio::time::timeout(Duration::from_millis(10), cloud.publish(args("y", "n1"))).await;
+        assert!(gave_up.is_err());
+        assert!(!cloud.state().ops.contains_key(&("y".into(), "n1".into())));
+        long.await.expect("join").0.expect("x");
+        cloud.publish(args("y", "n1")).await.expect("y later");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn serial_per_node_a_caller_that_gives_up_frees_the_slot_and_a_retry_meets_attaching() {
+        let cloud = cloud("serial-per-node");
+        assert_eq!(cloud.profile().node.slot_scope, SlotScope::Call);
+        let first = spawn_publish(&cloud, "d-1", "i-1");
+        settle().await;
+        first.abort();
+        let _ = first.await;
+        let retry = cloud
+            .publish(args("d-1", "i-1"))
+            .await
+            .expect_err("attaching");
+        assert_eq!(retry.code(), Code::Aborted);
+        assert!(retry.message().contains("is attaching"), "{retry:?}");
+        // The driver's slot is free although the cloud still attaches d-1.
+        let t = Instant::now();
+        let other = spawn_publish(&cloud, "d-2", "i-1");
+        settle().await;
+        assert!(cloud
+            .state()
+            .ops
+            .contains_key(&("d-2".into(), "i-1".into())));
+        other.await.expect("join").0.expect("d-2");
+        assert!(t.elapsed() > Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn aws_ebs_answers_at_the_drivers_first_poll_after_the_attach_completed() {
+        let cloud = cloud("aws-ebs");
+        let mut answers = Vec::new();
+        for i in 0..20 {
+            let t = Instant::now();
+            cloud
+                .publish(args(&format!("p{i}"), "i-1"))
+                .await
+                .expect("attach");
+            answers.push(t.elapsed().as_secs_f64());
+        }
+        // Polls at 0, 1, 2.8, 6.04, 11.872, 22.37 s: every answer is one of them.
+        let polls = [1.0, 2.8, 6.04, 11.872, 22.3696, 41.26528];
+        for a in &answers {
+            assert!(
+                polls.iter().any(|p| (a - p).abs() < 1e-3),
+                "{a} not at a poll: {answers:?}"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_same_seed_gives_the_same_latencies_and_another_seed_others() {
+        async fn durations(seed: u64) -> Vec<Duration> {
+            let profile = Profile::builtin("aws-ebs").expect("profile");
+            let cloud = Arc::new(Cloud::new(profile, seed, 1.0, Default::default()));
+            let mut out = Vec::new();
+            // Reverse order the second time round does not matter: per-key draws.
+            for i in 0..5 {
+                let t = Instant::now();
+                cloud
+                    .publish(args(&format!("v{i}"), "n"))
+                    .await
+                    .expect("attach");
+                out.push(t.elapsed());
+            }
+            out
+        }
+        assert_eq!(durations(7).await, durations(7).await);
+        assert_ne!(durations(7).await, durations(8).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deleted_instance_refuses_attaches_and_its_detach_answers_as_the_profile_says() {
+        let cloud = cloud("aws-ebs");
+        cloud.publish(args("v", "i-9")).await.expect("attach");
+        cloud.remove_node("i-9");
+        assert!(
+            !cloud.published().contains("v", "i-9"),
+            "gone with the instance"
+        );
+        let err = cloud.publish(args("w", "i-9")).await.expect_err("gone");
+        assert_eq!(err.code(), cloud.profile().node.gone_publish_code.0);
+        assert_eq!(cloud.profile().node.gone_unpublish, GoneUnpublish::Ok);
+        cloud.unpublish("v", "i-9").await.expect("detached");
+        let failing = custom(&format!("{FIXED}[node]\ngone_unpublish = \"NotFound\"\n"));
+        failing.remove_node("n");
+        let err = failing.unpublish("v", "n").await.expect_err("NotFound");
+        assert_eq!(err.code(), Code::NotFound);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn time_scale_shortens_every_duration() {
+        let profile = Profile::parse(FIXED, "t").expect("profile");
+        let cloud = Arc::new(Cloud::new(profile, 1, 0.01, Default::default()));
+        let t = Instant::now();
+        cloud.publish(args("v", "n")).await.expect("attach");
+        assert_eq!(t.elapsed(), Duration::from_millis(100));
+    }
+}
