@@ -96,15 +96,17 @@ impl Cli {
         sizes
     }
 
-    /// The profiles P8 runs: all without `--only` or with `p8`, else those
-    /// named by `p8-<profile>`.
+    /// The profiles P8 runs: those of the size (`sizes().p8.profiles`)
+    /// without `--only` or with `p8`, and any named by `p8-<profile>`.
     pub fn p8_profiles(&self) -> Vec<Profile> {
+        let sized = self.sizes().p8.profiles;
         Profile::ALL
             .into_iter()
             .filter(|&profile| {
-                Key::P8_PROFILES
-                    .iter()
-                    .any(|&(key, of)| of.is_none_or(|p| p == profile) && self.wants(&[key]))
+                Key::P8_PROFILES.iter().any(|&(key, of)| match of {
+                    None => self.wants(&[key]) && sized.contains(&profile),
+                    Some(p) => p == profile && self.only.as_ref().is_some_and(|o| o.contains(&key)),
+                })
             })
             .collect()
     }
@@ -194,6 +196,17 @@ mod tests {
             [Profile::AwsEbs, Profile::GcePd]
         );
         assert!(parse(&["--only", "p7"]).unwrap().p8_profiles().is_empty());
+        // Smoke: its own profiles, unless one is named.
+        assert_eq!(
+            parse(&["--smoke"]).unwrap().p8_profiles(),
+            SMOKE.p8.profiles
+        );
+        assert_eq!(
+            parse(&["--smoke", "--only", "p8-serial-per-node"])
+                .unwrap()
+                .p8_profiles(),
+            [Profile::SerialPerNode]
+        );
         // --rounds applies to P8 too; its own default is one round.
         assert_eq!(parse(&[]).unwrap().sizes().p8.rounds, 1);
         assert_eq!(parse(&["--rounds", "2"]).unwrap().sizes().p8.rounds, 2);

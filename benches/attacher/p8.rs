@@ -68,8 +68,41 @@ impl Profile {
                 "--worker-threads=1200",
                 "--kube-api-qps=1000",
                 "--kube-api-burst=2000",
+                "--timeout=30s",
             ],
         }
+    }
+
+    /// The profile's TOML, as the mock driver has it built in.
+    fn toml(self) -> &'static str {
+        match self {
+            Profile::AwsEbs => include_str!("../../src/bin/csi-mock-driver/profiles/aws-ebs.toml"),
+            Profile::AzureDisk => {
+                include_str!("../../src/bin/csi-mock-driver/profiles/azure-disk.toml")
+            }
+            Profile::GcePd => include_str!("../../src/bin/csi-mock-driver/profiles/gce-pd.toml"),
+            Profile::SerialPerNode => {
+                include_str!("../../src/bin/csi-mock-driver/profiles/serial-per-node.toml")
+            }
+        }
+    }
+
+    /// Volumes one node can have attached (`node.max_attachments` of the
+    /// profile; `usize::MAX` when it has no limit).
+    pub fn node_limit(self) -> usize {
+        let profile: toml::Table = toml::from_str(self.toml()).unwrap_or_default();
+        profile
+            .get("node")
+            .and_then(|n| n.get("max_attachments"))
+            .and_then(toml::Value::as_integer)
+            .filter(|&n| n > 0)
+            .map_or(usize::MAX, |n| n as usize)
+    }
+
+    /// `wanted` volumes per node, at most the node's limit: the scheduler
+    /// places no more pods with volumes on a node than its CSINode allows.
+    pub fn per_node(self, wanted: usize) -> usize {
+        wanted.min(self.node_limit())
     }
 }
 
@@ -433,6 +466,17 @@ mod tests {
                 assert_eq!(names.len(), args.len(), "{args:?}");
             }
         }
+    }
+
+    #[test]
+    fn node_limits_come_from_the_profiles() {
+        assert_eq!(Profile::AwsEbs.node_limit(), 26);
+        assert_eq!(Profile::AzureDisk.node_limit(), 8);
+        assert_eq!(Profile::GcePd.node_limit(), 127);
+        assert_eq!(Profile::SerialPerNode.node_limit(), 15);
+        assert_eq!(Profile::AzureDisk.per_node(10), 8);
+        assert_eq!(Profile::SerialPerNode.per_node(20), 15);
+        assert_eq!(Profile::GcePd.per_node(20), 20);
     }
 
     #[test]

@@ -154,6 +154,7 @@ fn draw_panel(area: &DrawingArea<SVGBackend, plotters::coord::Shift>, panel: &Pa
         .map_err(plot_error)?;
     plot.configure_mesh()
         .x_desc("seconds")
+        .y_desc("share attached")
         .x_labels(5)
         .y_labels(6)
         .x_label_style((FONT, 11))

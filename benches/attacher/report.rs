@@ -161,16 +161,20 @@ pub fn p8_tables(results: &Results, sizes: &Sizes) -> String {
          and \"all attached\" of a run with VAs not attached, is a lower bound (\"not attached\" \
          says how many). Publish calls / attach: ControllerPublishVolume calls (the mock driver's \
          ledger) ÷ the successful ones, from the run's start; attachError changes: new \
-         `status.attachError` values a watch saw.\n\n\
-         | profile | chart flags (upstream defaults: `{}`) |\n|---|---|\n",
+         `status.attachError` values a watch saw. Volumes per node are at most the profile's \
+         attachment limit (the scheduler places no more), except on the noisy neighbour's big node; \
+         the noisy neighbour's run ends when the small nodes' VAs are attached and the big node is \
+         full.\n\n\
+         | profile | attachments per node | chart flags (upstream defaults: `{}`) |\n|---|---|---|\n",
         sizes.p8.describe(),
         sizes.p8.rounds,
         DEFAULTS.join(" "),
     );
     for profile in Profile::ALL {
         md.push_str(&format!(
-            "| {} | {}: `{}` |\n",
+            "| {} | {} | {}: `{}` |\n",
             profile.name(),
+            profile.node_limit(),
             profile.driver(),
             Flags::Chart.args(profile).join(" ")
         ));
@@ -420,10 +424,10 @@ mod tests {
         let tables = p8_tables(&results, &SMOKE);
         assert!(md.ends_with(&tables));
         let rows: Vec<&str> = tables.lines().filter(|l| l.starts_with('|')).collect();
-        assert_eq!(rows[0], "| profile | chart flags (upstream defaults: `--worker-threads=10 --timeout=15s --kube-api-qps=5 --kube-api-burst=10`) |");
+        assert_eq!(rows[0], "| profile | attachments per node | chart flags (upstream defaults: `--worker-threads=10 --timeout=15s --kube-api-qps=5 --kube-api-burst=10`) |");
         assert_eq!(
             rows[4],
-            "| gce-pd | gcp-compute-persistent-disk-csi-driver: `--worker-threads=10 --timeout=250s --kube-api-qps=5 --kube-api-burst=10` |"
+            "| gce-pd | 127 | gcp-compute-persistent-disk-csi-driver: `--worker-threads=10 --timeout=250s --kube-api-qps=5 --kube-api-burst=10` |"
         );
         assert!(!tables.contains("### P8 aws-ebs"));
         assert!(tables.contains("### P8 gce-pd"));

@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::p8::Profile;
+
 /// One step of the growth curves: our VAs attached and detached among PVs and
 /// VAs of another driver.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, serde::Deserialize)]
@@ -61,6 +63,9 @@ pub struct Sizes {
 pub struct P8Sizes {
     /// Rounds of P8 (each round runs every profile, case and flag set).
     pub rounds: usize,
+    /// The profiles `--only p8` (or no `--only`) runs; `p8-<profile>` runs
+    /// that one whatever the size.
+    pub profiles: &'static [Profile],
     /// Scale-up: new nodes × volumes each.
     pub scale_nodes: usize,
     pub scale_per_node: usize,
@@ -121,6 +126,7 @@ pub const FULL: Sizes = Sizes {
     ],
     p8: P8Sizes {
         rounds: 1,
+        profiles: &Profile::ALL,
         scale_nodes: 40,
         scale_per_node: 10,
         drain_nodes: 10,
@@ -168,6 +174,11 @@ pub const SMOKE: Sizes = Sizes {
     ],
     p8: P8Sizes {
         rounds: 1,
+        // The two whose drivers answer without polling: the mock driver does
+        // not scale the aws-ebs and serial-per-node profiles' poll intervals
+        // (1 s, 2 s) by --time-scale, so their runs take seconds each and
+        // the smoke run ~100 s instead of ~40 s.
+        profiles: &[Profile::AzureDisk, Profile::GcePd],
         scale_nodes: 2,
         scale_per_node: 2,
         drain_nodes: 2,
@@ -227,6 +238,7 @@ impl P8Sizes {
     pub fn to_json(self) -> Value {
         json!({
             "rounds": self.rounds,
+            "profiles": self.profiles.iter().map(|p| p.name()).collect::<Vec<_>>(),
             "scale_nodes": self.scale_nodes, "scale_per_node": self.scale_per_node,
             "drain_nodes": self.drain_nodes, "drain_per_node": self.drain_per_node,
             "failure_volumes": self.failure_volumes, "failure_targets": self.failure_targets,

@@ -123,6 +123,7 @@ async fn track(
     let mock = start_mock(h, profile, &driver, seed)?;
     let t = Track {
         h,
+        profile,
         nodes: Api::all(h.client.clone()),
         csinodes: Api::all(h.client.clone()),
         run,
@@ -172,6 +173,7 @@ fn start_mock(h: &Harness, profile: Profile, driver: &str, seed: u64) -> Result<
 
 struct Track<'a> {
     h: &'a Harness,
+    profile: Profile,
     nodes: Api<Node>,
     csinodes: Api<CSINode>,
     run: String,
@@ -180,11 +182,12 @@ struct Track<'a> {
     which: Which,
 }
 
-/// A VA to create: its PV and node.
+/// A VA to create: its PV and node (and the node's index in its group).
 #[derive(Clone)]
 struct Planned {
     pv: String,
     node: String,
+    index: usize,
 }
 
 impl Track<'_> {
@@ -196,16 +199,18 @@ impl Track<'_> {
         format!("{node}-id")
     }
 
-    /// `count` volumes per node of `nodes`, the PVs named in order.
-    fn plan(&self, nodes: &[String], count: usize, first_pv: usize) -> Vec<Planned> {
+    /// `count` volumes per node of `nodes`, the PVs named in order. The
+    /// nodes take turns (node 0, 1, …, 0, 1, …), as pods scheduled onto new
+    /// nodes arrive, except `grouped`: one node's all, then the next's.
+    fn plan(&self, nodes: &[String], count: usize, first_pv: usize, grouped: bool) -> Vec<Planned> {
         let mut out = Vec::new();
-        for node in nodes {
-            for _ in 0..count {
-                out.push(Planned {
-                    pv: format!("{}-pv-{}", self.run, first_pv + out.len()),
-                    node: node.clone(),
-                });
-            }
+        for i in 0..nodes.len() * count {
+            let index = if grouped { i / count } else { i % nodes.len() };
+            out.push(Planned {
+                pv: format!("{}-pv-{}", self.run, first_pv + i),
+                node: nodes[index].clone(),
+                index,
+            });
         }
         out
     }
@@ -220,20 +225,19 @@ impl Track<'_> {
         let (nodes, setup, measured) = match case {
             Case::ScaleUp => {
                 let nodes = names("n", s.scale_nodes);
-                let vas = self.plan(&nodes, s.scale_per_node, 0);
+                let vas = self.plan(&nodes, self.profile.per_node(s.scale_per_node), 0, false);
                 (nodes, Vec::new(), vas)
             }
             Case::Drain => {
                 let from = names("from", s.drain_nodes);
                 let to = names("to", s.drain_nodes);
-                let setup = self.plan(&from, s.drain_per_node, 0);
+                let setup = self.plan(&from, self.profile.per_node(s.drain_per_node), 0, false);
                 // Each volume of drained node i moves to node i of `to`.
                 let moved = setup
                     .iter()
-                    .enumerate()
-                    .map(|(i, p)| Planned {
-                        pv: p.pv.clone(),
-                        node: to[i / s.drain_per_node].clone(),
+                    .map(|p| Planned {
+                        node: to[p.index].clone(),
+                        ..p.clone()
                     })
                     .collect();
                 ([from, to].concat(), setup, moved)
@@ -241,13 +245,14 @@ impl Track<'_> {
             Case::NodeDeleted | Case::OutOfService => {
                 let failed = names("failed", 1);
                 let to = names("to", s.failure_targets);
-                let setup = self.plan(&failed, s.failure_volumes, 0);
+                let setup = self.plan(&failed, self.profile.per_node(s.failure_volumes), 0, false);
                 let moved = setup
                     .iter()
                     .enumerate()
                     .map(|(i, p)| Planned {
-                        pv: p.pv.clone(),
                         node: to[i % to.len()].clone(),
+                        index: i % to.len(),
+                        ..p.clone()
                     })
                     .collect();
                 ([failed, to].concat(), setup, moved)
@@ -255,10 +260,15 @@ impl Track<'_> {
             Case::NoisyNeighbour => {
                 let big = names("big", 1);
                 let small = names("small", s.noisy_small_nodes);
-                // The big node's first: its attaches are pending when the
-                // small nodes' arrive.
-                let mut vas = self.plan(&big, s.noisy_big, 0);
-                vas.extend(self.plan(&small, s.noisy_small_per_node, s.noisy_big));
+                // The big node's first (all of them, past its limit): its
+                // attaches are pending when the small nodes' arrive.
+                let mut vas = self.plan(&big, s.noisy_big, 0, true);
+                vas.extend(self.plan(
+                    &small,
+                    self.profile.per_node(s.noisy_small_per_node),
+                    s.noisy_big,
+                    false,
+                ));
                 ([big, small].concat(), Vec::new(), vas)
             }
         };
@@ -341,14 +351,23 @@ impl Track<'_> {
         .await?;
         let created = lock(&created).clone();
         let names: Vec<String> = vas.iter().map(|p| format!("{}-va", p.pv)).collect();
-        watch.until_attached(&names, until, attacher).await?;
-        let measured: Vec<&String> = match case {
-            Case::NoisyNeighbour => names[self.h.sizes.p8.noisy_big..].iter().collect(),
-            _ => names.iter().collect(),
+        let (big, small) = match case {
+            Case::NoisyNeighbour => names.split_at(self.h.sizes.p8.noisy_big),
+            _ => names.split_at(0),
         };
+        // Done when every VA is attached, or (the noisy neighbour) when the
+        // small nodes' are and the big node is full: none of its others can
+        // attach while nothing detaches.
+        let full = big.len().min(self.profile.node_limit());
+        watch
+            .until(until, attacher, |s| {
+                s.all_attached(small) && s.count_attached(big) >= full
+            })
+            .await?;
+        let measured = small;
         let times = measured
             .iter()
-            .map(|n| Some(watch.attached_at(n)? - created[*n]))
+            .map(|n| Some(watch.attached_at(n)? - created[n]))
             .collect();
         Ok(Some(Observed {
             times,
@@ -602,6 +621,17 @@ struct WatchState {
 }
 
 impl WatchState {
+    fn all_attached(&self, names: &[String]) -> bool {
+        names.iter().all(|n| self.attached.contains_key(n))
+    }
+
+    fn count_attached(&self, names: &[String]) -> usize {
+        names
+            .iter()
+            .filter(|n| self.attached.contains_key(*n))
+            .count()
+    }
+
     fn gone(&mut self, name: &str) {
         if self.present.remove(name) {
             if let Some(tx) = &self.gone_tx {
@@ -723,8 +753,19 @@ impl VaWatch {
         until: Instant,
         attacher: &mut Attacher,
     ) -> Result<()> {
+        self.until(until, attacher, |s| s.all_attached(names)).await
+    }
+
+    /// Until `done` holds of the state or `until` passes (Ok either way);
+    /// an error when the attacher exits or the watch ends.
+    async fn until(
+        &mut self,
+        until: Instant,
+        attacher: &mut Attacher,
+        done: impl Fn(&WatchState) -> bool,
+    ) -> Result<()> {
         loop {
-            if self.last_attached(names).is_some() || Instant::now() >= until {
+            if done(&lock(&self.state)) || Instant::now() >= until {
                 return Ok(());
             }
             if let Some(status) = attacher.process.try_wait()? {
