@@ -290,6 +290,9 @@ pub struct Observed {
     /// run, for the noisy neighbour also the big node's); `None` when one was
     /// not attached within the cap.
     pub all: Option<f64>,
+    /// VAs of the run not attached within the cap (for the noisy neighbour
+    /// also the big node's, which are not in `times`).
+    pub not_attached: usize,
     /// ControllerPublishVolume calls and successful ones.
     pub calls: CallCount,
     pub attach_errors: usize,
@@ -311,7 +314,7 @@ impl Observed {
             Figure::AllAttached => self.all.unwrap_or(cap),
             Figure::CallsPerAttach => self.calls.per_success(),
             Figure::AttachErrors => self.attach_errors as f64,
-            Figure::NotAttached => self.times.iter().filter(|t| t.is_none()).count() as f64,
+            Figure::NotAttached => self.not_attached as f64,
         }
     }
 }
@@ -500,6 +503,7 @@ mod tests {
         let observed = Observed {
             times: vec![Some(1.0), Some(2.0), None, Some(3.0)],
             all: None,
+            not_attached: 5,
             calls: CallCount { calls: 6, ok: 3 },
             attach_errors: 2,
         };
@@ -510,7 +514,7 @@ mod tests {
         assert_eq!(observed.figure(Figure::AllAttached, cap), 60.0);
         assert_eq!(observed.figure(Figure::CallsPerAttach, cap), 2.0);
         assert_eq!(observed.figure(Figure::AttachErrors, cap), 2.0);
-        assert_eq!(observed.figure(Figure::NotAttached, cap), 1.0);
+        assert_eq!(observed.figure(Figure::NotAttached, cap), 5.0);
         let done = Observed {
             times: (1..=100).map(|i| Some(f64::from(i))).collect(),
             all: Some(101.5),

@@ -272,39 +272,55 @@ impl Track<'_> {
                 ([big, small].concat(), Vec::new(), vas)
             }
         };
-        let canary = self.node("canary", 0);
-        self.create_nodes(&[nodes.as_slice(), std::slice::from_ref(&canary)].concat())
-            .await?;
-        let pvs: HashSet<&String> = setup.iter().chain(&measured).map(|p| &p.pv).collect();
-        let canary_pv = format!("{}-canary", self.run);
-        for_all(
-            pvs.into_iter().chain([&canary_pv]).collect(),
-            |pv| async move {
-                self.h
-                    .pvs
-                    .create(
-                        &PostParams::default(),
-                        &pv_object(pv, &self.driver, &self.run)?,
-                    )
-                    .await?;
-                Ok(())
-            },
-        )
+        // A burst's attacher first attaches one canary VA on a node of its
+        // own: it is up and has its caches before the burst. A drain's or a
+        // failure's attaches its setup's VAs before anything is measured.
+        let canary = setup.is_empty().then(|| Planned {
+            pv: format!("{}-canary", self.run),
+            node: self.node("canary", 0),
+            index: 0,
+        });
+        let all_nodes: Vec<String> = nodes
+            .iter()
+            .chain(canary.as_ref().map(|c| &c.node))
+            .cloned()
+            .collect();
+        self.create_nodes(&all_nodes).await?;
+        let pvs: HashSet<&String> = setup
+            .iter()
+            .chain(&measured)
+            .chain(&canary)
+            .map(|p| &p.pv)
+            .collect();
+        for_all(pvs.into_iter().collect(), |pv| async move {
+            self.h
+                .pvs
+                .create(
+                    &PostParams::default(),
+                    &pv_object(pv, &self.driver, &self.run)?,
+                )
+                .await?;
+            Ok(())
+        })
         .await?;
         let mut watch = VaWatch::start(self.h.vas.clone(), &self.run).await?;
         let mut attacher =
             self.h
                 .spawn_on(self.which, &self.run, &self.mock.address(), &args, None)?;
         let cap = self.h.sizes.p8.cap;
-        // The canary: the attacher is up and has its caches.
-        let canary_va = format!("{canary_pv}-va");
-        self.create_va(&canary_va, &canary_pv, &canary).await?;
-        let until = Instant::now() + cap;
-        watch
-            .until_attached(std::slice::from_ref(&canary_va), until, &mut attacher)
-            .await?;
-        if watch.attached_at(&canary_va).is_none() {
-            bail!("the canary was not attached within {cap:?}");
+        if let Some(canary) = canary {
+            let name = format!("{}-va", canary.pv);
+            self.create_va(&name, &canary.pv, &canary.node).await?;
+            watch
+                .until_attached(
+                    std::slice::from_ref(&name),
+                    Instant::now() + cap,
+                    &mut attacher,
+                )
+                .await?;
+            if watch.attached_at(&name).is_none() {
+                bail!("the canary was not attached within {cap:?}");
+            }
         }
         let observed = match case {
             Case::ScaleUp | Case::NoisyNeighbour => {
@@ -372,6 +388,7 @@ impl Track<'_> {
         Ok(Some(Observed {
             times,
             all: watch.last_attached(&names).map(|t| t - start),
+            not_attached: names.len() - watch.count_attached(&names),
             calls: CallCount::default(),
             attach_errors: watch.errors_since(start, &names),
         }))
@@ -398,11 +415,16 @@ impl Track<'_> {
                 .await
         })
         .await?;
+        let setup_start = Instant::now();
         watch.until_attached(&old, until, attacher).await?;
-        let attached = old
-            .iter()
-            .filter(|n| watch.attached_at(n).is_some())
-            .count();
+        let attached = watch.count_attached(&old);
+        eprintln!(
+            "  {} [{}]: setup: {attached} of {} VAs attached in {:.1} s",
+            self.run,
+            self.which.name(),
+            old.len(),
+            setup_start.elapsed().as_secs_f64()
+        );
         if attached < old.len() {
             eprintln!(
                 "  {} [{}]: only {attached} of {} VAs attached before the {} ({cap:?})",
@@ -494,6 +516,7 @@ impl Track<'_> {
         Ok(Some(Observed {
             times,
             all: watch.last_attached(&new).map(|t| t - start),
+            not_attached: new.len() - watch.count_attached(&new),
             calls: CallCount::default(),
             attach_errors: watch.errors_since(start, &[old, new].concat()),
         }))
@@ -719,6 +742,10 @@ impl VaWatch {
         let (tx, rx) = mpsc::unbounded_channel();
         lock(&self.state).gone_tx = Some(tx);
         rx
+    }
+
+    fn count_attached(&self, names: &[String]) -> usize {
+        lock(&self.state).count_attached(names)
     }
 
     fn attached_at(&self, name: &str) -> Option<f64> {
