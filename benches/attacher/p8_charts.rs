@@ -37,7 +37,16 @@ impl Panel {
             )
         };
         Panel {
-            title: format!("{}, {}", case.label(), flags.label()),
+            title: format!(
+                "{}{}, {}",
+                case.label(),
+                if case == Case::NoisyNeighbour {
+                    " (small nodes)"
+                } else {
+                    ""
+                },
+                flags.label()
+            ),
             cap: d["cap"].as_f64().unwrap_or(f64::INFINITY),
             upstream: side(Side::Upstream),
             ours: side(Side::Ours),
@@ -225,7 +234,10 @@ mod tests {
         assert_eq!(written, [dir.path().join("p8-aws-ebs.svg")]);
         let svg = std::fs::read_to_string(&written[0]).unwrap();
         assert!(svg.contains("P8 aws-ebs: time to attached"), "{svg}");
-        assert!(svg.contains("noisy neighbour, upstream defaults"), "{svg}");
+        assert!(
+            svg.contains("noisy neighbour (small nodes), upstream defaults"),
+            "{svg}"
+        );
         assert!(svg.contains("upstream: 1 not attached"), "{svg}");
         assert!(svg.contains("drain, chart flags: not measured"), "{svg}");
         assert!(svg.contains("test machine"), "{svg}");
