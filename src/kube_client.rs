@@ -43,9 +43,18 @@
 //! [`transport`] builds kube's stack (base URI, authentication, extra headers,
 //! request tracing, rustls) on its own connector. What it leaves out of
 //! kube's: the per-connection read/write timeouts (the [`DeadlineLayer`]
-//! bounds every request and kube-runtime's watcher every idle watch) and
-//! proxies, which kube refuses in this build anyway (no proxy features): with
-//! a proxy URL the client is kube's own, and fails as before.
+//! bounds every request and kube-runtime's watcher every idle watch).
+//!
+//! # Proxies
+//! As client-go: a kubeconfig cluster's `proxy-url` for every request, else
+//! `HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY` by Go's rules, in-cluster too
+//! ([`proxy`] says which rules and where they come from). kube's own proxy
+//! support is not used: it reads `HTTPS_PROXY` only from kubeconfigs (never
+//! in-cluster), applies `NO_PROXY` to the proxy's address instead of the
+//! API server's, and knows nothing of Go's loopback rule. [`load_config`]
+//! keeps kube from reading the environment, and [`transport`]'s connector
+//! ([`proxy::Connector`]) dials the proxy with TCP_NODELAY too, tunnels
+//! with CONNECT, and rustls runs inside the tunnel.
 //!
 //! # Retries
 //! kube's default retry waits up to 15 times on 429/503/504, with delays
@@ -109,7 +118,36 @@ pub enum Error {
     /// The client could not be assembled.
     #[error("cannot build the Kubernetes client: {0}")]
     Build(#[source] kube::Error),
+    /// The proxy settings cannot be followed.
+    #[error("cannot use the proxy settings: {0}")]
+    Proxy(#[from] proxy::Error),
 }
+
+pub mod proxy;
+
+/// `err` and the sources its text does not already show, joined by `: `.
+///
+/// kube's errors name their cause's top line only ("ServiceError: client
+/// error (Connect)"); why the connection failed (a refused CONNECT, a TLS
+/// error) is further down the chain.
+pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut next = err.source();
+    while let Some(source) = next {
+        let part = source.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        next = source.source();
+    }
+    text
+}
+
+/// Stands for an unset `proxy-url` while kube converts a kubeconfig, so that
+/// kube does not read `HTTPS_PROXY` itself (its reading is not client-go's,
+/// and fails start-up on values Go ignores); never used to connect.
+const NO_PROXY_URL_PLACEHOLDER: &str = "http://proxy-url.unset.invalid";
 
 /// Loads `--kubeconfig`, or the in-cluster configuration when it is empty.
 pub async fn load_config(kubeconfig: &str) -> Result<kube::Config, Error> {
@@ -120,10 +158,47 @@ pub async fn load_config(kubeconfig: &str) -> Result<kube::Config, Error> {
         path: kubeconfig.to_string(),
         source,
     };
-    let file = Kubeconfig::read_from(kubeconfig).map_err(|e| wrap(Box::new(e)))?;
-    kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+    let mut file = Kubeconfig::read_from(kubeconfig).map_err(|e| wrap(Box::new(e)))?;
+    // The cluster kube is about to pick: its proxy-url is client-go's
+    // `rest.Config.Proxy`; without one, the environment applies (in
+    // `transport`, not in kube).
+    let mut proxy_url = None;
+    if let Some((name, cluster)) = current_cluster(&mut file) {
+        match cluster.proxy_url.as_deref().filter(|url| !url.is_empty()) {
+            Some(url) => {
+                proxy::check_kubeconfig_proxy_url(url, &name).map_err(|e| wrap(Box::new(e)))?;
+                proxy_url = Some(url.to_string());
+            }
+            None => cluster.proxy_url = Some(NO_PROXY_URL_PLACEHOLDER.to_string()),
+        }
+    }
+    let mut config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
         .await
-        .map_err(|e| wrap(Box::new(e)))
+        .map_err(|e| wrap(Box::new(e)))?;
+    if proxy_url.is_none() {
+        config.proxy_url = None;
+    }
+    Ok(config)
+}
+
+/// The name and settings of the cluster of the kubeconfig's current context.
+fn current_cluster(file: &mut Kubeconfig) -> Option<(String, &mut kube::config::Cluster)> {
+    let context = file.current_context.as_deref()?;
+    let name = file
+        .contexts
+        .iter()
+        .find(|c| c.name == context)?
+        .context
+        .as_ref()?
+        .cluster
+        .clone();
+    let cluster = file
+        .clusters
+        .iter_mut()
+        .find(|c| c.name == name)?
+        .cluster
+        .as_mut()?;
+    Some((name, cluster))
 }
 
 /// The shortest bound of one API request (a `--timeout` meant for quick CSI
@@ -224,20 +299,41 @@ type Transport =
 /// debug lines (our own crate's debug lines show at `--v=2`).
 const REQUEST_LOG_TARGET: &str = "kube_client::client::builder";
 
-/// The transport of every client (see the module docs, "TCP_NODELAY").
-/// With a proxy URL, kube's own builder, which refuses it: this build has no
-/// proxy support.
+/// The transport of every client (see the module docs, "TCP_NODELAY" and
+/// "Proxies"): `config.proxy_url` is the kubeconfig's `proxy-url` (see
+/// [`load_config`]); without it, the environment's proxy settings apply.
 fn transport(config: kube::Config) -> Result<ClientBuilder<Transport>, Error> {
-    if config.proxy_url.is_some() {
-        return ClientBuilder::try_from(config).map_err(Error::Build);
+    let route = proxy::route(
+        &config.cluster_url,
+        config.proxy_url.as_ref(),
+        &proxy::Environment::from_env(),
+    )?;
+    if let proxy::Route::Proxy(proxy, origin) = &route {
+        tracing::debug!(%proxy, %origin, server = %config.cluster_url, "API requests go through a proxy");
     }
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
     http.set_connect_timeout(config.connect_timeout);
+    let connector = proxy::Connector::new(
+        http,
+        &route,
+        || config.rustls_client_config(),
+        config.tls_server_name.as_deref(),
+        config.connect_timeout,
+    )
+    .map_err(Error::Build)?;
     let https = config
-        .rustls_https_connector_with_connector(http)
+        .rustls_https_connector_with_connector(connector)
         .map_err(Error::Build)?;
+    // A plain-http API server behind a proxy gets its requests forwarded,
+    // with the proxy's credentials on each (Go's transport does the same).
+    let forward_auth = match &route {
+        proxy::Route::Proxy(proxy, _) if config.cluster_url.scheme_str() == Some("http") => {
+            proxy.authorization()
+        }
+        _ => None,
+    };
     let client = LegacyClient::builder(TokioExecutor::new()).build(https);
     // Each request in a debug span ("HTTP", method, URL, status: shown at
     // `--v=6`, like client-go's request log), its failures as errors, as
@@ -288,6 +384,14 @@ fn transport(config: kube::Config) -> Result<ClientBuilder<Transport>, Error> {
         .option_layer(config.auth_layer().map_err(Error::Build)?)
         .layer(config.extra_headers_layer().map_err(Error::Build)?)
         .layer(trace)
+        .map_request(move |mut request: http::Request<kube::client::Body>| {
+            if let Some(auth) = &forward_auth {
+                request
+                    .headers_mut()
+                    .insert(http::header::PROXY_AUTHORIZATION, auth.clone());
+            }
+            request
+        })
         .map_err(BoxError::from)
         .service(client)
         .map_response(|response: http::Response<_>| {

@@ -201,7 +201,11 @@ where
             match event {
                 Ok(event) => Some(event),
                 Err(err) => {
-                    tracing::warn!(error = %err, kind, "watch failed; retrying");
+                    tracing::warn!(
+                        error = %crate::kube_client::error_chain(&err),
+                        kind,
+                        "watch failed; retrying"
+                    );
                     None
                 }
             }

@@ -121,6 +121,9 @@ impl ChaosCp {
             format!("--audit-policy-file={}", p("audit-policy.yaml")),
             format!("--audit-log-path={}", p("audit.log")),
             "--audit-log-mode=blocking".into(),
+            // The default rotates at 100 MB, silently: the checks would read a
+            // truncated history. Rotated files are read too, should it happen.
+            "--audit-log-maxsize=1000000".into(),
             "--v=1".into(),
         ];
         let etcd = Self::spawn_etcd(&tools, dir, etcd_port, peer_port)?;
@@ -277,12 +280,30 @@ impl ChaosCp {
         bail!("kube-apiserver not ready after {timeout:?}: {last}")
     }
 
-    /// Audit events so far.
+    /// Audit events so far: rotated files (`audit-<time>.log`, oldest first) and `audit.log`.
     pub fn audit_events(&self) -> Vec<serde_json::Value> {
-        std::fs::read_to_string(self.dir.join("audit.log"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|line| serde_json::from_str(line).ok())
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&self.dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("audit") && n.ends_with(".log"))
+            })
+            .collect();
+        // "audit-2026…" sorts before "audit.log" ('-' < '.'), and by time among themselves.
+        files.sort();
+        files
+            .iter()
+            .flat_map(|f| {
+                std::fs::read_to_string(f)
+                    .unwrap_or_default()
+                    .lines()
+                    .filter_map(|line| serde_json::from_str(line).ok())
+                    .collect::<Vec<_>>()
+            })
             .collect()
     }
 }

@@ -73,6 +73,28 @@ async fn pause(ms: u64) {
 }
 
 impl Injector {
+    /// Waits (up to 8 s) for a Publish/Unpublish ledger line matching `pred`;
+    /// a note for the fault's log: empty, or that no call came.
+    async fn met(
+        &self,
+        rx: &mut tokio::sync::broadcast::Receiver<Value>,
+        pred: impl Fn(&Value) -> bool,
+    ) -> String {
+        let line = self
+            .world
+            .next_ledger(rx, Duration::from_secs(8), |l| {
+                matches!(
+                    l["method"].as_str(),
+                    Some("ControllerPublishVolume" | "ControllerUnpublishVolume")
+                ) && pred(l)
+            })
+            .await;
+        match line {
+            Some(_) => String::new(),
+            None => " (no call within 8 s)".into(),
+        }
+    }
+
     async fn leader(&self) -> usize {
         for _ in 0..20 {
             if let Some(l) = self.world.leader(&self.client).await {
@@ -215,9 +237,12 @@ impl Injector {
                 let n = self.foreign_finalizers(&mut Rng::new(rng.next())).await;
                 (format!("{n} foreign finalizer writes"), false)
             }
+            // The driver faults hold until a call has met them (up to 8 s),
+            // so that each one acts on a call, not on an idle driver.
             "driver-slow" => {
                 let delay = 300 + rng.below(1200);
                 let ms = 2000 + rng.below(2000);
+                let mut rx = w.ledger_tx.subscribe();
                 for m in ["ControllerPublishVolume", "ControllerUnpublishVolume"] {
                     let _ = drv
                         .admin(
@@ -227,9 +252,13 @@ impl Injector {
                         )
                         .await;
                 }
+                let met = self.met(&mut rx, |l| l["event"] == "start").await;
                 pause(ms).await;
                 let _ = drv.admin("DELETE", "/faults", None).await;
-                (format!("delay {delay} ms for {ms} ms"), false)
+                (
+                    format!("delay {delay} ms for {ms} ms{met}"),
+                    met.contains("no call"),
+                )
             }
             "driver-failing" => {
                 let codes = [
@@ -241,6 +270,7 @@ impl Injector {
                 ];
                 let code = codes[rng.below(codes.len() as u64) as usize];
                 let times = 2 + rng.below(6);
+                let mut rx = w.ledger_tx.subscribe();
                 for m in ["ControllerPublishVolume", "ControllerUnpublishVolume"] {
                     let _ = drv
                         .admin(
@@ -250,9 +280,12 @@ impl Injector {
                         )
                         .await;
                 }
+                let met = self
+                    .met(&mut rx, |l| l["event"].is_null() && l["code"] == code)
+                    .await;
                 pause(1500).await;
                 let _ = drv.admin("DELETE", "/faults", None).await;
-                (format!("{code} x{times}"), false)
+                (format!("{code} x{times}{met}"), met.contains("no call"))
             }
             "driver-hang" => {
                 let method = if rng.f64() < 0.5 {
@@ -261,6 +294,7 @@ impl Injector {
                     "ControllerUnpublishVolume"
                 };
                 let ms = 1500 + rng.below(2500);
+                let mut rx = w.ledger_tx.subscribe();
                 let _ = drv
                     .admin(
                         "PUT",
@@ -268,9 +302,15 @@ impl Injector {
                         Some(json!({"hang": true})),
                     )
                     .await;
+                let met = self
+                    .met(&mut rx, |l| l["method"] == method && l["event"] == "start")
+                    .await;
                 pause(ms).await;
                 let _ = drv.admin("DELETE", "/faults", None).await;
-                (format!("{method} hung {ms} ms"), false)
+                (
+                    format!("{method} hung {ms} ms{met}"),
+                    met.contains("no call"),
+                )
             }
             "driver-restart" | "driver-restart-empty" => {
                 let empty = kind == "driver-restart-empty";
@@ -280,6 +320,7 @@ impl Injector {
             }
             "driver-late-publish" => {
                 let delay = TIMEOUT.as_millis() as u64 + 500 + rng.below(1000);
+                let mut rx = w.ledger_tx.subscribe();
                 let _ = drv
                     .admin(
                         "PUT",
@@ -287,11 +328,16 @@ impl Injector {
                         Some(json!({"delay_ms": delay, "times": 3})),
                     )
                     .await;
+                let met = self
+                    .met(&mut rx, |l| {
+                        l["method"] == "ControllerPublishVolume" && l["event"] == "start"
+                    })
+                    .await;
                 pause(delay + 1000).await;
                 let _ = drv.admin("DELETE", "/faults", None).await;
                 (
-                    format!("Publish delayed {delay} ms (> --timeout) x3"),
-                    false,
+                    format!("Publish delayed {delay} ms (> --timeout) x3{met}"),
+                    met.contains("no call"),
                 )
             }
             "kill-before-publish"
@@ -304,28 +350,69 @@ impl Injector {
                     "ControllerPublishVolume"
                 };
                 let before = kind.starts_with("kill-before");
+                // The mock answers in microseconds, and the ledger is read every
+                // 10 ms: without a delay the "before" kill lands after the answer
+                // and the "after" kill after the status write. So the call is
+                // slowed (below --timeout), and for "after" the caller's API
+                // connection is held from the call's start until it is killed.
+                let _ = drv
+                    .admin(
+                        "PUT",
+                        &format!("/faults/{method}"),
+                        Some(json!({"delay_ms": if before { 1000 } else { 500 }})),
+                    )
+                    .await;
+                // Only a call that started after the delay was set (a line
+                // read now may be older than the fault).
+                let set_at = crate::world::now_nanos();
                 let mut rx = w.ledger_tx.subscribe();
-                let line = w
+                let started = w
                     .next_ledger(&mut rx, Duration::from_secs(8), |l| {
                         l["method"] == method
-                            && if before {
-                                l["event"] == "start"
-                            } else {
-                                l["event"].is_null() && l["code"] == "OK"
-                            }
+                            && l["event"] == "start"
+                            && l["time_unix_nanos"]
+                                .as_i64()
+                                .is_some_and(|t| i128::from(t) >= set_at)
                     })
-                    .await;
-                match line.and_then(|l| l["caller"].as_u64()) {
-                    Some(caller) => {
-                        w.signal_replica(caller as usize, libc::SIGKILL);
-                        (
-                            format!(
-                                "SIGKILL replica-{caller} at {method} {}",
-                                if before { "start" } else { "end" }
-                            ),
-                            false,
-                        )
+                    .await
+                    .and_then(|l| l["caller"].as_u64());
+                let caller = match (started, before) {
+                    (Some(caller), true) => Some(caller),
+                    (Some(caller), false) => {
+                        w.replicas[caller as usize].proxy.set(Mode::Blackhole);
+                        let answered = w
+                            .next_ledger(&mut rx, Duration::from_secs(4), |l| {
+                                l["method"] == method
+                                    && l["event"].is_null()
+                                    && l["caller"] == caller
+                                    && l["code"] == "OK"
+                            })
+                            .await;
+                        answered.map(|_| caller)
                     }
+                    (None, _) => None,
+                };
+                if let Some(caller) = caller {
+                    w.signal_replica(caller as usize, libc::SIGKILL);
+                }
+                if let Some(caller) = started {
+                    // Held bytes are dropped, not delivered after the kill.
+                    let proxy = &w.replicas[caller as usize].proxy;
+                    if !before {
+                        proxy.set(Mode::Reset);
+                        pause(50).await;
+                        proxy.set(Mode::Pass);
+                    }
+                }
+                let _ = drv.admin("DELETE", "/faults", None).await;
+                match caller {
+                    Some(caller) => (
+                        format!(
+                            "SIGKILL replica-{caller} at {method} {}",
+                            if before { "start" } else { "end" }
+                        ),
+                        false,
+                    ),
                     None => (format!("no {method} within 8 s"), true),
                 }
             }
@@ -449,18 +536,22 @@ impl Injector {
 
     async fn fd_flood(&self, rng: &mut Rng) -> (String, bool) {
         let w = &self.world;
-        let target = rng.below(w.replicas.len() as u64) as usize;
-        // No process (between a kill and its restart): nothing to act on. A pid
-        // of 0 would make prlimit lower this test process's own limit, and
-        // without CAP_SYS_RESOURCE the hard limit cannot be restored (every
-        // later spawn fails with EMFILE).
-        let Some(pid) = lock(&w.replicas[target].slot)
-            .process
-            .as_ref()
-            .map(|p| p.id())
-            .filter(|pid| *pid != 0)
-        else {
-            return (format!("replica-{target} not running"), true);
+        let n = w.replicas.len();
+        let drawn = rng.below(n as u64) as usize;
+        // No process (between a kill and its restart): nothing to act on, so
+        // the next running replica is taken. A pid of 0 would make prlimit
+        // lower this test process's own limit, and without CAP_SYS_RESOURCE
+        // the hard limit cannot be restored (every later spawn fails with EMFILE).
+        let running = (0..n).map(|k| (drawn + k) % n).find_map(|r| {
+            lock(&w.replicas[r].slot)
+                .process
+                .as_ref()
+                .map(|p| p.id())
+                .filter(|pid| *pid != 0)
+                .map(|pid| (r, pid))
+        });
+        let Some((target, pid)) = running else {
+            return ("no replica running".into(), true);
         };
         let open = std::fs::read_dir(format!("/proc/{pid}/fd"))
             .map(|d| d.count())

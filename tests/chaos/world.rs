@@ -415,6 +415,8 @@ pub struct Call {
     pub end: i128,
     /// When the caller went away before the answer.
     pub abandoned: Option<i128>,
+    /// Which driver process answered (0, then one more per restart).
+    pub incarnation: u32,
 }
 
 impl Call {
@@ -428,10 +430,17 @@ impl Call {
 pub fn calls(lines: &[Value]) -> Vec<Call> {
     let mut incarnation = 0u32;
     let mut abandoned = BTreeMap::new();
+    let mut starts = BTreeMap::new();
     let mut out = Vec::new();
     for line in lines {
         match line["event"].as_str() {
             Some("incarnation") => incarnation += 1,
+            Some("start") => {
+                starts.insert(
+                    (incarnation, line["call_id"].as_u64().unwrap_or(u64::MAX)),
+                    line.clone(),
+                );
+            }
             Some("abandoned") => {
                 abandoned.insert(
                     (incarnation, line["call_id"].as_u64().unwrap_or(u64::MAX)),
@@ -461,11 +470,43 @@ pub fn calls(lines: &[Value]) -> Vec<Call> {
                         start,
                         end,
                         abandoned: None,
+                        incarnation,
                     },
                 ));
             }
         }
     }
+    let recorded: std::collections::BTreeSet<(u32, u64)> =
+        out.iter().map(|(inc, id, _)| (*inc, *id)).collect();
+    // A call whose caller went away and that left no record (the driver
+    // dropped it, e.g. during an injected delay): it occupied the caller
+    // from its start to its abandonment, with an unknown outcome.
+    let unrecorded: Vec<Call> = abandoned
+        .iter()
+        .filter(|(key, _)| !recorded.contains(*key))
+        .filter_map(|((inc, id), at)| {
+            let start = starts.get(&(*inc, *id))?;
+            let method = start["method"].as_str().unwrap_or_default();
+            if !matches!(
+                method,
+                "ControllerPublishVolume" | "ControllerUnpublishVolume" | "ListVolumes"
+            ) {
+                return None;
+            }
+            let begun = start["time_unix_nanos"].as_i64().unwrap_or_default() as i128;
+            Some(Call {
+                method: method.to_string(),
+                caller: start["caller"].as_u64().unwrap_or(99) as usize,
+                volume: String::new(),
+                node: String::new(),
+                code: UNRECORDED.into(),
+                start: begun,
+                end: *at,
+                abandoned: Some(*at),
+                incarnation: *inc,
+            })
+        })
+        .collect();
     out.into_iter()
         .map(|(inc, id, mut call)| {
             // Ids restart with each driver incarnation; an abandonment
@@ -476,5 +517,9 @@ pub fn calls(lines: &[Value]) -> Vec<Call> {
                 .filter(|at| *at >= call.start);
             call
         })
+        .chain(unrecorded)
         .collect()
 }
+
+/// The code of an abandoned call the ledger has no record of (outcome unknown).
+pub const UNRECORDED: &str = "UNRECORDED";

@@ -96,12 +96,39 @@ impl Env {
         self
     }
 
+    /// Starts the attacher with `kubeconfig`, extra flags and the proxy
+    /// variables `env` (see [`Env::spawn_attacher_with_env`]).
+    pub fn with_attacher_env(
+        mut self,
+        kubeconfig: &std::path::Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
+        let replica = self.spawn_attacher_with_env("attacher", kubeconfig, args, env);
+        self.log = replica.log;
+        self.attacher = Some(replica.process);
+        self
+    }
+
     /// Starts one more attacher process (a replica) logging to `<name>.log`.
     pub fn spawn_attacher(
         &self,
         name: &str,
         kubeconfig: &std::path::Path,
         args: &[&str],
+    ) -> Replica {
+        self.spawn_attacher_with_env(name, kubeconfig, args, &[])
+    }
+
+    /// [`Env::spawn_attacher`] with environment variables: given any, the
+    /// proxy variables of this process (`HTTPS_PROXY`, `NO_PROXY`, ... in
+    /// both cases) are left out, so that only `env`'s apply.
+    pub fn spawn_attacher_with_env(
+        &self,
+        name: &str,
+        kubeconfig: &std::path::Path,
+        args: &[&str],
+        env: &[(&str, &str)],
     ) -> Replica {
         let log_path = self.dir.path().join(format!("{name}.log"));
         let log = std::fs::File::create(&log_path).expect("attacher log");
@@ -125,6 +152,12 @@ impl Env {
             Some(filter) => command.env("RUST_LOG", filter),
             None => command.env_remove("RUST_LOG"),
         };
+        if !env.is_empty() {
+            for proxy in ["HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "REQUEST_METHOD"] {
+                command.env_remove(proxy).env_remove(proxy.to_lowercase());
+            }
+            command.envs(env.iter().copied());
+        }
         Replica {
             process: Guard(Some(procs::spawn(command).expect("start csi-attacher"))),
             log: log_path,

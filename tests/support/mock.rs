@@ -110,6 +110,14 @@ impl MockDriver {
         self.admin_call("PUT", "/published", Some(table)).await;
     }
 
+    /// With a driver profile: the cloud deletes the instance `node_id`.
+    pub async fn delete_instance(&self, node_id: &str) {
+        let encoded =
+            percent_encoding::utf8_percent_encode(node_id, percent_encoding::NON_ALPHANUMERIC);
+        self.admin_call("DELETE", &format!("/nodes/{encoded}"), None)
+            .await;
+    }
+
     /// All ledger entries.
     pub async fn ledger(&self) -> Vec<Value> {
         match self.admin_call("GET", "/ledger", None).await {

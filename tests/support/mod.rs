@@ -4,7 +4,9 @@
 //! Each test binary compiles this module on its own and uses a part of it.
 #![allow(dead_code)]
 
+pub mod connect_proxy;
 pub mod controlplane;
+pub mod corpus;
 pub mod env;
 pub mod mock;
 pub mod objects;

@@ -729,12 +729,15 @@ mod tests {
         }
     }
 
-    /// Publishes on its own task; the task's answer and when it came.
+    /// A Publish's answer and when it came.
+    type Answer = (Result<HashMap<String, String>, Status>, Instant);
+
+    /// Publishes on its own task.
     fn spawn_publish(
         cloud: &Arc<Cloud>,
         volume: &str,
         node: &str,
-    ) -> tokio::task::JoinHandle<(Result<HashMap<String, String>, Status>, Instant)> {
+    ) -> tokio::task::JoinHandle<Answer> {
         let cloud = Arc::clone(cloud);
         let args = args(volume, node);
         tokio::spawn(async move { (cloud.publish(args).await, Instant::now()) })

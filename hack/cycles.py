@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""Import cycles between the crate's source files.
+
+Reads every production file under src/ (not src/bin, not test-only files:
+`tests.rs`, `proptests.rs`, `testing.rs`, and not code after a `#[cfg(test)]`
+line that opens a test module), collects the paths it names (`use crate::…`,
+`crate::a::b` in expressions, `super::…`, `self::…`), maps each to the file
+that defines the module, and prints the strongly connected components of
+more than one file: every group of files that import each other.
+
+    hack/cycles.py                 # print the cycles; exit 0
+    hack/cycles.py --check FILE    # exit 1 if a cycle is not listed in FILE
+
+FILE lists the known cycles, one per line: the files of a cycle, sorted,
+space-separated (what this script prints after "cycle:"). A cycle counts as
+known when its files are a subset of a known line, so removing files from a
+known cycle passes and adding one fails.
+"""
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SRC = ROOT / "src"
+TEST_FILES = {"tests.rs", "proptests.rs", "testing.rs"}
+
+
+def module_of(path: Path) -> tuple:
+    """The module path of a file: src/controller/attach.rs -> ("controller", "attach")."""
+    rel = path.relative_to(SRC).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] in ("mod", "lib", "main"):
+        parts = parts[:-1]
+    return tuple(parts)
+
+
+def production_text(path: Path) -> str:
+    """The file up to its first test module."""
+    lines = []
+    pending_cfg_test = False
+    for line in path.read_text().splitlines():
+        stripped = line.strip()
+        if stripped == "#[cfg(test)]":
+            pending_cfg_test = True
+            continue
+        if pending_cfg_test and re.match(r"(pub(\(crate\))? )?mod \w+\s*\{", stripped):
+            break
+        pending_cfg_test = False
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def expand_use(tree: str) -> list:
+    """`a::{b, c::{d, e}}` -> ["a::b", "a::c::d", "a::c::e"]."""
+    tree = re.sub(r"\s+", "", tree)
+    depth = 0
+    for i, ch in enumerate(tree):
+        if ch == "{":
+            if depth == 0:
+                prefix = tree[:i]
+                inner = tree[i + 1 : tree.rindex("}")]
+                parts, level, start = [], 0, 0
+                for j, c in enumerate(inner):
+                    if c == "{":
+                        level += 1
+                    elif c == "}":
+                        level -= 1
+                    elif c == "," and level == 0:
+                        parts.append(inner[start:j])
+                        start = j + 1
+                parts.append(inner[start:])
+                out = []
+                for part in parts:
+                    if part:
+                        out.extend(expand_use(prefix + part))
+                return out
+            depth += 1
+    return [tree]
+
+
+def references(text: str, module: tuple) -> set:
+    """Absolute module paths (tuples) this text names."""
+    paths = set()
+    # Comments and doc comments name paths too (intra-doc links): not imports.
+    text = re.sub(r"//.*", "", text)
+    for m in re.finditer(r"^\s*(?:pub(?:\([\w ]+\))?\s+)?use\s+([^;]+);", text, re.MULTILINE):
+        paths.update(expand_use(m.group(1)))
+    for m in re.finditer(r"\b((?:crate|super|self)(?:::\w+)+)", text):
+        paths.add(m.group(1))
+    out = set()
+    # super:: is the parent module, for a mod.rs file as for a plain one.
+    here = module
+    for p in paths:
+        segs = [s for s in p.split("::") if s and s != "*"]
+        if not segs:
+            continue
+        if segs[0] == "crate":
+            base, rest = (), segs[1:]
+        elif segs[0] in ("super", "self"):
+            base = list(here)
+            rest = segs
+            while rest and rest[0] in ("super", "self"):
+                if rest[0] == "super":
+                    base = base[:-1]
+                rest = rest[1:]
+            base = tuple(base)
+        else:
+            continue
+        out.add(base + tuple(s.split(" as ")[0] for s in rest))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", metavar="FILE")
+    args = parser.parse_args()
+
+    files = {}
+    for path in sorted(SRC.rglob("*.rs")):
+        rel = path.relative_to(SRC)
+        if rel.parts[0] == "bin" or path.name in TEST_FILES or rel.name == "main.rs":
+            continue
+        files[module_of(path)] = path
+    edges = {}
+    for module, path in files.items():
+        targets = set()
+        for ref in references(production_text(path), module):
+            # The longest prefix of the path that is a file's module.
+            for n in range(len(ref), 0, -1):
+                if ref[:n] in files and ref[:n] != module:
+                    targets.add(ref[:n])
+                    break
+        edges[module] = targets
+
+    # Tarjan's strongly connected components.
+    index, low, stack, on, comps, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                comps.append(comp)
+
+    sys.setrecursionlimit(10000)
+    for v in files:
+        if v not in index:
+            visit(v)
+
+    def name(module):
+        return str(files[module].relative_to(ROOT))
+
+    cycles = [sorted(name(m) for m in comp) for comp in comps]
+    known = []
+    if args.check:
+        for line in Path(args.check).read_text().splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line:
+                known.append(set(line.split()))
+    new = 0
+    for cycle in cycles:
+        listed = any(set(cycle) <= k for k in known)
+        new += not listed
+        print(f"cycle{'' if listed else ' (new)'}: {' '.join(cycle)}")
+    print(f"cycles: {len(cycles)} ({new} not known), files: {len(files)}")
+    return 1 if args.check and new else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

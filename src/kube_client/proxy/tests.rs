@@ -1,0 +1,323 @@
+use super::*;
+
+fn env(pairs: &[(&str, &str)]) -> Environment {
+    let pairs: Vec<(String, String)> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Environment::from_lookup(move |name| {
+        pairs
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    })
+}
+
+fn uri(s: &str) -> Uri {
+    s.parse().expect("uri")
+}
+
+/// The proxy `route` picks for `server` from the environment, as a string.
+fn env_route(pairs: &[(&str, &str)], server: &str) -> String {
+    match route(&uri(server), None, &env(pairs)) {
+        Ok(Route::Direct) => "direct".into(),
+        Ok(Route::Proxy(proxy, origin)) => format!("{proxy} ({origin})"),
+        Err(err) => format!("error: {err}"),
+    }
+}
+
+/// httpproxy's `useProxy` table (golang.org/x/net/http/httpproxy's tests),
+/// every host on port 80.
+#[test]
+fn no_proxy_matches_hosts_domains_ips_cidrs_and_ports_as_go_does() {
+    let no_proxy = NoProxy::parse(
+        "foobar.com, .barbaz.net, *.wildcard.io, 192.168.1.1, 192.168.1.2:81, 192.168.1.3:80, \
+         10.0.0.0/30, 2001:db8::52:0:1, [2001:db8::52:0:2]:443, [2001:db8::52:0:3]:80, \
+         2002:db8:a::45/64",
+    );
+    let table = [
+        // Never proxied: localhost and loopback IPs.
+        ("localhost", false),
+        ("127.0.0.1", false),
+        ("127.0.0.2", false),
+        ("::1", false),
+        ("::ffff:127.0.0.1", false),
+        ("::2", true),
+        ("192.168.1.1", false), // the exact IPv4
+        ("192.168.1.2", true),  // the port differs
+        ("192.168.1.3", false), // IPv4:port
+        ("192.168.1.4", true),
+        ("10.0.0.2", false), // in the CIDR
+        ("10.0.0.4", true),  // just past it
+        ("::ffff:10.0.0.1", false),
+        ("2001:db8::52:0:1", false), // the exact IPv6
+        ("2001:db8::52:0:2", true),  // [v6]:443, not 80
+        ("2001:db8::52:0:3", false), // [v6]:80
+        ("2002:db8:a::123", false),  // in the v6 CIDR
+        ("fe80::424b:c8be:1643:a1b6", true),
+        ("barbaz.net", true),      // .barbaz.net: subdomains only
+        ("www.barbaz.net", false), // a subdomain
+        ("foobar.com", false),     // the domain itself
+        ("www.foobar.com", false), // and its subdomains
+        ("WWW.FOOBAR.COM", false), // case folded
+        ("foofoobar.com", true),   // not a label boundary
+        ("baz.com", true),
+        ("localhost.net", true),
+        ("local.localhost", true),
+        ("barbarbaz.net", true),
+        ("wildcard.io", true),         // *.wildcard.io: subdomains only
+        ("nested.wildcard.io", false), // a subdomain
+        ("awildcard.io", true),
+    ];
+    let wrong: Vec<_> = table
+        .iter()
+        .filter(|(host, proxied)| no_proxy.use_proxy(host, "80") != *proxied)
+        .collect();
+    assert!(wrong.is_empty(), "useProxy differs from Go for {wrong:?}");
+}
+
+#[test]
+fn star_exempts_everything_and_broken_entries_are_skipped() {
+    let all = NoProxy::parse("example.com, *");
+    for host in ["apiserver.corp", "10.1.2.3", "2001:db8::1"] {
+        assert!(!all.use_proxy(host, "443"), "{host}");
+    }
+    // Go: ":1" has no host and is ignored, without a panic.
+    assert!(NoProxy::parse(":1").use_proxy("example.com", "80"));
+    assert!(NoProxy::parse(", ,:80,[],1.2.3.4/33").use_proxy("example.com", "80"));
+    // An invalid CIDR is a domain entry, matching nothing real.
+    assert!(NoProxy::parse("1.2.3.4/33").use_proxy("1.2.3.4", "80"));
+    // Only "localhost" exactly is never proxied (Go compares before folding case).
+    assert!(NoProxy::parse("").use_proxy("LOCALHOST", "80"));
+    // Ports compare as written; a domain with a port.
+    let ported = NoProxy::parse("apiserver.corp:6443");
+    assert!(!ported.use_proxy("apiserver.corp", "6443"));
+    assert!(ported.use_proxy("apiserver.corp", "443"));
+}
+
+#[test]
+fn the_environment_is_read_as_go_reads_it() {
+    // Upper case wins over lower case, unless empty.
+    let e = env(&[
+        ("HTTPS_PROXY", "upper:1"),
+        ("https_proxy", "lower:1"),
+        ("HTTP_PROXY", ""),
+        ("http_proxy", "lower:2"),
+        ("no_proxy", "x"),
+    ]);
+    assert_eq!(e.https_proxy, "upper:1");
+    assert_eq!(e.http_proxy, "lower:2");
+    assert_eq!(e.no_proxy, "x");
+    assert!(!e.cgi);
+    assert!(env(&[("REQUEST_METHOD", "GET")]).cgi);
+    assert!(!env(&[("REQUEST_METHOD", "")]).cgi);
+}
+
+#[test]
+fn the_proxy_for_the_api_server_follows_its_scheme_and_no_proxy() {
+    let https = "https://apiserver.corp:6443";
+    // httpproxy's proxyForURL table, for the API server's URL.
+    assert_eq!(
+        env_route(&[("HTTPS_PROXY", "127.0.0.1:8080")], https),
+        "http://127.0.0.1:8080 (HTTPS_PROXY)"
+    );
+    assert_eq!(
+        env_route(&[("https_proxy", "cache.corp.example.com")], https),
+        "http://cache.corp.example.com:80 (HTTPS_PROXY)"
+    );
+    assert_eq!(
+        env_route(&[("HTTPS_PROXY", "localhost")], https),
+        "http://localhost:80 (HTTPS_PROXY)"
+    );
+    assert_eq!(
+        env_route(&[("HTTPS_PROXY", "HTTPS://secure.proxy.tld")], https),
+        "https://secure.proxy.tld:443 (HTTPS_PROXY)"
+    );
+    // HTTP_PROXY is not for https servers, HTTPS_PROXY not for http ones.
+    assert_eq!(
+        env_route(&[("HTTP_PROXY", "http.proxy.tld")], https),
+        "direct"
+    );
+    assert_eq!(
+        env_route(
+            &[
+                ("HTTP_PROXY", "http.proxy.tld"),
+                ("HTTPS_PROXY", "secure.proxy.tld")
+            ],
+            "http://apiserver.corp"
+        ),
+        "http://http.proxy.tld:80 (HTTP_PROXY)"
+    );
+    // CGI: HTTP_PROXY refused, HTTPS_PROXY still used.
+    assert_eq!(
+        env_route(
+            &[
+                ("HTTP_PROXY", "http://10.1.2.3:8080"),
+                ("REQUEST_METHOD", "GET")
+            ],
+            "http://apiserver.corp"
+        ),
+        "error: refusing to use HTTP_PROXY value in CGI environment; see golang.org/s/cgihttpproxy"
+    );
+    assert_eq!(
+        env_route(
+            &[
+                ("HTTPS_PROXY", "https://secure.proxy.tld"),
+                ("REQUEST_METHOD", "GET")
+            ],
+            https
+        ),
+        "https://secure.proxy.tld:443 (HTTPS_PROXY)"
+    );
+    // NO_PROXY against the API server's host and port (443 when not given).
+    let proxy = ("HTTPS_PROXY", "proxy:3128");
+    assert_eq!(env_route(&[proxy, ("NO_PROXY", "corp")], https), "direct");
+    assert_eq!(
+        env_route(&[proxy, ("NO_PROXY", ".corp:6443")], https),
+        "direct"
+    );
+    assert_eq!(
+        env_route(&[proxy, ("NO_PROXY", "apiserver.corp:443")], https),
+        "http://proxy:3128 (HTTPS_PROXY)"
+    );
+    assert_eq!(
+        env_route(
+            &[proxy, ("NO_PROXY", "apiserver.corp:443")],
+            "https://apiserver.corp"
+        ),
+        "direct"
+    );
+    assert_eq!(
+        env_route(
+            &[proxy, ("NO_PROXY", "10.96.0.0/12")],
+            "https://10.96.0.1:443"
+        ),
+        "direct"
+    );
+    assert_eq!(
+        env_route(
+            &[proxy, ("NO_PROXY", "10.96.0.0/16")],
+            "https://[2001:db8::1]:443"
+        ),
+        "http://proxy:3128 (HTTPS_PROXY)"
+    );
+    // Loopback and localhost API servers are never proxied from the environment.
+    for server in [
+        "https://127.0.0.1:6443",
+        "https://localhost:6443",
+        "https://[::1]:6443",
+    ] {
+        assert_eq!(env_route(&[proxy], server), "direct", "{server}");
+    }
+    // Unparseable values are ignored, as Go ignores them.
+    assert_eq!(env_route(&[("HTTPS_PROXY", "http://a b")], https), "direct");
+}
+
+#[test]
+fn a_kubeconfig_proxy_url_applies_to_every_host_whatever_the_environment_says() {
+    let fixed = uri("http://user:p%40ss@127.0.0.1:3128");
+    let e = env(&[("NO_PROXY", "*"), ("HTTPS_PROXY", "http://other:1")]);
+    for server in ["https://127.0.0.1:6443", "https://apiserver.corp"] {
+        match route(&uri(server), Some(&fixed), &e) {
+            Ok(Route::Proxy(proxy, Origin::Kubeconfig)) => {
+                assert_eq!(proxy.to_string(), "http://127.0.0.1:3128");
+                let auth = proxy.authorization().expect("credentials");
+                // base64("user:p@ss")
+                assert_eq!(auth.to_str().ok(), Some("Basic dXNlcjpwQHNz"));
+            }
+            other => panic!("{server}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn socks5_is_refused_with_the_scheme_named_and_other_schemes_as_client_go_refuses_them() {
+    let err = route(
+        &uri("https://apiserver.corp"),
+        Some(&uri("socks5://127.0.0.1:1080")),
+        &Environment::default(),
+    )
+    .err()
+    .map(|e| e.to_string());
+    assert_eq!(
+        err.as_deref(),
+        Some(
+            "proxy socks5://127.0.0.1:1080 (from the kubeconfig's proxy-url) uses the scheme \
+             \"socks5\", which csi-attacher-rs does not support (client-go does); use an http:// \
+             or https:// proxy"
+        )
+    );
+    let err = env_route(
+        &[("HTTPS_PROXY", "socks5://proxy")],
+        "https://apiserver.corp",
+    );
+    assert!(
+        err.starts_with(
+            "error: proxy socks5://proxy:1080 (from HTTPS_PROXY) uses the scheme \"socks5\""
+        ),
+        "{err}"
+    );
+    assert!(
+        err.ends_with("or exempt the API server with NO_PROXY"),
+        "{err}"
+    );
+    // Exempted or loopback: no error, as the proxy is not used.
+    assert_eq!(
+        env_route(
+            &[("HTTPS_PROXY", "socks5://proxy"), ("NO_PROXY", "corp")],
+            "https://apiserver.corp"
+        ),
+        "direct"
+    );
+
+    // client-go's parseProxyURL: http, https, socks5, else its text.
+    for ok in ["http://p:1", "HTTPS://p", "socks5://p:1080"] {
+        assert!(check_kubeconfig_proxy_url(ok, "c").is_ok(), "{ok}");
+    }
+    let refused = |url: &str| {
+        check_kubeconfig_proxy_url(url, "test")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        refused("socks4://p:1080"),
+        "invalid configuration: invalid 'proxy-url' \"socks4://p:1080\" for cluster \"test\": \
+         unsupported scheme \"socks4\", must be http, https, or socks5"
+    );
+    assert_eq!(
+        refused("p:3128"),
+        "invalid configuration: invalid 'proxy-url' \"p:3128\" for cluster \"test\": \
+         unsupported scheme \"p\", must be http, https, or socks5"
+    );
+    assert!(refused("127.0.0.1:3128").contains("unsupported scheme \"\""));
+}
+
+#[test]
+fn proxy_urls_parse_with_default_ports_and_hide_credentials() {
+    let p = ProxyUrl::from_env_value("https://u:secret@[2001:db8::1]").expect("parses");
+    assert_eq!(p.scheme, Scheme::Https);
+    assert_eq!(p.host, "2001:db8::1");
+    assert_eq!(p.port, 443);
+    assert_eq!(p.to_string(), "https://[2001:db8::1]:443");
+    assert!(!format!("{p:?}").contains("secret"));
+    assert_eq!(
+        ProxyUrl::from_env_value("u@proxy:3128")
+            .and_then(|p| p.authorization())
+            .and_then(|a| a.to_str().ok().map(str::to_owned)),
+        Some("Basic dTo=".to_string()) // base64("u:")
+    );
+    assert_eq!(redact("http://u:secret@p:1"), "http://p:1");
+}
+
+#[test]
+fn split_host_port_is_gos() {
+    assert_eq!(split_host_port("a:80"), Some(("a", "80")));
+    assert_eq!(split_host_port("[::1]:80"), Some(("::1", "80")));
+    assert_eq!(split_host_port("a:"), Some(("a", "")));
+    assert_eq!(split_host_port("::1"), None); // too many colons
+    assert_eq!(split_host_port("a"), None); // missing port
+    assert_eq!(split_host_port("[::1]"), None);
+    assert_eq!(split_host_port("[::1]x:80"), None);
+    assert_eq!(split_host_port("a]:80"), None);
+}

@@ -1,0 +1,256 @@
+//! Proxies to the API server as client-go uses them, against a real CONNECT
+//! proxy on loopback (`support::connect_proxy`) that counts its tunnels.
+//!
+//! The API server listens on 127.0.0.1, which Go never proxies from the
+//! environment. So the kubeconfigs here name it `apiserver.test`, a name
+//! only the proxy resolves (to 127.0.0.1): an attacher that attaches a VA
+//! with that name reached the API server through the proxy, and could not
+//! have otherwise. TLS verifies against the API server's certificate through
+//! `tls-server-name: localhost`, inside the tunnel.
+
+use crate::support;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::json;
+
+use support::connect_proxy::{Answer, ConnectProxy};
+use support::env::{tail, Env, WAIT};
+use support::{eventually, unique};
+
+/// The made-up name of the API server that only the proxy resolves.
+const NAME: &str = "apiserver.test";
+
+fn api_port(env: &Env) -> u16 {
+    env.cp
+        .server
+        .rsplit_once(':')
+        .and_then(|(_, port)| port.parse().ok())
+        .expect("https://127.0.0.1:<port>")
+}
+
+/// A copy of the admin kubeconfig whose cluster is `server` (verified as
+/// `localhost`) with `proxy_url` if given.
+fn kubeconfig(env: &Env, server: &str, proxy_url: Option<&str>) -> PathBuf {
+    let text = std::fs::read_to_string(&env.cp.kubeconfig).expect("admin kubeconfig");
+    let mut config: serde_json::Value = serde_json::from_str(&text).expect("JSON kubeconfig");
+    let cluster = &mut config["clusters"][0]["cluster"];
+    cluster["server"] = json!(server);
+    cluster["tls-server-name"] = json!("localhost");
+    if let Some(url) = proxy_url {
+        cluster["proxy-url"] = json!(url);
+    }
+    let path = env.cp.dir.join(format!("{}.kubeconfig", unique("proxy")));
+    std::fs::write(&path, serde_json::to_vec_pretty(&config).expect("JSON")).expect("write");
+    path
+}
+
+/// Every CONNECT asked the proxy for the API server by the name the
+/// kubeconfig gives (the proxy resolved it, not the attacher).
+fn assert_tunnelled_to(proxy: &ConnectProxy, target: &str, env: &Env) {
+    let targets = proxy.targets();
+    assert!(
+        proxy.tunnels() > 0,
+        "no tunnel opened; targets {targets:?}\n{}",
+        tail(&env.logs(), 20)
+    );
+    assert!(
+        targets.iter().all(|t| t == target),
+        "CONNECT targets {targets:?}, expected only {target}"
+    );
+}
+
+/// `--kubeconfig` with `HTTPS_PROXY`: every API request goes through the
+/// proxy (NO_PROXY entries that do not name the API server change nothing).
+/// Before, the attacher exited 1 at start-up.
+#[tokio::test]
+async fn https_proxy_carries_the_api_requests_through_a_tunnel() {
+    let proxy = ConnectProxy::start(&[NAME], Answer::Tunnel).await;
+    let env = Env::without_attacher(&[]).await;
+    let target = format!("{NAME}:{}", api_port(&env));
+    let kubeconfig = kubeconfig(&env, &format!("https://{target}"), None);
+    let env = env.with_attacher_env(
+        &kubeconfig,
+        &[],
+        &[
+            ("HTTPS_PROXY", &proxy.url()),
+            (
+                "NO_PROXY",
+                "127.0.0.1,localhost,.svc,other.test,apiserver.test:443",
+            ),
+            // HTTP_PROXY is for http:// servers only.
+            ("HTTP_PROXY", "http://127.0.0.1:1"),
+        ],
+    );
+    env.attached().await;
+    assert_tunnelled_to(&proxy, &target, &env);
+}
+
+/// Lower case `https_proxy` applies when `HTTPS_PROXY` is empty (Go's
+/// `getEnvAny`).
+#[tokio::test]
+async fn lower_case_https_proxy_applies_when_the_upper_case_one_is_empty() {
+    let proxy = ConnectProxy::start(&[NAME], Answer::Tunnel).await;
+    let env = Env::without_attacher(&[]).await;
+    let target = format!("{NAME}:{}", api_port(&env));
+    let kubeconfig = kubeconfig(&env, &format!("https://{target}"), None);
+    let env = env.with_attacher_env(
+        &kubeconfig,
+        &[],
+        &[("HTTPS_PROXY", ""), ("https_proxy", &proxy.url())],
+    );
+    env.attached().await;
+    assert_tunnelled_to(&proxy, &target, &env);
+}
+
+/// NO_PROXY naming the API server's host bypasses the proxy. The server is
+/// `https://0.0.0.0:<port>`: not a loopback address to Go (so proxied
+/// without NO_PROXY, which the first replica shows), and the kernel delivers
+/// a connection to it to 127.0.0.1 on this machine.
+#[tokio::test]
+async fn no_proxy_naming_the_api_server_bypasses_the_proxy() {
+    let proxy = ConnectProxy::start(&[], Answer::Tunnel).await;
+    let env = Env::without_attacher(&[]).await;
+    let port = api_port(&env);
+    let kubeconfig = kubeconfig(&env, &format!("https://0.0.0.0:{port}"), None);
+
+    // Without NO_PROXY: the attacher asks the proxy (which tunnels to
+    // loopback only, so it answers 502 and nothing attaches).
+    let proxied = env.spawn_attacher_with_env(
+        "proxied",
+        &kubeconfig,
+        &[],
+        &[("HTTPS_PROXY", &proxy.url())],
+    );
+    let target = format!("0.0.0.0:{port}");
+    eventually("the proxy asked for 0.0.0.0", WAIT, || {
+        let asked = proxy.targets().contains(&target);
+        async move { asked.then_some(()) }
+    })
+    .await;
+    drop(proxied);
+    let asked = proxy.targets().len();
+
+    let env = env.with_attacher_env(
+        &kubeconfig,
+        &[],
+        &[
+            ("HTTPS_PROXY", &proxy.url()),
+            ("NO_PROXY", "example.com, 0.0.0.0"),
+        ],
+    );
+    env.attached().await;
+    assert_eq!(proxy.tunnels(), 0);
+    assert_eq!(
+        proxy.targets().len(),
+        asked,
+        "NO_PROXY: the proxy was not asked again"
+    );
+}
+
+/// A kubeconfig cluster's `proxy-url` is used for every request, whatever
+/// NO_PROXY says and whatever HTTPS_PROXY names (client-go's
+/// `http.ProxyURL`).
+#[tokio::test]
+async fn a_kubeconfig_proxy_url_is_used_whatever_the_environment_says() {
+    let proxy = ConnectProxy::start(&[NAME], Answer::Tunnel).await;
+    let env = Env::without_attacher(&[]).await;
+    let target = format!("{NAME}:{}", api_port(&env));
+    let kubeconfig = kubeconfig(&env, &format!("https://{target}"), Some(&proxy.url()));
+    let env = env.with_attacher_env(
+        &kubeconfig,
+        &[],
+        &[("NO_PROXY", NAME), ("HTTPS_PROXY", "http://127.0.0.1:1")],
+    );
+    env.attached().await;
+    assert_tunnelled_to(&proxy, &target, &env);
+}
+
+/// An `https://` proxy: TLS to the proxy, verified as Go's transport
+/// verifies it (the cluster's CA and `tls-server-name`: the proxy serves a
+/// certificate of that CA for `localhost`), CONNECT inside it, and the API
+/// server's TLS inside the tunnel.
+#[tokio::test]
+async fn an_https_proxy_gets_tls_with_the_clusters_settings_and_the_tunnel_inside() {
+    let env = Env::without_attacher(&[]).await;
+    let proxy = ConnectProxy::start_tls(
+        &[NAME],
+        Answer::Tunnel,
+        &env.cp.dir.join("apiserver.crt"),
+        &env.cp.dir.join("apiserver.key"),
+    )
+    .await;
+    let target = format!("{NAME}:{}", api_port(&env));
+    let kubeconfig = kubeconfig(&env, &format!("https://{target}"), None);
+    let env = env.with_attacher_env(&kubeconfig, &[], &[("HTTPS_PROXY", &proxy.tls_url())]);
+    env.attached().await;
+    assert_tunnelled_to(&proxy, &target, &env);
+}
+
+/// A proxy that refuses CONNECT: the log says which proxy refused which
+/// target with which status, and the attacher keeps retrying (no panic).
+#[tokio::test]
+async fn a_proxy_that_refuses_connect_is_named_in_the_log_with_its_status() {
+    let proxy = ConnectProxy::start(&[NAME], Answer::Refuse(403, "Forbidden")).await;
+    let env = Env::without_attacher(&[]).await;
+    let target = format!("{NAME}:{}", api_port(&env));
+    let kubeconfig = kubeconfig(&env, &format!("https://{target}"), None);
+    let mut env = env.with_attacher_env(&kubeconfig, &[], &[("HTTPS_PROXY", &proxy.url())]);
+    let expected = format!(
+        "the proxy {} refused CONNECT to {target}: 403 Forbidden",
+        proxy.url()
+    );
+    eventually("the refusal in the log", WAIT, || {
+        let seen = env.logs().contains(&expected);
+        async move { seen.then_some(()) }
+    })
+    .await;
+    let logs = env.logs();
+    assert!(!logs.contains("panicked"), "{logs}");
+    let attacher = env.attacher.as_mut().expect("attacher");
+    assert!(
+        attacher.try_wait().expect("try_wait").is_none(),
+        "the attacher keeps running (and retrying):\n{}",
+        tail(&logs, 20)
+    );
+    assert_eq!(proxy.tunnels(), 0);
+}
+
+/// A SOCKS5 `proxy-url` (client-go supports it, we do not) ends start-up
+/// with exit code 1 and an error naming the scheme; so does an unknown
+/// scheme, with client-go's text.
+#[tokio::test]
+async fn unsupported_proxy_schemes_end_start_up_with_the_scheme_named() {
+    let env = Env::without_attacher(&[]).await;
+    let server = format!("https://{NAME}:{}", api_port(&env));
+    for (url, expected) in [
+        (
+            "socks5://127.0.0.1:1080",
+            "proxy socks5://127.0.0.1:1080 (from the kubeconfig's proxy-url) uses the scheme \"socks5\", which csi-attacher-rs does not support",
+        ),
+        (
+            "socks4://127.0.0.1:1080",
+            "invalid 'proxy-url' \"socks4://127.0.0.1:1080\" for cluster \"test\": unsupported scheme \"socks4\", must be http, https, or socks5",
+        ),
+    ] {
+        let kubeconfig = kubeconfig(&env, &server, Some(url));
+        let mut replica = env.spawn_attacher_with_env(
+            &unique("refused"),
+            &kubeconfig,
+            &[],
+            &[("NO_PROXY", "")],
+        );
+        let status = eventually("the attacher to exit", Duration::from_secs(20), || {
+            let status = replica.process.try_wait().expect("try_wait");
+            async move { status }
+        })
+        .await;
+        let logs = replica.logs();
+        assert_eq!(status.code(), Some(1), "{url}: {logs}");
+        // klog quotes the error as a value: its quotes are escaped.
+        let expected = expected.replace('"', "\\\"");
+        assert!(logs.contains(&expected), "{url}: {logs}");
+        assert!(!logs.contains("panicked"), "{logs}");
+    }
+}

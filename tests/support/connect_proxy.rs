@@ -1,0 +1,210 @@
+//! A CONNECT proxy on 127.0.0.1 for the proxy tests: it counts the tunnels
+//! it opened and records the targets it was asked for.
+//!
+//! It resolves targets itself, from a table of made-up names (e.g.
+//! `apiserver.test` → 127.0.0.1), so a client given such a name can reach
+//! the API server only through it. It opens tunnels to loopback addresses
+//! only; anything else is answered 502. [`Answer::Refuse`] makes it answer
+//! every CONNECT with that status instead. [`ConnectProxy::start_tls`]
+//! makes it an `https://` proxy.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// How the proxy answers CONNECT.
+#[derive(Clone, Copy, Debug)]
+pub enum Answer {
+    /// Open the tunnel (loopback targets only).
+    Tunnel,
+    /// Answer with this status line's code and reason, and close.
+    Refuse(u16, &'static str),
+}
+
+/// A running proxy; stops when dropped.
+pub struct ConnectProxy {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    tunnels: Arc<AtomicUsize>,
+    targets: Arc<Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for ConnectProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl ConnectProxy {
+    /// Starts a proxy that resolves each of `names` to 127.0.0.1.
+    pub async fn start(names: &[&str], answer: Answer) -> Self {
+        Self::start_with(names, answer, None).await
+    }
+
+    /// [`ConnectProxy::start`], speaking TLS with the PEM certificate chain
+    /// and key in `cert` and `key` (an `https://` proxy).
+    pub async fn start_tls(
+        names: &[&str],
+        answer: Answer,
+        cert: &std::path::Path,
+        key: &std::path::Path,
+    ) -> Self {
+        use tokio_rustls::rustls::pki_types::pem::PemObject;
+        use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+            .expect("certificate file")
+            .collect::<Result<_, _>>()
+            .expect("certificates");
+        let key = PrivateKeyDer::from_pem_file(key).expect("private key");
+        let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+        let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("TLS versions")
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .expect("server certificate");
+        Self::start_with(
+            names,
+            answer,
+            Some(tokio_rustls::TlsAcceptor::from(Arc::new(config))),
+        )
+        .await
+    }
+
+    /// `https://127.0.0.1:<port>` for a proxy from [`ConnectProxy::start_tls`].
+    pub fn tls_url(&self) -> String {
+        format!("https://{}", self.addr)
+    }
+
+    async fn start_with(
+        names: &[&str],
+        answer: Answer,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let addr = listener.local_addr().expect("proxy addr");
+        let names: Arc<HashMap<String, IpAddr>> = Arc::new(
+            names
+                .iter()
+                .map(|n| (n.to_string(), IpAddr::V4(Ipv4Addr::LOCALHOST)))
+                .collect(),
+        );
+        let tunnels = Arc::new(AtomicUsize::new(0));
+        let targets = Arc::new(Mutex::new(Vec::new()));
+        let task = tokio::spawn({
+            let (tunnels, targets) = (Arc::clone(&tunnels), Arc::clone(&targets));
+            async move {
+                while let Ok((client, _)) = listener.accept().await {
+                    let (names, tunnels, targets) = (
+                        Arc::clone(&names),
+                        Arc::clone(&tunnels),
+                        Arc::clone(&targets),
+                    );
+                    let tls = tls.clone();
+                    tokio::spawn(async move {
+                        match tls {
+                            None => serve(client, answer, &names, &tunnels, &targets).await,
+                            Some(tls) => {
+                                if let Ok(client) = tls.accept(client).await {
+                                    serve(client, answer, &names, &tunnels, &targets).await;
+                                }
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        Self {
+            addr,
+            tunnels,
+            targets,
+            task,
+        }
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// How many tunnels it has opened.
+    pub fn tunnels(&self) -> usize {
+        self.tunnels.load(Ordering::SeqCst)
+    }
+
+    /// Every CONNECT target asked for, in order.
+    pub fn targets(&self) -> Vec<String> {
+        self.targets.lock().map(|t| t.clone()).unwrap_or_default()
+    }
+}
+
+async fn serve(
+    mut client: impl AsyncRead + AsyncWrite + Unpin,
+    answer: Answer,
+    names: &HashMap<String, IpAddr>,
+    tunnels: &AtomicUsize,
+    targets: &Mutex<Vec<String>>,
+) {
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        if head.len() > 16 * 1024 {
+            return;
+        }
+        match client.read_u8().await {
+            Ok(byte) => head.push(byte),
+            Err(_) => return,
+        }
+    }
+    let head = String::from_utf8_lossy(&head);
+    let mut words = head.split_whitespace();
+    let (Some("CONNECT"), Some(target)) = (words.next(), words.next()) else {
+        let _ = client
+            .write_all(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n")
+            .await;
+        return;
+    };
+    if let Ok(mut all) = targets.lock() {
+        all.push(target.to_string());
+    }
+    if let Answer::Refuse(code, reason) = answer {
+        let _ = client
+            .write_all(format!("HTTP/1.1 {code} {reason}\r\nContent-Length: 0\r\n\r\n").as_bytes())
+            .await;
+        return;
+    }
+    let upstream = target.rsplit_once(':').and_then(|(host, port)| {
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let ip = names
+            .get(host)
+            .copied()
+            .or_else(|| host.parse::<IpAddr>().ok())?;
+        Some(SocketAddr::new(ip, port.parse().ok()?))
+    });
+    // Loopback only: nothing in the tests may leave this machine.
+    let Some(upstream) = upstream.filter(|a| a.ip().is_loopback()) else {
+        let _ = client
+            .write_all(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
+            .await;
+        return;
+    };
+    let Ok(mut server) = TcpStream::connect(upstream).await else {
+        let _ = client
+            .write_all(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
+            .await;
+        return;
+    };
+    if client
+        .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        .await
+        .is_err()
+    {
+        return;
+    }
+    tunnels.fetch_add(1, Ordering::SeqCst);
+    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+}
