@@ -22,9 +22,9 @@ use crate::stats::Summary;
 /// (`null` where a round measured nothing: JSON has no NaN).
 type Results = BTreeMap<String, BTreeMap<String, Vec<Option<f64>>>>;
 
-const UPSTREAM: RGBColor = RGBColor(0x9a, 0xa5, 0xb1);
-const OURS: RGBColor = RGBColor(0xd9, 0x5f, 0x0e);
-const FONT: &str = "sans-serif";
+pub(crate) const UPSTREAM: RGBColor = RGBColor(0x9a, 0xa5, 0xb1);
+pub(crate) const OURS: RGBColor = RGBColor(0xd9, 0x5f, 0x0e);
+pub(crate) const FONT: &str = "sans-serif";
 
 /// One chart: groups of two bars (upstream, ours) of metrics in one unit and
 /// one direction.
@@ -206,6 +206,8 @@ pub fn write_from_json(dir: &Path) -> Result<Vec<PathBuf>> {
             written.push(file);
         }
     }
+    // P8: a chart of the time-to-attached distributions per profile.
+    written.extend(crate::p8_charts::write(dir, &json, &subtitle)?);
     Ok(written)
 }
 
@@ -325,7 +327,10 @@ fn draw_growth(file: &Path, curve: Curve, subtitle: &str, points: &[Point]) -> R
 }
 
 /// Legend and provenance along the bottom edge of a chart.
-fn legend(root: &DrawingArea<SVGBackend, plotters::coord::Shift>, note: &str) -> Result<()> {
+pub(crate) fn legend(
+    root: &DrawingArea<SVGBackend, plotters::coord::Shift>,
+    note: &str,
+) -> Result<()> {
     let (_, bottom) = root.dim_in_pixel();
     let y = bottom as i32 - 46;
     for (i, (name, color)) in [("upstream v4.12.0", UPSTREAM), ("csi-attacher-rs", OURS)]
@@ -394,7 +399,7 @@ fn highest(pairs: impl Iterator<Item = [Option<Summary>; 2]>) -> f64 {
 }
 
 /// Axis numbers without trailing zeros: 0, 0.5, 700.
-fn axis_number(v: f64) -> String {
+pub(crate) fn axis_number(v: f64) -> String {
     let text = format!("{v:.3}");
     text.trim_end_matches('0').trim_end_matches('.').to_string()
 }
@@ -491,7 +496,7 @@ fn draw(file: &Path, chart: &Chart, subtitle: &str, groups: &[Group]) -> Result<
     Ok(true)
 }
 
-fn plot_error<E: std::fmt::Display>(err: E) -> anyhow::Error {
+pub(crate) fn plot_error<E: std::fmt::Display>(err: E) -> anyhow::Error {
     anyhow::anyhow!("{err}")
 }
 

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Parser, ValueEnum};
 
+use crate::p8::Profile;
 use crate::sizes::{Sizes, FULL, SMOKE};
 
 /// Benchmarks csi-attacher-rs against the upstream Go csi-attacher, side by side.
@@ -58,6 +59,31 @@ pub enum Key {
     Growth,
     /// The floor attacher: P1's rates and P2's CPU of the least an attacher does on ours' stack.
     Floor,
+    /// What users wait for: scale-up, drain, node failure, noisy neighbour under each driver profile.
+    P8,
+    /// P8 with the aws-ebs profile only.
+    #[value(name = "p8-aws-ebs")]
+    P8AwsEbs,
+    /// P8 with the azure-disk profile only.
+    #[value(name = "p8-azure-disk")]
+    P8AzureDisk,
+    /// P8 with the gce-pd profile only.
+    #[value(name = "p8-gce-pd")]
+    P8GcePd,
+    /// P8 with the serial-per-node profile only.
+    #[value(name = "p8-serial-per-node")]
+    P8SerialPerNode,
+}
+
+impl Key {
+    /// The keys that select P8, and with which profile (`None`: all of them).
+    pub const P8_PROFILES: [(Key, Option<Profile>); 5] = [
+        (Key::P8, None),
+        (Key::P8AwsEbs, Some(Profile::AwsEbs)),
+        (Key::P8AzureDisk, Some(Profile::AzureDisk)),
+        (Key::P8GcePd, Some(Profile::GcePd)),
+        (Key::P8SerialPerNode, Some(Profile::SerialPerNode)),
+    ];
 }
 
 impl Cli {
@@ -65,8 +91,24 @@ impl Cli {
         let mut sizes = if self.smoke { SMOKE } else { FULL };
         if let Some(rounds) = self.rounds {
             sizes.rounds = rounds;
+            sizes.p8.rounds = rounds;
         }
         sizes
+    }
+
+    /// The profiles P8 runs: those of the size (`sizes().p8.profiles`)
+    /// without `--only` or with `p8`, and any named by `p8-<profile>`.
+    pub fn p8_profiles(&self) -> Vec<Profile> {
+        let sized = self.sizes().p8.profiles;
+        Profile::ALL
+            .into_iter()
+            .filter(|&profile| {
+                Key::P8_PROFILES.iter().any(|&(key, of)| match of {
+                    None => self.wants(&[key]) && sized.contains(&profile),
+                    Some(p) => p == profile && self.only.as_ref().is_some_and(|o| o.contains(&key)),
+                })
+            })
+            .collect()
     }
 
     /// `--out`, else the smoke directory under $TMPDIR for `--smoke`, else the
@@ -141,8 +183,39 @@ mod tests {
     }
 
     #[test]
+    fn p8_runs_every_profile_or_those_named() {
+        assert_eq!(parse(&[]).unwrap().p8_profiles(), Profile::ALL);
+        assert_eq!(
+            parse(&["--only", "p8"]).unwrap().p8_profiles(),
+            Profile::ALL
+        );
+        assert_eq!(
+            parse(&["--only", "p8-gce-pd,p8-aws-ebs"])
+                .unwrap()
+                .p8_profiles(),
+            [Profile::AwsEbs, Profile::GcePd]
+        );
+        assert!(parse(&["--only", "p7"]).unwrap().p8_profiles().is_empty());
+        // Smoke: its own profiles, unless one is named.
+        assert_eq!(
+            parse(&["--smoke"]).unwrap().p8_profiles(),
+            SMOKE.p8.profiles
+        );
+        assert_eq!(
+            parse(&["--smoke", "--only", "p8-serial-per-node"])
+                .unwrap()
+                .p8_profiles(),
+            [Profile::SerialPerNode]
+        );
+        // --rounds applies to P8 too; its own default is one round.
+        assert_eq!(parse(&[]).unwrap().sizes().p8.rounds, 1);
+        assert_eq!(parse(&["--rounds", "2"]).unwrap().sizes().p8.rounds, 2);
+    }
+
+    #[test]
     fn bad_arguments_are_errors() {
-        assert!(parse(&["--only", "p8"]).is_err());
+        assert!(parse(&["--only", "p9"]).is_err());
+        assert!(parse(&["--only", "p8-nfs"]).is_err());
         assert!(parse(&["--rounds", "three"]).is_err());
         assert!(parse(&["--out"]).is_err());
         assert!(parse(&["--fast"]).is_err());

@@ -128,6 +128,14 @@ impl Harness {
             .record(metric, side, value);
     }
 
+    /// One round's samples of the distribution `name` (P8's charts).
+    pub fn record_samples(&self, name: &str, side: impl Into<Side>, cap: f64, samples: Vec<f64>) {
+        self.results
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .record_samples(name, side.into(), cap, samples);
+    }
+
     pub fn results(&self) -> Results {
         self.results
             .lock()
@@ -156,6 +164,24 @@ impl Harness {
         extra: &[String],
         hostname: Option<&str>,
     ) -> Result<Attacher> {
+        let mut args = vec!["--timeout=15s".to_owned()];
+        if !extra.iter().any(|a| a.starts_with("--worker-threads=")) {
+            args.push("--worker-threads=10".to_owned());
+        }
+        args.extend_from_slice(extra);
+        self.spawn_on(which, name, &self.mock.address(), &args, hostname)
+    }
+
+    /// Starts an attacher on the CSI socket `csi_address` with exactly `args`
+    /// beyond `--csi-address`, `--kubeconfig` and `--http-endpoint`.
+    pub fn spawn_on(
+        &self,
+        which: Which,
+        name: &str,
+        csi_address: &str,
+        args: &[String],
+        hostname: Option<&str>,
+    ) -> Result<Attacher> {
         let floor = std::env::current_exe()?;
         let (binary, first) = match which {
             Which::Upstream => (&self.upstream, None),
@@ -176,15 +202,10 @@ impl Harness {
         };
         command
             .args(first)
-            .arg(format!("--csi-address={}", self.mock.address()))
+            .arg(format!("--csi-address={csi_address}"))
             .arg(format!("--kubeconfig={}", self.cp.kubeconfig.display()))
-            .arg("--timeout=15s")
-            .args(
-                (!extra.iter().any(|a| a.starts_with("--worker-threads=")))
-                    .then_some("--worker-threads=10"),
-            )
             .arg(format!("--http-endpoint=127.0.0.1:{port}"))
-            .args(extra)
+            .args(args)
             .stdout(Stdio::null())
             .stderr(log);
         Ok(Attacher {

@@ -10,6 +10,7 @@
 //! - `harness`, `process`, `tracker`, `k8s`: starting attachers, creating and
 //!   removing objects, waiting on VAs, reading /proc and the API server's counters;
 //! - `floor`: the floor attacher, this binary run with `--floor-attacher`;
+//! - `p8`: P8's profiles, flag sets, cases and the pure parts of its runs;
 //! - `metric`: every metric with its direction, and the values of a run;
 //!   `stats`: percentiles and medians; `report`, `charts`: the files written.
 //!
@@ -23,6 +24,8 @@ mod harness;
 mod k8s;
 mod metric;
 mod outage;
+mod p8;
+mod p8_charts;
 mod plan;
 mod process;
 mod procstat;
@@ -127,6 +130,17 @@ async fn bench() -> Result<()> {
                     took(&what, t);
                 }
             }
+        }
+    }
+    // P8: rounds of its own, every profile at once, both attachers at once.
+    let p8 = Scenario::P8;
+    let profiles = cli.p8_profiles();
+    if cli.wants(p8.keys()) && !profiles.is_empty() {
+        for round in 1..=sizes.p8.rounds {
+            eprintln!("{} round {round}/{}", p8.title(), sizes.p8.rounds);
+            let t = Instant::now();
+            scenarios::p8_round(&h, &profiles, both, round).await?;
+            took(&format!("{} round {round}", p8.title()), t);
         }
     }
     report::write(&h.results(), &sizes, cli.smoke, &out)

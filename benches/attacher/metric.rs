@@ -340,6 +340,23 @@ pub mod catalogue {
         }
     }
 
+    pub mod p8 {
+        use super::Metric;
+        use crate::p8::{run_label, Case, Figure, Flags, Profile};
+
+        /// What every P8 metric's name starts with (its tables are apart).
+        pub const PREFIX: &str = "P8 ";
+
+        /// "P8 aws-ebs drain (chart flags): old VA deleted→attached elsewhere p99 s".
+        pub fn figure(profile: Profile, case: Case, flags: Flags, figure: Figure) -> Metric {
+            Metric::lower(format!(
+                "{}: {}",
+                run_label(profile, case, flags),
+                figure.label(case)
+            ))
+        }
+    }
+
     pub mod p6 {
         use super::Metric;
 
@@ -385,11 +402,48 @@ impl Series {
     }
 }
 
-/// Every metric measured in a run, by name (the order of results.md).
+/// The samples of one distribution (P8's time to attached): per side, one
+/// list per round, and the cap a value at or above which means "not attached".
+#[derive(Clone, Debug, PartialEq)]
+pub struct Distribution {
+    pub cap: f64,
+    pub values: BTreeMap<Side, Vec<Vec<f64>>>,
+}
+
+/// Every metric measured in a run, by name (the order of results.md), and
+/// the distributions the charts draw.
 #[derive(Clone, Debug, Default)]
-pub struct Results(BTreeMap<String, Series>);
+pub struct Results(BTreeMap<String, Series>, BTreeMap<String, Distribution>);
 
 impl Results {
+    /// One round's samples of the distribution `name` for `side`.
+    pub fn record_samples(&mut self, name: &str, side: Side, cap: f64, samples: Vec<f64>) {
+        self.1
+            .entry(name.to_owned())
+            .or_insert_with(|| Distribution {
+                cap,
+                values: BTreeMap::new(),
+            })
+            .values
+            .entry(side)
+            .or_default()
+            .push(samples);
+    }
+
+    /// results.json's `distributions`: name → `cap` and side → rounds → samples.
+    pub fn distributions_json(&self) -> Value {
+        let mut out = serde_json::Map::new();
+        for (name, d) in &self.1 {
+            let mut by = serde_json::Map::new();
+            by.insert("cap".into(), json!(d.cap));
+            for (side, rounds) in &d.values {
+                by.insert(side.key().to_owned(), json!(rounds));
+            }
+            out.insert(name.clone(), Value::Object(by));
+        }
+        Value::Object(out)
+    }
+
     pub fn record(&mut self, metric: &Metric, side: Side, value: f64) {
         let series = self.0.entry(metric.name.clone()).or_insert_with(|| Series {
             better: metric.better,
@@ -507,6 +561,30 @@ mod tests {
             .name
             .starts_with(&p1::attach_rate_at(&load).name));
         assert_eq!(p1::attach_ceiling(&load).better, Better::Higher);
+    }
+
+    #[test]
+    fn distributions_json_is_name_cap_side_rounds() {
+        let mut results = Results::default();
+        results.record_samples("P8 x", Side::Ours, 60.0, vec![1.0, 60.0]);
+        results.record_samples("P8 x", Side::Ours, 60.0, vec![2.0]);
+        results.record_samples("P8 x", Side::Upstream, 60.0, vec![3.0]);
+        assert_eq!(
+            results.distributions_json(),
+            json!({"P8 x": {"cap": 60.0, "ours": [[1.0, 60.0], [2.0]], "upstream": [[3.0]]}})
+        );
+        let name = p8::figure(
+            crate::p8::Profile::AwsEbs,
+            crate::p8::Case::ScaleUp,
+            crate::p8::Flags::Chart,
+            crate::p8::Figure::P99,
+        );
+        assert_eq!(
+            name.name,
+            "P8 aws-ebs scale-up (chart flags): create→attached p99 s"
+        );
+        assert!(name.name.starts_with(p8::PREFIX));
+        assert_eq!(name.better, Better::Lower);
     }
 
     #[test]

@@ -33,6 +33,9 @@ pub enum Scenario {
     /// The floor attacher ([`crate::floor`]) through the QPS 10,000 run and
     /// P1 at 100 workers: the floor under P2's CPU, the ceiling over P1.
     Floor,
+    /// P8: what users wait for, per driver profile (after the rounds, with
+    /// rounds of its own; upstream and ours at the same time).
+    P8,
 }
 
 impl Scenario {
@@ -66,6 +69,13 @@ impl Scenario {
             Scenario::Growth => &[Key::Growth],
             // The reference of P2's CPU and of P1 at 100 workers.
             Scenario::Floor => &[Key::Floor, Key::P2, Key::P1Workers],
+            Scenario::P8 => &[
+                Key::P8,
+                Key::P8AwsEbs,
+                Key::P8AzureDisk,
+                Key::P8GcePd,
+                Key::P8SerialPerNode,
+            ],
         }
     }
 
@@ -83,6 +93,7 @@ impl Scenario {
             Scenario::P7Recovery => "P7",
             Scenario::Growth => "Growth",
             Scenario::Floor => "Floor attacher",
+            Scenario::P8 => "P8",
         }
     }
 
@@ -104,7 +115,7 @@ mod tests {
     fn every_key_selects_a_scenario() {
         let all: Vec<Scenario> = Scenario::ROUND
             .into_iter()
-            .chain([Scenario::P3Memory, Scenario::Growth])
+            .chain([Scenario::P3Memory, Scenario::Growth, Scenario::P8])
             .collect();
         for key in [
             Key::Limit,
@@ -119,6 +130,11 @@ mod tests {
             Key::P7,
             Key::Growth,
             Key::Floor,
+            Key::P8,
+            Key::P8AwsEbs,
+            Key::P8AzureDisk,
+            Key::P8GcePd,
+            Key::P8SerialPerNode,
         ] {
             assert!(
                 all.iter().any(|s| s.keys().contains(&key)),
@@ -130,7 +146,11 @@ mod tests {
         assert!(!Scenario::P1Qps200.keys().contains(&Key::P4));
         // P1 at workers needs the round's Limit for its goal row.
         assert!(Scenario::Limit.keys().contains(&Key::P1Workers));
-        // Growth runs after the rounds, not in them.
+        // Growth and P8 run after the rounds, not in them.
         assert!(!Scenario::ROUND.contains(&Scenario::Growth));
+        assert!(!Scenario::ROUND.contains(&Scenario::P8));
+        for (key, _) in Key::P8_PROFILES {
+            assert!(Scenario::P8.keys().contains(&key), "{key:?}");
+        }
     }
 }

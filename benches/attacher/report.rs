@@ -7,7 +7,9 @@ use anyhow::Result;
 use serde_json::json;
 
 use crate::metric::catalogue::growth::Curve;
+use crate::metric::catalogue::p8 as p8_metric;
 use crate::metric::{Results, Side};
+use crate::p8::{Case, Figure, Flags, Profile, DEFAULTS};
 use crate::sizes::{GrowthSize, Sizes};
 use crate::stats::Summary;
 
@@ -22,6 +24,7 @@ pub fn write(results: &Results, sizes: &Sizes, smoke: bool, out: &Path) -> Resul
         "smoke": smoke,
         "machine": machine,
         "results": results.to_json(),
+        "distributions": results.distributions_json(),
     });
     std::fs::write(
         out.join("results.json"),
@@ -85,8 +88,8 @@ pub fn markdown(results: &Results, sizes: &Sizes, smoke: bool, machine: &str) ->
     md.push_str("| scenario | upstream median | ours median | ours better by | upstream min–max | ours min–max |\n|---|---|---|---|---|---|\n");
     let summary = |values: Option<&[f64]>| values.and_then(|v| Summary::of(v.iter().copied()));
     for (metric, series) in results.iter() {
-        // The growth curves have a table of their own.
-        if metric.starts_with(GROWTH_PREFIX) {
+        // The growth curves and P8 have tables of their own.
+        if metric.starts_with(GROWTH_PREFIX) || metric.starts_with(p8_metric::PREFIX) {
             continue;
         }
         let reference = [
@@ -123,6 +126,106 @@ pub fn markdown(results: &Results, sizes: &Sizes, smoke: bool, machine: &str) ->
     }
     md.push_str("\n\"ours better by\": ours ÷ upstream for rates (higher is better), upstream ÷ ours for times, writes, CPU and memory (lower is better).\n");
     md.push_str(&growth_table(results, sizes.growth));
+    md.push_str(&p8_tables(results, sizes));
+    md
+}
+
+/// A metric's median per side.
+fn medians(results: &Results) -> BTreeMap<&str, BothSides> {
+    results
+        .iter()
+        .map(|(name, series)| {
+            let of = |side| {
+                series
+                    .side(side)
+                    .and_then(|v| Summary::of(v.iter().copied()))
+            };
+            (name, (of(Side::Upstream), of(Side::Ours)))
+        })
+        .collect()
+}
+
+/// results.md's P8 section: the flags of each row, then one table per
+/// profile, one row per case and flag set, each figure's median as
+/// upstream / ours; nothing when P8 did not run.
+pub fn p8_tables(results: &Results, sizes: &Sizes) -> String {
+    let medians = medians(results);
+    if !medians.keys().any(|n| n.starts_with(p8_metric::PREFIX)) {
+        return String::new();
+    }
+    let mut md = format!(
+        "\n## P8: what users wait for\n\nEach run: upstream and ours at the same time, each with its own \
+         csi-mock-driver of the profile (same seed) and its own nodes; the profiles' runs at the same \
+         time too. Sizes: {}. Cells: upstream / ours (median of {} round(s)). Times in seconds; a VA \
+         not attached within the cap counts as the cap, so a cell at the cap, and every percentile \
+         and \"all attached\" of a run with VAs not attached, is a lower bound (\"not attached\" \
+         says how many). Publish calls / attach: ControllerPublishVolume calls (the mock driver's \
+         ledger) ÷ the successful ones, from the run's start; attachError changes: new \
+         `status.attachError` values a watch saw. Volumes per node are at most the profile's \
+         attachment limit (the scheduler places no more), except on the noisy neighbour's big node; \
+         the noisy neighbour's run ends when the small nodes' VAs are attached and the big node is \
+         full.\n\n\
+         | profile | attachments per node | chart flags (upstream defaults: `{}`) |\n|---|---|---|\n",
+        sizes.p8.describe(),
+        sizes.p8.rounds,
+        DEFAULTS.join(" "),
+    );
+    for profile in Profile::ALL {
+        md.push_str(&format!(
+            "| {} | {} | {}: `{}` |\n",
+            profile.name(),
+            profile.node_limit(),
+            profile.driver(),
+            Flags::Chart.args(profile).join(" ")
+        ));
+    }
+    for profile in Profile::ALL {
+        let measured = Case::ALL.iter().any(|&case| {
+            Flags::ALL.iter().any(|&flags| {
+                medians.contains_key(
+                    p8_metric::figure(profile, case, flags, Figure::P50)
+                        .name
+                        .as_str(),
+                )
+            })
+        });
+        if !measured {
+            continue;
+        }
+        md.push_str(&format!("\n### P8 {}\n\n| case | flags |", profile.name()));
+        for figure in Figure::ALL {
+            md.push_str(&format!(" {} |", figure.column()));
+        }
+        md.push_str("\n|---|---|");
+        md.push_str(&"---|".repeat(Figure::ALL.len()));
+        md.push('\n');
+        for case in Case::ALL {
+            for flags in Flags::ALL {
+                let row: Vec<String> = Figure::ALL
+                    .iter()
+                    .map(|&figure| {
+                        let metric = p8_metric::figure(profile, case, flags, figure);
+                        match medians.get(metric.name.as_str()) {
+                            Some((up, ours)) => {
+                                format!("{} / {}", median(*up), median(*ours))
+                            }
+                            None => String::new(),
+                        }
+                    })
+                    .collect();
+                if row.iter().all(String::is_empty) {
+                    continue;
+                }
+                md.push_str(&format!(
+                    "| {} ({}) | {} | {} |\n",
+                    case.label(),
+                    case.span(),
+                    flags.label(),
+                    row.join(" | ")
+                ));
+            }
+        }
+    }
     md
 }
 
@@ -298,6 +401,41 @@ mod tests {
                 "| P5 failover to attached s (SIGTERM) | 18.000 | 0.500 | 36.00× | 18.000–18.000 | 0.500–0.500 |",
             ]
         );
+    }
+
+    #[test]
+    fn p8_has_a_table_per_profile_one_row_per_case_and_flags() {
+        use crate::metric::catalogue::p8::figure;
+        use crate::p8::{Case, Figure, Flags, Profile};
+        let mut results = Results::default();
+        let (p, c) = (Profile::GcePd, Case::Drain);
+        for (fig, up, ours) in [
+            (Figure::P50, 10.0, 5.0),
+            (Figure::P99, 600.0, 20.0),
+            (Figure::NotAttached, 3.0, 0.0),
+        ] {
+            results.record(&figure(p, c, Flags::Defaults, fig), Side::Upstream, up);
+            results.record(&figure(p, c, Flags::Defaults, fig), Side::Ours, ours);
+        }
+        results.record(&p1::attach_rate(200), Side::Ours, 66.0);
+        let md = markdown(&results, &SMOKE, true, "test");
+        // Not in the main table.
+        assert!(!md.contains("| P8 gce-pd"), "{md}");
+        let tables = p8_tables(&results, &SMOKE);
+        assert!(md.ends_with(&tables));
+        let rows: Vec<&str> = tables.lines().filter(|l| l.starts_with('|')).collect();
+        assert_eq!(rows[0], "| profile | attachments per node | chart flags (upstream defaults: `--worker-threads=10 --timeout=15s --kube-api-qps=5 --kube-api-burst=10`) |");
+        assert_eq!(
+            rows[4],
+            "| gce-pd | 127 | gcp-compute-persistent-disk-csi-driver: `--worker-threads=10 --timeout=250s --kube-api-qps=5 --kube-api-burst=10` |"
+        );
+        assert!(!tables.contains("### P8 aws-ebs"));
+        assert!(tables.contains("### P8 gce-pd"));
+        assert_eq!(
+            rows[rows.len() - 1],
+            "| drain (old VA deleted→attached elsewhere) | upstream defaults | 10.000 / 5.000 | 600 / 20.000 |  |  |  |  | 3.000 / 0.000 |"
+        );
+        assert_eq!(p8_tables(&Results::default(), &SMOKE), "");
     }
 
     #[test]

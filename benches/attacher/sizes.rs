@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::p8::Profile;
+
 /// One step of the growth curves: our VAs attached and detached among PVs and
 /// VAs of another driver.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, serde::Deserialize)]
@@ -51,6 +53,38 @@ pub struct Sizes {
     pub p7_lease: [&'static str; 3],
     /// The growth curves' steps, smallest first.
     pub growth: &'static [GrowthSize],
+    /// P8: what users wait for.
+    pub p8: P8Sizes,
+}
+
+/// P8's runs (`scenarios/p8.rs`): nodes and volumes of each case, the cap
+/// of a run and the mock driver's time scale.
+#[derive(Clone, Copy, Debug)]
+pub struct P8Sizes {
+    /// Rounds of P8 (each round runs every profile, case and flag set).
+    pub rounds: usize,
+    /// The profiles `--only p8` (or no `--only`) runs; `p8-<profile>` runs
+    /// that one whatever the size.
+    pub profiles: &'static [Profile],
+    /// Scale-up: new nodes × volumes each.
+    pub scale_nodes: usize,
+    pub scale_per_node: usize,
+    /// Drain: drained nodes (each to a node of its own) × volumes each.
+    pub drain_nodes: usize,
+    pub drain_per_node: usize,
+    /// Node failure: volumes on the failed node, and the nodes they move to.
+    pub failure_volumes: usize,
+    pub failure_targets: usize,
+    /// Noisy neighbour: the big node's VAs beside small nodes × VAs each.
+    pub noisy_big: usize,
+    pub noisy_small_nodes: usize,
+    pub noisy_small_per_node: usize,
+    /// A VA not attached this long after its run's start is recorded as
+    /// this (a lower bound); the setup of drain and node failure gets as long.
+    pub cap: Duration,
+    /// The mock driver's `--time-scale` (every profile duration × this);
+    /// `None`: the profiles' own durations.
+    pub time_scale: Option<f64>,
 }
 
 pub const FULL: Sizes = Sizes {
@@ -90,6 +124,21 @@ pub const FULL: Sizes = Sizes {
             foreign_vas: 40_000,
         },
     ],
+    p8: P8Sizes {
+        rounds: 1,
+        profiles: &Profile::ALL,
+        scale_nodes: 40,
+        scale_per_node: 10,
+        drain_nodes: 10,
+        drain_per_node: 10,
+        failure_volumes: 20,
+        failure_targets: 10,
+        noisy_big: 100,
+        noisy_small_nodes: 39,
+        noisy_small_per_node: 2,
+        cap: Duration::from_secs(600),
+        time_scale: None,
+    },
 };
 
 pub const SMOKE: Sizes = Sizes {
@@ -123,6 +172,26 @@ pub const SMOKE: Sizes = Sizes {
             foreign_vas: 20,
         },
     ],
+    p8: P8Sizes {
+        rounds: 1,
+        // One profile keeps the smoke run short (~30 s for P8; azure-disk's
+        // runs take ~40 s, the attachers' own retry intervals unscaled). The
+        // mock driver does not scale the aws-ebs and serial-per-node
+        // profiles' poll intervals (1 s, 2 s) by --time-scale: theirs ~100 s.
+        // `--smoke --only p8-<profile>` runs another.
+        profiles: &[Profile::GcePd],
+        scale_nodes: 2,
+        scale_per_node: 2,
+        drain_nodes: 2,
+        drain_per_node: 2,
+        failure_volumes: 2,
+        failure_targets: 2,
+        noisy_big: 4,
+        noisy_small_nodes: 2,
+        noisy_small_per_node: 2,
+        cap: Duration::from_secs(60),
+        time_scale: Some(0.02),
+    },
 };
 
 /// API writes one attach costs the attacher's client when the PV lacks its
@@ -156,12 +225,50 @@ impl Sizes {
             "p4_load": self.p4_load,
             "p7_outages": self.p7_outages, "p7_down_s": self.p7_down.as_secs_f64(),
             "growth": self.growth.iter().map(|g| json!({"vas": g.vas, "foreign_pvs": g.foreign_pvs, "foreign_vas": g.foreign_vas})).collect::<Vec<_>>(),
+            "p8": self.p8.to_json(),
         })
     }
 
     /// VAs of a P1-at-workers run at `qps`/`burst`.
     pub fn p1w_vas(self, qps: u32, burst: u32) -> usize {
         p1_vas_for(qps, burst, self.p1w_seconds, self.p1_vas)
+    }
+}
+
+impl P8Sizes {
+    pub fn to_json(self) -> Value {
+        json!({
+            "rounds": self.rounds,
+            "profiles": self.profiles.iter().map(|p| p.name()).collect::<Vec<_>>(),
+            "scale_nodes": self.scale_nodes, "scale_per_node": self.scale_per_node,
+            "drain_nodes": self.drain_nodes, "drain_per_node": self.drain_per_node,
+            "failure_volumes": self.failure_volumes, "failure_targets": self.failure_targets,
+            "noisy_big": self.noisy_big, "noisy_small_nodes": self.noisy_small_nodes,
+            "noisy_small_per_node": self.noisy_small_per_node,
+            "cap_s": self.cap.as_secs_f64(), "time_scale": self.time_scale,
+        })
+    }
+
+    /// How results.md says the sizes.
+    pub fn describe(self) -> String {
+        format!(
+            "scale-up {} nodes × {} volumes; drain {} nodes × {} volumes to {} others; node failure \
+             {} volumes to {} nodes; noisy neighbour {} VAs on one node beside {} nodes × {}; cap {} s{}",
+            self.scale_nodes,
+            self.scale_per_node,
+            self.drain_nodes,
+            self.drain_per_node,
+            self.drain_nodes,
+            self.failure_volumes,
+            self.failure_targets,
+            self.noisy_big,
+            self.noisy_small_nodes,
+            self.noisy_small_per_node,
+            self.cap.as_secs_f64(),
+            self.time_scale
+                .map(|f| format!("; the mock driver's --time-scale={f}"))
+                .unwrap_or_default()
+        )
     }
 }
 

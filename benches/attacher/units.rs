@@ -9,6 +9,8 @@
 mod charts;
 mod cli;
 mod metric;
+mod p8;
+mod p8_charts;
 mod plan;
 mod procstat;
 mod report;

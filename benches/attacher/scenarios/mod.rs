@@ -9,11 +9,13 @@ mod p4;
 mod p5;
 mod p6;
 mod p7;
+mod p8;
 mod unthrottled;
 
 use anyhow::{bail, Result};
 
 use crate::harness::Harness;
+use crate::p8::Profile;
 use crate::plan::Scenario;
 use crate::process::Which;
 use crate::sizes::GrowthSize;
@@ -33,6 +35,7 @@ pub async fn run(scenario: Scenario, h: &Harness, which: Which) -> Result<()> {
         Scenario::P4Load => p4::under_load(h, which).await,
         Scenario::P7Recovery => p7::run(h, which).await,
         Scenario::Growth => bail!("the growth curves run by size: scenarios::growth_step"),
+        Scenario::P8 => bail!("P8 runs both attachers at once: scenarios::p8_round"),
     }
 }
 
@@ -49,4 +52,14 @@ pub async fn prepare_growth(h: &Harness, size: GrowthSize) -> Result<()> {
 /// One growth step for `which`.
 pub async fn growth_step(h: &Harness, which: Which, size: GrowthSize) -> Result<()> {
     growth::run(h, which, size).await
+}
+
+/// One round of P8 for `profiles` (at once), both attachers of `sides` at once.
+pub async fn p8_round(
+    h: &Harness,
+    profiles: &[Profile],
+    sides: &[Which],
+    round: usize,
+) -> Result<()> {
+    p8::run(h, profiles, sides, round).await
 }

@@ -1,0 +1,584 @@
+//! P8, "what users wait for": the pure parts. Which driver profiles, which
+//! flag sets (each driver's chart, upstream's defaults), which cases, the
+//! statistics of one run and the driver calls per attach read from the mock
+//! driver's ledger. The runs themselves are `scenarios/p8.rs`.
+
+use std::collections::HashSet;
+
+use serde_json::Value;
+
+use crate::stats::percentile;
+
+/// A built-in profile of the mock driver (`csi-mock-driver --profile NAME`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Profile {
+    AwsEbs,
+    AzureDisk,
+    GcePd,
+    /// Alibaba Cloud's disk driver: one operation per instance at a time.
+    SerialPerNode,
+}
+
+impl Profile {
+    pub const ALL: [Profile; 4] = [
+        Profile::AwsEbs,
+        Profile::AzureDisk,
+        Profile::GcePd,
+        Profile::SerialPerNode,
+    ];
+
+    /// The mock driver's `--profile` name, and the profile's name in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            Profile::AwsEbs => "aws-ebs",
+            Profile::AzureDisk => "azure-disk",
+            Profile::GcePd => "gce-pd",
+            Profile::SerialPerNode => "serial-per-node",
+        }
+    }
+
+    /// The driver whose chart gives the flags.
+    pub fn driver(self) -> &'static str {
+        match self {
+            Profile::AwsEbs => "aws-ebs-csi-driver",
+            Profile::AzureDisk => "azuredisk-csi-driver",
+            Profile::GcePd => "gcp-compute-persistent-disk-csi-driver",
+            Profile::SerialPerNode => "alibaba-cloud-csi-driver (disk)",
+        }
+    }
+
+    /// The attacher flags the driver's chart (deployment) ships; what it does
+    /// not set is upstream's default (see [`DEFAULTS`]).
+    pub fn chart_flags(self) -> &'static [&'static str] {
+        match self {
+            Profile::AwsEbs => &[
+                "--worker-threads=100",
+                "--kube-api-qps=20",
+                "--kube-api-burst=100",
+                "--timeout=6m",
+            ],
+            Profile::AzureDisk => &[
+                "--worker-threads=1000",
+                "--kube-api-qps=200",
+                "--kube-api-burst=400",
+                "--timeout=600s",
+            ],
+            Profile::GcePd => &["--timeout=250s"],
+            Profile::SerialPerNode => &[
+                "--worker-threads=1200",
+                "--kube-api-qps=1000",
+                "--kube-api-burst=2000",
+                "--timeout=30s",
+            ],
+        }
+    }
+
+    /// The profile's TOML, as the mock driver has it built in.
+    fn toml(self) -> &'static str {
+        match self {
+            Profile::AwsEbs => include_str!("../../src/bin/csi-mock-driver/profiles/aws-ebs.toml"),
+            Profile::AzureDisk => {
+                include_str!("../../src/bin/csi-mock-driver/profiles/azure-disk.toml")
+            }
+            Profile::GcePd => include_str!("../../src/bin/csi-mock-driver/profiles/gce-pd.toml"),
+            Profile::SerialPerNode => {
+                include_str!("../../src/bin/csi-mock-driver/profiles/serial-per-node.toml")
+            }
+        }
+    }
+
+    /// Volumes one node can have attached (`node.max_attachments` of the
+    /// profile; `usize::MAX` when it has no limit).
+    pub fn node_limit(self) -> usize {
+        let profile: toml::Table = toml::from_str(self.toml()).unwrap_or_default();
+        profile
+            .get("node")
+            .and_then(|n| n.get("max_attachments"))
+            .and_then(toml::Value::as_integer)
+            .filter(|&n| n > 0)
+            .map_or(usize::MAX, |n| n as usize)
+    }
+
+    /// `wanted` volumes per node, at most the node's limit: the scheduler
+    /// places no more pods with volumes on a node than its CSINode allows.
+    pub fn per_node(self, wanted: usize) -> usize {
+        wanted.min(self.node_limit())
+    }
+}
+
+/// Upstream's defaults of the flags the charts set.
+pub const DEFAULTS: [&str; 4] = [
+    "--worker-threads=10",
+    "--timeout=15s",
+    "--kube-api-qps=5",
+    "--kube-api-burst=10",
+];
+
+/// The two flag sets of each profile; both attachers get the same one.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Flags {
+    /// What the driver's chart ships.
+    Chart,
+    /// Upstream's defaults.
+    Defaults,
+}
+
+impl Flags {
+    pub const ALL: [Flags; 2] = [Flags::Chart, Flags::Defaults];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Flags::Chart => "chart flags",
+            Flags::Defaults => "upstream defaults",
+        }
+    }
+
+    /// The attacher's flags (besides `--csi-address`, `--kubeconfig` and
+    /// `--http-endpoint`): every flag of [`DEFAULTS`] once, the chart's value
+    /// where it sets one.
+    pub fn args(self, profile: Profile) -> Vec<String> {
+        let chart: &[&str] = match self {
+            Flags::Chart => profile.chart_flags(),
+            Flags::Defaults => &[],
+        };
+        let flag = |arg: &str| arg.split('=').next().unwrap_or(arg).to_owned();
+        let mut args: Vec<String> = DEFAULTS
+            .iter()
+            .map(|d| {
+                chart
+                    .iter()
+                    .find(|c| flag(c) == flag(d))
+                    .unwrap_or(d)
+                    .to_string()
+            })
+            .collect();
+        args.extend(
+            chart
+                .iter()
+                .filter(|c| !DEFAULTS.iter().any(|d| flag(d) == flag(c)))
+                .map(|c| c.to_string()),
+        );
+        args
+    }
+}
+
+/// What happens to the cluster in one run.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Case {
+    /// New nodes, VAs created at once.
+    ScaleUp,
+    /// Volumes move from drained nodes to others: old VA deleted, new VA
+    /// created once the old one is gone.
+    Drain,
+    /// A Node with volumes is deleted (and its CSINode and cloud instance).
+    NodeDeleted,
+    /// A Node is tainted out-of-service; Node and instance stay.
+    OutOfService,
+    /// One node with many pending attaches beside many nodes with few.
+    NoisyNeighbour,
+}
+
+impl Case {
+    pub const ALL: [Case; 5] = [
+        Case::ScaleUp,
+        Case::Drain,
+        Case::NodeDeleted,
+        Case::OutOfService,
+        Case::NoisyNeighbour,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Case::ScaleUp => "scale-up",
+            Case::Drain => "drain",
+            Case::NodeDeleted => "node deleted",
+            Case::OutOfService => "node out-of-service",
+            Case::NoisyNeighbour => "noisy neighbour",
+        }
+    }
+
+    /// A short key for object names.
+    pub fn key(self) -> &'static str {
+        match self {
+            Case::ScaleUp => "up",
+            Case::Drain => "drain",
+            Case::NodeDeleted => "gone",
+            Case::OutOfService => "oos",
+            Case::NoisyNeighbour => "noisy",
+        }
+    }
+
+    /// What the per-VA time spans.
+    pub fn span(self) -> &'static str {
+        match self {
+            Case::ScaleUp => "create→attached",
+            Case::Drain => "old VA deleted→attached elsewhere",
+            Case::NodeDeleted => "Node deleted→attached elsewhere",
+            Case::OutOfService => "taint→attached elsewhere",
+            Case::NoisyNeighbour => "small nodes' create→attached",
+        }
+    }
+}
+
+/// The figures of one run, each a metric of its own (all: lower is better).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Figure {
+    P50,
+    P99,
+    Max,
+    /// From the first create (or the failure, or the first delete) to the
+    /// last VA attached.
+    AllAttached,
+    /// ControllerPublishVolume calls ÷ the successful ones.
+    CallsPerAttach,
+    /// `status.attachError` changes seen by a watch.
+    AttachErrors,
+    /// VAs never attached within the run's cap.
+    NotAttached,
+}
+
+impl Figure {
+    pub const ALL: [Figure; 7] = [
+        Figure::P50,
+        Figure::P99,
+        Figure::Max,
+        Figure::AllAttached,
+        Figure::CallsPerAttach,
+        Figure::AttachErrors,
+        Figure::NotAttached,
+    ];
+
+    /// Its name in a metric (after the run's label).
+    pub fn label(self, case: Case) -> String {
+        match self {
+            Figure::P50 => format!("{} p50 s", case.span()),
+            Figure::P99 => format!("{} p99 s", case.span()),
+            Figure::Max => format!("{} max s", case.span()),
+            Figure::AllAttached => "all attached s".into(),
+            Figure::CallsPerAttach => "Publish calls per successful attach".into(),
+            Figure::AttachErrors => "attachError changes".into(),
+            Figure::NotAttached => "VAs not attached within the cap".into(),
+        }
+    }
+
+    /// Its column in results.md's P8 tables.
+    pub fn column(self) -> &'static str {
+        match self {
+            Figure::P50 => "p50 s",
+            Figure::P99 => "p99 s",
+            Figure::Max => "max s",
+            Figure::AllAttached => "all attached s",
+            Figure::CallsPerAttach => "Publish calls / attach",
+            Figure::AttachErrors => "attachError changes",
+            Figure::NotAttached => "not attached",
+        }
+    }
+}
+
+/// "P8 aws-ebs scale-up (chart flags)": the prefix of a run's metrics and
+/// the key of its distribution in results.json.
+pub fn run_label(profile: Profile, case: Case, flags: Flags) -> String {
+    format!("P8 {} {} ({})", profile.name(), case.label(), flags.label())
+}
+
+/// What one run measured.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Observed {
+    /// Per measured VA: seconds to attached, `None` when not within the cap.
+    pub times: Vec<Option<f64>>,
+    /// Seconds from the run's start to its last VA attached (every VA of the
+    /// run, for the noisy neighbour also the big node's); `None` when one was
+    /// not attached within the cap.
+    pub all: Option<f64>,
+    /// VAs of the run not attached within the cap (for the noisy neighbour
+    /// also the big node's, which are not in `times`).
+    pub not_attached: usize,
+    /// ControllerPublishVolume calls and successful ones.
+    pub calls: CallCount,
+    pub attach_errors: usize,
+}
+
+impl Observed {
+    /// The distribution as recorded: a VA not attached counts as the cap.
+    pub fn capped(&self, cap: f64) -> Vec<f64> {
+        self.times.iter().map(|t| t.unwrap_or(cap)).collect()
+    }
+
+    /// The value of `figure`; times not attached count as `cap` (a lower bound).
+    pub fn figure(&self, figure: Figure, cap: f64) -> f64 {
+        let mut times = self.capped(cap);
+        match figure {
+            Figure::P50 => percentile(&mut times, 50.0),
+            Figure::P99 => percentile(&mut times, 99.0),
+            Figure::Max => percentile(&mut times, 100.0),
+            Figure::AllAttached => self.all.unwrap_or(cap),
+            Figure::CallsPerAttach => self.calls.per_success(),
+            Figure::AttachErrors => self.attach_errors as f64,
+            Figure::NotAttached => self.not_attached as f64,
+        }
+    }
+}
+
+/// ControllerPublishVolume calls in a ledger, and how many succeeded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallCount {
+    pub calls: usize,
+    pub ok: usize,
+}
+
+impl CallCount {
+    /// Calls per successful one; NaN when none succeeded.
+    pub fn per_success(self) -> f64 {
+        if self.ok == 0 {
+            f64::NAN
+        } else {
+            self.calls as f64 / self.ok as f64
+        }
+    }
+}
+
+/// The ControllerPublishVolume calls of a JSON-lines ledger for volume
+/// handles starting with `volume_prefix`, received at or after `since`
+/// (unix seconds). Event lines (`start`, `abandoned`) are not calls; a call
+/// its client abandoned is (code `Canceled`).
+pub fn publish_calls(ledger: &str, volume_prefix: &str, since: f64) -> CallCount {
+    let mut count = CallCount::default();
+    for entry in lines(ledger) {
+        if entry.get("event").is_some()
+            || entry["method"] != "ControllerPublishVolume"
+            || !entry["volume_id"]
+                .as_str()
+                .is_some_and(|v| v.starts_with(volume_prefix))
+        {
+            continue;
+        }
+        let received = entry["time_unix_nanos"].as_u64().unwrap_or(0) as f64 / 1e9;
+        if received < since {
+            continue;
+        }
+        count.calls += 1;
+        if entry["code"] == "OK" {
+            count.ok += 1;
+        }
+    }
+    count
+}
+
+/// Calls of a ledger written with `--ledger-events` that started and have
+/// neither an entry nor an `abandoned` line yet.
+pub fn unfinished_calls(ledger: &str) -> usize {
+    let mut started = HashSet::new();
+    let mut ended = HashSet::new();
+    for entry in lines(ledger) {
+        let Some(id) = entry["call_id"].as_u64() else {
+            continue;
+        };
+        match entry["event"].as_str() {
+            Some("start") => started.insert(id),
+            _ => ended.insert(id),
+        };
+    }
+    started.difference(&ended).count()
+}
+
+/// The JSON lines of a ledger; a line cut short (being written) is skipped.
+fn lines(ledger: &str) -> impl Iterator<Item = Value> + '_ {
+    ledger
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+}
+
+/// Per-VA status.attachError history as a watch sees it: counts each new
+/// error (a message or time different from the last one seen).
+#[derive(Clone, Debug, Default)]
+pub struct ErrorSeen {
+    last: Option<String>,
+    pub changes: usize,
+}
+
+impl ErrorSeen {
+    /// `error`: the error's message and time, as one string; `None`: no error.
+    pub fn see(&mut self, error: Option<String>) {
+        if error.is_some() && error != self.last {
+            self.changes += 1;
+        }
+        self.last = error;
+    }
+}
+
+/// The cumulative distribution of `values` as steps: (value, fraction of all
+/// values ≤ it), sorted; values at or above `cap` (not attached) are left out,
+/// so the curve ends below 1 when some never attached.
+pub fn cdf_points(values: &[f64], cap: f64) -> Vec<(f64, f64)> {
+    let mut sorted: Vec<f64> = values
+        .iter()
+        .copied()
+        .filter(|v| v.is_finite() && *v < cap)
+        .collect();
+    sorted.sort_by(f64::total_cmp);
+    let n = values.len().max(1) as f64;
+    sorted
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (*v, (i + 1) as f64 / n))
+        .collect()
+}
+
+// Also compiled into the benchmark, which cargo builds with cfg(test) but no
+// test harness: there the #[test]s are dropped (they run in attacher_units).
+#[cfg(test)]
+#[allow(unused_imports, dead_code)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chart_flags_replace_the_defaults_once_each() {
+        assert_eq!(
+            Flags::Defaults.args(Profile::AwsEbs),
+            [
+                "--worker-threads=10",
+                "--timeout=15s",
+                "--kube-api-qps=5",
+                "--kube-api-burst=10"
+            ]
+        );
+        assert_eq!(
+            Flags::Chart.args(Profile::AwsEbs),
+            [
+                "--worker-threads=100",
+                "--timeout=6m",
+                "--kube-api-qps=20",
+                "--kube-api-burst=100"
+            ]
+        );
+        // The GCE PD deployment sets only the timeout.
+        assert_eq!(
+            Flags::Chart.args(Profile::GcePd),
+            [
+                "--worker-threads=10",
+                "--timeout=250s",
+                "--kube-api-qps=5",
+                "--kube-api-burst=10"
+            ]
+        );
+        for profile in Profile::ALL {
+            for flags in Flags::ALL {
+                let args = flags.args(profile);
+                let names: HashSet<&str> =
+                    args.iter().map(|a| a.split('=').next().unwrap()).collect();
+                assert_eq!(names.len(), args.len(), "{args:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn node_limits_come_from_the_profiles() {
+        assert_eq!(Profile::AwsEbs.node_limit(), 26);
+        assert_eq!(Profile::AzureDisk.node_limit(), 8);
+        assert_eq!(Profile::GcePd.node_limit(), 127);
+        assert_eq!(Profile::SerialPerNode.node_limit(), 15);
+        assert_eq!(Profile::AzureDisk.per_node(10), 8);
+        assert_eq!(Profile::SerialPerNode.per_node(20), 15);
+        assert_eq!(Profile::GcePd.per_node(20), 20);
+    }
+
+    #[test]
+    fn labels_name_profile_case_and_flags() {
+        assert_eq!(
+            run_label(
+                Profile::SerialPerNode,
+                Case::NoisyNeighbour,
+                Flags::Defaults
+            ),
+            "P8 serial-per-node noisy neighbour (upstream defaults)"
+        );
+        assert_eq!(
+            Figure::P99.label(Case::Drain),
+            "old VA deleted→attached elsewhere p99 s"
+        );
+    }
+
+    #[test]
+    fn not_attached_counts_as_the_cap() {
+        let observed = Observed {
+            times: vec![Some(1.0), Some(2.0), None, Some(3.0)],
+            all: None,
+            not_attached: 5,
+            calls: CallCount { calls: 6, ok: 3 },
+            attach_errors: 2,
+        };
+        let cap = 60.0;
+        assert_eq!(observed.capped(cap), [1.0, 2.0, 60.0, 3.0]);
+        assert_eq!(observed.figure(Figure::P50, cap), 3.0);
+        assert_eq!(observed.figure(Figure::Max, cap), 60.0);
+        assert_eq!(observed.figure(Figure::AllAttached, cap), 60.0);
+        assert_eq!(observed.figure(Figure::CallsPerAttach, cap), 2.0);
+        assert_eq!(observed.figure(Figure::AttachErrors, cap), 2.0);
+        assert_eq!(observed.figure(Figure::NotAttached, cap), 5.0);
+        let done = Observed {
+            times: (1..=100).map(|i| Some(f64::from(i))).collect(),
+            all: Some(101.5),
+            ..Observed::default()
+        };
+        assert_eq!(done.figure(Figure::P99, cap), 99.0);
+        assert_eq!(done.figure(Figure::AllAttached, cap), 101.5);
+        assert_eq!(done.figure(Figure::NotAttached, cap), 0.0);
+        assert!(done.figure(Figure::CallsPerAttach, cap).is_nan());
+    }
+
+    #[test]
+    fn publish_calls_per_attach_from_the_ledger() {
+        let ledger = [
+            // Before the run's start: the canary's, or the setup's.
+            r#"{"method":"ControllerPublishVolume","volume_id":"handle-r-pv-0","node_id":"n","code":"OK","time_unix_nanos":900000000000}"#,
+            r#"{"event":"start","method":"ControllerPublishVolume","call_id":7,"time_unix_nanos":1000000000000}"#,
+            r#"{"method":"ControllerPublishVolume","volume_id":"handle-r-pv-0","node_id":"n","code":"ResourceExhausted","call_id":7,"time_unix_nanos":1000000000000}"#,
+            r#"{"method":"ControllerPublishVolume","volume_id":"handle-r-pv-0","node_id":"n","code":"Canceled","time_unix_nanos":1001000000000}"#,
+            r#"{"method":"ControllerPublishVolume","volume_id":"handle-r-pv-0","node_id":"n","code":"OK","time_unix_nanos":1002000000000}"#,
+            r#"{"method":"ControllerPublishVolume","volume_id":"handle-r-pv-1","node_id":"n","code":"OK","time_unix_nanos":1002000000000}"#,
+            // Another run's volume, another method, a line cut short.
+            r#"{"method":"ControllerPublishVolume","volume_id":"handle-s-pv-1","node_id":"n","code":"OK","time_unix_nanos":1002000000000}"#,
+            r#"{"method":"ControllerUnpublishVolume","volume_id":"handle-r-pv-1","node_id":"n","code":"OK","time_unix_nanos":1003000000000}"#,
+            r#"{"method":"ControllerPublishVolume","volume_id":"handle-r-p"#,
+        ]
+        .join("\n");
+        let count = publish_calls(&ledger, "handle-r-pv-", 1000.0);
+        assert_eq!(count, CallCount { calls: 4, ok: 2 });
+        assert_eq!(count.per_success(), 2.0);
+        assert_eq!(publish_calls(&ledger, "handle-r-pv-", 0.0).calls, 5);
+    }
+
+    #[test]
+    fn unfinished_calls_are_starts_without_an_end() {
+        let ledger = [
+            r#"{"event":"start","method":"ControllerPublishVolume","call_id":1}"#,
+            r#"{"event":"start","method":"ControllerPublishVolume","call_id":2}"#,
+            r#"{"event":"start","method":"ControllerUnpublishVolume","call_id":3}"#,
+            r#"{"method":"ControllerPublishVolume","code":"OK","call_id":1}"#,
+            r#"{"event":"abandoned","method":"ControllerUnpublishVolume","call_id":3}"#,
+        ]
+        .join("\n");
+        assert_eq!(unfinished_calls(&ledger), 1);
+        assert_eq!(unfinished_calls(""), 0);
+    }
+
+    #[test]
+    fn attach_error_changes_count_new_errors_only() {
+        let mut seen = ErrorSeen::default();
+        seen.see(None);
+        seen.see(Some("a@1".into()));
+        // The same error again (another field of the VA changed): no change.
+        seen.see(Some("a@1".into()));
+        seen.see(Some("a@2".into()));
+        seen.see(None);
+        seen.see(Some("a@2".into()));
+        assert_eq!(seen.changes, 3);
+    }
+
+    #[test]
+    fn cdf_ends_below_one_when_some_never_attached() {
+        let points = cdf_points(&[3.0, 1.0, 60.0, 2.0], 60.0);
+        assert_eq!(points, [(1.0, 0.25), (2.0, 0.5), (3.0, 0.75)]);
+        assert!(cdf_points(&[], 60.0).is_empty());
+    }
+}
