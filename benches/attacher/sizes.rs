@@ -174,12 +174,8 @@ pub const SMOKE: Sizes = Sizes {
     ],
     p8: P8Sizes {
         rounds: 1,
-        // One profile keeps the smoke run short (~30 s for P8; azure-disk's
-        // runs take ~40 s, the attachers' own retry intervals unscaled). The
-        // mock driver does not scale the aws-ebs and serial-per-node
-        // profiles' poll intervals (1 s, 2 s) by --time-scale: theirs ~100 s.
-        // `--smoke --only p8-<profile>` runs another.
-        profiles: &[Profile::GcePd],
+        // All four profiles at once, their durations scaled by --time-scale.
+        profiles: &Profile::ALL,
         scale_nodes: 2,
         scale_per_node: 2,
         drain_nodes: 2,
