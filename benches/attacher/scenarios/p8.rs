@@ -195,8 +195,23 @@ impl Track<'_> {
         format!("{}-{what}{i}", self.run)
     }
 
-    fn node_id(node: &str) -> String {
-        format!("{node}-id")
+    /// A name without the run's prefix: what upstream's and ours' runs of
+    /// a case have in common.
+    fn neutral<'n>(&self, name: &'n str) -> &'n str {
+        name.strip_prefix(&format!("{}-", self.run)).unwrap_or(name)
+    }
+
+    /// The node's ID, and below a PV's volume handle: the same strings in
+    /// upstream's run and in ours (each has its own mock driver), so the
+    /// profile, which draws each call's latency from the seed, the volume,
+    /// the node and the attempt, gives both attachers' same calls the same
+    /// latencies.
+    fn node_id(&self, node: &str) -> String {
+        format!("{}-id", self.neutral(node))
+    }
+
+    fn volume_handle(&self, pv: &str) -> String {
+        format!("handle-{}", self.neutral(pv))
     }
 
     /// `count` volumes per node of `nodes`, the PVs named in order. The
@@ -295,10 +310,13 @@ impl Track<'_> {
         for_all(pvs.into_iter().collect(), |pv| async move {
             self.h
                 .pvs
-                .create(
-                    &PostParams::default(),
-                    &pv_object(pv, &self.driver, &self.run)?,
-                )
+                .create(&PostParams::default(), &{
+                    let mut object = pv_object(pv, &self.driver, &self.run)?;
+                    if let Some(csi) = object.spec.as_mut().and_then(|s| s.csi.as_mut()) {
+                        csi.volume_handle = self.volume_handle(pv);
+                    }
+                    object
+                })
                 .await?;
             Ok(())
         })
@@ -540,7 +558,7 @@ impl Track<'_> {
             let node: Node =
                 serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}}))?;
             self.nodes.create(&PostParams::default(), &node).await?;
-            let mut csinode = objects::csinode(&name, &self.driver, &Self::node_id(&name));
+            let mut csinode = objects::csinode(&name, &self.driver, &self.node_id(&name));
             csinode.metadata.labels = Some([(RUN_LABEL.to_owned(), self.run.clone())].into());
             self.csinodes
                 .create(&PostParams::default(), &csinode)
@@ -553,7 +571,7 @@ impl Track<'_> {
     /// Tells the mock driver the node's cloud instance is gone.
     async fn delete_instance(&self, node: &str) -> Result<()> {
         let id = percent_encoding::utf8_percent_encode(
-            &Self::node_id(node),
+            &self.node_id(node),
             percent_encoding::NON_ALPHANUMERIC,
         )
         .to_string();
@@ -585,7 +603,7 @@ impl Track<'_> {
                 self.run
             );
         }
-        publish_calls(&ledger, &format!("handle-{}-pv-", self.run), since)
+        publish_calls(&ledger, "handle-pv-", since)
     }
 
     /// Stops nothing (the attacher is stopped by then or dropped, killing
