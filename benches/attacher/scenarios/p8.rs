@@ -62,7 +62,7 @@ pub async fn run(h: &Harness, profiles: &[Profile], sides: &[Which], round: usiz
 
 async fn lane(h: &Harness, profile: Profile, sides: &[Which], round: usize) -> Result<()> {
     let cap = h.sizes.p8.cap.as_secs_f64();
-    for (f, flags) in Flags::ALL.into_iter().enumerate() {
+    for (f, &flags) in h.sizes.p8.flags.iter().enumerate() {
         for (c, case) in Case::ALL.into_iter().enumerate() {
             let label = run_label(profile, case, flags);
             eprintln!("{label}: {}", flags.args(profile).join(" "));
