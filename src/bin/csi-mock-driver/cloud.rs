@@ -743,6 +743,14 @@ mod tests {
         tokio::spawn(async move { (cloud.publish(args).await, Instant::now()) })
     }
 
+    /// A Publish whose caller gives up (its deadline) once the call is under way.
+    async fn abandon_attach(cloud: &Arc<Cloud>, volume: &str, node: &str) {
+        let call = spawn_publish(cloud, volume, node);
+        settle().await;
+        call.abort();
+        let _ = call.await;
+    }
+
     /// Lets spawned calls run up to their first wait.
     async fn settle() {
         for _ in 0..20 {
@@ -874,10 +882,7 @@ mod tests {
         let text = text.replace("pending = \"wait\"", "pending = \"fail\"");
         let profile = Profile::parse(&text, "aws-ebs-v1.35").expect("profile");
         let cloud = Arc::new(Cloud::new(profile, 1, 1.0, Default::default()));
-        let first = spawn_publish(&cloud, "vol-1", "i-1");
-        settle().await;
-        first.abort();
-        let _ = first.await;
+        abandon_attach(&cloud, "vol-1", "i-1").await;
         let retry = cloud
             .publish(args("vol-1", "i-1"))
             .await
@@ -1005,10 +1010,7 @@ mod tests {
     async fn serial_per_node_a_caller_that_gives_up_frees_the_slot_and_a_retry_meets_attaching() {
         let cloud = cloud("serial-per-node");
         assert_eq!(cloud.profile().node.slot_scope, SlotScope::Call);
-        let first = spawn_publish(&cloud, "d-1", "i-1");
-        settle().await;
-        first.abort();
-        let _ = first.await;
+        abandon_attach(&cloud, "d-1", "i-1").await;
         let retry = cloud
             .publish(args("d-1", "i-1"))
             .await
