@@ -37,13 +37,14 @@ impl Profile {
         }
     }
 
-    /// The driver whose chart gives the flags.
+    /// The driver and the chart (or manifest) release whose attacher flags
+    /// [`Self::chart_flags`] are (docs/driver-profiles.md, "Charts' attacher flags").
     pub fn driver(self) -> &'static str {
         match self {
-            Profile::AwsEbs => "aws-ebs-csi-driver",
-            Profile::AzureDisk => "azuredisk-csi-driver",
-            Profile::GcePd => "gcp-compute-persistent-disk-csi-driver",
-            Profile::SerialPerNode => "alibaba-cloud-csi-driver (disk)",
+            Profile::AwsEbs => "aws-ebs-csi-driver chart 2.64.0",
+            Profile::AzureDisk => "azuredisk-csi-driver chart v1.34.5",
+            Profile::GcePd => "gcp-compute-persistent-disk-csi-driver deploy/ at v1.26.4",
+            Profile::SerialPerNode => "alibaba-cloud-csi-driver chart at v1.37.1 (disk)",
         }
     }
 
