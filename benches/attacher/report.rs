@@ -427,7 +427,7 @@ mod tests {
         assert_eq!(rows[0], "| profile | attachments per node | chart flags (upstream defaults: `--worker-threads=10 --timeout=15s --kube-api-qps=5 --kube-api-burst=10`) |");
         assert_eq!(
             rows[4],
-            "| gce-pd | 127 | gcp-compute-persistent-disk-csi-driver: `--worker-threads=10 --timeout=250s --kube-api-qps=5 --kube-api-burst=10` |"
+            "| gce-pd | 127 | gcp-compute-persistent-disk-csi-driver deploy/ at v1.26.4: `--worker-threads=10 --timeout=250s --kube-api-qps=5 --kube-api-burst=10` |"
         );
         assert!(!tables.contains("### P8 aws-ebs"));
         assert!(tables.contains("### P8 gce-pd"));
