@@ -249,6 +249,15 @@ impl Leadership {
         }
     }
 
+    /// A window that follows `window` (tests: open and close it at will).
+    #[cfg(test)]
+    pub fn following(window: watch::Receiver<Window>) -> Self {
+        Self {
+            window,
+            calls: Arc::default(),
+        }
+    }
+
     /// The window now.
     pub fn window(&self) -> Window {
         *self.window.borrow()

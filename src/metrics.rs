@@ -403,6 +403,9 @@ pub struct FlowMetrics {
     /// `csi_attacher_sync_panics_total{lane}`: syncs that panicked (bugs),
     /// each turned into that object's error and retried.
     pub panics: IntCounterVec,
+    /// `csi_attacher_failing_volumeattachments{lane}`: VAs whose last attempt
+    /// failed, per VA lane (kept by `controller::failing::FailingVas`).
+    pub failing: IntGaugeVec,
 }
 
 impl FlowMetrics {
@@ -418,6 +421,15 @@ impl FlowMetrics {
                     panics.with_label_values(&[lane]);
                 }
                 panics
+            },
+            failing: {
+                let failing = register(registry, IntGaugeVec::new(Opts::new("csi_attacher_failing_volumeattachments", "VolumeAttachments whose last attempt failed, per lane (attach, detach): counted from the first failed attempt until one succeeds or the VolumeAttachment goes, whatever the backoff; 0 when not leading."), &["lane"]).unwrap_or_else(|_| unreachable()));
+                // Present at 0 from the start (standbys too), so alerts and
+                // dashboards see a value, not an absent series.
+                for lane in ["attach", "detach"] {
+                    failing.with_label_values(&[lane]);
+                }
+                failing
             },
         }
     }

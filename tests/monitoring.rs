@@ -264,11 +264,14 @@ fn the_pod_monitor_selects_the_deployments_pods_and_port() {
             "selector {key:?}={value:?}"
         );
     }
-    let job_label = monitor["spec"]["jobLabel"].as_str().expect("jobLabel");
+    // The job is the endpoint's own, not a pod label every container's
+    // endpoint of the pod shares, and the rules select it.
     assert!(
-        pod_labels.contains_key(job_label),
-        "jobLabel {job_label} is not a pod label"
+        monitor["spec"]["jobLabel"].is_null(),
+        "{POD_MONITOR}: jobLabel names a pod label, shared by every endpoint of the pod"
     );
+    let job_matcher =
+        regex::Regex::new(&format!("^(?:{})$", rules_job_regex())).expect("job regex");
     let attacher = template["spec"]["containers"]
         .as_sequence()
         .expect("containers")
@@ -294,6 +297,18 @@ fn the_pod_monitor_selects_the_deployments_pods_and_port() {
     {
         let port = endpoint["port"].as_str().expect("port");
         assert!(ports.contains(&port), "no container port {port}: {ports:?}");
+        let job = endpoint["relabelings"]
+            .as_sequence()
+            .into_iter()
+            .flatten()
+            .find(|r| r["targetLabel"].as_str() == Some("job"))
+            .and_then(|r| r["replacement"].as_str())
+            .unwrap_or_else(|| panic!("{POD_MONITOR}: endpoint {port} sets no job of its own"));
+        assert!(
+            job_matcher.is_match(job),
+            "job {job:?} is not selected by the rules' job=~{:?}",
+            rules_job_regex()
+        );
         assert_eq!(endpoint["path"].as_str(), Some("/metrics"), "{port_arg}");
     }
 }
@@ -318,6 +333,90 @@ fn metric_names_are_found_in_expressions() {
             .into_iter()
             .collect::<Vec<_>>(),
         [("a".to_string(), "1".to_string())]
+    );
+}
+
+/// The job regex every selector of the rules carries.
+const JOB_MATCHER: &str = r#"job=~"csi-attacher.*""#;
+
+fn rules_job_regex() -> &'static str {
+    "csi-attacher.*"
+}
+
+#[test]
+fn every_selector_of_the_rules_selects_the_attachers_job() {
+    assert_eq!(JOB_MATCHER, format!(r#"job=~"{}""#, rules_job_regex()));
+    let mut bare = Vec::new();
+    for (source, expr) in expressions()
+        .into_iter()
+        .filter(|(s, _)| s.starts_with("rule "))
+    {
+        for name in metric_names(&expr) {
+            // Every occurrence of the name is a selector with the matcher.
+            let selector =
+                regex::Regex::new(&format!(r"\b{name}\b(\{{[^}}]*\}})?")).expect("selector regex");
+            for found in selector.captures_iter(&expr) {
+                if !found
+                    .get(1)
+                    .is_some_and(|m| m.as_str().contains(JOB_MATCHER))
+                {
+                    bare.push(format!("{source}: {}", &found[0]));
+                }
+            }
+        }
+    }
+    assert!(
+        bare.is_empty(),
+        "selectors without {JOB_MATCHER} (they would match the driver's or other sidecars' series):\n  {}",
+        bare.join("\n  ")
+    );
+}
+
+/// GitHub's anchor of a Markdown heading: lower case, punctuation but `-`
+/// and `_` dropped, spaces as `-`.
+fn github_anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn every_alert_has_a_runbook_section_in_operations_md() {
+    let operations = read("docs/operations.md");
+    let anchors: BTreeSet<String> = operations
+        .lines()
+        .filter_map(|l| l.strip_prefix("### "))
+        .map(github_anchor)
+        .collect();
+    let rules = yaml(RULES);
+    let mut problems = Vec::new();
+    for group in rules["groups"].as_sequence().expect("groups") {
+        for rule in group["rules"].as_sequence().expect("rules") {
+            let name = rule["alert"].as_str().expect("alert");
+            let want = format!("docs/operations.md#{}", name.to_lowercase());
+            match rule["annotations"]["runbook_url"].as_str() {
+                Some(url) if url == want => {}
+                other => problems.push(format!("{name}: runbook_url {other:?}, want {want:?}")),
+            }
+            if !anchors.contains(&name.to_lowercase()) {
+                problems.push(format!(
+                    "{name}: no `### {name}` section in docs/operations.md"
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    assert_eq!(github_anchor("CSIAttacherNoLeader"), "csiattachernoleader");
+    assert_eq!(
+        github_anchor("The image and the driver socket"),
+        "the-image-and-the-driver-socket"
     );
 }
 
@@ -392,6 +491,9 @@ async fn dashboard_and_rules_query_only_metrics_a_running_attacher_serves() {
         for name in metric_names(&expr) {
             let found = if name.starts_with("apiserver_") {
                 apiserver_served.contains(&name)
+            } else if name == "up" {
+                // Prometheus's own series for each target it scrapes.
+                true
             } else {
                 served.contains(&name)
             };
@@ -416,6 +518,11 @@ async fn dashboard_and_rules_query_only_metrics_a_running_attacher_serves() {
         "queried but not served:\n  {}\n\nserved by the attacher:\n{text}",
         missing.join("\n  ")
     );
+    // Every VA succeeded in the end: none counts as failing.
+    for lane in ["attach", "detach"] {
+        let line = format!("csi_attacher_failing_volumeattachments{{lane=\"{lane}\"}} 0");
+        assert!(text.lines().any(|l| l == line), "missing {line}\n{text}");
+    }
     // The dashboard's variables read csi_attacher_build_info.
     assert!(served.contains("csi_attacher_build_info"), "{text}");
     // Sanity: the check covered the families of every section.
@@ -424,6 +531,8 @@ async fn dashboard_and_rules_query_only_metrics_a_running_attacher_serves() {
         "csi_attacher_lane_oldest_waiting_seconds",
         "csi_sidecar_operations_seconds_count",
         "csi_attacher_reconcile_failures_total",
+        "csi_attacher_failing_volumeattachments",
+        "csi_attacher_sync_panics_total",
         "leader_election_master_status",
         "apiserver_request_total",
     ] {

@@ -13,6 +13,7 @@ use super::compact::CachedVa;
 use super::driver::Driver;
 use super::error::FlowError;
 use super::events::FailureEvents;
+use super::failing::FailingVas;
 use super::lane::Lane;
 use super::patches;
 use super::reconcile::ForceSync;
@@ -45,6 +46,8 @@ pub struct Ctx {
     pub force_sync: ForceSync,
     /// Events on repeated failures.
     pub events: Option<FailureEvents>,
+    /// VAs failing now (`csi_attacher_failing_volumeattachments`).
+    pub failing: Arc<FailingVas>,
     /// Driver calls start only inside this window and are abandoned when it closes.
     pub leadership: Leadership,
 }

@@ -17,6 +17,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 
 use super::compact::{CachedPv, CachedVa, Wire};
+use super::failing::FailingVas;
 use super::lane::Lane;
 use super::names::NODE_ID_ANNOTATION;
 use super::pv_finalizer::needs_finalizer_check;
@@ -24,11 +25,14 @@ use super::queue::WorkQueue;
 use super::store::PvRefs;
 use super::watch_backoff::WatchBackoff;
 
-/// Keeps the VA cache and the PV reference index, and feeds both queues.
+/// Keeps the VA cache and the PV reference index, and feeds both queues;
+/// a VA deleted (or gone after a re-list) stops counting in `failing`.
+#[allow(clippy::too_many_arguments)]
 pub async fn run_va_informer(
     api: Api<Wire<CachedVa>>,
     mut writer: Writer<CachedVa>,
     pv_refs: PvRefs,
+    failing: Arc<FailingVas>,
     driver: String,
     finalizer: String,
     va_queue: Arc<WorkQueue>,
@@ -54,6 +58,7 @@ pub async fn run_va_informer(
             }
             Event::InitDone => {
                 writer.apply_watcher_event(&Event::InitDone);
+                failing.retain(|name| reader.get(&ObjectRef::new(name)).is_some());
                 for pv in pv_refs.finish_relist() {
                     pv_queue.add(&pv, Lane::Pv.index());
                 }
@@ -86,6 +91,7 @@ pub async fn run_va_informer(
                 }
                 if va.attacher() == driver {
                     writer.apply_watcher_event(&Event::Delete(va));
+                    failing.cleared(&name);
                 }
             }
         }

@@ -23,6 +23,7 @@ pub mod detach;
 pub mod driver;
 pub mod error;
 pub mod events;
+pub mod failing;
 pub mod informers;
 pub mod lane;
 pub mod names;

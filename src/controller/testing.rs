@@ -24,6 +24,7 @@ use super::compact::{CachedPv, CachedVa};
 use super::context::Ctx;
 use super::driver::{Driver, Origin};
 use super::error::{ApiError, SecretError};
+use super::failing::FailingVas;
 use super::reconcile::ForceSync;
 use super::store::{store_from, PvRefs, Stores};
 use crate::csi::proto::{ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest};
@@ -390,6 +391,7 @@ impl World {
             csinodes: store_from(csinodes),
             pv_refs,
         };
+        let flow_metrics = Metrics::new().flows;
         let ctx = Ctx {
             driver_name: DRIVER.into(),
             finalizer: FIN.into(),
@@ -399,7 +401,8 @@ impl World {
             stores,
             csi: driver.clone(),
             error_codes: true,
-            flow_metrics: Metrics::new().flows,
+            failing: Arc::new(FailingVas::new(&flow_metrics.failing)),
+            flow_metrics,
             force_sync: ForceSync::default(),
             events: None,
             leadership: Leadership::unbounded(),

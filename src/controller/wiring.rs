@@ -14,6 +14,7 @@ use tracing::Instrument;
 use super::api::KubeApi;
 use super::compact::{CachedPv, CachedVa};
 use super::context::Ctx;
+use super::failing::{self, FailingVas};
 use super::lane::{Lane, PV_QUEUE, VA_QUEUE};
 use super::queue::{Backoff, Concurrency, WorkQueue};
 use super::store::{PvRefs, Stores};
@@ -122,7 +123,15 @@ pub async fn run(
     let mut tasks = JoinSet::new();
     let queues = Queues::new(&settings, &metrics);
     let client = clients.normal.clone();
-    let stores = spawn_watches(&mut tasks, &client, &settings, &finalizer, &queues);
+    let failing = Arc::new(FailingVas::new(&metrics.flows.failing));
+    let stores = spawn_watches(
+        &mut tasks,
+        &client,
+        &settings,
+        &finalizer,
+        &queues,
+        Arc::clone(&failing),
+    );
 
     // Upstream waits for the VA and PV caches only; CSINode lags are retried.
     tokio::pin!(shutdown);
@@ -153,6 +162,7 @@ pub async fn run(
         error_codes: settings.error_codes,
         flow_metrics: Arc::clone(&metrics.flows),
         force_sync: reconcile::ForceSync::default(),
+        failing,
         events: settings
             .reporter
             .clone()
@@ -184,6 +194,7 @@ fn spawn_watches(
     settings: &Settings,
     finalizer: &str,
     queues: &Queues,
+    failing: Arc<FailingVas>,
 ) -> Stores {
     let driver = &settings.driver_name;
     let (vas, va_writer) = reflector::store::<CachedVa>();
@@ -195,6 +206,7 @@ fn spawn_watches(
             Api::all(client.clone()),
             va_writer,
             pv_refs.clone(),
+            failing,
             driver.clone(),
             finalizer.to_string(),
             Arc::clone(&queues.va),
@@ -239,6 +251,11 @@ fn start_leading(
         Arc::clone(&queues.va),
         Arc::clone(&queues.pv),
     ));
+    // Once the leadership window closes, no VA is ours to count.
+    let leadership = ctx.leadership.clone();
+    tasks.spawn(failing::stop_when(Arc::clone(&ctx.failing), async move {
+        leadership.closed().await
+    }));
     // Upstream's informers start with the leadership and add every object;
     // our caches are warm already, so the new leader queues them from there.
     queues.va.start();

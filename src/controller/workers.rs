@@ -27,7 +27,10 @@ pub async fn va_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue>, lane: Lane) {
             .instrument(span.clone())
             .await;
         match result {
-            Ok(()) => queue.forget(&key),
+            Ok(()) => {
+                queue.forget(&key);
+                ctx.failing.cleared(&key);
+            }
             Err(FlowError::NotLeading(_)) => {
                 // Not an error of the VA: whoever leads next does it.
                 let delay = queue.add_rate_limited(&key, lane.index());
@@ -39,7 +42,8 @@ pub async fn va_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue>, lane: Lane) {
     }
 }
 
-/// A VA sync failed with `err`: re-queue it with backoff, log, post an Event.
+/// A VA sync failed with `err`: count it failing, re-queue it with backoff,
+/// log, post an Event.
 async fn va_failed(
     ctx: &Ctx,
     queue: &WorkQueue,
@@ -54,6 +58,8 @@ async fn va_failed(
         // The flow did not get as far as recording it.
         ctx.record_error(va, lane, &err).await;
     }
+    ctx.failing
+        .failed(key, lane, || ctx.stores.va(key).is_some());
     let delay = queue.add_rate_limited(key, lane.index());
     span.in_scope(
         || tracing::warn!(error = %err, retry_in = ?delay, "VolumeAttachment sync failed"),
