@@ -128,7 +128,31 @@ fn apiserver_binary(tools: &Path) -> Result<(PathBuf, Option<u32>)> {
 }
 
 /// A free TCP port on 127.0.0.1 (bound, then released).
+///
+/// Picked at random below the kernel's ephemeral range
+/// (`ip_local_port_range`), so that no outgoing connection (etcd's clients
+/// of itself, the API server's of etcd) can take it between the pick and the
+/// bind of the process it is for; each port at most once per test process.
+/// Where the range cannot be read, or leaves too little below it, the kernel
+/// picks one of its own (port 0).
 pub fn free_port() -> Result<u16> {
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let ephemeral_start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(0);
+    if ephemeral_start > 12_000 {
+        let mut given = GIVEN
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for _ in 0..200 {
+            let port = fastrand::u16(10_000..ephemeral_start);
+            if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                given.push(port);
+                return Ok(port);
+            }
+        }
+    }
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
