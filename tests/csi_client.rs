@@ -349,3 +349,63 @@ async fn secrets_and_volume_context_reach_the_driver() {
         json!({"access_type": "mount", "fs_type": "ext4", "mount_flags": [], "access_mode": "MULTI_NODE_MULTI_WRITER"})
     );
 }
+
+/// The `start` event lines of `method` in the mock's ledger file (`--ledger-events`).
+fn started(mock: &MockDriver, method: &str) -> usize {
+    std::fs::read_to_string(&mock.ledger_path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["event"] == "start" && e["method"] == method)
+        .count()
+}
+
+#[tokio::test]
+async fn a_call_that_outlives_the_state_save_on_sigterm_does_not_answer_ok() {
+    // The chaos suite restarts the mock with SIGTERM and `--state-file`: an
+    // Unpublish still running when the table was saved answered OK while the
+    // next process loaded the volume as published (a leak no attacher made).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state.json");
+    let mut mock = MockDriver::start(&[
+        &format!("--state-file={}", state.display()),
+        "--ledger-events",
+    ])
+    .expect("mock");
+    let (client, _) = connect(&mock, Duration::from_secs(10)).await;
+    client
+        .publish(
+            publish_request("vol-t", "node-1", Mode::SingleNodeWriter),
+            false,
+        )
+        .await
+        .expect("publish");
+    mock.set_fault("ControllerUnpublishVolume", json!({"delay_ms": 1500}))
+        .await;
+    let unpublish = tokio::spawn(async move {
+        client
+            .unpublish(unpublish_request("vol-t", "node-1"), false)
+            .await
+    });
+    support::eventually("the Unpublish to start", Duration::from_secs(10), || {
+        let n = started(&mock, "ControllerUnpublishVolume");
+        async move { (n > 0).then_some(()) }
+    })
+    .await;
+    mock.process.signal(libc::SIGTERM);
+    let answer = unpublish.await.expect("join");
+    let status = mock.process.wait().expect("mock exits");
+    assert!(status.success(), "mock exit: {status}");
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&state).expect("state file"))
+            .expect("state JSON");
+    let still_published = saved["vol-t"]
+        .as_array()
+        .is_some_and(|nodes| nodes.iter().any(|n| n == "node-1"));
+    assert!(
+        answer.is_err() && still_published,
+        "Unpublish answered {answer:?}; the saved state has vol-t on node-1: {still_published} ({saved})"
+    );
+    let err = answer.expect_err("checked");
+    assert_eq!(err.code_number(), tonic::Code::Unavailable as i32, "{err}");
+}

@@ -307,8 +307,7 @@ impl Cloud {
                         fill(&node.gone_publish_message, volume, node_id),
                     )),
                     (Kind::Detach, GoneUnpublish::Ok) => {
-                        self.published().unpublish(volume, node_id);
-                        Ok(())
+                        self.published().unpublish(volume, node_id)
                     }
                     (Kind::Detach, GoneUnpublish::Fail(code)) => Err(Status::new(
                         code,
@@ -427,8 +426,7 @@ impl Cloud {
                 cloud.batched(kind, key.clone(), attach).await
             } else {
                 tokio::time::sleep(cloud.latency(kind, &mut rng)).await;
-                cloud.apply(kind, &key, attach.as_ref());
-                Ok(())
+                cloud.apply(kind, &key, attach.as_ref())
             };
             drop(permit);
             cloud.state().ops.remove(&key);
@@ -606,20 +604,29 @@ impl Cloud {
                 tokio::time::sleep(self.latency(kind, &mut rng)).await;
             }
             for item in items {
-                if result.is_ok() {
-                    self.apply(item.kind, &item.key, item.attach.as_ref());
-                }
-                let _ = item.done.send(result.clone());
+                let outcome = match &result {
+                    Ok(()) => self.apply(item.kind, &item.key, item.attach.as_ref()),
+                    Err(status) => Err(status.clone()),
+                };
+                let _ = item.done.send(outcome);
             }
         }
     }
 
     /// The cloud operation's effect on the published table.
-    fn apply(&self, kind: Kind, key: &Key, attach: Option<&(VolumeCapability, bool)>) {
+    /// UNAVAILABLE when the table is frozen (the process is stopping).
+    fn apply(
+        &self,
+        kind: Kind,
+        key: &Key,
+        attach: Option<&(VolumeCapability, bool)>,
+    ) -> Result<(), Status> {
         let mut published = self.published();
+        published.writable()?;
         match (kind, attach) {
             (Kind::Attach, Some((capability, readonly))) => {
                 published.insert(&key.0, &key.1, capability, *readonly);
+                Ok(())
             }
             _ => published.unpublish(&key.0, &key.1),
         }
@@ -832,7 +839,7 @@ mod tests {
             .publish(args("x", "vm-b"))
             .await
             .expect("attach resets");
-        cloud.published().unpublish("x", "vm-b");
+        cloud.published().unpublish("x", "vm-b").expect("unpublish");
         cloud.published().insert("x", "vm-a", &cap, false);
         cloud
             .publish(args("x", "vm-b"))

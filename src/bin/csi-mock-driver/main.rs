@@ -163,7 +163,9 @@ async fn save_state_on_shutdown(
 ) {
     shutdown().await;
     if let Some(path) = state_file {
-        let table = driver.published().table();
+        // Frozen under the table's lock: a call still running after the
+        // save answers UNAVAILABLE instead of changing what was saved.
+        let table = driver.published().freeze();
         if let Err(err) = std::fs::write(&path, serde_json::json!(table).to_string()) {
             eprintln!("csi-mock-driver: cannot write {}: {err}", path.display());
         }

@@ -316,7 +316,7 @@ impl Controller for Service {
                     if req.volume_id.is_empty() {
                         return Err(Status::invalid_argument("volume_id is required"));
                     }
-                    self.0.published().unpublish(&req.volume_id, &req.node_id);
+                    self.0.published().unpublish(&req.volume_id, &req.node_id)?;
                     Ok(proto::ControllerUnpublishVolumeResponse {})
                 },
             )

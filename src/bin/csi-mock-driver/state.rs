@@ -23,6 +23,9 @@ pub struct Published {
     volumes: BTreeMap<String, BTreeMap<String, Publication>>,
     /// 0 = unlimited; else RESOURCE_EXHAUSTED past this many volumes on one node.
     pub max_volumes_per_node: usize,
+    /// Set by [`Self::freeze`]: the table was saved for the next process and
+    /// changes no more (a call still running is refused with UNAVAILABLE).
+    frozen: bool,
 }
 
 impl Published {
@@ -42,6 +45,7 @@ impl Published {
         capability: &VolumeCapability,
         readonly: bool,
     ) -> Result<HashMap<String, String>, Status> {
+        self.writable()?;
         if let Some(context) = self.check(volume, node, capability, readonly)? {
             return Ok(context);
         }
@@ -102,6 +106,7 @@ impl Published {
     }
 
     /// Records `volume` as published on `node` (after [`Self::check`]); its context.
+    /// A frozen table stays as it is (the process is stopping).
     pub fn insert(
         &mut self,
         volume: &str,
@@ -111,6 +116,9 @@ impl Published {
     ) -> HashMap<String, String> {
         let context: HashMap<String, String> =
             [("devicePath".to_string(), format!("/dev/mock/{volume}"))].into();
+        if self.frozen {
+            return context;
+        }
         self.volumes.entry(volume.to_string()).or_default().insert(
             node.to_string(),
             Publication {
@@ -147,6 +155,9 @@ impl Published {
 
     /// Forgets every publication on `node` (the cloud deleted the instance).
     pub fn remove_node(&mut self, node: &str) {
+        if self.frozen {
+            return;
+        }
         self.volumes.retain(|_, nodes| {
             nodes.remove(node);
             !nodes.is_empty()
@@ -154,7 +165,8 @@ impl Published {
     }
 
     /// Unpublishes `volume` from `node` (all nodes when `node` is empty). Unknown → OK.
-    pub fn unpublish(&mut self, volume: &str, node: &str) {
+    pub fn unpublish(&mut self, volume: &str, node: &str) -> Result<(), Status> {
+        self.writable()?;
         if let Some(nodes) = self.volumes.get_mut(volume) {
             if node.is_empty() {
                 nodes.clear();
@@ -165,6 +177,25 @@ impl Published {
                 self.volumes.remove(volume);
             }
         }
+        Ok(())
+    }
+
+    /// The table for the state file; from now on nothing changes it, so a
+    /// call that ends after the save cannot answer OK for a change the next
+    /// process will not have.
+    pub fn freeze(&mut self) -> BTreeMap<String, Vec<String>> {
+        self.frozen = true;
+        self.table()
+    }
+
+    /// UNAVAILABLE once the table is frozen.
+    pub fn writable(&self) -> Result<(), Status> {
+        if self.frozen {
+            return Err(Status::unavailable(
+                "the driver is stopping: its state is saved and changes no more",
+            ));
+        }
+        Ok(())
     }
 
     /// One ListVolumes page: `(entries, next_token)`; the token is an index.
@@ -313,12 +344,12 @@ mod tests {
     #[test]
     fn unpublish_of_unknown_is_ok_and_empty_node_means_all() {
         let mut p = Published::default();
-        p.unpublish("nothing", "n1");
+        p.unpublish("nothing", "n1").expect("unknown is OK");
         p.publish("m", "n1", &cap(Mode::MultiNodeMultiWriter), false)
             .expect("n1");
         p.publish("m", "n2", &cap(Mode::MultiNodeMultiWriter), false)
             .expect("n2");
-        p.unpublish("m", "");
+        p.unpublish("m", "").expect("all nodes");
         assert!(p.table().is_empty());
     }
 }
