@@ -10,6 +10,7 @@ more than one file: every group of files that import each other.
 
     hack/cycles.py                 # print the cycles; exit 0
     hack/cycles.py --check FILE    # exit 1 if a cycle is not listed in FILE
+    hack/cycles.py --edges         # also print each cycle's imports (file -> file)
 
 FILE lists the known cycles, one per line: the files of a cycle, sorted,
 space-separated (what this script prints after "cycle:"). A cycle counts as
@@ -115,6 +116,7 @@ def references(text: str, module: tuple) -> set:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", metavar="FILE")
+    parser.add_argument("--edges", action="store_true")
     args = parser.parse_args()
 
     files = {}
@@ -179,6 +181,11 @@ def main() -> int:
         listed = any(set(cycle) <= k for k in known)
         new += not listed
         print(f"cycle{'' if listed else ' (new)'}: {' '.join(cycle)}")
+    if args.edges:
+        for comp in comps:
+            for v in sorted(comp, key=name):
+                for w in sorted((w for w in edges[v] if w in comp), key=name):
+                    print(f"  {name(v)} -> {name(w)}")
     print(f"cycles: {len(cycles)} ({new} not known), files: {len(files)}")
     return 1 if args.check and new else 0
 
