@@ -18,6 +18,7 @@ pub mod check;
 pub mod config;
 pub mod controller;
 pub mod csi;
+pub mod gofmt;
 pub mod http;
 pub mod kube_client;
 pub mod leader;

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use csi_attacher::config::go;
-use csi_attacher::logging::{go_quote, go_quote_bytes};
+use csi_attacher::gofmt::{go_quote, go_quote_bytes};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use serde_json::{json, Value};

@@ -499,7 +499,7 @@ fn time_quote(s: &str) -> String {
 
 /// Go's `strconv.Quote`.
 pub fn quote(s: &str) -> String {
-    crate::logging::go_quote(s)
+    crate::gofmt::go_quote(s)
 }
 
 /// Kubernetes' quantity syntax error (`resource.ErrFormatWrong`).

@@ -14,13 +14,13 @@ use super::driver::Driver;
 use super::error::FlowError;
 use super::events::FailureEvents;
 use super::failing::FailingVas;
+use super::flow_metrics::FlowMetrics;
 use super::lane::Lane;
 use super::patches;
 use super::reconcile::ForceSync;
 use super::store::Stores;
 use crate::csi::Capabilities;
 use crate::leader::Leadership;
-use crate::metrics::FlowMetrics;
 
 /// Everything a flow reads or calls.
 pub struct Ctx {

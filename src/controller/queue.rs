@@ -43,7 +43,9 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::metrics::QueueMetrics;
+pub mod metrics;
+
+use metrics::QueueMetrics;
 
 /// Per-key exponential backoff: `start · 2^failures`, capped at `max`.
 #[derive(Debug, Clone, Copy)]

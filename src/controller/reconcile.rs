@@ -35,7 +35,9 @@ use super::queue::WorkQueue;
 use super::source;
 use super::store::Stores;
 use crate::csi::RpcStatus;
-use crate::metrics::ReconcileMetrics;
+pub mod metrics;
+
+use self::metrics::ReconcileMetrics;
 use crate::migration;
 
 /// Why a pass did not finish.
@@ -101,6 +103,22 @@ pub struct PassReport {
     pub published_not_attached: usize,
 }
 
+impl PassReport {
+    /// Records this successful pass, which took `took`, on `metrics`.
+    fn record(&self, took: Duration, metrics: &ReconcileMetrics) {
+        metrics.pass_seconds.observe(took.as_secs_f64());
+        metrics.pages.observe(self.pages as f64);
+        metrics
+            .mismatches
+            .with_label_values(&["attached_not_published"])
+            .inc_by(self.attached_not_published as u64);
+        metrics
+            .mismatches
+            .with_label_values(&["published_not_attached"])
+            .inc_by(self.published_not_attached as u64);
+    }
+}
+
 /// Runs passes: one now, then one `period` after each pass ends.
 pub async fn run(
     ctx: Arc<Ctx>,
@@ -114,7 +132,7 @@ pub async fn run(
         let started = Instant::now();
         match pass(&ctx, &queue, max_entries, limit).await {
             Ok(report) => {
-                metrics.record(started.elapsed(), &report);
+                report.record(started.elapsed(), &metrics);
                 if report.attached_not_published + report.published_not_attached > 0 {
                     tracing::info!(
                         ?report,

@@ -12,6 +12,7 @@
 
 mod connection;
 mod error;
+pub mod metrics;
 #[cfg(test)]
 mod proptests;
 pub mod proto;
@@ -30,7 +31,7 @@ use tonic::Code;
 pub use connection::{parse_address, ConnectionLoss, DIAL_TIMEOUT};
 pub use error::{go_code_name, Error, RpcStatus};
 
-use crate::metrics::CsiCallMetrics;
+use metrics::CsiCallMetrics;
 use proto::controller_client::ControllerClient;
 use proto::identity_client::IdentityClient;
 use proto::{controller_service_capability, plugin_capability};

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{CSIPersistentVolumeSource, PersistentVolume};
 
 use super::{go_quote, spec_mut, topology, TranslateError};
-use crate::logging::go_quote_bytes;
+use crate::gofmt::go_quote_bytes;
 
 pub const DRIVER: &str = "ebs.csi.aws.com";
 const TOPOLOGY_KEY: &str = "topology.ebs.csi.aws.com/zone";

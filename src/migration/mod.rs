@@ -171,7 +171,7 @@ pub fn repair_volume_handle(
 
 /// Go's `%q` (`strconv.Quote`), for error texts that must read like the
 /// translation library's.
-pub(crate) use crate::logging::go_quote;
+pub(crate) use crate::gofmt::go_quote;
 
 /// The spec to rewrite (a PV without one gets an empty spec).
 fn spec_mut(pv: &mut PersistentVolume) -> &mut PersistentVolumeSpec {

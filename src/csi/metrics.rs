@@ -1,0 +1,138 @@
+//! The CSI client's own metric family, `csi_sidecar_operations_seconds`, as
+//! upstream's csi-lib-utils defines it.
+
+use std::sync::{Mutex, PoisonError};
+
+use prometheus::{HistogramOpts, HistogramVec, Registry};
+
+use crate::migration::is_migration_driver;
+
+/// Label value used for calls made before `GetPluginInfo` named the driver.
+pub const UNKNOWN_DRIVER: &str = "unknown-driver";
+
+/// Buckets of `csi_sidecar_operations_seconds`, as upstream's csi-lib-utils.
+const CSI_OPERATION_BUCKETS: [f64; 13] = [
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 25.0, 50.0, 120.0, 300.0, 600.0,
+];
+
+/// `csi_sidecar_operations_seconds`.
+///
+/// The label set depends on the driver (migration drivers get `migrated`), and
+/// the driver is only known after the first calls. Samples taken before that are
+/// kept and recorded with `driver_name="unknown-driver"` once the family exists.
+pub struct CsiCallMetrics {
+    registry: Registry,
+    state: Mutex<CallState>,
+}
+
+enum CallState {
+    Unnamed(Vec<CallSample>),
+    Named {
+        histogram: HistogramVec,
+        driver_name: String,
+        with_migrated: bool,
+    },
+}
+
+struct CallSample {
+    driver_name: String,
+    method: &'static str,
+    code: &'static str,
+    migrated: bool,
+    seconds: f64,
+}
+
+impl CsiCallMetrics {
+    /// Samples kept until [`Self::set_driver_name`] registers the family on `registry`.
+    pub fn new(registry: Registry) -> Self {
+        Self {
+            registry,
+            state: Mutex::new(CallState::Unnamed(Vec::new())),
+        }
+    }
+
+    /// Names the driver: registers the family and flushes earlier samples.
+    pub fn set_driver_name(&self, driver_name: &str) {
+        let with_migrated = is_migration_driver(driver_name);
+        let mut labels = vec!["driver_name", "method_name", "grpc_status_code"];
+        if with_migrated {
+            labels.push("migrated");
+        }
+        let opts = HistogramOpts::new(
+            "csi_sidecar_operations_seconds",
+            "[ALPHA] Container Storage Interface operation duration with gRPC error code status total",
+        )
+        .buckets(CSI_OPERATION_BUCKETS.to_vec());
+        let histogram = match HistogramVec::new(opts, &labels) {
+            Ok(h) => h,
+            Err(err) => {
+                tracing::error!(error = %err, "cannot create csi_sidecar_operations_seconds");
+                return;
+            }
+        };
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if let CallState::Named { histogram: old, .. } = &*state {
+            let _ = self.registry.unregister(Box::new(old.clone()));
+        }
+        if let Err(err) = self.registry.register(Box::new(histogram.clone())) {
+            tracing::error!(error = %err, "cannot register csi_sidecar_operations_seconds");
+        }
+        let pending = match std::mem::replace(
+            &mut *state,
+            CallState::Named {
+                histogram,
+                driver_name: driver_name.to_string(),
+                with_migrated,
+            },
+        ) {
+            CallState::Unnamed(pending) => pending,
+            CallState::Named { .. } => Vec::new(),
+        };
+        if let CallState::Named { histogram, .. } = &*state {
+            for s in pending {
+                observe(histogram, with_migrated, &s);
+            }
+        }
+    }
+
+    /// Records one finished call. `method` is the full gRPC path.
+    pub fn observe(&self, method: &'static str, code: &'static str, migrated: bool, seconds: f64) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        match &mut *state {
+            CallState::Unnamed(pending) => pending.push(CallSample {
+                driver_name: UNKNOWN_DRIVER.to_string(),
+                method,
+                code,
+                migrated,
+                seconds,
+            }),
+            CallState::Named {
+                histogram,
+                driver_name,
+                with_migrated,
+            } => observe(
+                histogram,
+                *with_migrated,
+                &CallSample {
+                    driver_name: driver_name.clone(),
+                    method,
+                    code,
+                    migrated,
+                    seconds,
+                },
+            ),
+        }
+    }
+}
+
+fn observe(histogram: &HistogramVec, with_migrated: bool, s: &CallSample) {
+    let migrated = if s.migrated { "true" } else { "false" };
+    let labels: &[&str] = if with_migrated {
+        &[&s.driver_name, s.method, s.code, migrated]
+    } else {
+        &[&s.driver_name, s.method, s.code]
+    };
+    if let Ok(h) = histogram.get_metric_with_label_values(labels) {
+        h.observe(s.seconds);
+    }
+}

@@ -1,0 +1,143 @@
+//! The Prometheus text exposition as Go's `expfmt` writes it.
+
+use prometheus::proto::{MetricFamily, MetricType};
+
+use crate::gofmt::go_float_g;
+
+/// The Prometheus text format (0.0.4) as Go's expfmt writes it. The prometheus
+/// crate's encoder prints numbers the Rust way (`le="0.00000001"`,
+/// `1000000`); Go prints them with `strconv.FormatFloat(v, 'g', -1, 64)`
+/// (`le="1e-08"`, `1e+06`), and dashboards and recording rules match on the
+/// `le` strings.
+pub fn encode_text(families: &[MetricFamily]) -> String {
+    let mut out = String::new();
+    for family in families {
+        let name = family.name();
+        if !family.help().is_empty() {
+            out.push_str("# HELP ");
+            out.push_str(name);
+            out.push(' ');
+            escape_into(&mut out, family.help(), false);
+            out.push('\n');
+        }
+        let kind = match family.get_field_type() {
+            MetricType::COUNTER => "counter",
+            MetricType::GAUGE => "gauge",
+            MetricType::HISTOGRAM => "histogram",
+            MetricType::SUMMARY => "summary",
+            MetricType::UNTYPED => "untyped",
+        };
+        out.push_str("# TYPE ");
+        out.push_str(name);
+        out.push(' ');
+        out.push_str(kind);
+        out.push('\n');
+        for m in family.get_metric() {
+            let sample =
+                |out: &mut String, suffix: &str, extra: Option<(&str, f64)>, value: f64| {
+                    write_sample(out, name, suffix, m, extra, value)
+                };
+            match family.get_field_type() {
+                MetricType::COUNTER => sample(&mut out, "", None, m.get_counter().get_value()),
+                MetricType::GAUGE => sample(&mut out, "", None, m.get_gauge().get_value()),
+                // No collector of this crate makes untyped metrics, and the
+                // prometheus crate has no stable accessor for their value.
+                MetricType::UNTYPED => {}
+                MetricType::HISTOGRAM => {
+                    let h = m.get_histogram();
+                    let mut inf_seen = false;
+                    for b in h.get_bucket() {
+                        let bound = b.upper_bound();
+                        sample(
+                            &mut out,
+                            "_bucket",
+                            Some(("le", bound)),
+                            b.cumulative_count() as f64,
+                        );
+                        inf_seen |= bound == f64::INFINITY;
+                    }
+                    if !inf_seen {
+                        sample(
+                            &mut out,
+                            "_bucket",
+                            Some(("le", f64::INFINITY)),
+                            h.get_sample_count() as f64,
+                        );
+                    }
+                    sample(&mut out, "_sum", None, h.get_sample_sum());
+                    sample(&mut out, "_count", None, h.get_sample_count() as f64);
+                }
+                MetricType::SUMMARY => {
+                    let s = m.get_summary();
+                    for q in s.get_quantile() {
+                        sample(&mut out, "", Some(("quantile", q.quantile())), q.value());
+                    }
+                    sample(&mut out, "_sum", None, s.sample_sum());
+                    sample(&mut out, "_count", None, s.sample_count() as f64);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `name_suffix{labels,extra="v"} value [timestamp]`, numbers as Go's writeFloat.
+fn write_sample(
+    out: &mut String,
+    name: &str,
+    suffix: &str,
+    m: &prometheus::proto::Metric,
+    extra: Option<(&str, f64)>,
+    value: f64,
+) {
+    out.push_str(name);
+    out.push_str(suffix);
+    let labels = m.get_label();
+    if !labels.is_empty() || extra.is_some() {
+        let mut separator = '{';
+        for lp in labels {
+            out.push(separator);
+            out.push_str(lp.name());
+            out.push_str("=\"");
+            escape_into(out, lp.value(), true);
+            out.push('"');
+            separator = ',';
+        }
+        if let Some((label, bound)) = extra {
+            out.push(separator);
+            out.push_str(label);
+            out.push_str("=\"");
+            out.push_str(&go_sample_float(bound));
+            out.push('"');
+        }
+        out.push('}');
+    }
+    out.push(' ');
+    out.push_str(&go_sample_float(value));
+    if m.timestamp_ms() != 0 {
+        out.push(' ');
+        out.push_str(&m.timestamp_ms().to_string());
+    }
+    out.push('\n');
+}
+
+/// expfmt's escaping: `\\` and newline always, `"` in label values.
+fn escape_into(out: &mut String, s: &str, quotes: bool) {
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '"' if quotes => out.push_str("\\\""),
+            c => out.push(c),
+        }
+    }
+}
+
+/// expfmt's writeFloat: `0` for both zeros, else [`go_float_g`].
+fn go_sample_float(f: f64) -> String {
+    if f == 0.0 {
+        "0".to_string()
+    } else {
+        go_float_g(f)
+    }
+}

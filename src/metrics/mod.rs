@@ -1,0 +1,80 @@
+//! The process's metrics: one registry, every family on it, served in Go's
+//! text format. Contract: `docs/contract.md#metrics`.
+//!
+//! Names, labels and buckets follow upstream external-attacher v4.12 so existing
+//! dashboards and alerts keep working. Each family is defined beside its owner
+//! (`csi::metrics`, `controller::queue::metrics`, `controller::flow_metrics`,
+//! `controller::reconcile::metrics`) on the helpers of [`family`]; this module
+//! only gathers them into one [`Metrics`] for the wiring.
+
+use std::sync::Arc;
+
+use prometheus::Registry;
+
+use crate::controller::flow_metrics::FlowMetrics;
+use crate::controller::queue::metrics::QueueFamilies;
+use crate::controller::reconcile::metrics::ReconcileMetrics;
+use crate::csi::metrics::CsiCallMetrics;
+
+pub mod build;
+mod encode;
+pub mod family;
+
+pub use encode::encode_text;
+
+/// The application's metrics registry and families.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Registry,
+    /// CSI call durations.
+    pub csi: Arc<CsiCallMetrics>,
+    /// Work queue families (upstream's, plus our per-lane ones).
+    pub queues: Arc<QueueFamilies>,
+    /// End-to-end latencies of attach and detach.
+    pub flows: Arc<FlowMetrics>,
+    /// ListVolumes reconciler.
+    pub reconcile: ReconcileMetrics,
+}
+
+impl Metrics {
+    /// A fresh registry with the process collector, CSI call, work queue and flow metrics.
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        // Registration errors only mean a name clash, impossible with the fixed names here;
+        // a missing family is better than a sidecar that does not start.
+        let _ = registry.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ));
+        build::register_build_info(&registry);
+        let csi = Arc::new(CsiCallMetrics::new(registry.clone()));
+        let queues = Arc::new(QueueFamilies::new(&registry));
+        let flows = Arc::new(FlowMetrics::new(&registry));
+        let reconcile = ReconcileMetrics::new(&registry);
+        Self {
+            registry,
+            csi,
+            queues,
+            flows,
+            reconcile,
+        }
+    }
+
+    /// The registry to serve.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Everything in the registry, in Prometheus text format as Go's client_golang writes it.
+    pub fn render(&self) -> String {
+        encode_text(&self.registry.gather())
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests;
