@@ -17,7 +17,6 @@ use super::failing::FailingVas;
 use super::flow_metrics::FlowMetrics;
 use super::lane::Lane;
 use super::patches;
-use super::reconcile::ForceSync;
 use super::store::Stores;
 use crate::csi::Capabilities;
 use crate::leader::Leadership;
@@ -42,8 +41,6 @@ pub struct Ctx {
     pub error_codes: bool,
     /// End-to-end latency histograms.
     pub flow_metrics: Arc<FlowMetrics>,
-    /// VAs the reconciler wants fully re-synced.
-    pub force_sync: ForceSync,
     /// Events on repeated failures.
     pub events: Option<FailureEvents>,
     /// VAs failing now (`csi_attacher_failing_volumeattachments`).
@@ -81,7 +78,7 @@ impl Ctx {
                 "detachError",
                 patches::detach_error(&err.status_message(), Timestamp::now()),
             ),
-            Lane::Attach | Lane::Pv => {
+            Lane::Attach => {
                 let code = err.grpc_code().filter(|_| self.error_codes);
                 let message = err.status_message();
                 (

@@ -7,17 +7,8 @@
 use super::compact::CachedVa;
 use super::error::FlowError;
 use super::lane::Lane;
+pub use super::queue::Trigger;
 use crate::csi::Capabilities;
-
-/// Whether the reconciler asked for this sync.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Trigger {
-    /// A watch event, a resync or a retry.
-    Event,
-    /// The reconciler saw the driver disagree with the VA's status: run the
-    /// flow even though the VA looks done.
-    Reconciler,
-}
 
 /// The next step for one VA.
 #[derive(Debug)]
@@ -75,7 +66,7 @@ pub fn decide(
         // fail there before any other request; say so on the VA.
         (true, lane, Some(err)) => Step::Fail(lane, err),
         (true, Lane::Detach, None) => Step::Detach,
-        (true, Lane::Attach | Lane::Pv, None) => Step::Attach,
+        (true, Lane::Attach, None) => Step::Attach,
     }
 }
 

@@ -66,8 +66,7 @@ impl FailureEvents {
         }
         let (reason, action) = match lane {
             Lane::Detach => ("DetachFailed", "Detach"),
-            // (The PV lane posts no Events.)
-            Lane::Attach | Lane::Pv => ("AttachFailed", "Attach"),
+            Lane::Attach => ("AttachFailed", "Attach"),
         };
         let pending = Pending {
             event: Event {

@@ -19,6 +19,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use prometheus::{IntGauge, IntGaugeVec};
 
 use super::lane::Lane;
+use super::queue::QueueLane;
 
 /// The failing VAs and their gauges.
 pub struct FailingVas {
@@ -35,13 +36,9 @@ struct State {
     stopped: bool,
 }
 
-/// The gauge index of a VA lane (`None` for the PV lane).
-fn slot(lane: Lane) -> Option<usize> {
-    match lane {
-        Lane::Attach => Some(0),
-        Lane::Detach => Some(1),
-        Lane::Pv => None,
-    }
+/// The gauge index of a VA lane.
+fn slot(lane: Lane) -> usize {
+    lane.index()
 }
 
 impl FailingVas {
@@ -59,9 +56,7 @@ impl FailingVas {
     /// deletion seen meanwhile ([`FailingVas::gone`] after the cache dropped
     /// it) is never undone by a failure that raced with it.
     pub fn failed(&self, key: &str, lane: Lane, present: impl FnOnce() -> bool) {
-        let Some(slot) = slot(lane) else {
-            return;
-        };
+        let slot = slot(lane);
         let mut state = self.lock();
         if state.stopped || !present() {
             return;
@@ -69,9 +64,7 @@ impl FailingVas {
         match state.failing.insert(key.to_string(), lane) {
             Some(old) if old == lane => {}
             Some(old) => {
-                if let Some(old) = self::slot(old) {
-                    self.gauges[old].dec();
-                }
+                self.gauges[self::slot(old)].dec();
                 self.gauges[slot].inc();
             }
             None => self.gauges[slot].inc(),
@@ -82,9 +75,7 @@ impl FailingVas {
     pub fn cleared(&self, key: &str) {
         let mut state = self.lock();
         if let Some(lane) = state.failing.remove(key) {
-            if let Some(slot) = slot(lane) {
-                self.gauges[slot].dec();
-            }
+            self.gauges[slot(lane)].dec();
         }
     }
 
@@ -99,8 +90,8 @@ impl FailingVas {
             .cloned()
             .collect();
         for key in gone {
-            if let Some(slot) = state.failing.remove(&key).and_then(slot) {
-                self.gauges[slot].dec();
+            if let Some(lane) = state.failing.remove(&key) {
+                self.gauges[slot(lane)].dec();
             }
         }
     }

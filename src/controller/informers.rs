@@ -18,7 +18,7 @@ use kube::runtime::WatchStreamExt;
 
 use super::compact::{CachedPv, CachedVa, Wire};
 use super::failing::FailingVas;
-use super::lane::Lane;
+use super::lane::{Lane, PvLane};
 use super::names::NODE_ID_ANNOTATION;
 use super::pv_finalizer::needs_finalizer_check;
 use super::queue::WorkQueue;
@@ -35,8 +35,8 @@ pub async fn run_va_informer(
     failing: Arc<FailingVas>,
     driver: String,
     finalizer: String,
-    va_queue: Arc<WorkQueue>,
-    pv_queue: Arc<WorkQueue>,
+    va_queue: Arc<WorkQueue<Lane>>,
+    pv_queue: Arc<WorkQueue<PvLane>>,
 ) {
     let reader = writer.as_reader();
     let mut listed: Vec<(String, Lane)> = Vec::new();
@@ -60,11 +60,11 @@ pub async fn run_va_informer(
                 writer.apply_watcher_event(&Event::InitDone);
                 failing.retain(|name| reader.get(&ObjectRef::new(name)).is_some());
                 for pv in pv_refs.finish_relist() {
-                    pv_queue.add(&pv, Lane::Pv.index());
+                    pv_queue.add(&pv, PvLane);
                 }
                 // A re-list is upstream's resync: every VA is looked at again.
                 for (name, lane) in listed.drain(..) {
-                    va_queue.add(&name, lane.index());
+                    va_queue.add(&name, lane);
                 }
             }
             Event::Apply(va) => {
@@ -80,14 +80,14 @@ pub async fn run_va_informer(
                 let lane = Lane::of_va(&va);
                 writer.apply_watcher_event(&Event::Apply(va));
                 if enqueue {
-                    va_queue.add(&name, lane.index());
+                    va_queue.add(&name, lane);
                 }
             }
             Event::Delete(va) => {
                 let name = va.name().to_string();
                 pv_refs.remove(&name);
                 if let Some(pv) = va.pv_name() {
-                    pv_queue.add(pv, Lane::Pv.index());
+                    pv_queue.add(pv, PvLane);
                 }
                 if va.attacher() == driver {
                     writer.apply_watcher_event(&Event::Delete(va));
@@ -104,7 +104,7 @@ pub async fn run_pv_informer(
     mut writer: Writer<CachedPv>,
     driver: String,
     finalizer: String,
-    pv_queue: Arc<WorkQueue>,
+    pv_queue: Arc<WorkQueue<PvLane>>,
 ) {
     let mut listed: Vec<String> = Vec::new();
     let mut events = watch(api, "PersistentVolume");
@@ -125,7 +125,7 @@ pub async fn run_pv_informer(
             Event::InitDone => {
                 writer.apply_watcher_event(&Event::InitDone);
                 for name in listed.drain(..) {
-                    pv_queue.add(&name, Lane::Pv.index());
+                    pv_queue.add(&name, PvLane);
                 }
             }
             Event::Apply(pv) => {
@@ -134,7 +134,7 @@ pub async fn run_pv_informer(
                     let name = pv.name().to_string();
                     writer.apply_watcher_event(&Event::Apply(pv));
                     if enqueue {
-                        pv_queue.add(&name, Lane::Pv.index());
+                        pv_queue.add(&name, PvLane);
                     }
                 } else {
                     // Another driver's PV that no longer carries our finalizer.

@@ -1,22 +1,25 @@
 //! The lanes of the work queues: which flow a key is waiting for.
 //!
 //! The VA queue has an attach and a detach lane (a VA moves to the detach lane
-//! once it is being deleted); the PV queue has one lane. A lane's [`Lane::name`]
-//! is its label in metrics (`csi_attacher_sync_panics_total`, the lane gauges)
-//! and its field in logs.
+//! once it is being deleted); the PV queue has one lane. A lane's name is its
+//! label in metrics (`csi_attacher_sync_panics_total`, the lane gauges) and
+//! its field in logs.
 
 use super::compact::CachedVa;
+use super::queue::QueueLane;
 
-/// One lane of one queue.
+/// One lane of the VA queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Lane {
     /// Live VolumeAttachments: the attach flow.
     Attach,
     /// Deleted VolumeAttachments: the detach flow.
     Detach,
-    /// PersistentVolumes whose finalizer needs a look.
-    Pv,
 }
+
+/// The PV queue's one lane: PersistentVolumes whose finalizer needs a look.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PvLane;
 
 /// Name of the VA queue (workqueue metrics label, as upstream).
 pub const VA_QUEUE: &str = "csi-attacher-va";
@@ -24,31 +27,12 @@ pub const VA_QUEUE: &str = "csi-attacher-va";
 pub const PV_QUEUE: &str = "csi-attacher-pv";
 
 impl Lane {
-    /// The VA queue's lanes, in queue order.
-    pub const VA: [Lane; 2] = [Lane::Attach, Lane::Detach];
-    /// The PV queue's lanes.
-    pub const PV: [Lane; 1] = [Lane::Pv];
-
     /// The lane's label in metrics and logs.
     pub fn name(self) -> &'static str {
         match self {
             Lane::Attach => "attach",
             Lane::Detach => "detach",
-            Lane::Pv => "pv",
         }
-    }
-
-    /// The lane's index in its queue.
-    pub fn index(self) -> usize {
-        match self {
-            Lane::Attach | Lane::Pv => 0,
-            Lane::Detach => 1,
-        }
-    }
-
-    /// The labels of `lanes`, in order (for the queue's metrics).
-    pub fn names<const N: usize>(lanes: [Lane; N]) -> [&'static str; N] {
-        lanes.map(Lane::name)
     }
 
     /// The lane `va` belongs in: detach once it is being deleted.
@@ -61,6 +45,38 @@ impl Lane {
     }
 }
 
+impl QueueLane for Lane {
+    const ALL: &'static [Lane] = &[Lane::Attach, Lane::Detach];
+
+    fn index(self) -> usize {
+        match self {
+            Lane::Attach => 0,
+            Lane::Detach => 1,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        Lane::name(self)
+    }
+}
+
+impl PvLane {
+    /// The lane's label in metrics and logs.
+    pub const NAME: &'static str = "pv";
+}
+
+impl QueueLane for PvLane {
+    const ALL: &'static [PvLane] = &[PvLane];
+
+    fn index(self) -> usize {
+        0
+    }
+
+    fn name(self) -> &'static str {
+        PvLane::NAME
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -68,12 +84,12 @@ mod tests {
     #[test]
     fn labels_and_indexes_are_the_queues_own() {
         // Metric label values are part of the interface: never change them.
-        assert_eq!(Lane::names(Lane::VA), ["attach", "detach"]);
-        assert_eq!(Lane::names(Lane::PV), ["pv"]);
-        for lanes in [&Lane::VA[..], &Lane::PV[..]] {
-            for (i, lane) in lanes.iter().enumerate() {
-                assert_eq!(lane.index(), i);
-            }
+        let names = |lanes: &[Lane]| lanes.iter().map(|l| l.name()).collect::<Vec<_>>();
+        assert_eq!(names(Lane::ALL), ["attach", "detach"]);
+        assert_eq!(QueueLane::name(PvLane), "pv");
+        for (i, lane) in Lane::ALL.iter().enumerate() {
+            assert_eq!(lane.index(), i);
         }
+        assert_eq!(PvLane.index(), 0);
     }
 }

@@ -37,6 +37,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::marker::PhantomData;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -45,7 +46,41 @@ use tokio::time::Instant;
 
 pub mod metrics;
 
-use metrics::QueueMetrics;
+use metrics::{QueueFamilies, QueueMetrics};
+
+/// The lanes of one queue: a closed set, each lane with its place in the
+/// queue and its label. A queue only takes its own lane type, so a lane of
+/// another queue (or an index past the last lane) cannot be passed.
+pub trait QueueLane: Copy + Eq + std::fmt::Debug + Send + Sync + 'static {
+    /// Every lane, in queue order: `ALL[l.index()] == l`.
+    const ALL: &'static [Self];
+    /// The lane's place in [`Self::ALL`].
+    fn index(self) -> usize;
+    /// The lane's label in metrics and logs.
+    fn name(self) -> &'static str;
+}
+
+/// Why a key was queued. It travels with the key: [`WorkQueue::get`] hands
+/// it to the worker, and a key queued again while it waits or runs keeps the
+/// strongest reason (`Reconciler` over `Event`) until a worker takes it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Trigger {
+    /// A watch event, a resync or a retry.
+    #[default]
+    Event,
+    /// The reconciler saw the driver disagree with the object's status: run
+    /// the flow even though the object looks done.
+    Reconciler,
+}
+
+/// A key handed to a worker, with why it was queued.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Work {
+    /// The object's key.
+    pub key: String,
+    /// Why it was queued.
+    pub trigger: Trigger,
+}
 
 /// Per-key exponential backoff: `start · 2^failures`, capped at `max`.
 #[derive(Debug, Clone, Copy)]
@@ -154,6 +189,8 @@ struct State {
     waiting: Vec<usize>,
     /// Keys added while being processed, with the lane to re-queue them in.
     dirty: HashMap<String, usize>,
+    /// Keys waiting or dirty that were queued for more than an event.
+    triggers: HashMap<String, Trigger>,
     processing: HashSet<String>,
     failures: HashMap<String, u32>,
     /// When each waiting key became ready.
@@ -171,8 +208,8 @@ struct State {
     shutting_down: bool,
 }
 
-/// The queue. Share it in an `Arc`; run [`WorkQueue::run_timers`] once.
-pub struct WorkQueue {
+/// The queue of lanes `L`. Share it in an `Arc`; run [`WorkQueue::run_timers`] once.
+pub struct WorkQueue<L: QueueLane> {
     name: &'static str,
     backoff: Backoff,
     state: Mutex<State>,
@@ -180,6 +217,7 @@ pub struct WorkQueue {
     timers_changed: Notify,
     metrics: Option<QueueMetrics>,
     concurrency: Option<Concurrency>,
+    lanes: PhantomData<fn(L) -> L>,
 }
 
 /// One lane's backlog, as [`WorkQueue::observe`] reports it.
@@ -191,14 +229,12 @@ pub struct LaneBacklog {
     pub oldest: Duration,
 }
 
-impl WorkQueue {
-    /// A queue called `name` with `lanes` lanes, recording into `metrics` if given.
-    pub fn new(
-        name: &'static str,
-        lanes: usize,
-        backoff: Backoff,
-        metrics: Option<QueueMetrics>,
-    ) -> Self {
+impl<L: QueueLane> WorkQueue<L> {
+    /// A queue called `name` with the lanes `L::ALL`, recording into `families` if given.
+    pub fn new(name: &'static str, backoff: Backoff, families: Option<&QueueFamilies>) -> Self {
+        let lanes = L::ALL.len();
+        let names: Vec<&str> = L::ALL.iter().map(|l| l.name()).collect();
+        let metrics = families.map(|f| f.for_queue(name, &names));
         let state = State {
             lanes: (0..lanes).map(|_| VecDeque::new()).collect(),
             in_flight: vec![0; lanes],
@@ -214,6 +250,7 @@ impl WorkQueue {
             timers_changed: Notify::new(),
             metrics,
             concurrency: None,
+            lanes: PhantomData,
         }
     }
 
@@ -239,15 +276,24 @@ impl WorkQueue {
         self.name
     }
 
-    /// Queues `key` in `lane` now.
-    pub fn add(&self, key: &str, lane: usize) {
-        let mut state = self.lock();
-        self.add_locked(&mut state, key, lane);
+    /// Queues `key` in `lane` now, for an event.
+    pub fn add(&self, key: &str, lane: L) {
+        self.add_for(key, lane, Trigger::Event);
     }
 
-    fn add_locked(&self, state: &mut State, key: &str, lane: usize) {
+    /// Queues `key` in `lane` now, for `trigger`.
+    pub fn add_for(&self, key: &str, lane: L, trigger: Trigger) {
+        let mut state = self.lock();
+        self.add_locked(&mut state, key, lane.index(), trigger);
+    }
+
+    fn add_locked(&self, state: &mut State, key: &str, lane: usize, trigger: Trigger) {
         if state.shutting_down || !state.accepting || lane >= state.lanes.len() {
             return;
+        }
+        if trigger != Trigger::Event {
+            let kept = state.triggers.entry(key.to_string()).or_default();
+            *kept = (*kept).max(trigger);
         }
         if state.processing.contains(key) {
             // client-go counts the add (and the depth) when the key first
@@ -300,8 +346,8 @@ impl WorkQueue {
         self.lane_ready[lane].notify_one();
     }
 
-    /// Queues `key` in `lane` after `delay`.
-    pub fn add_after(&self, key: &str, lane: usize, delay: Duration) {
+    /// Queues `key` in `lane` after `delay`, for an event.
+    pub fn add_after(&self, key: &str, lane: L, delay: Duration) {
         if delay.is_zero() {
             return self.add(key, lane);
         }
@@ -315,7 +361,7 @@ impl WorkQueue {
                 return;
             }
         }
-        state.delayed.insert(key.to_string(), (due, lane));
+        state.delayed.insert(key.to_string(), (due, lane.index()));
         state.seq += 1;
         let seq = state.seq;
         state.timers.push(Reverse((due, seq, key.to_string())));
@@ -324,7 +370,7 @@ impl WorkQueue {
     }
 
     /// Queues `key` after its backoff delay and counts the failure.
-    pub fn add_rate_limited(&self, key: &str, lane: usize) -> Duration {
+    pub fn add_rate_limited(&self, key: &str, lane: L) -> Duration {
         let failures = {
             let mut state = self.lock();
             let f = state.failures.entry(key.to_string()).or_insert(0);
@@ -359,8 +405,8 @@ impl WorkQueue {
     }
 
     /// Keys ready to be processed in `lane`.
-    pub fn depth(&self, lane: usize) -> usize {
-        self.lock().waiting.get(lane).copied().unwrap_or(0)
+    pub fn depth(&self, lane: L) -> usize {
+        self.lock().waiting.get(lane.index()).copied().unwrap_or(0)
     }
 
     /// `lane` has no key waiting any more: the slots of its reserve it stops
@@ -380,11 +426,12 @@ impl WorkQueue {
     }
 
     /// Takes the next key of `lane`, waiting for one (and, with a ceiling, for
-    /// a free slot). `None` once shut down.
+    /// a free slot), with why it was queued. `None` once shut down.
     ///
     /// # Cancel safety
     /// Cancel safe: a key is only taken in the same poll that returns it.
-    pub async fn get(&self, lane: usize) -> Option<String> {
+    pub async fn get(&self, lane: L) -> Option<Work> {
+        let lane = lane.index();
         loop {
             let notified = self.lane_ready[lane].notified();
             {
@@ -413,7 +460,8 @@ impl WorkQueue {
                             m.lane_depth[lane].dec();
                             m.queue_duration.observe((now - since).as_secs_f64());
                         }
-                        return Some(key);
+                        let trigger = state.triggers.remove(&key).unwrap_or_default();
+                        return Some(Work { key, trigger });
                     }
                 }
             }
@@ -510,7 +558,7 @@ impl WorkQueue {
                     if let Some(&(current, lane)) = state.delayed.get(&key) {
                         if current == due {
                             state.delayed.remove(&key);
-                            self.add_locked(&mut state, &key, lane);
+                            self.add_locked(&mut state, &key, lane, Trigger::Event);
                         }
                     }
                 }
@@ -539,10 +587,17 @@ mod proptests;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::lane::{Lane, PvLane};
     use std::sync::Arc;
 
-    fn queue(lanes: usize) -> Arc<WorkQueue> {
-        let q = Arc::new(WorkQueue::new("test", lanes, BACKOFF, None));
+    /// The lane at `index` of the queue's lane type.
+    fn l<L: QueueLane>(index: usize) -> L {
+        L::ALL[index]
+    }
+
+    /// A two-lane queue (tests of one lane use the first).
+    fn queue() -> Arc<WorkQueue<Lane>> {
+        let q = Arc::new(WorkQueue::new("test", BACKOFF, None));
         let timers = Arc::clone(&q);
         tokio::spawn(async move { timers.run_timers().await });
         q
@@ -553,19 +608,51 @@ mod tests {
         max: Duration::from_secs(300),
     };
 
-    /// A queue called `name` with one lane per name in `lanes`, and its metrics.
-    fn metered(name: &'static str, lanes: &[&str]) -> (crate::metrics::Metrics, WorkQueue) {
+    /// A queue called `name` with the lanes `L`, and its metrics.
+    fn metered<L: QueueLane>(name: &'static str) -> (crate::metrics::Metrics, WorkQueue<L>) {
         let metrics = crate::metrics::Metrics::new();
-        let queues = metrics.queues.for_queue(name, lanes);
-        let q = WorkQueue::new(name, lanes.len(), BACKOFF, Some(queues));
+        let q = WorkQueue::new(name, BACKOFF, Some(&metrics.queues));
         (metrics, q)
     }
 
-    async fn next(q: &WorkQueue, lane: usize) -> Option<String> {
-        tokio::time::timeout(Duration::from_millis(10), q.get(lane))
+    async fn next<L: QueueLane>(q: &WorkQueue<L>, lane: usize) -> Option<String> {
+        tokio::time::timeout(Duration::from_millis(10), q.get(l(lane)))
             .await
             .ok()
             .flatten()
+            .map(|w| w.key)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_trigger_travels_with_the_key_and_the_strongest_wins() {
+        let q = queue();
+        // Waiting: a later event does not weaken the reconciler's reason.
+        q.add_for("a", l(0), Trigger::Reconciler);
+        q.add("a", l(0));
+        let got = q.get(l(0)).await.expect("a");
+        assert_eq!(got.trigger, Trigger::Reconciler);
+        // Used up with the hand-out.
+        q.done("a");
+        q.add("a", l(0));
+        assert_eq!(q.get(l(0)).await.map(|w| w.trigger), Some(Trigger::Event));
+        // Queued by the reconciler while a worker holds it: kept for the re-queue.
+        q.add_for("a", l(1), Trigger::Reconciler);
+        q.done("a");
+        let again = q.get(l(1)).await.expect("dirty key back");
+        assert_eq!(
+            (again.key.as_str(), again.trigger),
+            ("a", Trigger::Reconciler)
+        );
+        q.done("a");
+        // Not taken by an idle or shut-down queue.
+        let idle = WorkQueue::<Lane>::new("idle", BACKOFF, None).idle();
+        idle.add_for("b", l(0), Trigger::Reconciler);
+        idle.start();
+        idle.add("b", l(0));
+        assert_eq!(
+            idle.get(l(0)).await.map(|w| w.trigger),
+            Some(Trigger::Event)
+        );
     }
 
     #[test]
@@ -604,10 +691,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn adding_a_waiting_key_twice_yields_it_once() {
-        let q = queue(1);
-        q.add("a", 0);
-        q.add("a", 0);
-        q.add("b", 0);
+        let q = queue();
+        q.add("a", l(0));
+        q.add("a", l(0));
+        q.add("b", l(0));
         assert_eq!(next(&q, 0).await.as_deref(), Some("a"));
         assert_eq!(next(&q, 0).await.as_deref(), Some("b"));
         assert_eq!(next(&q, 0).await, None);
@@ -615,10 +702,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_key_added_while_processing_is_requeued_after_done_not_before() {
-        let q = queue(1);
-        q.add("a", 0);
+        let q = queue();
+        q.add("a", l(0));
         let key = next(&q, 0).await.expect("a");
-        q.add("a", 0);
+        q.add("a", l(0));
         assert_eq!(
             next(&q, 0).await,
             None,
@@ -630,13 +717,13 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_key_waits_in_one_lane_and_moves_when_re_added_to_another() {
-        let q = queue(2);
-        q.add("a", 0);
-        q.add("a", 1);
+        let q = queue();
+        q.add("a", l(0));
+        q.add("a", l(1));
         assert_eq!(next(&q, 0).await, None, "moved out of lane 0");
         assert_eq!(next(&q, 1).await.as_deref(), Some("a"));
         // In flight from lane 1: re-added to lane 0, it comes back in lane 0 after done.
-        q.add("a", 0);
+        q.add("a", l(0));
         assert_eq!(next(&q, 0).await, None);
         q.done("a");
         assert_eq!(next(&q, 0).await.as_deref(), Some("a"));
@@ -644,31 +731,31 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn rate_limited_keys_come_back_after_exponential_delays_until_forgotten() {
-        let q = queue(1);
+        let q = queue();
         let start = Instant::now();
         let mut seen = Vec::new();
-        q.add("a", 0);
+        q.add("a", l(0));
         for _ in 0..4 {
-            let key = q.get(0).await.expect("key");
+            let key = q.get(l(0)).await.map(|w| w.key).expect("key");
             seen.push((Instant::now() - start).as_secs());
-            q.add_rate_limited(&key, 0);
+            q.add_rate_limited(&key, l(0));
             q.done(&key);
         }
         assert_eq!(seen, [0, 1, 3, 7]);
         assert_eq!(q.failures("a"), 4);
         q.forget("a");
         assert_eq!(q.failures("a"), 0);
-        assert_eq!(q.add_rate_limited("a", 0), Duration::from_secs(1));
+        assert_eq!(q.add_rate_limited("a", l(0)), Duration::from_secs(1));
     }
 
     #[tokio::test(start_paused = true)]
     async fn add_after_keeps_the_earliest_due_time() {
-        let q = queue(1);
+        let q = queue();
         let start = Instant::now();
-        q.add_after("a", 0, Duration::from_secs(10));
-        q.add_after("a", 0, Duration::from_secs(2));
-        q.add_after("a", 0, Duration::from_secs(5));
-        assert_eq!(q.get(0).await.as_deref(), Some("a"));
+        q.add_after("a", l(0), Duration::from_secs(10));
+        q.add_after("a", l(0), Duration::from_secs(2));
+        q.add_after("a", l(0), Duration::from_secs(5));
+        assert_eq!(q.get(l(0)).await.map(|w| w.key).as_deref(), Some("a"));
         assert_eq!((Instant::now() - start).as_secs(), 2);
         q.done("a");
         assert_eq!(next(&q, 0).await, None, "superseded timers fire nothing");
@@ -678,21 +765,21 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_busy_lane_does_not_delay_another_lane() {
-        let q = queue(2);
+        let q = queue();
         for i in 0..1000 {
-            q.add(&format!("slow-{i}"), 1);
+            q.add(&format!("slow-{i}"), l(1));
         }
-        q.add("fast", 0);
+        q.add("fast", l(0));
         assert_eq!(next(&q, 0).await.as_deref(), Some("fast"));
-        assert_eq!(q.depth(1), 1000);
+        assert_eq!(q.depth(l(1)), 1000);
     }
 
     #[tokio::test(start_paused = true)]
     async fn metrics_count_adds_depth_retries_and_waiting_age_per_lane() {
-        let (metrics, q) = metered("csi-attacher-va", &["attach", "detach"]);
-        q.add("a", 0);
-        q.add("a", 0);
-        q.add("b", 1);
+        let (metrics, q) = metered::<Lane>("csi-attacher-va");
+        q.add("a", l(0));
+        q.add("a", l(0));
+        q.add("b", l(1));
         tokio::time::advance(Duration::from_secs(3)).await;
         let backlog = q.observe();
         assert_eq!(
@@ -703,8 +790,8 @@ mod tests {
             }
         );
         assert_eq!(backlog[1].depth, 1);
-        let key = q.get(0).await.expect("a");
-        q.add_rate_limited(&key, 0);
+        let key = q.get(l(0)).await.map(|w| w.key).expect("a");
+        q.add_rate_limited(&key, l(0));
         q.done(&key);
         let text = metrics.render();
         for line in [
@@ -779,15 +866,15 @@ mod tests {
     async fn a_burst_in_one_lane_borrows_the_idle_lanes_reserve_and_gives_it_back() {
         let q = capped(100);
         for i in 0..120 {
-            q.add(&format!("a{i}"), 0);
+            q.add(&format!("a{i}"), l(0));
         }
         let mut attaching = Vec::new();
         while let Some(key) = next(&q, 0).await {
             attaching.push(key);
         }
         assert_eq!(attaching.len(), 99, "all but the idle lane's one slot");
-        q.add("d0", 1);
-        q.add("d1", 1);
+        q.add("d0", l(1));
+        q.add("d1", l(1));
         assert_eq!(next(&q, 1).await.as_deref(), Some("d0"), "kept slot");
         assert_eq!(next(&q, 1).await, None, "the ceiling is full");
         // Freed slots go to the lane with keys waiting, up to its reserve.
@@ -798,13 +885,13 @@ mod tests {
         // worker is woken for a slot freed meanwhile. Three are freed: d2
         // takes one, the drained detach lane keeps one, the attach worker
         // gets the third.
-        q.add("d2", 1);
+        q.add("d2", l(1));
         for key in &attaching[1..4] {
             q.done(key);
         }
         let waiter = {
             let q = Arc::clone(&q);
-            tokio::spawn(async move { q.get(0).await })
+            tokio::spawn(async move { q.get(l(0)).await.map(|w| w.key) })
         };
         tokio::task::yield_now().await;
         assert_eq!(next(&q, 1).await.as_deref(), Some("d2"));
@@ -815,9 +902,9 @@ mod tests {
         assert_eq!(woken.as_deref(), Some("a99"));
     }
 
-    fn capped(total: usize) -> Arc<WorkQueue> {
+    fn capped(total: usize) -> Arc<WorkQueue<Lane>> {
         let q = Arc::new(
-            WorkQueue::new("test", 2, BACKOFF, None)
+            WorkQueue::new("test", BACKOFF, None)
                 .with_concurrency(Concurrency::with_reserved_tenth(total, 2)),
         );
         let timers = Arc::clone(&q);
@@ -829,8 +916,8 @@ mod tests {
     async fn the_ceiling_bounds_keys_in_flight_across_lanes_and_keeps_each_lanes_share() {
         let q = capped(10);
         for i in 0..20 {
-            q.add(&format!("d{i}"), 1);
-            q.add(&format!("a{i}"), 0);
+            q.add(&format!("d{i}"), l(1));
+            q.add(&format!("a{i}"), l(0));
         }
         let mut detaching = Vec::new();
         while let Some(key) = next(&q, 1).await {
@@ -849,7 +936,7 @@ mod tests {
         // A finished detach frees a shared slot: a waiting attach worker takes it.
         let waiter = {
             let q = Arc::clone(&q);
-            tokio::spawn(async move { q.get(0).await })
+            tokio::spawn(async move { q.get(l(0)).await.map(|w| w.key) })
         };
         tokio::task::yield_now().await;
         q.done(&detaching[0]);
@@ -863,10 +950,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_idle_queue_ignores_adds_until_started() {
-        let (metrics, q) = metered("csi-attacher-pv", &["pv"]);
+        let (metrics, q) = metered::<PvLane>("csi-attacher-pv");
         let q = q.idle();
-        q.add("a", 0);
-        q.add_rate_limited("b", 0);
+        q.add("a", l(0));
+        q.add_rate_limited("b", l(0));
         tokio::time::advance(Duration::from_secs(5)).await;
         assert_eq!(next(&q, 0).await, None);
         let text = metrics.render();
@@ -876,17 +963,17 @@ mod tests {
             "{text}"
         );
         q.start();
-        q.add("a", 0);
+        q.add("a", l(0));
         assert_eq!(next(&q, 0).await.as_deref(), Some("a"));
     }
 
     #[tokio::test(start_paused = true)]
     async fn an_add_while_processing_counts_once_as_client_go_does() {
-        let (metrics, q) = metered("csi-attacher-va", &["attach", "detach"]);
-        q.add("a", 0);
-        let key = q.get(0).await.expect("a");
-        q.add("a", 0);
-        q.add("a", 0);
+        let (metrics, q) = metered::<Lane>("csi-attacher-va");
+        q.add("a", l(0));
+        let key = q.get(l(0)).await.map(|w| w.key).expect("a");
+        q.add("a", l(0));
+        q.add("a", l(0));
         let text = metrics.render();
         assert!(
             text.contains(r#"workqueue_adds_total{name="csi-attacher-va"} 2"#)
@@ -894,7 +981,7 @@ mod tests {
             "{text}"
         );
         q.done(&key);
-        assert_eq!(q.get(0).await.as_deref(), Some("a"));
+        assert_eq!(q.get(l(0)).await.map(|w| w.key).as_deref(), Some("a"));
         let text = metrics.render();
         assert!(
             text.contains(r#"workqueue_adds_total{name="csi-attacher-va"} 2"#)
@@ -905,15 +992,15 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn shut_down_wakes_waiting_workers_with_none() {
-        let q = queue(1);
+        let q = queue();
         let waiter = {
             let q = Arc::clone(&q);
-            tokio::spawn(async move { q.get(0).await })
+            tokio::spawn(async move { q.get(l(0)).await.map(|w| w.key) })
         };
         tokio::task::yield_now().await;
         q.shut_down();
         assert_eq!(waiter.await.expect("join"), None);
-        q.add("a", 0);
-        assert_eq!(q.get(0).await, None);
+        q.add("a", l(0));
+        assert_eq!(q.get(l(0)).await.map(|w| w.key), None);
     }
 }

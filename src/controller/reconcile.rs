@@ -20,7 +20,7 @@
 //!   attach/detach controller's back).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -31,7 +31,7 @@ use super::context::Ctx;
 use super::driver::Driver;
 use super::lane::Lane;
 use super::node_id::NodeIds;
-use super::queue::WorkQueue;
+use super::queue::{Trigger, WorkQueue};
 use super::source;
 use super::store::Stores;
 use crate::csi::RpcStatus;
@@ -70,28 +70,6 @@ pub fn pass_limit(period: Duration, timeout: Duration) -> Duration {
 /// The reconcile period upstream defaults to (`--reconcile-sync=1m`).
 const DEFAULT_PERIOD: Duration = Duration::from_secs(60);
 
-/// VAs whose next sync must run the full flow even if they look done.
-#[derive(Clone, Default)]
-pub struct ForceSync(Arc<Mutex<HashSet<String>>>);
-
-impl ForceSync {
-    /// Marks `key`.
-    pub fn insert(&self, key: &str) {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(key.to_string());
-    }
-
-    /// Whether `key` was marked; clears the mark.
-    pub fn take(&self, key: &str) -> bool {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(key)
-    }
-}
-
 /// What one pass found.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct PassReport {
@@ -122,7 +100,7 @@ impl PassReport {
 /// Runs passes: one now, then one `period` after each pass ends.
 pub async fn run(
     ctx: Arc<Ctx>,
-    queue: Arc<WorkQueue>,
+    queue: Arc<WorkQueue<Lane>>,
     period: Duration,
     max_entries: i32,
     metrics: ReconcileMetrics,
@@ -152,7 +130,7 @@ pub async fn run(
 /// One pass: list, compare, force the mismatched VAs through their lane.
 pub async fn pass(
     ctx: &Ctx,
-    queue: &WorkQueue,
+    queue: &WorkQueue<Lane>,
     max_entries: i32,
     limit: Duration,
 ) -> Result<PassReport, ReconcileError> {
@@ -183,8 +161,7 @@ pub async fn pass(
             report.published_not_attached += 1;
         }
         tracing::info!(va = %m.name, attached = m.attached, "VolumeAttachment and driver disagree: forcing a sync");
-        ctx.force_sync.insert(&m.name);
-        queue.add(&m.name, m.lane.index());
+        queue.add_for(&m.name, m.lane, Trigger::Reconciler);
     }
     Ok(report)
 }

@@ -25,7 +25,6 @@ use super::context::Ctx;
 use super::driver::{Driver, Origin};
 use super::error::{ApiError, SecretError};
 use super::failing::FailingVas;
-use super::reconcile::ForceSync;
 use super::store::{store_from, PvRefs, Stores};
 use crate::csi::proto::{ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest};
 use crate::csi::{Capabilities, RpcStatus, VolumePage};
@@ -403,7 +402,6 @@ impl World {
             error_codes: true,
             failing: Arc::new(FailingVas::new(&flow_metrics.failing)),
             flow_metrics,
-            force_sync: ForceSync::default(),
             events: None,
             leadership: Leadership::unbounded(),
         };

@@ -15,8 +15,8 @@ use super::api::KubeApi;
 use super::compact::{CachedPv, CachedVa};
 use super::context::Ctx;
 use super::failing::{self, FailingVas};
-use super::lane::{Lane, PV_QUEUE, VA_QUEUE};
-use super::queue::{Backoff, Concurrency, WorkQueue};
+use super::lane::{Lane, PvLane, PV_QUEUE, VA_QUEUE};
+use super::queue::{Backoff, Concurrency, QueueLane, WorkQueue};
 use super::store::{PvRefs, Stores};
 use super::{events, informers, names, reconcile, workers};
 use crate::csi::{self, Capabilities};
@@ -68,8 +68,8 @@ pub struct Hooks<L, S> {
 
 /// The two work queues.
 struct Queues {
-    va: Arc<WorkQueue>,
-    pv: Arc<WorkQueue>,
+    va: Arc<WorkQueue<Lane>>,
+    pv: Arc<WorkQueue<PvLane>>,
 }
 
 impl Queues {
@@ -77,24 +77,13 @@ impl Queues {
     /// `--worker-threads` is the ceiling of concurrent attaches + detaches,
     /// as upstream; each VA lane keeps a share of it (see `Concurrency`).
     fn new(settings: &Settings, metrics: &Metrics) -> Self {
-        let va = WorkQueue::new(
-            VA_QUEUE,
-            Lane::VA.len(),
-            settings.backoff,
-            Some(metrics.queues.for_queue(VA_QUEUE, &Lane::names(Lane::VA))),
-        )
-        .with_concurrency(Concurrency::with_reserved_tenth(
-            settings.workers,
-            Lane::VA.len(),
-        ))
-        .idle();
-        let pv = WorkQueue::new(
-            PV_QUEUE,
-            Lane::PV.len(),
-            settings.backoff,
-            Some(metrics.queues.for_queue(PV_QUEUE, &Lane::names(Lane::PV))),
-        )
-        .idle();
+        let va = WorkQueue::new(VA_QUEUE, settings.backoff, Some(&metrics.queues))
+            .with_concurrency(Concurrency::with_reserved_tenth(
+                settings.workers,
+                Lane::ALL.len(),
+            ))
+            .idle();
+        let pv = WorkQueue::new(PV_QUEUE, settings.backoff, Some(&metrics.queues)).idle();
         Self {
             va: Arc::new(va),
             pv: Arc::new(pv),
@@ -161,7 +150,6 @@ pub async fn run(
         csi: Arc::new(csi),
         error_codes: settings.error_codes,
         flow_metrics: Arc::clone(&metrics.flows),
-        force_sync: reconcile::ForceSync::default(),
         failing,
         events: settings
             .reporter
@@ -263,13 +251,12 @@ fn start_leading(
     workers::enqueue_all(ctx, &queues.va, &queues.pv);
 
     let mut workers_set = JoinSet::new();
-    for q in [&queues.va, &queues.pv] {
-        let q = Arc::clone(q);
-        tasks.spawn(async move { q.run_timers().await });
-    }
+    let (va, pv) = (Arc::clone(&queues.va), Arc::clone(&queues.pv));
+    tasks.spawn(async move { va.run_timers().await });
+    tasks.spawn(async move { pv.run_timers().await });
     // Every lane may use up to all `workers` slots the queue's ceiling allows.
     for _ in 0..settings.workers {
-        for lane in Lane::VA {
+        for &lane in Lane::ALL {
             workers_set.spawn(workers::va_worker(
                 Arc::clone(ctx),
                 Arc::clone(&queues.va),

@@ -13,17 +13,17 @@ use tracing::Instrument;
 use super::context::Ctx;
 use super::decision::{decide, Step, Trigger};
 use super::error::FlowError;
-use super::lane::Lane;
+use super::lane::{Lane, PvLane};
 use super::pv_finalizer::{self, needs_finalizer_check};
-use super::queue::WorkQueue;
+use super::queue::{QueueLane, Work, WorkQueue};
 use super::{attach, detach, trivial};
 
 /// Runs syncs of the VA queue's `lane` until the queue shuts down.
-pub async fn va_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue>, lane: Lane) {
-    while let Some(key) = queue.get(lane.index()).await {
+pub async fn va_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue<Lane>>, lane: Lane) {
+    while let Some(Work { key, trigger }) = queue.get(lane).await {
         let span = tracing::info_span!("sync", va = %key, lane = lane.name());
         let panics = ctx.flow_metrics.panics.with_label_values(&[lane.name()]);
-        let result = supervised(sync_va(&ctx, &key), &panics)
+        let result = supervised(sync_va(&ctx, &key, trigger), &panics)
             .instrument(span.clone())
             .await;
         match result {
@@ -33,7 +33,7 @@ pub async fn va_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue>, lane: Lane) {
             }
             Err(FlowError::NotLeading(_)) => {
                 // Not an error of the VA: whoever leads next does it.
-                let delay = queue.add_rate_limited(&key, lane.index());
+                let delay = queue.add_rate_limited(&key, lane);
                 span.in_scope(|| tracing::info!(retry_in = ?delay, "Not leading: driver call not started or abandoned"));
             }
             Err(err) => va_failed(&ctx, &queue, &key, lane, err, &span).await,
@@ -46,7 +46,7 @@ pub async fn va_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue>, lane: Lane) {
 /// log, post an Event.
 async fn va_failed(
     ctx: &Ctx,
-    queue: &WorkQueue,
+    queue: &WorkQueue<Lane>,
     key: &str,
     lane: Lane,
     err: FlowError,
@@ -60,7 +60,7 @@ async fn va_failed(
     }
     ctx.failing
         .failed(key, lane, || ctx.stores.va(key).is_some());
-    let delay = queue.add_rate_limited(key, lane.index());
+    let delay = queue.add_rate_limited(key, lane);
     span.in_scope(
         || tracing::warn!(error = %err, retry_in = ?delay, "VolumeAttachment sync failed"),
     );
@@ -69,14 +69,9 @@ async fn va_failed(
     }
 }
 
-/// One attempt for the VA called `key`: decide the step, execute it.
-pub async fn sync_va(ctx: &Ctx, key: &str) -> Result<(), FlowError> {
+/// One attempt for the VA called `key`, queued for `trigger`: decide the step, execute it.
+pub async fn sync_va(ctx: &Ctx, key: &str, trigger: Trigger) -> Result<(), FlowError> {
     let va = ctx.stores.va(key);
-    let trigger = if ctx.force_sync.take(key) {
-        Trigger::Reconciler
-    } else {
-        Trigger::Event
-    };
     let step = decide(va.as_deref(), &ctx.finalizer, &ctx.capabilities, trigger);
     let Some(va) = va else {
         return Ok(());
@@ -95,9 +90,9 @@ pub async fn sync_va(ctx: &Ctx, key: &str) -> Result<(), FlowError> {
 }
 
 /// Runs syncs of the PV queue until it shuts down.
-pub async fn pv_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue>) {
-    let lane = Lane::Pv;
-    while let Some(key) = queue.get(lane.index()).await {
+pub async fn pv_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue<PvLane>>) {
+    let lane = PvLane;
+    while let Some(Work { key, .. }) = queue.get(lane).await {
         let span = tracing::info_span!("sync", pv = %key, lane = lane.name());
         let result = match ctx.stores.pv(&key) {
             Some(pv) if ctx.capabilities.attach_required() => {
@@ -111,7 +106,7 @@ pub async fn pv_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue>) {
         match result {
             Ok(()) => queue.forget(&key),
             Err(err) => {
-                let delay = queue.add_rate_limited(&key, lane.index());
+                let delay = queue.add_rate_limited(&key, lane);
                 span.in_scope(|| tracing::warn!(error = %err, retry_in = ?delay, "PersistentVolume sync failed"));
             }
         }
@@ -150,20 +145,22 @@ const BACKLOG_STUCK: Duration = Duration::from_secs(60);
 
 /// Refreshes the sampled queue gauges, and logs every 30 s while a lane has a
 /// key waiting for more than 60 s.
-pub async fn report_backlog(va_queue: Arc<WorkQueue>, pv_queue: Arc<WorkQueue>) {
+pub async fn report_backlog(va_queue: Arc<WorkQueue<Lane>>, pv_queue: Arc<WorkQueue<PvLane>>) {
     let mut ticker = tokio::time::interval(BACKLOG_SAMPLE);
     let mut last_log: Option<tokio::time::Instant> = None;
     loop {
         ticker.tick().await;
         let va = va_queue.observe();
         let pv = pv_queue.observe();
-        let lanes = Lane::VA.iter().zip(&va).chain(Lane::PV.iter().zip(&pv));
-        let stuck: Vec<String> = lanes
+        let names = Lane::ALL.iter().map(|l| l.name());
+        let names = names.chain(PvLane::ALL.iter().map(|l| QueueLane::name(*l)));
+        let stuck: Vec<String> = names
+            .zip(va.iter().chain(&pv))
             .filter(|(_, b)| b.oldest > BACKLOG_STUCK)
             .map(|(lane, b)| {
                 format!(
                     "{}: {} waiting, oldest {}s",
-                    lane.name(),
+                    lane,
                     b.depth,
                     b.oldest.as_secs()
                 )
@@ -180,8 +177,8 @@ pub async fn report_backlog(va_queue: Arc<WorkQueue>, pv_queue: Arc<WorkQueue>) 
 /// Upstream's informer resync: every VA (and every PV needing a look) again.
 pub async fn resync_loop(
     ctx: Arc<Ctx>,
-    va_queue: Arc<WorkQueue>,
-    pv_queue: Arc<WorkQueue>,
+    va_queue: Arc<WorkQueue<Lane>>,
+    pv_queue: Arc<WorkQueue<PvLane>>,
     period: Duration,
 ) {
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
@@ -192,13 +189,13 @@ pub async fn resync_loop(
 }
 
 /// Queues every cached VA, and every cached PV whose finalizer needs a look.
-pub fn enqueue_all(ctx: &Ctx, va_queue: &WorkQueue, pv_queue: &WorkQueue) {
+pub fn enqueue_all(ctx: &Ctx, va_queue: &WorkQueue<Lane>, pv_queue: &WorkQueue<PvLane>) {
     for va in ctx.stores.all_vas() {
-        va_queue.add(va.name(), Lane::of_va(&va).index());
+        va_queue.add(va.name(), Lane::of_va(&va));
     }
     for pv in ctx.stores.all_pvs() {
         if needs_finalizer_check(&pv, &ctx.driver_name, &ctx.finalizer) {
-            pv_queue.add(pv.name(), Lane::Pv.index());
+            pv_queue.add(pv.name(), PvLane);
         }
     }
 }

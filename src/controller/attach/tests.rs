@@ -3,13 +3,23 @@
 use serde_json::json;
 use tonic::Code;
 
+use super::super::queue::Trigger;
 use super::super::testing::*;
 use super::super::workers::sync_va;
 
 const NODE_ID_ANN: &str = "csi.alpha.kubernetes.io/node-id";
 
 async fn sync(w: &World) -> Result<(), String> {
-    sync_va(&w.ctx, "va-1").await.map_err(|e| e.to_string())
+    sync_va(&w.ctx, "va-1", Trigger::Event)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// A sync of `va-1` queued by the reconciler.
+async fn sync_forced(w: &World) -> Result<(), String> {
+    sync_va(&w.ctx, "va-1", Trigger::Reconciler)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 fn add_pv_finalizer() -> String {
@@ -65,8 +75,7 @@ async fn an_attached_va_needs_nothing_unless_the_reconciler_forces_it() {
     assert!(w.requests().is_empty());
     // Forced: the API server confirms the VA (empty patch with its UID), it
     // is published again, and attached=true is re-asserted (with the UID).
-    w.ctx.force_sync.insert("va-1");
-    assert_eq!(sync(&w).await, Ok(()));
+    assert_eq!(sync_forced(&w).await, Ok(()));
     assert_eq!(
         w.requests(),
         [
@@ -84,22 +93,19 @@ async fn a_forced_republish_of_a_va_gone_or_deleting_publishes_nothing() {
     for err in [api_error(404, "not found"), replaced()] {
         let w = World::attachable(attached_va(json!({})), pv_ours());
         w.api.fail("patch_va", err);
-        w.ctx.force_sync.insert("va-1");
-        assert_eq!(sync(&w).await, Ok(()));
+        assert_eq!(sync_forced(&w).await, Ok(()));
         assert_eq!(w.requests(), ["PATCH va/va-1 {}"]);
     }
     // The cache lags: the API server's copy is being deleted.
     let w = World::attachable(attached_va(json!({})), pv_ours());
     w.api.put_va(deleting_va(json!({})));
-    w.ctx.force_sync.insert("va-1");
-    assert_eq!(sync(&w).await, Ok(()));
+    assert_eq!(sync_forced(&w).await, Ok(()));
     assert_eq!(w.requests(), ["PATCH va/va-1 {}"]);
     // The check itself fails: the attempt's error, not saved on the VA.
     let w = World::attachable(attached_va(json!({})), pv_ours());
     w.api.fail("patch_va", api_error(500, "etcd"));
-    w.ctx.force_sync.insert("va-1");
     assert_eq!(
-        sync(&w).await,
+        sync_forced(&w).await,
         Err("could not save VolumeAttachment: etcd".into())
     );
     assert_eq!(w.requests(), ["PATCH va/va-1 {}"]);
@@ -109,8 +115,7 @@ async fn a_forced_republish_of_a_va_gone_or_deleting_publishes_nothing() {
 async fn a_republished_va_gone_at_the_status_write_is_unpublished() {
     let w = World::attachable(attached_va(json!({})), pv_ours());
     w.api.fail("patch_va_status", api_error(404, "not found"));
-    w.ctx.force_sync.insert("va-1");
-    assert_eq!(sync(&w).await, Ok(()));
+    assert_eq!(sync_forced(&w).await, Ok(()));
     assert_eq!(
         w.requests(),
         [

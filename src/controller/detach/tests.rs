@@ -3,13 +3,23 @@
 use serde_json::json;
 use tonic::Code;
 
+use super::super::queue::Trigger;
 use super::super::testing::*;
 use super::super::workers::sync_va;
 
 const NODE_ID_ANN: &str = "csi.alpha.kubernetes.io/node-id";
 
 async fn sync(w: &World) -> Result<(), String> {
-    sync_va(&w.ctx, "va-1").await.map_err(|e| e.to_string())
+    sync_va(&w.ctx, "va-1", Trigger::Event)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// A sync of `va-1` queued by the reconciler.
+async fn sync_forced(w: &World) -> Result<(), String> {
+    sync_va(&w.ctx, "va-1", Trigger::Reconciler)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 fn pv_ours() -> k8s_openapi::api::core::v1::PersistentVolume {
@@ -71,8 +81,7 @@ async fn without_our_finalizer_nothing_happens_unless_the_reconciler_forces_it()
     assert_eq!(sync(&w).await, Ok(()));
     assert!(w.requests().is_empty());
     // Forced: the driver still lists it published; no finalizer to remove.
-    w.ctx.force_sync.insert("va-1");
-    assert_eq!(sync(&w).await, Ok(()));
+    assert_eq!(sync_forced(&w).await, Ok(()));
     assert_eq!(
         w.requests(),
         [unpublish(NODE_ID), status(json!({"attached": false}))]

@@ -45,11 +45,11 @@ fn calls(w: &World, rpc: &str) -> usize {
 }
 
 /// Both lanes' workers and the queue's timers on `ctx`.
-fn start(ctx: &Arc<Ctx>) -> Arc<WorkQueue> {
-    let queue = Arc::new(WorkQueue::new("test", 2, BACKOFF, None));
+fn start(ctx: &Arc<Ctx>) -> Arc<WorkQueue<Lane>> {
+    let queue = Arc::new(WorkQueue::new("test", BACKOFF, None));
     let timers = Arc::clone(&queue);
     tokio::spawn(async move { timers.run_timers().await });
-    for lane in Lane::VA {
+    for &lane in Lane::ALL {
         tokio::spawn(va_worker(Arc::clone(ctx), Arc::clone(&queue), lane));
     }
     queue
@@ -79,7 +79,7 @@ async fn a_va_counts_from_its_first_failure_through_its_retries_until_one_succee
     let ctx = Arc::new(clone_ctx(&w.ctx));
     assert_eq!((gauge(&ctx, "attach"), gauge(&ctx, "detach")), (0, 0));
     let queue = start(&ctx);
-    queue.add("va-1", Lane::Attach.index());
+    queue.add("va-1", Lane::Attach);
     let mut failed_at = Vec::new();
     let started = Instant::now();
     for n in 1..=9 {
@@ -119,7 +119,6 @@ fn clone_ctx(ctx: &Ctx) -> Ctx {
         csi: Arc::clone(&ctx.csi),
         error_codes: ctx.error_codes,
         flow_metrics: Arc::clone(&ctx.flow_metrics),
-        force_sync: Default::default(),
         events: None,
         failing: Arc::clone(&ctx.failing),
         leadership: ctx.leadership.clone(),
@@ -137,7 +136,7 @@ async fn a_failing_va_that_is_deleted_stops_counting_at_once() {
     }
     let ctx = Arc::new(clone_ctx(&w.ctx));
     let queue = start(&ctx);
-    queue.add("va-1", Lane::Detach.index());
+    queue.add("va-1", Lane::Detach);
     until("four failed Unpublish calls", || {
         calls(&w, "Unpublish") >= 4
     })
@@ -172,8 +171,6 @@ async fn a_va_gone_from_a_re_list_and_a_va_failing_in_the_other_lane_are_counted
     // `b` is deleted and fails its detach: it moves lanes.
     failing.failed("b", Lane::Detach, || true);
     assert_eq!((g("attach"), g("detach")), (1, 1));
-    failing.failed("c", Lane::Pv, || true);
-    assert_eq!((g("attach"), g("detach")), (1, 1), "PVs are not VAs");
     // A re-list without `a` (deleted while the watch was down).
     failing.retain(|name| name != "a");
     assert_eq!((g("attach"), g("detach")), (0, 1));
@@ -206,7 +203,7 @@ async fn losing_the_leadership_resets_the_gauge_and_nothing_counts_after() {
         async move { leadership.closed().await }
     }));
     let queue = start(&ctx);
-    queue.add("va-1", Lane::Attach.index());
+    queue.add("va-1", Lane::Attach);
     until("two failed Publish calls", || calls(&w, "Publish") >= 2).await;
     assert_eq!(gauge(&ctx, "attach"), 1);
     window.send_replace(Window::Closed);

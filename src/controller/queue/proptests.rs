@@ -21,9 +21,15 @@ use futures::FutureExt;
 use proptest::prelude::*;
 
 use super::*;
+use crate::controller::lane::Lane;
+
+/// The lane at `index`.
+fn l(index: usize) -> Lane {
+    Lane::ALL[index]
+}
 
 const KEYS: [&str; 4] = ["k0", "k1", "k2", "k3"];
-const LANES: usize = 2;
+const LANES: usize = 2; // Lane::ALL.len()
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -108,7 +114,7 @@ async fn settle() {
     }
 }
 
-async fn advance(q: &WorkQueue, model: &mut Model, ms: u64) {
+async fn advance(q: &WorkQueue<Lane>, model: &mut Model, ms: u64) {
     let _ = q;
     tokio::time::advance(Duration::from_millis(ms)).await;
     settle().await;
@@ -141,15 +147,17 @@ fn check_ceiling(concurrency: &Concurrency, held: &[(String, usize)]) -> Result<
 }
 
 fn take(
-    q: &WorkQueue,
+    q: &WorkQueue<Lane>,
     lane: usize,
     model: &mut Model,
     concurrency: &Concurrency,
 ) -> Result<Option<String>, TestCaseError> {
-    let Some(got) = q.get(lane).now_or_never() else {
+    let Some(got) = q.get(l(lane)).now_or_never() else {
         return Ok(None);
     };
-    let key = got.ok_or_else(|| TestCaseError::fail("None before shut-down"))?;
+    let key = got
+        .map(|w| w.key)
+        .ok_or_else(|| TestCaseError::fail("None before shut-down"))?;
     prop_assert!(
         !model.held.iter().any(|(k, _)| *k == key),
         "{} handed out while held",
@@ -165,7 +173,7 @@ fn take(
     Ok(Some(key))
 }
 
-fn finish(q: &WorkQueue, model: &mut Model, index: usize) {
+fn finish(q: &WorkQueue<Lane>, model: &mut Model, index: usize) {
     if model.held.is_empty() {
         return;
     }
@@ -179,7 +187,7 @@ fn finish(q: &WorkQueue, model: &mut Model, index: usize) {
 async fn run(ops: Vec<Op>, total: usize, shut_down: bool) -> Result<(), TestCaseError> {
     let concurrency = Concurrency::with_reserved_tenth(total, LANES);
     let q = Arc::new(
-        WorkQueue::new("props", LANES, BACKOFF, None).with_concurrency(concurrency.clone()),
+        WorkQueue::<Lane>::new("props", BACKOFF, None).with_concurrency(concurrency.clone()),
     );
     let timers = tokio::spawn({
         let q = q.clone();
@@ -189,18 +197,18 @@ async fn run(ops: Vec<Op>, total: usize, shut_down: bool) -> Result<(), TestCase
     for op in ops {
         match op {
             Op::Add(k, lane) => {
-                q.add(KEYS[k], lane);
+                q.add(KEYS[k], l(lane));
                 model.add(KEYS[k]);
             }
             Op::AddAfter(k, lane, ms) => {
-                q.add_after(KEYS[k], lane, Duration::from_millis(ms));
+                q.add_after(KEYS[k], l(lane), Duration::from_millis(ms));
                 model.add_after(KEYS[k], ms);
             }
             Op::AddRateLimited(k, lane) => {
                 let failures = model.failures.entry(KEYS[k].to_owned()).or_insert(0);
                 let want = BACKOFF.delay(*failures);
                 *failures += 1;
-                let delay = q.add_rate_limited(KEYS[k], lane);
+                let delay = q.add_rate_limited(KEYS[k], l(lane));
                 prop_assert_eq!(delay, want);
                 model.add_after(KEYS[k], delay.as_millis() as u64);
             }
@@ -223,10 +231,10 @@ async fn run(ops: Vec<Op>, total: usize, shut_down: bool) -> Result<(), TestCase
     if shut_down {
         q.shut_down();
         for lane in 0..LANES {
-            prop_assert_eq!(q.get(lane).now_or_never(), Some(None));
+            prop_assert_eq!(q.get(l(lane)).now_or_never(), Some(None));
         }
-        q.add("late", 0);
-        prop_assert_eq!(q.get(0).now_or_never(), Some(None));
+        q.add("late", l(0));
+        prop_assert_eq!(q.get(l(0)).now_or_never(), Some(None));
         settle().await;
         prop_assert!(timers.is_finished(), "the timer task ends on shut-down");
         return Ok(());
@@ -254,7 +262,7 @@ async fn run(ops: Vec<Op>, total: usize, shut_down: bool) -> Result<(), TestCase
     }
     prop_assert!(model.pending.is_empty(), "lost keys: {:?}", model.pending);
     for lane in 0..LANES {
-        prop_assert_eq!(q.depth(lane), 0);
+        prop_assert_eq!(q.depth(l(lane)), 0);
     }
     timers.abort();
     Ok(())

@@ -6,7 +6,7 @@ use serde_json::json;
 use tonic::Code;
 
 use super::super::lane::Lane;
-use super::super::queue::{Backoff, WorkQueue};
+use super::super::queue::{Backoff, Trigger, Work, WorkQueue};
 use super::super::testing::*;
 use super::super::workers::sync_va;
 use super::{pass, PassReport, ReconcileError};
@@ -14,12 +14,12 @@ use crate::csi::{RpcStatus, VolumePage};
 
 const NODE_ID_ANN: &str = "csi.alpha.kubernetes.io/node-id";
 
-fn queue() -> WorkQueue {
+fn queue() -> WorkQueue<Lane> {
     let backoff = Backoff {
         start: Duration::from_millis(1),
         max: Duration::from_millis(10),
     };
-    WorkQueue::new("test", Lane::VA.len(), backoff, None)
+    WorkQueue::new("test", backoff, None)
 }
 
 fn page(published: &[(&str, &[&str])], next: &str) -> Result<VolumePage, RpcStatus> {
@@ -33,7 +33,7 @@ fn page(published: &[(&str, &[&str])], next: &str) -> Result<VolumePage, RpcStat
     })
 }
 
-async fn run_pass(w: &World, q: &WorkQueue) -> Result<PassReport, String> {
+async fn run_pass(w: &World, q: &WorkQueue<Lane>) -> Result<PassReport, String> {
     pass(&w.ctx, q, 0, Duration::from_secs(5))
         .await
         .map_err(|e| e.to_string())
@@ -55,16 +55,27 @@ fn pv_ours() -> k8s_openapi::api::core::v1::PersistentVolume {
     pv(json!({"metadata": {"finalizers": [FIN]}}))
 }
 
+/// Takes the next key of `lane` and syncs it, queued as the reconciler queued it.
+async fn sync_next(w: &World, q: &WorkQueue<Lane>, lane: Lane) -> Result<(), String> {
+    let Work { key, trigger } = q.get(lane).await.expect("a queued key");
+    assert_eq!(
+        trigger,
+        Trigger::Reconciler,
+        "{key} was queued by the reconciler"
+    );
+    q.done(&key);
+    sync_va(&w.ctx, &key, trigger)
+        .await
+        .map_err(|e| e.to_string())
+}
+
 #[tokio::test]
 async fn an_attached_va_the_driver_does_not_list_is_published_again() {
     let w = World::attachable(attached_va(json!({})), pv_ours());
     let q = queue();
     assert_eq!(run_pass(&w, &q).await, Ok(report(1, 1, 0)));
-    assert_eq!(q.depth(Lane::Attach.index()), 1);
-    assert_eq!(
-        sync_va(&w.ctx, "va-1").await.map_err(|e| e.to_string()),
-        Ok(())
-    );
+    assert_eq!(q.depth(Lane::Attach), 1);
+    assert_eq!(sync_next(&w, &q, Lane::Attach).await, Ok(()));
     assert_eq!(
         w.requests(),
         [
@@ -74,9 +85,14 @@ async fn an_attached_va_the_driver_does_not_list_is_published_again() {
             r#"PATCH va/va-1/status {"status":{"attached":true}}"#.to_string(),
         ]
     );
-    // The force was used up: the next sync sees an attached VA.
+    // The force was used up: the next sync (an event) sees an attached VA.
+    q.add("va-1", Lane::Attach);
+    let next = q.get(Lane::Attach).await.expect("queued again");
+    assert_eq!(next.trigger, Trigger::Event);
     assert_eq!(
-        sync_va(&w.ctx, "va-1").await.map_err(|e| e.to_string()),
+        sync_va(&w.ctx, &next.key, next.trigger)
+            .await
+            .map_err(|e| e.to_string()),
         Ok(())
     );
     assert_eq!(w.requests().len(), 4);
@@ -91,11 +107,8 @@ async fn a_deleted_va_the_driver_still_lists_is_unpublished_even_without_our_fin
     w.driver.push_page(page(&[("vol-1", &[NODE_ID])], ""));
     let q = queue();
     assert_eq!(run_pass(&w, &q).await, Ok(report(1, 0, 1)));
-    assert_eq!(q.depth(Lane::Detach.index()), 1);
-    assert_eq!(
-        sync_va(&w.ctx, "va-1").await.map_err(|e| e.to_string()),
-        Ok(())
-    );
+    assert_eq!(q.depth(Lane::Detach), 1);
+    assert_eq!(sync_next(&w, &q, Lane::Detach).await, Ok(()));
     assert_eq!(w.requests()[1..], [format!("Unpublish vol-1 {NODE_ID}")]);
 }
 
@@ -109,7 +122,7 @@ async fn agreeing_pending_and_unresolvable_vas_are_left_alone() {
     // A VA in its lane already is left to it.
     let w = World::attachable(attached_va(json!({})), pv_ours());
     let q = queue();
-    q.add("va-1", Lane::Attach.index());
+    q.add("va-1", Lane::Attach);
     assert_eq!(run_pass(&w, &q).await, Ok(report(1, 0, 0)));
     // Without PV, or without any node ID: skipped.
     let w = World::new(
@@ -166,7 +179,7 @@ async fn a_failed_or_looping_listing_forces_nothing() {
     let q = queue();
     let err = pass(&w.ctx, &q, 0, Duration::from_secs(5)).await.err();
     assert!(matches!(err, Some(ReconcileError::List(_))), "{err:?}");
-    assert_eq!(q.depth(Lane::Attach.index()), 0);
+    assert_eq!(q.depth(Lane::Attach), 0);
 
     let w = World::attachable(attached_va(json!({})), pv_ours());
     w.driver.push_page(page(&[], "t1"));
@@ -176,5 +189,5 @@ async fn a_failed_or_looping_listing_forces_nothing() {
         matches!(err, Some(ReconcileError::RepeatedToken(_))),
         "{err:?}"
     );
-    assert_eq!(q.depth(Lane::Attach.index()), 0);
+    assert_eq!(q.depth(Lane::Attach), 0);
 }

@@ -2,11 +2,14 @@
 
 use serde_json::json;
 
+use super::super::queue::Trigger;
 use super::super::testing::*;
 use super::super::workers::sync_va;
 
 async fn sync(w: &World) -> Result<(), String> {
-    sync_va(&w.ctx, "va-1").await.map_err(|e| e.to_string())
+    sync_va(&w.ctx, "va-1", Trigger::Event)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 fn status(body: serde_json::Value) -> String {
@@ -43,7 +46,9 @@ async fn an_attached_va_or_a_missing_one_needs_nothing() {
     assert_eq!(sync(&w).await, Ok(()));
     assert!(w.requests().is_empty());
     assert_eq!(
-        sync_va(&w.ctx, "gone").await.map_err(|e| e.to_string()),
+        sync_va(&w.ctx, "gone", Trigger::Event)
+            .await
+            .map_err(|e| e.to_string()),
         Ok(())
     );
     assert!(w.requests().is_empty());
