@@ -1,9 +1,14 @@
 //! The election state machine against an in-memory Lease API, on a paused clock.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use futures::stream;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::Status;
+use tokio::time::Instant;
 
 use super::*;
 

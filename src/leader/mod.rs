@@ -1,0 +1,98 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, with client-go's semantics.
+//! Contract: `docs/contract.md#lease`, `docs/contract.md#a-leadership-window-with-a-margin`.
+//!
+//! # Protocol (client-go `leaderelection`)
+//! - A candidate GETs the Lease; if it is missing it CREATEs it, if it is held
+//!   by someone else whose lease (as *observed locally*) has not expired it
+//!   waits, otherwise it replaces the Lease with itself as holder. The
+//!   resourceVersion makes concurrent replaces conflict (409): one wins.
+//! - The leader renews every `retry_period` by replacing its cached Lease
+//!   (fast path, no GET); a failed fast path falls back to GET + replace and
+//!   counts `leader_election_slowpath_total`.
+//! - If no renewal succeeds within its leadership window (below), leadership
+//!   is lost: the process exits 1, as upstream.
+//!
+//! # The leadership window: why `renew_deadline` < `lease_duration` is a margin
+//! Two clocks decide who may call the driver, and neither replica reads the
+//! other's:
+//! - The **leader** may start a driver call (ControllerPublish/Unpublish,
+//!   ListVolumes) only before `S + renew_deadline`, where `S` is the instant
+//!   (its own monotonic clock) at which it *started* the attempt that last
+//!   renewed the Lease successfully: the API server wrote that renewal after
+//!   `S`. [`Leadership`] carries this window to the workers; when it closes,
+//!   calls in flight are abandoned (their futures dropped, which cancels the
+//!   gRPC call) and no new one starts, even if the renewal loop has not
+//!   noticed yet or the process was frozen (SIGSTOP, a VM pause) across the
+//!   deadline: the check is against the clock, not against a flag the
+//!   renewal loop would have to clear.
+//! - A **standby** takes the Lease no sooner than `O + lease_duration`, where
+//!   `O` is when *it observed* (its own clock) the holder's last renewal.
+//!   `O` comes after the API server wrote it, so after `S`.
+//!
+//!   The window closes [`cancel_allowance`] early (200 ms, or a tenth of a
+//!   shorter renew deadline), so that the cancellation of an abandoned call
+//!   has reached the driver by `S + renew_deadline`, the instant anyone
+//!   reading the Lease would compute from its `renewTime`.
+//!
+//! Hence the leader's window ends at least `lease_duration - renew_deadline`
+//! before any standby can take over (15 s - 10 s = 5 s with the defaults):
+//! the margin absorbs clock-rate differences between the two machines and
+//! the time a cancelled call takes to stop on our side. The Lease carries
+//! whole seconds, so a sub-second `lease_duration` is written rounded *up*
+//! (a standby then waits at least as long as we assume; client-go truncates
+//! 500 ms to 0 s, which lets a standby take over at once).
+//!
+//! What no client can rule out: a call the driver received inside the window
+//! but keeps running after it (a driver that ignores cancellation), or a
+//! freeze in the microseconds between the window check and the write to the
+//! socket. CSI has no fencing token; the margin is the defence.
+//!
+//! # Beyond upstream
+//! - A standby watches the Lease and tries the moment it is released, and
+//!   schedules its next try for the instant the observed lease expires, so a
+//!   takeover does not wait for a jittered retry period.
+//! - A replica that starts leading on a Lease it CREATEd (or that names it
+//!   without being its own last write: a create whose answer was lost) holds
+//!   it, renewing, for `renew_deadline` before its window opens: the Lease
+//!   may have been deleted under a leader that does not know yet, whose
+//!   window ends within `renew_deadline` of its last renewal, which came
+//!   before the deletion. Taking over an existing Lease after its observed
+//!   expiry, or renewing our own last write, proves there was none. The
+//!   cost: the very first replica of a fresh installation acts
+//!   `renew_deadline` (10 s by default) after start; later starts find the
+//!   Lease in place (a release leaves it, holder `""`).
+//! - On SIGTERM the leader releases the Lease (holder `""`) unless
+//!   `--feature-gates=ReleaseLeaderElectionOnExit=false`, and only when no
+//!   driver call it made can still be running (see [`Leadership::abandoned`]).
+//! - The renewal loop gives up at the end of the window (`S +
+//!   renew_deadline`); client-go gives up `renew_deadline` after the start of
+//!   the failing round, up to a retry period later.
+//!
+//! # Layout
+//! - `settings`: [`Settings`] and client-go's checks on their timing.
+//! - `window`: the leadership [`Window`] and [`Leadership`], the driver calls made under it.
+//! - `elector`: the [`Elector`] state machine (acquire, renew, release).
+//! - `lease_api`: the [`LeaseApi`] it drives and [`KubeLeases`] on the API server.
+//! - `health`: the `/healthz/leader-election` check ([`Health`]).
+//! - `metrics`: the leader-election [`Metrics`].
+
+mod elector;
+mod health;
+mod lease_api;
+mod metrics;
+mod settings;
+mod window;
+
+pub use elector::Elector;
+pub use health::{Health, HEALTH_TOLERANCE};
+pub use lease_api::{KubeLeases, LeaseApi};
+pub use metrics::Metrics;
+pub use settings::{
+    lease_duration_seconds, validate_timing, InvalidTiming, Settings, JITTER_FACTOR,
+};
+pub use window::{cancel_allowance, window_length, Leadership, NotLeading, Window};
+
+#[cfg(test)]
+mod proptests;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,192 @@
+//! The leadership window ([`Window`]) the workers check before and during
+//! every driver call ([`Leadership::call`]), and how long it lasts after a
+//! renewal ([`window_length`]). Why it is shorter than the lease: the
+//! `leader` module doc.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// How much earlier than `renew_deadline` the window closes: time for the
+/// cancellation of an abandoned call to reach the driver.
+pub fn cancel_allowance(renew_deadline: Duration) -> Duration {
+    (renew_deadline / 10).min(Duration::from_millis(200))
+}
+
+/// The leadership window's length after the start of a successful renewal.
+pub fn window_length(renew_deadline: Duration) -> Duration {
+    renew_deadline.saturating_sub(cancel_allowance(renew_deadline))
+}
+
+/// Until when this replica may start driver calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Window {
+    /// Not leading.
+    Closed,
+    /// Leading until this instant (last successful renewal's start + renew deadline).
+    Until(Instant),
+    /// No leader election: always.
+    Unbounded,
+}
+
+impl Window {
+    /// Whether a call may start at `now`.
+    pub fn is_open(&self, now: Instant) -> bool {
+        match self {
+            Self::Closed => false,
+            Self::Until(end) => now < *end,
+            Self::Unbounded => true,
+        }
+    }
+}
+
+/// A driver call was not started, or was abandoned, because this replica's
+/// leadership window closed. Retriable (by the next leader); never written on
+/// an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("not leading: the driver call was not started or was abandoned")]
+pub struct NotLeading;
+
+/// The leadership window as the workers see it, and the driver calls made under it.
+///
+/// Every call to the driver that changes or reads published state goes through
+/// [`Leadership::call`]: it starts only inside the window and is abandoned
+/// (dropped, which cancels the gRPC call) the moment the window closes.
+#[derive(Clone, Debug)]
+pub struct Leadership {
+    pub(super) window: watch::Receiver<Window>,
+    pub(super) calls: Arc<CallCounts>,
+}
+
+#[derive(Default, Debug)]
+pub(super) struct CallCounts {
+    in_flight: AtomicUsize,
+    abandoned: AtomicUsize,
+}
+
+/// Counts one call in flight; a drop before [`InFlight::finished`] counts it abandoned.
+struct InFlight<'a> {
+    counts: &'a CallCounts,
+    finished: bool,
+}
+
+impl<'a> InFlight<'a> {
+    fn start(counts: &'a CallCounts) -> Self {
+        counts.in_flight.fetch_add(1, Ordering::SeqCst);
+        Self {
+            counts,
+            finished: false,
+        }
+    }
+
+    fn finished(mut self) {
+        self.finished = true;
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.counts.abandoned.fetch_add(1, Ordering::SeqCst);
+        }
+        self.counts.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Leadership {
+    /// Without leader election: the window never closes.
+    pub fn unbounded() -> Self {
+        let (_, window) = watch::channel(Window::Unbounded);
+        Self {
+            window,
+            calls: Arc::default(),
+        }
+    }
+
+    /// A window that follows `window` (tests: open and close it at will).
+    #[cfg(test)]
+    pub fn following(window: watch::Receiver<Window>) -> Self {
+        Self {
+            window,
+            calls: Arc::default(),
+        }
+    }
+
+    /// The window now.
+    pub fn window(&self) -> Window {
+        *self.window.borrow()
+    }
+
+    /// Whether a driver call may start now.
+    pub fn may_start(&self) -> bool {
+        self.window().is_open(Instant::now())
+    }
+
+    /// Driver calls running now.
+    pub fn in_flight(&self) -> usize {
+        self.calls.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Driver calls dropped before they returned (window closed, shutdown
+    /// aborted them): the driver may still be running them.
+    pub fn abandoned(&self) -> usize {
+        self.calls.abandoned.load(Ordering::SeqCst)
+    }
+
+    /// Runs the driver call `call` if the window is open, and abandons it
+    /// when the window closes.
+    ///
+    /// # Cancel safety
+    /// Dropping the returned future abandons the call (counted in
+    /// [`Leadership::abandoned`]).
+    pub async fn call<F: Future>(&self, call: F) -> Result<F::Output, NotLeading> {
+        if !self.may_start() {
+            return Err(NotLeading);
+        }
+        let tracked = InFlight::start(&self.calls);
+        // Biased: after a freeze, the closed window is seen before the call is polled.
+        tokio::select! {
+            biased;
+            () = self.closed() => Err(NotLeading),
+            out = call => {
+                tracked.finished();
+                Ok(out)
+            }
+        }
+    }
+
+    /// Resolves once the window is closed (at once if it is).
+    pub async fn closed(&self) {
+        let mut window = self.window.clone();
+        loop {
+            let current = *window.borrow_and_update();
+            match current {
+                Window::Closed => return,
+                Window::Until(end) => {
+                    if Instant::now() >= end {
+                        return;
+                    }
+                    tokio::select! {
+                        () = tokio::time::sleep_until(end) => {}
+                        changed = window.changed() => {
+                            if changed.is_err() {
+                                // No more renewals: the window ends as it stands.
+                                tokio::time::sleep_until(end).await;
+                                return;
+                            }
+                        }
+                    }
+                }
+                Window::Unbounded => {
+                    if window.changed().await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+            }
+        }
+    }
+}
