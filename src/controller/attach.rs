@@ -134,8 +134,8 @@ async fn mark_attached_failed(
         // will unpublish what we just published. Undo it.
         tracing::info!(va = %va.name(), node_id = %published.request.node_id,
             "VolumeAttachment gone while it was published; unpublishing");
-        ctx.leadership
-            .call(ctx.csi.unpublish(published.request, published.origin))
+        ctx.driver
+            .unpublish(published.request, published.origin)
             .await??;
         return Ok(());
     }
@@ -184,9 +184,7 @@ async fn publish(
             node_id: stale,
             secrets: request.secrets.clone(),
         };
-        ctx.leadership
-            .call(ctx.csi.unpublish(unpublish, origin))
-            .await??;
+        ctx.driver.unpublish(unpublish, origin).await??;
     }
 
     // From the VA write on, a detach is owed.
@@ -204,10 +202,7 @@ async fn publish(
         },
         origin,
     };
-    let context = ctx
-        .leadership
-        .call(ctx.csi.publish(request, origin))
-        .await??;
+    let context = ctx.driver.publish(request, origin).await??;
     Ok((context.into_iter().collect(), published))
 }
 

@@ -10,16 +10,15 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::api::ClusterApi;
 use super::compact::CachedVa;
-use super::driver::Driver;
 use super::error::FlowError;
 use super::events::FailureEvents;
 use super::failing::FailingVas;
+use super::fenced::FencedDriver;
 use super::flow_metrics::FlowMetrics;
 use super::lane::Lane;
 use super::patches;
 use super::store::Stores;
 use crate::csi::Capabilities;
-use crate::leader::Leadership;
 
 /// Everything a flow reads or calls.
 pub struct Ctx {
@@ -35,8 +34,8 @@ pub struct Ctx {
     pub api: Arc<dyn ClusterApi>,
     /// Caches.
     pub stores: Stores,
-    /// The driver's controller RPCs.
-    pub csi: Arc<dyn Driver>,
+    /// The driver's controller RPCs, fenced by the leadership window.
+    pub driver: FencedDriver,
     /// Whether attach errors carry `errorCode`.
     pub error_codes: bool,
     /// End-to-end latency histograms.
@@ -45,8 +44,6 @@ pub struct Ctx {
     pub events: Option<FailureEvents>,
     /// VAs failing now (`csi_attacher_failing_volumeattachments`).
     pub failing: Arc<FailingVas>,
-    /// Driver calls start only inside this window and are abandoned when it closes.
-    pub leadership: Leadership,
 }
 
 impl Ctx {

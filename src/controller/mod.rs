@@ -24,6 +24,7 @@ pub mod driver;
 pub mod error;
 pub mod events;
 pub mod failing;
+pub mod fenced;
 pub mod flow_metrics;
 pub mod informers;
 pub mod lane;

@@ -105,7 +105,7 @@ pub async fn run(
     max_entries: i32,
     metrics: ReconcileMetrics,
 ) {
-    let limit = pass_limit(period, ctx.csi.timeout());
+    let limit = pass_limit(period, ctx.driver.timeout());
     loop {
         let started = Instant::now();
         match pass(&ctx, &queue, max_entries, limit).await {
@@ -134,19 +134,11 @@ pub async fn pass(
     max_entries: i32,
     limit: Duration,
 ) -> Result<PassReport, ReconcileError> {
-    // ListVolumes only reads, so it is not counted as a call the driver may
-    // still run; but a listing from outside the window forces nothing.
-    if !ctx.leadership.may_start() {
-        return Err(crate::leader::NotLeading.into());
-    }
-    let (published, pages) = tokio::select! {
-        biased;
-        () = ctx.leadership.closed() => return Err(crate::leader::NotLeading.into()),
-        listed = list_published_within(ctx.csi.as_ref(), max_entries, limit) => listed?,
-    };
-    if !ctx.leadership.may_start() {
-        return Err(crate::leader::NotLeading.into());
-    }
+    // A listing from outside the window forces nothing (the fence's read).
+    let (published, pages) = ctx
+        .driver
+        .read(|driver| list_published_within(driver, max_entries, limit))
+        .await??;
     let mut report = PassReport {
         pages,
         ..PassReport::default()

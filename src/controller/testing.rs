@@ -25,6 +25,7 @@ use super::context::Ctx;
 use super::driver::{Driver, Origin};
 use super::error::{ApiError, SecretError};
 use super::failing::FailingVas;
+use super::fenced::FencedDriver;
 use super::store::{store_from, PvRefs, Stores};
 use crate::csi::proto::{ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest};
 use crate::csi::{Capabilities, RpcStatus, VolumePage};
@@ -264,6 +265,11 @@ impl FakeDriver {
             .collect();
     }
 
+    /// The requests it got so far.
+    pub fn journal(&self) -> Vec<String> {
+        self.journal.entries()
+    }
+
     /// The next ListVolumes replies, in order.
     pub fn push_page(&self, page: Result<VolumePage, RpcStatus>) {
         lock(&self.pages).push_back(page);
@@ -398,12 +404,11 @@ impl World {
             default_fs_type: "ext4".into(),
             api: api.clone(),
             stores,
-            csi: driver.clone(),
+            driver: FencedDriver::new(driver.clone(), Leadership::unbounded()),
             error_codes: true,
             failing: Arc::new(FailingVas::new(&flow_metrics.failing)),
             flow_metrics,
             events: None,
-            leadership: Leadership::unbounded(),
         };
         Self {
             api,

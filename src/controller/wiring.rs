@@ -15,6 +15,7 @@ use super::api::KubeApi;
 use super::compact::{CachedPv, CachedVa};
 use super::context::Ctx;
 use super::failing::{self, FailingVas};
+use super::fenced::FencedDriver;
 use super::lane::{Lane, PvLane, PV_QUEUE, VA_QUEUE};
 use super::queue::{Backoff, Concurrency, QueueLane, WorkQueue};
 use super::store::{PvRefs, Stores};
@@ -147,7 +148,7 @@ pub async fn run(
         default_fs_type: settings.default_fs_type.clone(),
         api: Arc::new(KubeApi::new(clients)),
         stores,
-        csi: Arc::new(csi),
+        driver: FencedDriver::new(Arc::new(csi), leadership),
         error_codes: settings.error_codes,
         flow_metrics: Arc::clone(&metrics.flows),
         failing,
@@ -155,7 +156,6 @@ pub async fn run(
             .reporter
             .clone()
             .map(|r| events::FailureEvents::new(client, r, metrics.registry())),
-        leadership,
     });
     let mut workers_set = start_leading(&mut tasks, &ctx, &queues, &settings, &metrics);
 
@@ -240,7 +240,7 @@ fn start_leading(
         Arc::clone(&queues.pv),
     ));
     // Once the leadership window closes, no VA is ours to count.
-    let leadership = ctx.leadership.clone();
+    let leadership = ctx.driver.leadership().clone();
     tasks.spawn(failing::stop_when(Arc::clone(&ctx.failing), async move {
         leadership.closed().await
     }));

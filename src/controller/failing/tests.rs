@@ -116,12 +116,11 @@ fn clone_ctx(ctx: &Ctx) -> Ctx {
         default_fs_type: ctx.default_fs_type.clone(),
         api: Arc::clone(&ctx.api),
         stores: ctx.stores.clone(),
-        csi: Arc::clone(&ctx.csi),
+        driver: ctx.driver.clone(),
         error_codes: ctx.error_codes,
         flow_metrics: Arc::clone(&ctx.flow_metrics),
         events: None,
         failing: Arc::clone(&ctx.failing),
-        leadership: ctx.leadership.clone(),
     }
 }
 
@@ -196,10 +195,10 @@ async fn losing_the_leadership_resets_the_gauge_and_nothing_counts_after() {
         w.driver.fail("publish", Code::Internal, "disk busy");
     }
     let mut ctx = clone_ctx(&w.ctx);
-    ctx.leadership = Leadership::following(follows);
+    ctx.driver = ctx.driver.with_leadership(Leadership::following(follows));
     let ctx = Arc::new(ctx);
     tokio::spawn(stop_when(Arc::clone(&ctx.failing), {
-        let leadership = ctx.leadership.clone();
+        let leadership = ctx.driver.leadership().clone();
         async move { leadership.closed().await }
     }));
     let queue = start(&ctx);
@@ -212,8 +211,10 @@ async fn losing_the_leadership_resets_the_gauge_and_nothing_counts_after() {
     // say) does not count: the next leader counts its own.
     ctx.failing.failed("va-2", Lane::Attach, || true);
     assert_eq!((gauge(&ctx, "attach"), gauge(&ctx, "detach")), (0, 0));
-    // The retries go on, not leading (and whatever they fail with), uncounted.
-    let attempts = calls(&w, "Publish");
-    until("more attempts", || calls(&w, "Publish") > attempts + 2).await;
+    // The retries go on, not leading (and whatever they fail with), uncounted,
+    // and none reaches the driver.
+    let (publishes, requests) = (calls(&w, "Publish"), w.requests().len());
+    until("more attempts", || w.requests().len() > requests + 2).await;
     assert_eq!(gauge(&ctx, "attach"), 0);
+    assert_eq!(calls(&w, "Publish"), publishes, "no Publish after the loss");
 }

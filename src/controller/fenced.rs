@@ -1,0 +1,177 @@
+//! The driver as the controller reaches it: [`FencedDriver`].
+//!
+//! Every `ControllerPublishVolume`, `ControllerUnpublishVolume` and
+//! `ListVolumes` of the controller goes through it, with the leadership window
+//! inside: a call starts only while the window is open and is abandoned when
+//! it closes (`Leadership::call`). The raw [`Driver`] is a private field, so
+//! no flow can call the driver around the fence; fencing no longer rests on
+//! each call site remembering to wrap its call.
+//!
+//! (`csi-attacher check` lists volumes on its own client: it takes no Lease
+//! and writes nothing, so it has no window to keep.)
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::driver::{Driver, Origin};
+use crate::csi::proto::{ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest};
+use crate::csi::RpcStatus;
+use crate::leader::{Leadership, NotLeading};
+
+/// The driver behind the leadership window.
+#[derive(Clone)]
+pub struct FencedDriver {
+    driver: Arc<dyn Driver>,
+    leadership: Leadership,
+}
+
+impl FencedDriver {
+    /// `driver`, called only inside `leadership`'s window.
+    pub fn new(driver: Arc<dyn Driver>, leadership: Leadership) -> Self {
+        Self { driver, leadership }
+    }
+
+    /// The window the calls are fenced by.
+    pub fn leadership(&self) -> &Leadership {
+        &self.leadership
+    }
+
+    /// The per-call deadline (`--timeout`).
+    pub fn timeout(&self) -> Duration {
+        self.driver.timeout()
+    }
+
+    /// `ControllerPublishVolume` inside the window: the publish context, or
+    /// [`NotLeading`] when the window was closed at the start or closed while
+    /// the call ran (then it is abandoned: the driver may still run it).
+    pub async fn publish(
+        &self,
+        request: ControllerPublishVolumeRequest,
+        origin: Origin,
+    ) -> Result<Result<HashMap<String, String>, RpcStatus>, NotLeading> {
+        // Not even built outside the window (a driver may act on the call itself).
+        if !self.leadership.may_start() {
+            return Err(NotLeading);
+        }
+        self.leadership
+            .call(self.driver.publish(request, origin))
+            .await
+    }
+
+    /// `ControllerUnpublishVolume` inside the window (as [`Self::publish`]).
+    pub async fn unpublish(
+        &self,
+        request: ControllerUnpublishVolumeRequest,
+        origin: Origin,
+    ) -> Result<Result<(), RpcStatus>, NotLeading> {
+        // Not even built outside the window (a driver may act on the call itself).
+        if !self.leadership.may_start() {
+            return Err(NotLeading);
+        }
+        self.leadership
+            .call(self.driver.unpublish(request, origin))
+            .await
+    }
+
+    /// A read through the driver (the reconciler's ListVolumes pages) inside
+    /// the window: [`NotLeading`] when the window is closed before it starts,
+    /// closes while it runs, or is closed when it ends, so a listing from
+    /// outside the window decides nothing. A read leaves nothing running in
+    /// the driver, so it is not counted as a call in flight.
+    pub async fn read<'a, T, F>(
+        &'a self,
+        read: impl FnOnce(&'a dyn Driver) -> F,
+    ) -> Result<T, NotLeading>
+    where
+        F: Future<Output = T> + 'a,
+    {
+        if !self.leadership.may_start() {
+            return Err(NotLeading);
+        }
+        let out = tokio::select! {
+            biased;
+            () = self.leadership.closed() => return Err(NotLeading),
+            out = read(self.driver.as_ref()) => out,
+        };
+        if !self.leadership.may_start() {
+            return Err(NotLeading);
+        }
+        Ok(out)
+    }
+
+    /// The same driver behind another window (tests that take the
+    /// leadership away).
+    #[cfg(test)]
+    pub(crate) fn with_leadership(&self, leadership: Leadership) -> Self {
+        Self {
+            driver: Arc::clone(&self.driver),
+            leadership,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::sync::watch;
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::controller::testing::FakeDriver;
+    use crate::csi::VolumePage;
+    use crate::leader::Window;
+
+    fn fenced(window: Window) -> (Arc<FakeDriver>, FencedDriver, watch::Sender<Window>) {
+        let (tx, rx) = watch::channel(window);
+        let driver = Arc::new(FakeDriver::default());
+        let fenced = FencedDriver::new(driver.clone(), Leadership::following(rx));
+        (driver, fenced, tx)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_call_reaches_the_driver_outside_the_window() {
+        let (driver, fenced, _tx) = fenced(Window::Closed);
+        let publish = fenced
+            .publish(ControllerPublishVolumeRequest::default(), Origin::Csi)
+            .await;
+        assert!(publish.is_err(), "Publish outside the window");
+        let unpublish = fenced
+            .unpublish(ControllerUnpublishVolumeRequest::default(), Origin::Csi)
+            .await;
+        assert!(unpublish.is_err(), "Unpublish outside the window");
+        let read = fenced.read(|d| d.list_volumes(0, String::new())).await;
+        assert!(read.is_err(), "ListVolumes outside the window");
+        assert!(driver.journal().is_empty(), "{:?}", driver.journal());
+    }
+
+    /// A ListVolumes page that takes a minute.
+    fn slow_list(d: &dyn Driver) -> impl Future<Output = Result<VolumePage, RpcStatus>> + '_ {
+        let page = d.list_volumes(0, String::new());
+        async move {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            page.await
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn inside_the_window_calls_go_through_and_a_read_past_its_end_counts_for_nothing() {
+        let end = Instant::now() + Duration::from_secs(10);
+        let (driver, fenced, tx) = fenced(Window::Until(end));
+        driver.push_page(Ok(VolumePage::default()));
+        let read = fenced.read(|d| d.list_volumes(0, String::new())).await;
+        assert!(matches!(read, Ok(Ok(_))), "{read:?}");
+        assert!(fenced
+            .unpublish(ControllerUnpublishVolumeRequest::default(), Origin::Csi)
+            .await
+            .is_ok());
+        assert_eq!(driver.journal().len(), 2);
+        // The window closes while the read runs: its answer is not used.
+        let closing = async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            tx.send_replace(Window::Closed);
+        };
+        let (read, ()) = tokio::join!(fenced.read(slow_list), closing);
+        assert!(read.is_err(), "read across the window's end: {read:?}");
+    }
+}
