@@ -1,0 +1,286 @@
+//! The per-request deadline: [`DeadlineLayer`] bounds each request's response
+//! headers, and a non-watch request's body, by the request timeout that
+//! [`request_timeout_for`] derives from `--timeout` (see the
+//! [`kube_client`](super) module docs, "Deadlines").
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper::body::{Body, Bytes, Frame, SizeHint};
+use tower::{BoxError, Layer, Service};
+
+/// The shortest bound of one API request (a `--timeout` meant for quick CSI
+/// calls must not make ordinary LISTs of a busy API server fail).
+pub const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest bound of one API request: kube-apiserver answers every
+/// non-watch request within its `--request-timeout` (1 minute by default), so
+/// waiting longer only waits on a dead connection.
+pub const MAX_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The per-request bound for a `--timeout` of `csi_timeout`: that value, held
+/// between [`MIN_REQUEST_TIMEOUT`] and [`MAX_REQUEST_TIMEOUT`].
+pub fn request_timeout_for(csi_timeout: Duration) -> Duration {
+    csi_timeout.clamp(MIN_REQUEST_TIMEOUT, MAX_REQUEST_TIMEOUT)
+}
+
+/// Why a request was abandoned.
+#[derive(Debug, thiserror::Error)]
+pub enum DeadlineError {
+    /// No response headers in time.
+    #[error("the API server did not answer within {0:?}")]
+    Response(Duration),
+    /// The response body did not arrive in time.
+    #[error("the API server's response body did not arrive within {0:?}")]
+    Body(Duration),
+}
+
+/// Bounds each request: response headers within the timeout, and for
+/// non-watch requests the whole body too (see the [`kube_client`](super)
+/// module docs, "Deadlines").
+#[derive(Clone, Copy, Debug)]
+pub struct DeadlineLayer {
+    timeout: Duration,
+}
+
+impl DeadlineLayer {
+    /// Requests bounded by `timeout`.
+    pub fn new(timeout: Duration) -> Self {
+        Self { timeout }
+    }
+}
+
+impl<S> Layer<S> for DeadlineLayer {
+    type Service = Deadline<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Deadline {
+            inner,
+            timeout: self.timeout,
+        }
+    }
+}
+
+/// The service made by [`DeadlineLayer`].
+#[derive(Clone)]
+pub struct Deadline<S> {
+    inner: S,
+    timeout: Duration,
+}
+
+/// Whether `uri` asks for a watch (`watch=true` or `watch=1` in the query, as
+/// the API server reads it).
+fn is_watch(uri: &http::Uri) -> bool {
+    uri.query().is_some_and(|query| {
+        query
+            .split('&')
+            .any(|pair| matches!(pair, "watch=true" | "watch=1" | "watch=True" | "watch=TRUE"))
+    })
+}
+
+type BoxBody = Box<dyn Body<Data = Bytes, Error = BoxError> + Send + Unpin>;
+
+impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for Deadline<S>
+where
+    S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>>,
+    S::Error: Into<BoxError>,
+    S::Future: Send + 'static,
+    ResBody: Body<Data = Bytes> + Send + Unpin + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    type Response = http::Response<BoxBody>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
+        let timeout = self.timeout;
+        let watch = is_watch(request.uri());
+        let deadline = tokio::time::Instant::now() + timeout;
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let response = match tokio::time::timeout_at(deadline, response).await {
+                Ok(result) => result.map_err(Into::into)?,
+                Err(_) => return Err(DeadlineError::Response(timeout).into()),
+            };
+            Ok(response.map(|body| -> BoxBody {
+                if watch {
+                    Box::new(MapErr(body))
+                } else {
+                    Box::new(DeadlineBody {
+                        body,
+                        sleep: Box::pin(tokio::time::sleep_until(deadline)),
+                        timeout,
+                    })
+                }
+            }))
+        })
+    }
+}
+
+/// A body with its errors boxed.
+struct MapErr<B>(B);
+
+impl<B> Body for MapErr<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        Pin::new(&mut self.0).poll_frame(cx).map_err(Into::into)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.0.size_hint()
+    }
+}
+
+/// A body that fails once its request's deadline passes.
+struct DeadlineBody<B> {
+    body: B,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    timeout: Duration,
+}
+
+impl<B> Body for DeadlineBody<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Poll::Ready(frame) = Pin::new(&mut self.body).poll_frame(cx) {
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        if self.sleep.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Some(Err(DeadlineError::Body(self.timeout).into())));
+        }
+        Poll::Pending
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watches_are_told_apart_by_their_query() {
+        let uri = |s: &str| s.parse::<http::Uri>().expect("uri");
+        assert!(is_watch(&uri(
+            "/api/v1/pods?&watch=true&timeoutSeconds=290"
+        )));
+        assert!(is_watch(&uri("/apis/x/v1/y?watch=1")));
+        assert!(!is_watch(&uri("/api/v1/pods?limit=500")));
+        assert!(!is_watch(&uri("/api/v1/pods/watch=true")));
+        assert!(!is_watch(&uri("/api/v1/pods?watcher=true")));
+    }
+
+    #[test]
+    fn the_request_timeout_follows_timeout_within_5_to_60_seconds() {
+        let s = Duration::from_secs;
+        assert_eq!(request_timeout_for(Duration::ZERO), s(5));
+        assert_eq!(request_timeout_for(s(15)), s(15));
+        assert_eq!(request_timeout_for(s(360)), s(60));
+    }
+
+    type Stalled =
+        http_body_util::StreamBody<futures::stream::Pending<Result<Frame<Bytes>, BoxError>>>;
+
+    /// A service that answers with headers at once and a body that never ends.
+    fn stalled_body() -> impl Service<
+        http::Request<()>,
+        Response = http::Response<Stalled>,
+        Error = BoxError,
+        Future = std::future::Ready<Result<http::Response<Stalled>, BoxError>>,
+    > {
+        tower::service_fn(|_req: http::Request<()>| {
+            std::future::ready(Ok(http::Response::new(http_body_util::StreamBody::new(
+                futures::stream::pending(),
+            ))))
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_server_fails_the_request_at_the_deadline() {
+        use tower::ServiceExt;
+        let silent = tower::service_fn(|_req: http::Request<()>| {
+            std::future::pending::<Result<http::Response<http_body_util::Empty<Bytes>>, BoxError>>()
+        });
+        let service = DeadlineLayer::new(Duration::from_secs(5)).layer(silent);
+        let started = tokio::time::Instant::now();
+        let err = service
+            .oneshot(http::Request::new(()))
+            .await
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some("the API server did not answer within 5s")
+        );
+        assert_eq!(started.elapsed(), Duration::from_secs(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_body_fails_at_the_deadline_but_a_watch_body_is_left_alone() {
+        use http_body_util::BodyExt;
+        use tower::ServiceExt;
+        let layer = DeadlineLayer::new(Duration::from_secs(5));
+        let response = layer
+            .layer(stalled_body())
+            .oneshot(http::Request::new(()))
+            .await
+            .expect("headers");
+        let err = response
+            .into_body()
+            .collect()
+            .await
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some("the API server's response body did not arrive within 5s")
+        );
+
+        let watch = http::Request::get("/api/v1/pods?watch=true")
+            .body(())
+            .expect("request");
+        let response = layer
+            .layer(stalled_body())
+            .oneshot(watch)
+            .await
+            .expect("headers");
+        let read =
+            tokio::time::timeout(Duration::from_secs(3600), response.into_body().collect()).await;
+        assert!(
+            read.is_err(),
+            "a watch body is not cut by the request deadline"
+        );
+    }
+}

@@ -1,0 +1,422 @@
+//! Connections to the API server, direct or through a proxy: TCP_NODELAY,
+//! TLS to an `https` proxy, the CONNECT tunnel ([`Connector`]; see the
+//! [`proxy`](super) module docs, "How").
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::Uri;
+use hyper::rt::{Read, ReadBufCursor, Write};
+use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+use tower::{BoxError, Service};
+
+use super::route::Route;
+use super::url::{host_port, uri_host, ProxyUrl, Scheme};
+
+/// Why a connection through the proxy failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The proxy could not be reached.
+    #[error("proxyconnect: cannot reach the proxy {proxy}: {source}")]
+    Reach {
+        /// The proxy.
+        proxy: ProxyUrl,
+        /// Why.
+        #[source]
+        source: BoxError,
+    },
+    /// TLS to an `https` proxy failed.
+    #[error("proxyconnect: TLS with the proxy {proxy} failed: {source}")]
+    Tls {
+        /// The proxy.
+        proxy: ProxyUrl,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The proxy answered CONNECT with another status than 200.
+    #[error("the proxy {proxy} refused CONNECT to {target}: {status}")]
+    Refused {
+        /// The proxy.
+        proxy: ProxyUrl,
+        /// `host:port` asked for.
+        target: String,
+        /// Its status line's code and reason.
+        status: String,
+    },
+    /// The CONNECT exchange broke off or made no sense.
+    #[error("the proxy {proxy} did not open a tunnel to {target}: {reason}")]
+    Handshake {
+        /// The proxy.
+        proxy: ProxyUrl,
+        /// `host:port` asked for.
+        target: String,
+        /// What happened.
+        reason: String,
+    },
+    /// No tunnel within the connect timeout.
+    #[error("the proxy {proxy} did not open a tunnel to {target} within {timeout:?}")]
+    Timeout {
+        /// The proxy.
+        proxy: ProxyUrl,
+        /// `host:port` asked for.
+        target: String,
+        /// The connect timeout.
+        timeout: Duration,
+    },
+}
+
+/// The most a CONNECT answer's head may take.
+const MAX_CONNECT_RESPONSE: usize = 16 * 1024;
+
+/// Connections to the API server: direct, or through the proxy of a
+/// [`Route`] (see the [`proxy`](super) module docs); TCP_NODELAY on every one.
+#[derive(Clone)]
+pub struct Connector {
+    http: HttpConnector,
+    via: Option<Arc<Via>>,
+}
+
+struct Via {
+    proxy: ProxyUrl,
+    tls: Option<(
+        tokio_rustls::TlsConnector,
+        tokio_rustls::rustls::pki_types::ServerName<'static>,
+    )>,
+    timeout: Option<Duration>,
+}
+
+impl Connector {
+    /// A connector for `route`. `tls` is the API server's TLS configuration
+    /// (used towards an `https` proxy) and `tls_server_name` its override.
+    pub fn new(
+        http: HttpConnector,
+        route: &Route,
+        tls: impl FnOnce() -> Result<tokio_rustls::rustls::ClientConfig, kube::Error>,
+        tls_server_name: Option<&str>,
+        timeout: Option<Duration>,
+    ) -> Result<Self, kube::Error> {
+        let via = match route {
+            Route::Direct => None,
+            Route::Proxy(proxy, _) => {
+                let tls = match proxy.scheme {
+                    Scheme::Https => {
+                        let mut config = tls()?;
+                        // HTTP/1.1 to the proxy: CONNECT, never h2.
+                        config.alpn_protocols.clear();
+                        let name = tls_server_name.unwrap_or(&proxy.host).to_string();
+                        let name = tokio_rustls::rustls::pki_types::ServerName::try_from(name)
+                            .map_err(|e| {
+                                kube::Error::Service(
+                                    format!("proxy {proxy}: invalid TLS server name: {e}").into(),
+                                )
+                            })?;
+                        Some((tokio_rustls::TlsConnector::from(Arc::new(config)), name))
+                    }
+                    Scheme::Http | Scheme::Socks5 => None,
+                };
+                Some(Arc::new(Via {
+                    proxy: proxy.clone(),
+                    tls,
+                    timeout,
+                }))
+            }
+        };
+        Ok(Self { http, via })
+    }
+}
+
+impl Service<Uri> for Connector {
+    type Response = Stream;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Stream, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.http.poll_ready(cx).map_err(BoxError::from)
+    }
+
+    fn call(&mut self, dst: Uri) -> Self::Future {
+        let mut http = self.http.clone();
+        let Some(via) = self.via.clone() else {
+            let connecting = self.http.call(dst);
+            return Box::pin(async move {
+                let tcp = connecting.await?;
+                Ok(Stream {
+                    io: Io::Tcp(tcp.into_inner()),
+                    forwarded: false,
+                })
+            });
+        };
+        Box::pin(async move {
+            let default_port = if dst.scheme_str() == Some("http") {
+                80
+            } else {
+                443
+            };
+            let target = host_port(uri_host(&dst), dst.port_u16().unwrap_or(default_port));
+            let tunnel = dst.scheme_str() != Some("http");
+            let connecting = connect_via(&mut http, &via, &target, tunnel);
+            let io = match via.timeout {
+                Some(timeout) => {
+                    tokio::time::timeout(timeout, connecting)
+                        .await
+                        .map_err(|_| ConnectError::Timeout {
+                            proxy: via.proxy.clone(),
+                            target,
+                            timeout,
+                        })??
+                }
+                None => connecting.await?,
+            };
+            Ok(Stream {
+                io,
+                forwarded: !tunnel,
+            })
+        })
+    }
+}
+
+/// A connection to the proxy, TLS to it if `https`, and the tunnel to
+/// `target` if `tunnel`.
+async fn connect_via(
+    http: &mut HttpConnector,
+    via: &Via,
+    target: &str,
+    tunnel: bool,
+) -> Result<Io, ConnectError> {
+    let proxy = &via.proxy;
+    let proxy_uri = Uri::builder()
+        .scheme("http")
+        .authority(host_port(&proxy.host, proxy.port))
+        .path_and_query("/")
+        .build()
+        .map_err(|e| ConnectError::Reach {
+            proxy: proxy.clone(),
+            source: e.into(),
+        })?;
+    std::future::poll_fn(|cx| http.poll_ready(cx))
+        .await
+        .map_err(|e| ConnectError::Reach {
+            proxy: proxy.clone(),
+            source: e.into(),
+        })?;
+    let tcp = http
+        .call(proxy_uri)
+        .await
+        .map_err(|e| ConnectError::Reach {
+            proxy: proxy.clone(),
+            source: e.into(),
+        })?
+        .into_inner();
+    let mut io = match &via.tls {
+        None => Io::Tcp(tcp),
+        Some((connector, name)) => Io::Tls(Box::new(
+            connector
+                .connect(name.clone(), tcp)
+                .await
+                .map_err(|source| ConnectError::Tls {
+                    proxy: proxy.clone(),
+                    source,
+                })?,
+        )),
+    };
+    if tunnel {
+        connect_tunnel(&mut io, proxy, target).await?;
+    }
+    Ok(io)
+}
+
+/// Sends `CONNECT target` and reads the answer's head.
+async fn connect_tunnel(io: &mut Io, proxy: &ProxyUrl, target: &str) -> Result<(), ConnectError> {
+    let handshake = |reason: String| ConnectError::Handshake {
+        proxy: proxy.clone(),
+        target: target.to_string(),
+        reason,
+    };
+    let mut request = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n");
+    if let Some(auth) = proxy.authorization() {
+        request.push_str("Proxy-Authorization: ");
+        request.push_str(auth.to_str().unwrap_or_default());
+        request.push_str("\r\n");
+    }
+    request.push_str("\r\n");
+    io.write_all(request.as_bytes())
+        .await
+        .map_err(|e| handshake(format!("sending CONNECT: {e}")))?;
+    io.flush()
+        .await
+        .map_err(|e| handshake(format!("sending CONNECT: {e}")))?;
+    // Byte by byte up to the blank line: nothing of the tunnel's own bytes
+    // (the API server's TLS) may be read here. The head is small and comes once.
+    let mut head = Vec::with_capacity(256);
+    loop {
+        let byte = io.read_u8().await.map_err(|e| match e.kind() {
+            io::ErrorKind::UnexpectedEof => {
+                handshake("the proxy closed the connection before answering CONNECT".into())
+            }
+            _ => handshake(format!("reading the answer to CONNECT: {e}")),
+        })?;
+        head.push(byte);
+        if head.ends_with(b"\r\n\r\n") {
+            break;
+        }
+        if head.len() > MAX_CONNECT_RESPONSE {
+            return Err(handshake(format!(
+                "the answer to CONNECT is longer than {MAX_CONNECT_RESPONSE} bytes"
+            )));
+        }
+    }
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut response = httparse::Response::new(&mut headers);
+    match response.parse(&head) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) | Err(_) => {
+            let line =
+                String::from_utf8_lossy(head.split(|b| *b == b'\n').next().unwrap_or_default());
+            return Err(handshake(format!(
+                "not an HTTP answer to CONNECT: {:?}",
+                line.trim_end()
+            )));
+        }
+    }
+    match response.code {
+        Some(200) => Ok(()),
+        code => Err(ConnectError::Refused {
+            proxy: proxy.clone(),
+            target: target.to_string(),
+            status: format!(
+                "{} {}",
+                code.unwrap_or_default(),
+                response.reason.unwrap_or_default()
+            )
+            .trim_end()
+            .to_string(),
+        }),
+    }
+}
+
+/// A connection to the API server or to the proxy.
+enum Io {
+    Tcp(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Io {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Io {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Io::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Io::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Io::Tcp(s) => s.is_write_vectored(),
+            Io::Tls(s) => s.is_write_vectored(),
+        }
+    }
+}
+
+/// What [`Connector`] hands to hyper (and, for `https`, to rustls first).
+pub struct Stream {
+    io: Io,
+    /// Requests go to the proxy with absolute URLs (a plain `http` API
+    /// server behind a proxy).
+    forwarded: bool,
+}
+
+impl Connection for Stream {
+    fn connected(&self) -> Connected {
+        Connected::new().proxy(self.forwarded)
+    }
+}
+
+impl Read for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        let mut io = TokioIo::new(&mut self.get_mut().io);
+        Pin::new(&mut io).poll_read(cx, buf)
+    }
+}
+
+impl Write for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+}
