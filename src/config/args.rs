@@ -1,0 +1,288 @@
+//! [`Config::try_parse_go`]: the arguments walked with Go's `flag` rules and handed to
+//! clap as one `--name=value` per flag, the flags whose occurrences merge, and clap's
+//! errors worded as Go words them.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::{Arg, ArgAction, ArgMatches, CommandFactory, FromArgMatches};
+
+use super::values::{labels_flag, vmodule_flag};
+use super::{gates, go, Config};
+
+/// Why the command line was not accepted (Go's `flag` package exits at this point).
+#[derive(Debug, thiserror::Error)]
+pub enum ParseError {
+    /// `-h`, `-help` or `--help`: print `usage` and exit 0.
+    #[error("help requested")]
+    Help {
+        /// The usage text.
+        usage: String,
+    },
+    /// A usage error: print the message and the usage, exit 2.
+    #[error("{message}")]
+    Usage {
+        /// Go's wording, e.g. `flag provided but not defined: -foo`.
+        message: String,
+        /// The usage text.
+        usage: String,
+    },
+}
+
+impl ParseError {
+    /// Go's exit code: 0 for help, 2 for a usage error.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Self::Help { .. } => 0,
+            Self::Usage { .. } => 2,
+        }
+    }
+}
+
+/// Duration flags: (clap id, flag name).
+const DURATIONS: &[(&str, &str)] = &[
+    ("timeout", "timeout"),
+    ("resync", "resync"),
+    ("retry_interval_start", "retry-interval-start"),
+    ("retry_interval_max", "retry-interval-max"),
+    ("reconcile_sync", "reconcile-sync"),
+    (
+        "leader_election_lease_duration",
+        "leader-election-lease-duration",
+    ),
+    (
+        "leader_election_renew_deadline",
+        "leader-election-renew-deadline",
+    ),
+    (
+        "leader_election_retry_period",
+        "leader-election-retry-period",
+    ),
+    ("log_flush_frequency", "log-flush-frequency"),
+];
+
+impl Config {
+    /// Parses Go-style arguments (`args[0]` is the program name).
+    pub fn try_parse_go<I, T>(args: I) -> Result<Self, ParseError>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString>,
+    {
+        let mut command = Self::command_go();
+        let usage = command.render_help().to_string();
+        let (args, stop) = normalize_args(&command, args.into_iter().map(Into::into).collect());
+        // Go reports the first problem in argument order: clap sees the arguments before
+        // the one that stopped the walk, so an earlier bad value still wins.
+        let matches = command
+            .try_get_matches_from_mut(args)
+            .map_err(|err| usage_error(&command, &err, &usage))?;
+        if let Some(stop) = stop {
+            return Err(match stop {
+                Stop::Help => ParseError::Help { usage },
+                Stop::Usage(message) => ParseError::Usage { message, usage },
+            });
+        }
+        let mut config = Self::from_arg_matches(&matches).map_err(|err| ParseError::Usage {
+            message: err.to_string(),
+            usage: usage.clone(),
+        })?;
+        config.feature_gates = merged::<BTreeMap<String, bool>>(&matches, "feature_gates")
+            .flatten()
+            .collect();
+        config.leader_election_labels =
+            merged::<BTreeMap<String, String>>(&matches, "leader_election_labels")
+                .flatten()
+                .collect();
+        config.vmodule = merged::<String>(&matches, "vmodule")
+            .filter(|items| !items.is_empty())
+            .collect::<Vec<_>>()
+            .join(",");
+        for (id, flag) in DURATIONS {
+            let last = matches
+                .get_raw(id)
+                .and_then(|mut values| values.next_back());
+            if let Some(raw) = last.and_then(|raw| raw.to_str()) {
+                if go::parse_duration(raw).is_ok_and(|nanos| nanos < 0) {
+                    config.negative_durations.push((flag, raw.to_string()));
+                }
+            }
+        }
+        config.raise_absurd_values();
+        Ok(config)
+    }
+
+    /// The derived command plus the flags whose occurrences merge.
+    fn command_go() -> clap::Command {
+        let merging = |id: &'static str, long: &'static str, value: &'static str| {
+            Arg::new(id)
+                .long(long)
+                .value_name(value)
+                .action(ArgAction::Append)
+        };
+        let mut command = Self::command()
+            .arg(
+                merging("feature_gates", "feature-gates", "KEY=BOOL,...")
+                    .help(
+                        "Feature gates (every gate upstream accepts; \
+                         ReleaseLeaderElectionOnExit and MutableCSINodeAllocatableCount act here)",
+                    )
+                    .value_parser(gates::parse_pairs),
+            )
+            .arg(
+                merging(
+                    "leader_election_labels",
+                    "leader-election-labels",
+                    "KEY:VALUE,...",
+                )
+                .help("Labels put on the Lease while leading")
+                .value_parser(labels_flag),
+            )
+            .arg(
+                merging("vmodule", "vmodule", "PATTERN=N,...")
+                    .help("Go only (per-file verbosity); accepted and ignored")
+                    .value_parser(vmodule_flag),
+            );
+        command.build(); // adds the generated --help so normalize_args can see it
+        command
+    }
+}
+
+/// Every value given to the merging flag `id`, in order.
+fn merged<'a, T: Clone + Send + Sync + 'static>(
+    matches: &'a ArgMatches,
+    id: &str,
+) -> impl Iterator<Item = T> + 'a {
+    matches.get_many::<T>(id).into_iter().flatten().cloned()
+}
+
+/// Where Go's flag parsing stopped before the arguments ran out.
+enum Stop {
+    /// `-h`, `-help`, `--help`, with or without a value.
+    Help,
+    /// A usage error in Go's words.
+    Usage(String),
+}
+
+/// Walks Go `flag` syntax, rewriting each flag as `--name=value` for clap.
+///
+/// Knows from `command` which flags take a value, so `--timeout -1s` keeps
+/// `-1s` as the value (Go consumes the next argument whatever it looks like)
+/// while a bool flag never consumes the next argument. Stops, as Go does, at
+/// an unknown flag, bad syntax, a missing value or help; the arguments before
+/// it are returned for clap to check their values.
+fn normalize_args(command: &clap::Command, args: Vec<OsString>) -> (Vec<OsString>, Option<Stop>) {
+    let mut out = Vec::with_capacity(args.len() + 1);
+    let mut iter = args.into_iter();
+    if let Some(program) = iter.next() {
+        out.push(program);
+    }
+    while let Some(arg) = iter.next() {
+        let text = arg.to_string_lossy().into_owned();
+        if text.starts_with('-') && arg.to_str().is_none() {
+            // Go keeps the bytes; every flag here holds text, so say so rather than mangle it.
+            return (
+                out,
+                Some(Stop::Usage(format!("invalid UTF-8 in argument {text:?}"))),
+            );
+        }
+        if text.len() < 2 || !text.starts_with('-') {
+            // First non-flag argument: Go stops parsing here.
+            out.push(OsString::from("--"));
+            out.push(arg);
+            out.extend(iter);
+            break;
+        }
+        if text == "--" {
+            out.push(arg);
+            out.extend(iter);
+            break;
+        }
+        let body = text.strip_prefix("--").unwrap_or(&text[1..]);
+        if body.is_empty() || body.starts_with(['-', '=']) {
+            return (out, Some(Stop::Usage(format!("bad flag syntax: {text}"))));
+        }
+        let (name, value) = match body.split_once('=') {
+            Some((name, value)) => (name, Some(value)),
+            None => (body, None),
+        };
+        let flag = command
+            .get_arguments()
+            .find(|a| a.get_long() == Some(name) && !is_help(a));
+        let Some(flag) = flag else {
+            let stop = if name == "help" || name == "h" {
+                Stop::Help
+            } else {
+                Stop::Usage(format!("flag provided but not defined: -{name}"))
+            };
+            return (out, Some(stop));
+        };
+        let mut rewritten = OsString::from(format!("--{name}="));
+        match value {
+            Some(value) => rewritten.push(value),
+            // Bools are the only flags declared with require_equals (Go: no `--flag value` form).
+            None if flag.is_require_equals_set() => rewritten.push("true"),
+            None => match iter.next() {
+                Some(next) => rewritten.push(next),
+                None => {
+                    return (
+                        out,
+                        Some(Stop::Usage(format!("flag needs an argument: -{name}"))),
+                    )
+                }
+            },
+        }
+        out.push(rewritten);
+    }
+    (out, None)
+}
+
+/// clap's generated `-h`/`--help` (Go's help is matched by name, before any lookup).
+fn is_help(arg: &Arg) -> bool {
+    matches!(
+        arg.get_action(),
+        ArgAction::Help | ArgAction::HelpLong | ArgAction::HelpShort
+    )
+}
+
+/// A clap error in Go's words: `invalid value "x" for flag -name: why`.
+fn usage_error(command: &clap::Command, err: &clap::Error, usage: &str) -> ParseError {
+    let usage = usage.to_string();
+    if err.kind() == ErrorKind::DisplayHelp {
+        return ParseError::Help { usage };
+    }
+    let context = |kind| match err.get(kind) {
+        Some(ContextValue::String(text)) => Some(text.clone()),
+        _ => None,
+    };
+    let name = context(ContextKind::InvalidArg).map(|arg| {
+        arg.trim_start_matches('-')
+            .split(|c: char| !(c.is_alphanumeric() || c == '-'))
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    });
+    let message = match (err.kind(), name, context(ContextKind::InvalidValue)) {
+        (ErrorKind::ValueValidation | ErrorKind::InvalidValue, Some(name), Some(value)) => {
+            let why = std::error::Error::source(err)
+                .map(ToString::to_string)
+                .unwrap_or_else(|| "parse error".to_string());
+            let is_bool = command
+                .get_arguments()
+                .any(|a| a.get_long() == Some(name.as_str()) && a.is_require_equals_set());
+            if is_bool {
+                format!(
+                    "invalid boolean value {} for -{name}: {why}",
+                    go::quote(&value)
+                )
+            } else {
+                format!(
+                    "invalid value {} for flag -{name}: {why}",
+                    go::quote(&value)
+                )
+            }
+        }
+        _ => err.to_string().trim_end().to_string(),
+    };
+    ParseError::Usage { message, usage }
+}

@@ -1,0 +1,271 @@
+//! Command-line flags, parsed the way upstream's Go binary parses them.
+//!
+//! Upstream registers every flag on Go's `flag.CommandLine`, and deployments
+//! rely on its syntax. [`Config::try_parse_go`] walks the arguments with Go's
+//! rules and hands clap one `--name=value` per flag; the values are read with
+//! ports of Go's own parsers (`config/go.rs`).
+//!
+//! # Go's rules, kept here
+//! - `-flag` and `--flag`; `--flag=value` and `--flag value`, except for bools,
+//!   which take `--flag` or `--flag=value` (`--flag false` ends the flags).
+//!   Parsing stops at the first non-flag argument or after `--`.
+//! - A repeated flag: the last value wins, and every value must still parse.
+//!   `--feature-gates`, `--leader-election-labels` and `--vmodule` accumulate
+//!   instead, as their Go types do (a later key wins within the merged map).
+//! - Values: integers in Go literal syntax (`0x10`, `010`, `0b1`, `0o7`,
+//!   `1_000`; `--worker-threads` unsigned, `--v` decimal only), floats
+//!   (`1e-3`, `inf`, `nan`), bools (`1`, `t`, `TRUE`, ...), durations (`1m30s`,
+//!   `-1s`), quantities for the logging buffer sizes.
+//! - An unknown flag, a bad value or a missing value is a usage error
+//!   ([`ParseError::Usage`], exit 2) worded as Go words it; `-h`, `-help` and
+//!   `--help` print the usage (exit 0).
+//!
+//! # After parsing (exit 1), in upstream's order
+//! 1. [`Config::validate_logging`]: component-base's logging validation.
+//! 2. [`Config::feature_gates`]: the merged `--feature-gates` map (`config/gates.rs`).
+//! 3. `--version` prints and exits 0 (main).
+//! 4. [`Config::validate`]: upstream's remaining checks, and ours for values
+//!    Go accepts but cannot run with:
+//!
+//! | Value | Upstream | Here |
+//! |---|---|---|
+//! | negative `--timeout` | every probe times out at once: never starts | exit 1 |
+//! | negative `--resync`, `--reconcile-sync` | the resync / reconcile timer fires in a busy loop | exit 1 |
+//! | negative `--retry-interval-start`/`-max` | failed items retry at once, no backoff | exit 1 |
+//! | negative or inconsistent `--leader-election-*-duration/-deadline/-period` (with `--leader-election`) | client-go's `RunOrDie` panics after connecting (exit 2) | exit 2 with client-go's message (negative: exit 1) |
+//! | negative `--kube-api-burst` with a rate limit | every API request fails | exit 1 |
+//! | a label client-go would send but the API server refuses (with `--leader-election`) | never becomes leader | exit 1 |
+//!
+//! Without `--leader-election` the leader-election values are unused and, as
+//! upstream, not checked.
+//!
+//! # Values upstream accepts but cannot run with sensibly (raised, with a warning)
+//! [`Config::try_parse_go`] raises them and [`Config::validate`] logs each change:
+//!
+//! | Value | Upstream | Here |
+//! |---|---|---|
+//! | `--timeout` below 100 ms (`0`) | every CSI call fails before it is sent; never starts | 100 ms |
+//! | `--retry-interval-start`/`-max` below 100 ms (`0`) | failed VAs retry in a busy loop | 100 ms |
+//! | `--reconcile-sync` below 100 ms (`0`) | ListVolumes passes back to back | 100 ms |
+//! | `--resync` between 0 and 1 s | client-go raises it to 1 s, with a warning | 1 s (0 still disables) |
+//! | `--worker-threads` above 10,000 | one goroutine per worker: memory runs out | 10,000 |
+//!
+//! `--retry-interval-max` below `--retry-interval-start` is kept, as upstream
+//! (every retry waits `--retry-interval-max`), with a warning. Huge durations
+//! (up to Go's 292 years) are kept: nothing overflows with them. Zero
+//! `--worker-threads` stays an error, as upstream. `docs/bounds.md` has the
+//! operator's view.
+//!
+//! # Files
+//! - `mod.rs`: [`Config`], its flags (clap's derive) and their defaults.
+//! - `args.rs`: [`Config::try_parse_go`]: Go's flag syntax walked for clap, the merging
+//!   flags, clap's errors in Go's words ([`ParseError`]).
+//! - `values.rs`: one flag value, read with Go's parsers (`go.rs`).
+//! - `bounds.rs`: values raised to a sane bound after parsing ([`Adjustment`]).
+//! - `validate.rs`: the checks after parsing ([`Config::validate_logging`],
+//!   [`Config::feature_gates`], [`Config::validate`]; [`Error`]).
+
+mod args;
+mod bounds;
+mod gates;
+pub mod go;
+mod validate;
+mod values;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, Parser};
+
+pub use args::ParseError;
+pub use bounds::{Adjustment, MAX_WORKERS, MIN_INTERVAL, MIN_RESYNC};
+pub use gates::FeatureGates;
+pub use validate::Error;
+use values::{
+    automaxprocs_flag, bool_flag, duration_flag, float_flag, int32_flag, int_flag, level_flag,
+    quantity_flag, uint_flag,
+};
+
+/// Where the kubelet reads a container's termination message by default.
+pub const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
+
+/// The sidecar's configuration.
+///
+/// Build it with [`Config::try_parse_go`]: `--feature-gates`,
+/// `--leader-election-labels` and `--vmodule` are added and merged there
+/// (clap's derive cannot merge repeated values into one map).
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "csi-attacher",
+    version,
+    about = "CSI external-attacher: makes VolumeAttachments true with ControllerPublish/ControllerUnpublish",
+    disable_version_flag = true,
+    args_override_self = true
+)]
+pub struct Config {
+    /// Address of the CSI driver socket (absolute path, or unix:// and a path).
+    #[arg(long, default_value = "/run/csi/socket")]
+    pub csi_address: String,
+
+    /// Timeout of waiting for a CSI call (Probe, ControllerPublish/Unpublish, ListVolumes).
+    #[arg(long, default_value = "15s", value_parser = duration_flag)]
+    pub timeout: Duration,
+
+    /// Absolute path to the kubeconfig file; empty: in-cluster configuration.
+    #[arg(long, default_value = "")]
+    pub kubeconfig: String,
+
+    /// Resync period for the VolumeAttachment, PersistentVolume and CSINode caches.
+    #[arg(long, default_value = "10m", value_parser = duration_flag)]
+    pub resync: Duration,
+
+    /// Initial retry interval of a failed attach or detach; doubles per failure.
+    #[arg(long, default_value = "1s", value_parser = duration_flag)]
+    pub retry_interval_start: Duration,
+
+    /// Maximum retry interval of a failed attach or detach.
+    #[arg(long, default_value = "5m", value_parser = duration_flag)]
+    pub retry_interval_max: Duration,
+
+    /// Number of attacher worker threads (per lane).
+    #[arg(long, default_value = "10", value_parser = uint_flag)]
+    pub worker_threads: u64,
+
+    /// fsType of mount volumes whose PV does not set one.
+    #[arg(long, default_value = "")]
+    pub default_fstype: String,
+
+    /// QPS to use while communicating with the Kubernetes API server (0: 5; < 0: no limit).
+    #[arg(long, default_value = "5", value_parser = float_flag)]
+    pub kube_api_qps: f64,
+
+    /// Burst to use while communicating with the Kubernetes API server (0: 10).
+    #[arg(long, default_value = "10", value_parser = int_flag)]
+    pub kube_api_burst: i64,
+
+    /// Period of the ListVolumes-based VolumeAttachment reconciler.
+    #[arg(long, default_value = "1m", value_parser = duration_flag)]
+    pub reconcile_sync: Duration,
+
+    /// `max_entries` of every ListVolumes request (0: no limit). Go int, cut to 32 bits as upstream does.
+    #[arg(long, default_value = "0", value_parser = int32_flag)]
+    pub max_entries: i32,
+
+    /// Truncate logged gRPC responses to this many characters (<= 0: no limit).
+    #[arg(long, default_value = "-1", value_parser = int_flag)]
+    pub max_grpc_log_length: i64,
+
+    /// Feature gates (`--feature-gates`, merged over every occurrence); see [`Config::feature_gates`].
+    #[arg(skip)]
+    pub feature_gates: BTreeMap<String, bool>,
+
+    /// Enable leader election (a Lease) so that only one replica acts.
+    #[arg(long, require_equals = true, default_value = "false", value_parser = bool_flag,
+          action = ArgAction::Set)]
+    pub leader_election: bool,
+
+    /// Namespace of the leader-election Lease (else $POD_NAMESPACE, the service account's, or default).
+    #[arg(long, default_value = "")]
+    pub leader_election_namespace: String,
+
+    /// How long a lease is valid after its last renewal.
+    #[arg(long, default_value = "15s", value_parser = duration_flag)]
+    pub leader_election_lease_duration: Duration,
+
+    /// How long the leader keeps trying to renew before it gives up.
+    #[arg(long, default_value = "10s", value_parser = duration_flag)]
+    pub leader_election_renew_deadline: Duration,
+
+    /// Pause between leader-election attempts.
+    #[arg(long, default_value = "5s", value_parser = duration_flag)]
+    pub leader_election_retry_period: Duration,
+
+    /// Labels put on the Lease while leading (`--leader-election-labels`, merged over every occurrence).
+    #[arg(skip)]
+    pub leader_election_labels: BTreeMap<String, String>,
+
+    /// Leader-election identity (ours; default: the sanitised hostname).
+    #[arg(long, default_value = "")]
+    pub leader_election_identity: String,
+
+    /// host:port of the HTTP server for metrics and health checks (empty: none).
+    #[arg(long, default_value = "")]
+    pub http_endpoint: String,
+
+    /// Deprecated: like --http-endpoint but without the leader-election health check.
+    #[arg(long, default_value = "")]
+    pub metrics_address: String,
+
+    /// Path of the Prometheus metrics.
+    #[arg(long, default_value = "/metrics")]
+    pub metrics_path: String,
+
+    /// Go only (GOMAXPROCS from the CPU quota); accepted and ignored. `--automaxprocs=` means true.
+    #[arg(long, require_equals = true, default_value = "false", value_parser = automaxprocs_flag,
+          action = ArgAction::Set)]
+    pub automaxprocs: bool,
+
+    /// Go only (per-file verbosity, `pattern=N,...`, merged over every occurrence); accepted and ignored.
+    #[arg(skip)]
+    pub vmodule: String,
+
+    /// Go only (klog flush period; must be > 0); accepted and ignored.
+    #[arg(long, default_value = "5s", value_parser = duration_flag)]
+    pub log_flush_frequency: Duration,
+
+    /// Alpha in upstream and disabled there: enabling it is an error.
+    #[arg(long, require_equals = true, default_value = "false", value_parser = bool_flag,
+          action = ArgAction::Set)]
+    pub log_text_split_stream: bool,
+
+    /// Alpha in upstream and disabled there: a non-zero size (a Kubernetes quantity) is an error.
+    #[arg(long, default_value = "0", value_parser = quantity_flag)]
+    pub log_text_info_buffer_size: String,
+
+    /// Alpha in upstream and disabled there: enabling it is an error.
+    #[arg(long, require_equals = true, default_value = "false", value_parser = bool_flag,
+          action = ArgAction::Set)]
+    pub log_json_split_stream: bool,
+
+    /// Alpha in upstream and disabled there: a non-zero size (a Kubernetes quantity) is an error.
+    #[arg(long, default_value = "0", value_parser = quantity_flag)]
+    pub log_json_info_buffer_size: String,
+
+    /// Number for the log level verbosity (0-1 info, 2-4 debug, 5+ trace; at most 2^31-1).
+    #[arg(long, default_value = "0", value_parser = level_flag)]
+    pub v: u32,
+
+    /// Log format: text or json (anything else is refused after parsing, as upstream).
+    #[arg(long, default_value = "text")]
+    pub logging_format: String,
+
+    /// `check` only: report format, text or json.
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    pub output: String,
+
+    /// File that receives the reason of a fatal exit (not in upstream; its path is fixed there).
+    #[arg(long, default_value = DEFAULT_TERMINATION_LOG)]
+    pub termination_log_path: PathBuf,
+
+    /// Print the version and exit.
+    #[arg(long, require_equals = true, default_value = "false", value_parser = bool_flag,
+          action = ArgAction::Set)]
+    pub version: bool,
+
+    /// Duration flags given a negative value, with the value as given: Go parses them, and
+    /// [`Config::validate`] / [`Config::validate_logging`] refuse them (the field holds zero).
+    #[arg(skip)]
+    pub negative_durations: Vec<(&'static str, String)>,
+
+    /// Values raised to a sane bound by [`Config::try_parse_go`], logged by [`Config::validate`].
+    #[arg(skip)]
+    pub adjusted: Vec<Adjustment>,
+
+    /// Arguments after the first non-flag argument (ignored, as Go's flag package does).
+    #[arg(hide = true, trailing_var_arg = true)]
+    pub rest: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests;
