@@ -1,4 +1,4 @@
-//! Property test: the Go value syntax of `src/config/go.rs` (durations, ints,
+//! Property test: the Go value syntax of `src/gofmt/parse.rs` (durations, ints,
 //! uints, klog levels, floats, bools, quantities) and `logging::go_quote` /
 //! `go_quote_bytes` against Go itself: hack/tools-goprops answers with
 //! `time.ParseDuration`, `strconv.*` and apimachinery's `resource.ParseQuantity`
@@ -16,7 +16,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use base64::Engine as _;
-use csi_attacher::config::go;
+use csi_attacher::gofmt::parse as go;
 use csi_attacher::gofmt::{go_quote, go_quote_bytes};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;

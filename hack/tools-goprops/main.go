@@ -1,5 +1,5 @@
 // Command goprops answers questions about Go's own parsers, for the Rust
-// property tests (tests/properties_go.rs) that compare src/config/go.rs and
+// property tests (tests/properties_go.rs) that compare src/gofmt/parse.rs and
 // src/logging.rs with the real thing. One JSON object per line in, one out.
 //
 // Input lines:

@@ -9,7 +9,8 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{Arg, ArgAction, ArgMatches, CommandFactory, FromArgMatches};
 
 use super::values::{labels_flag, vmodule_flag};
-use super::{gates, go, Config};
+use super::{gates, Config};
+use crate::gofmt::parse as go;
 
 /// Why the command line was not accepted (Go's `flag` package exits at this point).
 #[derive(Debug, thiserror::Error)]

@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use super::go;
+use crate::gofmt::parse as go;
 
 /// The maturity a gate has at upstream's emulated version (1.36).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 //! Upstream registers every flag on Go's `flag.CommandLine`, and deployments
 //! rely on its syntax. [`Config::try_parse_go`] walks the arguments with Go's
 //! rules and hands clap one `--name=value` per flag; the values are read with
-//! ports of Go's own parsers (`config/go.rs`).
+//! ports of Go's own parsers (`crate::gofmt::parse`).
 //!
 //! # Go's rules, kept here
 //! - `-flag` and `--flag`; `--flag=value` and `--flag value`, except for bools,
@@ -60,7 +60,7 @@
 //! - `mod.rs`: [`Config`], its flags (clap's derive) and their defaults.
 //! - `args.rs`: [`Config::try_parse_go`]: Go's flag syntax walked for clap, the merging
 //!   flags, clap's errors in Go's words ([`ParseError`]).
-//! - `values.rs`: one flag value, read with Go's parsers (`go.rs`).
+//! - `values.rs`: one flag value, read with Go's parsers (`crate::gofmt::parse`).
 //! - `bounds.rs`: values raised to a sane bound after parsing ([`Adjustment`]).
 //! - `validate.rs`: the checks after parsing ([`Config::validate_logging`],
 //!   [`Config::feature_gates`], [`Config::validate`]; [`Error`]).
@@ -68,7 +68,6 @@
 mod args;
 mod bounds;
 mod gates;
-pub mod go;
 mod validate;
 mod values;
 

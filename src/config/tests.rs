@@ -474,7 +474,7 @@ fn logging_flags_are_validated_like_component_base() {
         usage(&["--log-text-info-buffer-size=abc"]),
         format!(
             "invalid value \"abc\" for flag -log-text-info-buffer-size: {}",
-            go::QUANTITY_FORMAT
+            crate::gofmt::quantity::QUANTITY_FORMAT
         )
     );
 }

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use super::{gates, go, Config, FeatureGates};
+use super::{gates, Config, FeatureGates};
+use crate::gofmt::parse as go;
 
 /// A flag combination refused after parsing (exit 1, not 2).
 #[derive(Debug, thiserror::Error)]

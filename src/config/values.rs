@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::go;
+use crate::gofmt::parse as go;
 
 /// Duration flags: Go's `time.ParseDuration`. A negative value parses (as Go) and is kept
 /// as zero here; [`Config::try_parse_go`](super::Config::try_parse_go) records it for validation.

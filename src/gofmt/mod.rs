@@ -8,6 +8,8 @@
 //! byte for byte with upstream's (`tests/properties_go.rs` checks against Go).
 
 pub mod float;
+pub mod parse;
+pub mod quantity;
 pub mod quote;
 
 pub use float::{go_float_e, go_float_g, go_json_float};
