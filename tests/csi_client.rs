@@ -14,7 +14,7 @@ use csi_attacher::csi::proto::volume_capability::{
 use csi_attacher::csi::proto::{
     ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest, VolumeCapability,
 };
-use csi_attacher::csi::{Client, Error, DIAL_TIMEOUT};
+use csi_attacher::csi::{Client, Error, Origin, DIAL_TIMEOUT};
 use csi_attacher::metrics::Metrics;
 use serde_json::json;
 use tonic::Code;
@@ -174,7 +174,7 @@ async fn publish_and_unpublish_are_idempotent_and_conflicts_keep_go_format() {
     let first = client
         .publish(
             publish_request("vol-1", "node-1", Mode::SingleNodeWriter),
-            false,
+            Origin::Csi,
         )
         .await
         .expect("publish");
@@ -185,7 +185,7 @@ async fn publish_and_unpublish_are_idempotent_and_conflicts_keep_go_format() {
     let again = client
         .publish(
             publish_request("vol-1", "node-1", Mode::SingleNodeWriter),
-            false,
+            Origin::Csi,
         )
         .await
         .expect("publish again");
@@ -194,7 +194,7 @@ async fn publish_and_unpublish_are_idempotent_and_conflicts_keep_go_format() {
     let other_node = client
         .publish(
             publish_request("vol-1", "node-2", Mode::SingleNodeWriter),
-            false,
+            Origin::Csi,
         )
         .await
         .expect_err("single-node volume elsewhere");
@@ -206,7 +206,7 @@ async fn publish_and_unpublish_are_idempotent_and_conflicts_keep_go_format() {
     let incompatible = client
         .publish(
             publish_request("vol-1", "node-1", Mode::MultiNodeReaderOnly),
-            false,
+            Origin::Csi,
         )
         .await
         .expect_err("incompatible capability");
@@ -215,7 +215,7 @@ async fn publish_and_unpublish_are_idempotent_and_conflicts_keep_go_format() {
 
     for _ in 0..2 {
         client
-            .unpublish(unpublish_request("vol-1", "node-1"), false)
+            .unpublish(unpublish_request("vol-1", "node-1"), Origin::Csi)
             .await
             .expect("unpublish is idempotent");
     }
@@ -230,7 +230,7 @@ async fn list_volumes_pages_with_tokens_and_bad_token_is_aborted() {
         client
             .publish(
                 publish_request(&format!("vol-{i}"), "node-1", Mode::SingleNodeWriter),
-                false,
+                Origin::Csi,
             )
             .await
             .expect("publish");
@@ -274,7 +274,7 @@ async fn injected_error_has_go_text_numeric_code_and_metric_label() {
     let err = client
         .publish(
             publish_request("vol-1", "node-1", Mode::SingleNodeWriter),
-            false,
+            Origin::Csi,
         )
         .await
         .expect_err("injected");
@@ -287,7 +287,7 @@ async fn injected_error_has_go_text_numeric_code_and_metric_label() {
     client
         .publish(
             publish_request("vol-1", "node-1", Mode::SingleNodeWriter),
-            false,
+            Origin::Csi,
         )
         .await
         .expect("fault cleared after one call");
@@ -314,7 +314,7 @@ async fn a_hanging_call_fails_with_deadline_exceeded_at_the_timeout() {
 
     let started = std::time::Instant::now();
     let err = client
-        .unpublish(unpublish_request("vol-1", "node-1"), false)
+        .unpublish(unpublish_request("vol-1", "node-1"), Origin::Csi)
         .await
         .expect_err("hang");
     let took = started.elapsed();
@@ -339,7 +339,7 @@ async fn secrets_and_volume_context_reach_the_driver() {
     request.secrets = [("password".to_string(), "s3cret".to_string())].into();
     request.volume_context = [("pool".to_string(), "fast".to_string())].into();
     request.readonly = true;
-    client.publish(request, false).await.expect("publish");
+    client.publish(request, Origin::Csi).await.expect("publish");
     let call = &mock.calls("ControllerPublishVolume").await[0];
     assert_eq!(call["secrets"], json!({"password": "s3cret"}));
     assert_eq!(call["volume_context"], json!({"pool": "fast"}));
@@ -376,7 +376,7 @@ async fn a_call_that_outlives_the_state_save_on_sigterm_does_not_answer_ok() {
     client
         .publish(
             publish_request("vol-t", "node-1", Mode::SingleNodeWriter),
-            false,
+            Origin::Csi,
         )
         .await
         .expect("publish");
@@ -384,7 +384,7 @@ async fn a_call_that_outlives_the_state_save_on_sigterm_does_not_answer_ok() {
         .await;
     let unpublish = tokio::spawn(async move {
         client
-            .unpublish(unpublish_request("vol-t", "node-1"), false)
+            .unpublish(unpublish_request("vol-t", "node-1"), Origin::Csi)
             .await
     });
     support::eventually("the Unpublish to start", Duration::from_secs(10), || {

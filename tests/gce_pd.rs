@@ -27,6 +27,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
+use csi_attacher::csi::Origin;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::PersistentVolume;
@@ -1097,23 +1098,31 @@ async fn backoff_sequence(socket: &Path, node: &str, volume: &str) -> Vec<(Strin
     };
     let mut seen = Vec::new();
     // Detach from an instance the cloud does not have: already detached.
-    seen.push(outcome(client.unpublish(unpublish(), false).await));
+    seen.push(outcome(client.unpublish(unpublish(), Origin::Csi).await));
     // The real error starts a 200 ms backoff…
-    seen.push(outcome(client.publish(publish(), false).await.map(drop)));
+    seen.push(outcome(
+        client.publish(publish(), Origin::Csi).await.map(drop),
+    ));
     let failed = Instant::now();
     // …inside which Publish and Unpublish fail at once with its code.
-    seen.push(outcome(client.publish(publish(), false).await.map(drop)));
-    seen.push(outcome(client.unpublish(unpublish(), false).await));
+    seen.push(outcome(
+        client.publish(publish(), Origin::Csi).await.map(drop),
+    ));
+    seen.push(outcome(client.unpublish(unpublish(), Origin::Csi).await));
     assert!(
         failed.elapsed() < Duration::from_millis(150),
         "too slow to test a 200 ms window"
     );
     // After it, the real lookup again; its error doubles the window to 400 ms.
     tokio::time::sleep_until((failed + Duration::from_millis(250)).into()).await;
-    seen.push(outcome(client.publish(publish(), false).await.map(drop)));
+    seen.push(outcome(
+        client.publish(publish(), Origin::Csi).await.map(drop),
+    ));
     let failed = Instant::now();
     tokio::time::sleep_until((failed + Duration::from_millis(250)).into()).await;
-    seen.push(outcome(client.publish(publish(), false).await.map(drop)));
+    seen.push(outcome(
+        client.publish(publish(), Origin::Csi).await.map(drop),
+    ));
     seen
 }
 

@@ -18,7 +18,7 @@ use csi_attacher::csi::proto::volume_capability::{
 use csi_attacher::csi::proto::{
     ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest, VolumeCapability,
 };
-use csi_attacher::csi::{Client, DIAL_TIMEOUT};
+use csi_attacher::csi::{Client, Origin, DIAL_TIMEOUT};
 use csi_attacher::metrics::Metrics;
 use serde_json::{json, Value};
 use tonic::Code;
@@ -112,7 +112,7 @@ async fn client_interoperates_with_csi_test_mock_driver() {
                 secrets: [("password".to_string(), "s3cret".to_string())].into(),
                 volume_context: [("pool".to_string(), "fast".to_string())].into(),
             },
-            false,
+            Origin::Csi,
         )
         .await
         .expect("publish");
@@ -138,7 +138,7 @@ async fn client_interoperates_with_csi_test_mock_driver() {
                 }),
                 ..Default::default()
             },
-            false,
+            Origin::Csi,
         )
         .await
         .expect("publish block");
@@ -172,7 +172,7 @@ async fn client_interoperates_with_csi_test_mock_driver() {
                 node_id: "node-1".into(),
                 secrets: [("password".to_string(), "s3cret".to_string())].into(),
             },
-            false,
+            Origin::Csi,
         )
         .await
         .expect("unpublish");
@@ -186,7 +186,7 @@ async fn client_interoperates_with_csi_test_mock_driver() {
                 volume_capability: Some(VolumeCapability::default()),
                 ..Default::default()
             },
-            false,
+            Origin::Csi,
         )
         .await
         .expect_err("not found");
@@ -279,7 +279,7 @@ async fn every_access_mode_decodes_to_the_same_name_in_go() {
                     }),
                     ..Default::default()
                 },
-                false,
+                Origin::Csi,
             )
             .await
             .expect("publish");

@@ -24,7 +24,7 @@
 
 use std::collections::BTreeMap;
 
-use super::capability::volume_capability;
+use super::capability::{volume_capability, SingleNodeModes};
 use super::compact::CachedVa;
 use super::context::{seconds_since, Ctx};
 use super::driver::Origin;
@@ -238,7 +238,7 @@ async fn publish_request(
     let capability = volume_capability(
         volume.capability_source(),
         &ctx.default_fs_type,
-        ctx.capabilities.single_node_multi_writer,
+        SingleNodeModes::of(&ctx.capabilities),
     )?;
     let secrets = ctx.publish_secrets(&volume.csi).await?;
     let node_ids = NodeIds::look_up(

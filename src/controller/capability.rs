@@ -6,6 +6,7 @@ use crate::csi::proto::volume_capability::{
     access_mode::Mode, AccessMode, AccessType, BlockVolume, MountVolume,
 };
 use crate::csi::proto::VolumeCapability;
+use crate::csi::Capabilities;
 
 /// Why no capability can be built; texts are upstream's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -34,13 +35,37 @@ pub struct CapabilitySource<'a> {
     pub fs_type: Option<&'a str>,
 }
 
+/// The CSI access modes a single-node volume gets: the classic
+/// `SINGLE_NODE_WRITER`, or the finer `SINGLE_NODE_SINGLE_WRITER` /
+/// `SINGLE_NODE_MULTI_WRITER` when the driver has the
+/// `SINGLE_NODE_MULTI_WRITER` controller capability.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SingleNodeModes {
+    /// `SINGLE_NODE_WRITER` for ReadWriteOnce and ReadWriteOncePod.
+    Classic,
+    /// `SINGLE_NODE_MULTI_WRITER` for ReadWriteOnce,
+    /// `SINGLE_NODE_SINGLE_WRITER` for ReadWriteOncePod.
+    MultiWriter,
+}
+
+impl SingleNodeModes {
+    /// The modes `capabilities` allow.
+    pub fn of(capabilities: &Capabilities) -> Self {
+        if capabilities.single_node_multi_writer {
+            Self::MultiWriter
+        } else {
+            Self::Classic
+        }
+    }
+}
+
 /// Builds the capability; `default_fs_type` fills an empty fsType (`--default-fstype`).
 pub fn volume_capability(
     source: CapabilitySource<'_>,
     default_fs_type: &str,
-    single_node_multi_writer: bool,
+    single_node: SingleNodeModes,
 ) -> Result<VolumeCapability, CapabilityError> {
-    let mode = access_mode(source.access_modes, single_node_multi_writer)?;
+    let mode = access_mode(source.access_modes, single_node)?;
     let access_type = if source.block {
         AccessType::Block(BlockVolume {})
     } else {
@@ -63,8 +88,9 @@ pub fn volume_capability(
 /// Kubernetes access modes (a set) → one CSI access mode.
 pub fn access_mode(
     modes: &[String],
-    single_node_multi_writer: bool,
+    single_node: SingleNodeModes,
 ) -> Result<Mode, CapabilityError> {
+    let multi_writer = single_node == SingleNodeModes::MultiWriter;
     let has = |m: &str| modes.iter().any(|x| x == m);
     let (rwo, rox, rwx, rwop) = (
         has("ReadWriteOnce"),
@@ -76,7 +102,7 @@ pub fn access_mode(
         if rwo || rox || rwx {
             return Err(CapabilityError::RwopWithOthers);
         }
-        return Ok(if single_node_multi_writer {
+        return Ok(if multi_writer {
             Mode::SingleNodeSingleWriter
         } else {
             Mode::SingleNodeWriter
@@ -92,7 +118,7 @@ pub fn access_mode(
         return Ok(Mode::MultiNodeReaderOnly);
     }
     if rwo {
-        return Ok(if single_node_multi_writer {
+        return Ok(if multi_writer {
             Mode::SingleNodeMultiWriter
         } else {
             Mode::SingleNodeWriter
@@ -171,12 +197,12 @@ mod tests {
         ];
         for (input, default, multi) in cases {
             assert_eq!(
-                &access_mode(&modes(input), false),
+                &access_mode(&modes(input), SingleNodeModes::Classic),
                 default,
                 "{input:?} default"
             );
             assert_eq!(
-                &access_mode(&modes(input), true),
+                &access_mode(&modes(input), SingleNodeModes::MultiWriter),
                 multi,
                 "{input:?} SINGLE_NODE_MULTI_WRITER"
             );
@@ -186,11 +212,11 @@ mod tests {
     #[test]
     fn empty_or_unknown_modes_are_unsupported_with_upstream_text() {
         assert_eq!(
-            access_mode(&[], false).map_err(|e| e.to_string()),
+            access_mode(&[], SingleNodeModes::Classic).map_err(|e| e.to_string()),
             Err("unsupported AccessMode combination: []".to_string())
         );
         assert_eq!(
-            access_mode(&modes(&["Bogus"]), false).map_err(|e| e.to_string()),
+            access_mode(&modes(&["Bogus"]), SingleNodeModes::Classic).map_err(|e| e.to_string()),
             Err("unsupported AccessMode combination: [Bogus]".to_string())
         );
     }
@@ -205,7 +231,7 @@ mod tests {
             mount_options: &opts,
             fs_type: Some(""),
         };
-        let cap = volume_capability(source, "ext4", false).expect("capability");
+        let cap = volume_capability(source, "ext4", SingleNodeModes::Classic).expect("capability");
         assert_eq!(
             cap.access_type,
             Some(AccessType::Mount(MountVolume {
@@ -220,7 +246,7 @@ mod tests {
                 ..source
             },
             "ext4",
-            false,
+            SingleNodeModes::Classic,
         )
         .expect("capability");
         assert!(matches!(xfs.access_type, Some(AccessType::Mount(ref m)) if m.fs_type == "xfs"));
@@ -238,7 +264,7 @@ mod tests {
                 fs_type: Some("ext4"),
             },
             "ext4",
-            false,
+            SingleNodeModes::Classic,
         )
         .expect("capability");
         assert_eq!(cap.access_type, Some(AccessType::Block(BlockVolume {})));

@@ -11,22 +11,7 @@ use futures::FutureExt;
 use crate::csi::proto::{ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest};
 use crate::csi::{self, RpcStatus, VolumePage};
 
-/// Where a volume's CSI source came from (the `migrated` label of the CSI
-/// operation metrics).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Origin {
-    /// A CSI PV or an inline spec (upstream labels inline specs `false` too).
-    Csi,
-    /// An in-tree PV translated to CSI.
-    Migrated,
-}
-
-impl Origin {
-    /// The metric label's value: whether the volume was translated.
-    pub fn is_migrated(self) -> bool {
-        self == Origin::Migrated
-    }
-}
+pub use crate::csi::Origin;
 
 /// The controller RPCs of the driver.
 pub trait Driver: Send + Sync {
@@ -58,14 +43,14 @@ impl Driver for csi::Client {
         request: ControllerPublishVolumeRequest,
         origin: Origin,
     ) -> BoxFuture<'_, Result<HashMap<String, String>, RpcStatus>> {
-        csi::Client::publish(self, request, origin.is_migrated()).boxed()
+        csi::Client::publish(self, request, origin).boxed()
     }
     fn unpublish(
         &self,
         request: ControllerUnpublishVolumeRequest,
         origin: Origin,
     ) -> BoxFuture<'_, Result<(), RpcStatus>> {
-        csi::Client::unpublish(self, request, origin.is_migrated()).boxed()
+        csi::Client::unpublish(self, request, origin).boxed()
     }
     fn list_volumes(
         &self,

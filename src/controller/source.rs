@@ -107,26 +107,30 @@ impl Source<'_> {
             }
             Self::Pv(pv) => {
                 let spec = pv.spec().ok_or(FlowError::NotCsi)?;
-                borrowed(spec, Origin::Csi, false).ok_or(FlowError::NotCsi)
+                borrowed(spec).ok_or(FlowError::NotCsi)
             }
             // Upstream records `migrated="false"` for inline specs, though they
             // are migrated volumes; their handles still get repaired.
             Self::Inline(spec) => {
-                borrowed(spec, Origin::Csi, true).ok_or(FlowError::InlineWithoutCsi)
+                let volume = borrowed(spec).ok_or(FlowError::InlineWithoutCsi)?;
+                Ok(CsiVolume {
+                    migratable: true,
+                    ..volume
+                })
             }
         }
     }
 }
 
-/// `spec`'s own CSI source, if it has one.
-fn borrowed(spec: &CompactPvSpec, origin: Origin, migratable: bool) -> Option<CsiVolume<'_>> {
+/// `spec`'s own CSI source, if it has one (not translated, not migratable).
+fn borrowed(spec: &CompactPvSpec) -> Option<CsiVolume<'_>> {
     spec.csi().map(|csi| CsiVolume {
         csi: Cow::Borrowed(csi),
         access_modes: Cow::Borrowed(spec.access_modes()),
         volume_mode: spec.volume_mode(),
         mount_options: spec.mount_options(),
-        origin,
-        migratable,
+        origin: Origin::Csi,
+        migratable: false,
     })
 }
 

@@ -5,6 +5,7 @@ use std::sync::{Mutex, PoisonError};
 
 use prometheus::{HistogramOpts, HistogramVec, Registry};
 
+use super::Origin;
 use crate::migration::is_migration_driver;
 
 /// Label value used for calls made before `GetPluginInfo` named the driver.
@@ -30,15 +31,23 @@ enum CallState {
     Named {
         histogram: HistogramVec,
         driver_name: String,
-        with_migrated: bool,
+        labels: LabelSet,
     },
+}
+
+/// Whether the family has the `migrated` label (drivers that serve
+/// translated in-tree volumes).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum LabelSet {
+    Plain,
+    WithMigrated,
 }
 
 struct CallSample {
     driver_name: String,
     method: &'static str,
     code: &'static str,
-    migrated: bool,
+    origin: Origin,
     seconds: f64,
 }
 
@@ -53,9 +62,13 @@ impl CsiCallMetrics {
 
     /// Names the driver: registers the family and flushes earlier samples.
     pub fn set_driver_name(&self, driver_name: &str) {
-        let with_migrated = is_migration_driver(driver_name);
+        let label_set = if is_migration_driver(driver_name) {
+            LabelSet::WithMigrated
+        } else {
+            LabelSet::Plain
+        };
         let mut labels = vec!["driver_name", "method_name", "grpc_status_code"];
-        if with_migrated {
+        if label_set == LabelSet::WithMigrated {
             labels.push("migrated");
         }
         let opts = HistogramOpts::new(
@@ -82,7 +95,7 @@ impl CsiCallMetrics {
             CallState::Named {
                 histogram,
                 driver_name: driver_name.to_string(),
-                with_migrated,
+                labels: label_set,
             },
         ) {
             CallState::Unnamed(pending) => pending,
@@ -90,34 +103,34 @@ impl CsiCallMetrics {
         };
         if let CallState::Named { histogram, .. } = &*state {
             for s in pending {
-                observe(histogram, with_migrated, &s);
+                observe(histogram, label_set, &s);
             }
         }
     }
 
     /// Records one finished call. `method` is the full gRPC path.
-    pub fn observe(&self, method: &'static str, code: &'static str, migrated: bool, seconds: f64) {
+    pub fn observe(&self, method: &'static str, code: &'static str, origin: Origin, seconds: f64) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         match &mut *state {
             CallState::Unnamed(pending) => pending.push(CallSample {
                 driver_name: UNKNOWN_DRIVER.to_string(),
                 method,
                 code,
-                migrated,
+                origin,
                 seconds,
             }),
             CallState::Named {
                 histogram,
                 driver_name,
-                with_migrated,
+                labels,
             } => observe(
                 histogram,
-                *with_migrated,
+                *labels,
                 &CallSample {
                     driver_name: driver_name.clone(),
                     method,
                     code,
-                    migrated,
+                    origin,
                     seconds,
                 },
             ),
@@ -125,12 +138,15 @@ impl CsiCallMetrics {
     }
 }
 
-fn observe(histogram: &HistogramVec, with_migrated: bool, s: &CallSample) {
-    let migrated = if s.migrated { "true" } else { "false" };
-    let labels: &[&str] = if with_migrated {
-        &[&s.driver_name, s.method, s.code, migrated]
+fn observe(histogram: &HistogramVec, label_set: LabelSet, s: &CallSample) {
+    let migrated = if s.origin.is_migrated() {
+        "true"
     } else {
-        &[&s.driver_name, s.method, s.code]
+        "false"
+    };
+    let labels: &[&str] = match label_set {
+        LabelSet::WithMigrated => &[&s.driver_name, s.method, s.code, migrated],
+        LabelSet::Plain => &[&s.driver_name, s.method, s.code],
     };
     if let Ok(h) = histogram.get_metric_with_label_values(labels) {
         h.observe(s.seconds);

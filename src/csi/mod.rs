@@ -126,6 +126,23 @@ pub struct PluginInfo {
     pub vendor_version: String,
 }
 
+/// Where a volume's CSI source came from (the `migrated` label of the CSI
+/// operation metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// A CSI PV or an inline spec (upstream labels inline specs `false` too).
+    Csi,
+    /// An in-tree PV translated to CSI.
+    Migrated,
+}
+
+impl Origin {
+    /// The metric label's value: whether the volume was translated.
+    pub fn is_migrated(self) -> bool {
+        self == Origin::Migrated
+    }
+}
+
 /// One page of `ListVolumes`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct VolumePage {
@@ -194,7 +211,7 @@ impl Client {
                 .invoke(
                     Method::Probe,
                     deadline,
-                    false,
+                    Origin::Csi,
                     |req| async move { identity.probe(req).await },
                     proto::ProbeRequest {},
                 )
@@ -220,7 +237,7 @@ impl Client {
             .invoke(
                 Method::GetPluginInfo,
                 deadline,
-                false,
+                Origin::Csi,
                 |req| async move { identity.get_plugin_info(req).await },
                 proto::GetPluginInfoRequest {},
             )
@@ -247,7 +264,7 @@ impl Client {
             .invoke(
                 Method::GetPluginCapabilities,
                 deadline,
-                false,
+                Origin::Csi,
                 |req| async move { identity.get_plugin_capabilities(req).await },
                 proto::GetPluginCapabilitiesRequest {},
             )
@@ -267,7 +284,7 @@ impl Client {
             .invoke(
                 Method::ControllerGetCapabilities,
                 deadline,
-                false,
+                Origin::Csi,
                 |req| async move { controller.controller_get_capabilities(req).await },
                 proto::ControllerGetCapabilitiesRequest {},
             )
@@ -290,11 +307,11 @@ impl Client {
 
     /// `ControllerPublishVolume` with the `--timeout` deadline; returns the publish context.
     ///
-    /// `migrated` only labels the metric (a translated in-tree PV).
+    /// `origin` only labels the metric (`migrated`: a translated in-tree PV).
     pub async fn publish(
         &self,
         request: proto::ControllerPublishVolumeRequest,
-        migrated: bool,
+        origin: Origin,
     ) -> Result<HashMap<String, String>, RpcStatus> {
         let deadline = Instant::now() + self.timeout;
         let mut controller = self.controller.clone();
@@ -302,7 +319,7 @@ impl Client {
             .invoke(
                 Method::ControllerPublishVolume,
                 deadline,
-                migrated,
+                origin,
                 |req| async move { controller.controller_publish_volume(req).await },
                 request,
             )
@@ -314,14 +331,14 @@ impl Client {
     pub async fn unpublish(
         &self,
         request: proto::ControllerUnpublishVolumeRequest,
-        migrated: bool,
+        origin: Origin,
     ) -> Result<(), RpcStatus> {
         let deadline = Instant::now() + self.timeout;
         let mut controller = self.controller.clone();
         self.invoke(
             Method::ControllerUnpublishVolume,
             deadline,
-            migrated,
+            origin,
             |req| async move { controller.controller_unpublish_volume(req).await },
             request,
         )
@@ -345,7 +362,7 @@ impl Client {
             .invoke(
                 Method::ListVolumes,
                 deadline,
-                false,
+                Origin::Csi,
                 |req| async move { controller.list_volumes(req).await },
                 request,
             )
@@ -377,7 +394,7 @@ impl Client {
         &self,
         method: Method,
         deadline: Instant,
-        migrated: bool,
+        origin: Origin,
         call: F,
         message: Req,
     ) -> Result<Resp, RpcStatus>
@@ -408,7 +425,7 @@ impl Client {
         self.metrics.observe(
             method.path(),
             go_code_name(code),
-            migrated,
+            origin,
             started.elapsed().as_secs_f64(),
         );
         match &result {

@@ -1,4 +1,5 @@
 use super::*;
+use crate::csi::Origin;
 use prometheus::{IntGaugeVec, Opts};
 
 #[test]
@@ -6,12 +7,12 @@ fn samples_before_the_name_is_known_are_recorded_as_unknown_driver() {
     let metrics = Metrics::new();
     metrics
         .csi
-        .observe("/csi.v1.Identity/Probe", "OK", false, 0.01);
+        .observe("/csi.v1.Identity/Probe", "OK", Origin::Csi, 0.01);
     metrics.csi.set_driver_name("csi.example.com");
     metrics.csi.observe(
         "/csi.v1.Controller/ControllerPublishVolume",
         "ResourceExhausted",
-        false,
+        Origin::Csi,
         0.2,
     );
     let text = metrics.render();
@@ -120,7 +121,7 @@ fn migration_drivers_get_the_migrated_label() {
     metrics.csi.observe(
         "/csi.v1.Controller/ControllerPublishVolume",
         "OK",
-        true,
+        Origin::Migrated,
         0.2,
     );
     let text = metrics.render();
