@@ -3,9 +3,15 @@
 //! PersistentVolume decodes here too, and its view exposes the same values
 //! (accessor by accessor; the in-tree translation included). 256 cases each (`PROPTEST_CASES` for more).
 
-use super::*;
+use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::storage::v1::VolumeAttachment;
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
+
+use super::meta::Pairs;
+use super::pv::CachedPv;
+use super::testing::{pv_agrees, translation_agrees, va_agrees};
+use super::va::CachedVa;
 
 /// Any JSON value, nested a few levels.
 fn any_json() -> impl Strategy<Value = Value> {

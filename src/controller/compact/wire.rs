@@ -1,0 +1,76 @@
+//! [`Wire`]: a view as kube-runtime's watcher receives it, the one
+//! `kube::Resource` among the compact types.
+
+use std::borrow::Cow;
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::ClusterResourceScope;
+use kube::runtime::reflector::Lookup;
+use serde::de::Deserializer;
+use serde::Deserialize;
+
+use super::pv::CachedPv;
+use super::va::CachedVa;
+
+/// A view as kube-runtime's watcher receives it.
+///
+/// `kube::runtime::watcher` builds on `Api<K>`, which needs `K:
+/// kube::Resource`, whose `meta()` must lend a whole `ObjectMeta`; the watcher
+/// reads the name and the resource version from it. This wrapper is that
+/// `Resource`, and nothing else is: it carries a small `ObjectMeta` with just
+/// those two fields beside the view, and the informers unwrap the view before
+/// it reaches a store. Its only user is the watch.
+#[derive(Clone, Debug)]
+pub struct Wire<T> {
+    pub(super) meta: ObjectMeta,
+    /// The view, decoded once.
+    pub view: T,
+}
+
+impl<'de, T> Deserialize<'de> for Wire<T>
+where
+    T: Deserialize<'de> + Lookup,
+{
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let view = T::deserialize(deserializer)?;
+        let meta = ObjectMeta {
+            name: Lookup::name(&view).map(Cow::into_owned),
+            resource_version: Lookup::resource_version(&view).map(Cow::into_owned),
+            ..ObjectMeta::default()
+        };
+        Ok(Self { meta, view })
+    }
+}
+
+macro_rules! wire_resource {
+    ($view:ty, $full:ty) => {
+        impl kube::Resource for Wire<$view> {
+            type DynamicType = ();
+            type Scope = ClusterResourceScope;
+
+            fn kind(dt: &()) -> Cow<'_, str> {
+                <$full as kube::Resource>::kind(dt)
+            }
+            fn group(dt: &()) -> Cow<'_, str> {
+                <$full as kube::Resource>::group(dt)
+            }
+            fn version(dt: &()) -> Cow<'_, str> {
+                <$full as kube::Resource>::version(dt)
+            }
+            fn plural(dt: &()) -> Cow<'_, str> {
+                <$full as kube::Resource>::plural(dt)
+            }
+            fn meta(&self) -> &ObjectMeta {
+                &self.meta
+            }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.meta
+            }
+        }
+    };
+}
+
+wire_resource!(CachedVa, VolumeAttachment);
+wire_resource!(CachedPv, PersistentVolume);
