@@ -38,9 +38,6 @@ mod pv;
 mod va;
 mod wire;
 
-// Nothing outside names `Meta` today; re-exported so the path keeps resolving.
-#[allow(unused_imports)]
-pub(crate) use meta::Meta;
 pub use pv::{CachedPv, CompactPvSpec};
 pub use va::{CachedVa, CompactVaStatus};
 pub use wire::Wire;
