@@ -11,6 +11,12 @@ more than one file: every group of files that import each other.
     hack/cycles.py                 # print the cycles; exit 0
     hack/cycles.py --check FILE    # exit 1 if a cycle is not listed in FILE
     hack/cycles.py --edges         # also print each cycle's imports (file -> file)
+    hack/cycles.py --max-lines 600 # also fail when a file's production part is longer
+
+A module's own children are not imports: `mod x;` and `pub use x::Y` (a
+plain path, relative to the module) re-export what the module contains; a
+child naming its parent (`super::Y`) is an import. So a facade `mod.rs`
+whose children use its types forms no cycle with them.
 
 FILE lists the known cycles, one per line: the files of a cycle, sorted,
 space-separated (what this script prints after "cycle:"). A cycle counts as
@@ -117,6 +123,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", metavar="FILE")
     parser.add_argument("--edges", action="store_true")
+    parser.add_argument("--max-lines", type=int, metavar="N")
     args = parser.parse_args()
 
     files = {}
@@ -187,7 +194,15 @@ def main() -> int:
                 for w in sorted((w for w in edges[v] if w in comp), key=name):
                     print(f"  {name(v)} -> {name(w)}")
     print(f"cycles: {len(cycles)} ({new} not known), files: {len(files)}")
-    return 1 if args.check and new else 0
+    long_files = 0
+    if args.max_lines:
+        for module, path in sorted(files.items(), key=lambda kv: str(kv[1])):
+            lines = production_text(path).count("\n") + 1
+            if lines > args.max_lines:
+                long_files += 1
+                print(f"too long: {path.relative_to(ROOT)}: {lines} production lines (at most {args.max_lines})")
+        print(f"files over {args.max_lines} production lines: {long_files}")
+    return 1 if (args.check and new) or long_files else 0
 
 
 if __name__ == "__main__":
