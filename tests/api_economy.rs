@@ -3,6 +3,9 @@
 //! (as upstream external-attacher v4.12). Alone in its binary so no other test's traffic
 //! shares the counters.
 
+// Tests may unwrap, expect and panic: Cargo.toml's deny is for the product.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod support;
 
 use std::collections::BTreeMap;
