@@ -19,6 +19,7 @@ use serde_json::Value;
 
 use super::compact::{CachedPv, CachedVa};
 use super::error::{ApiError, SecretError};
+use super::patches::{PvPatch, StatusPatch, Urgency, VaPatch};
 use crate::kube_client;
 
 /// Every API request a flow makes. Each write names the object it was built
@@ -29,26 +30,23 @@ pub trait ClusterApi: Send + Sync {
     fn patch_va<'a>(
         &'a self,
         va: &'a CachedVa,
-        body: &'a Value,
+        patch: &'a VaPatch,
     ) -> BoxFuture<'a, Result<CachedVa, ApiError>>;
     /// Merge patch on a VA's main resource, the response not read.
     fn patch_va_unread<'a>(
         &'a self,
         va: &'a CachedVa,
-        body: &'a Value,
+        patch: &'a VaPatch,
     ) -> BoxFuture<'a, Result<(), ApiError>>;
     /// Merge patch on a VA's `/status`.
     fn patch_va_status<'a>(
         &'a self,
         va: &'a CachedVa,
-        body: &'a Value,
+        patch: &'a StatusPatch,
     ) -> BoxFuture<'a, Result<(), ApiError>>;
     /// JSON Patch on the PV called `name`.
-    fn patch_pv<'a>(
-        &'a self,
-        name: &'a str,
-        patch: json_patch::Patch,
-    ) -> BoxFuture<'a, Result<(), ApiError>>;
+    fn patch_pv<'a>(&'a self, name: &'a str, patch: PvPatch)
+        -> BoxFuture<'a, Result<(), ApiError>>;
     /// GET of a PV (decoded straight into its view).
     fn pv<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<CachedPv>, ApiError>>;
     /// GET of `node`'s CSINode: `driver`'s node ID there.
@@ -69,28 +67,28 @@ impl ClusterApi for KubeApi {
     fn patch_va<'a>(
         &'a self,
         va: &'a CachedVa,
-        body: &'a Value,
+        patch: &'a VaPatch,
     ) -> BoxFuture<'a, Result<CachedVa, ApiError>> {
-        KubeApi::patch_va(self, va, body).boxed()
+        KubeApi::patch_va(self, va, patch).boxed()
     }
     fn patch_va_unread<'a>(
         &'a self,
         va: &'a CachedVa,
-        body: &'a Value,
+        patch: &'a VaPatch,
     ) -> BoxFuture<'a, Result<(), ApiError>> {
-        KubeApi::patch_va_unread(self, va, body).boxed()
+        KubeApi::patch_va_unread(self, va, patch).boxed()
     }
     fn patch_va_status<'a>(
         &'a self,
         va: &'a CachedVa,
-        body: &'a Value,
+        patch: &'a StatusPatch,
     ) -> BoxFuture<'a, Result<(), ApiError>> {
-        KubeApi::patch_va_status(self, va, body).boxed()
+        KubeApi::patch_va_status(self, va, patch).boxed()
     }
     fn patch_pv<'a>(
         &'a self,
         name: &'a str,
-        patch: json_patch::Patch,
+        patch: PvPatch,
     ) -> BoxFuture<'a, Result<(), ApiError>> {
         KubeApi::patch_pv(self, name, patch).boxed()
     }
@@ -139,8 +137,8 @@ impl KubeApi {
     // (docs/contract.md, "Writes aimed at the right object").
 
     /// Merge patch on `va`'s main resource; returns the VA as written.
-    pub async fn patch_va(&self, va: &CachedVa, body: &Value) -> Result<CachedVa, ApiError> {
-        let body = with_uid(body, va);
+    pub async fn patch_va(&self, va: &CachedVa, patch: &VaPatch) -> Result<CachedVa, ApiError> {
+        let body = with_uid(patch.body(), va);
         let request = Request::new(VolumeAttachment::url_path(&(), None)).patch(
             va.name(),
             &PatchParams::default(),
@@ -151,8 +149,8 @@ impl KubeApi {
 
     /// Merge patch on `va`'s main resource, when the caller does not need
     /// the VA as written: the response body is skipped, not decoded.
-    pub async fn patch_va_unread(&self, va: &CachedVa, body: &Value) -> Result<(), ApiError> {
-        let body = with_uid(body, va);
+    pub async fn patch_va_unread(&self, va: &CachedVa, patch: &VaPatch) -> Result<(), ApiError> {
+        let body = with_uid(patch.body(), va);
         let request = Request::new(VolumeAttachment::url_path(&(), None)).patch(
             va.name(),
             &PatchParams::default(),
@@ -161,31 +159,34 @@ impl KubeApi {
         send_unread(&self.client, request).await
     }
 
-    /// Merge patch on `va`'s `/status` (response skipped). A patch setting
-    /// `attached=true` is the write a pod waits for: it goes by the urgent
+    /// Merge patch on `va`'s `/status` (response skipped). An urgent patch
+    /// (`attached=true`, the write a pod waits for) goes by the urgent
     /// client, ahead of requests waiting at the throttle.
-    pub async fn patch_va_status(&self, va: &CachedVa, body: &Value) -> Result<(), ApiError> {
-        let body = with_uid(body, va);
+    pub async fn patch_va_status(
+        &self,
+        va: &CachedVa,
+        patch: &StatusPatch,
+    ) -> Result<(), ApiError> {
+        let body = with_uid(patch.body(), va);
         let request = Request::new(VolumeAttachment::url_path(&(), None)).patch_subresource(
             "status",
             va.name(),
             &PatchParams::default(),
             &Patch::Merge(&body),
         );
-        let client = if marks_attached(&body) {
-            &self.urgent
-        } else {
-            &self.client
+        let client = match patch.urgency() {
+            Urgency::Urgent => &self.urgent,
+            Urgency::Normal => &self.client,
         };
         send_unread(client, request).await
     }
 
     /// JSON Patch on a PV (response skipped).
-    pub async fn patch_pv(&self, name: &str, patch: json_patch::Patch) -> Result<(), ApiError> {
+    pub async fn patch_pv(&self, name: &str, patch: PvPatch) -> Result<(), ApiError> {
         let request = Request::new(PersistentVolume::url_path(&(), None)).patch(
             name,
             &PatchParams::default(),
-            &Patch::<()>::Json(patch),
+            &Patch::<()>::Json(patch.into_patch()),
         );
         send_unread(&self.client, request).await
     }
@@ -242,11 +243,6 @@ impl KubeApi {
     }
 }
 
-/// Whether a status patch sets `attached=true`.
-fn marks_attached(body: &Value) -> bool {
-    body.pointer("/status/attached") == Some(&Value::Bool(true))
-}
-
 /// Sends a built request by `client`; a success body is parsed only far
 /// enough to be valid JSON (no allocation of the object), errors become
 /// `ApiError`s.
@@ -297,23 +293,6 @@ mod tests {
     use super::*;
     use k8s_openapi::ByteString;
     use serde_json::json;
-
-    #[test]
-    fn only_a_status_patch_setting_attached_goes_first() {
-        assert!(marks_attached(&json!({"status": {"attached": true}})));
-        assert!(marks_attached(
-            &json!({"status": {"attached": true, "attachmentMetadata": {"a": "b"}, "attachError": null}})
-        ));
-        for ordinary in [
-            json!({"status": {"attached": false, "attachmentMetadata": null}}),
-            json!({"status": {"attachmentMetadata": {"a": "b"}}}),
-            json!({"status": {"attachError": {"message": "m"}}}),
-            json!({"status": {"detachError": null}}),
-            json!({"metadata": {"finalizers": ["f"]}}),
-        ] {
-            assert!(!marks_attached(&ordinary), "{ordinary}");
-        }
-    }
 
     #[test]
     fn a_value_that_is_not_utf8_fails_naming_the_key_only() {

@@ -31,7 +31,7 @@ use super::driver::Origin;
 use super::error::FlowError;
 use super::lane::Lane;
 use super::node_id::{Lookup, NodeIds};
-use super::patches;
+use super::patches::{self, VaPatch};
 use super::source::{self, Source};
 use crate::csi::proto::{ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest};
 
@@ -107,7 +107,7 @@ async fn publish_and_mark(ctx: &Ctx, va: &CachedVa, mode: Mode) -> Result<(), Fl
 /// seed 20261127, I1). An empty merge patch carrying the UID changes nothing
 /// and answers with the VA as it is (404 when gone, 422 when replaced).
 async fn still_live(ctx: &Ctx, va: &CachedVa) -> Result<bool, FlowError> {
-    match ctx.api.patch_va(va, &serde_json::json!({})).await {
+    match ctx.api.patch_va(va, &VaPatch::confirm()).await {
         Ok(current) if current.is_deleting() => {
             tracing::info!(va = %va.name(), "Not re-publishing a VolumeAttachment that is being deleted");
             Ok(false)

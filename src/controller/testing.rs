@@ -26,6 +26,7 @@ use super::driver::{Driver, Origin};
 use super::error::{ApiError, SecretError};
 use super::failing::FailingVas;
 use super::fenced::FencedDriver;
+use super::patches::{PvPatch, StatusPatch, VaPatch};
 use super::store::{store_from, PvRefs, Stores};
 use crate::csi::proto::{ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest};
 use crate::csi::{Capabilities, RpcStatus, VolumePage};
@@ -164,8 +165,9 @@ impl ClusterApi for FakeApi {
     fn patch_va<'a>(
         &'a self,
         va: &'a CachedVa,
-        body: &'a Value,
+        patch: &'a VaPatch,
     ) -> BoxFuture<'a, Result<CachedVa, ApiError>> {
+        let body = patch.body();
         let result = self
             .record("patch_va", format!("PATCH va/{} {body}", va.name()))
             .and_then(|()| self.apply(va, body));
@@ -174,8 +176,9 @@ impl ClusterApi for FakeApi {
     fn patch_va_unread<'a>(
         &'a self,
         va: &'a CachedVa,
-        body: &'a Value,
+        patch: &'a VaPatch,
     ) -> BoxFuture<'a, Result<(), ApiError>> {
+        let body = patch.body();
         let result = self
             .record("patch_va", format!("PATCH va/{} {body}", va.name()))
             .and_then(|()| self.apply(va, body).map(drop));
@@ -184,10 +187,10 @@ impl ClusterApi for FakeApi {
     fn patch_va_status<'a>(
         &'a self,
         va: &'a CachedVa,
-        body: &'a Value,
+        patch: &'a StatusPatch,
     ) -> BoxFuture<'a, Result<(), ApiError>> {
         // Error times change every run: journal them as "<time>".
-        let mut shown = body.clone();
+        let mut shown = patch.body().clone();
         for field in ["attachError", "detachError"] {
             if let Some(time) = shown.pointer_mut(&format!("/status/{field}/time")) {
                 *time = json!("<time>");
@@ -200,9 +203,9 @@ impl ClusterApi for FakeApi {
     fn patch_pv<'a>(
         &'a self,
         name: &'a str,
-        patch: json_patch::Patch,
+        patch: PvPatch,
     ) -> BoxFuture<'a, Result<(), ApiError>> {
-        let body = serde_json::to_value(&patch).unwrap_or(Value::Null);
+        let body = serde_json::to_value(patch.into_patch()).unwrap_or(Value::Null);
         let result = self.record("patch_pv", format!("PATCH pv/{name} {body}"));
         async move { result }.boxed()
     }

@@ -110,7 +110,7 @@ proptest! {
         let done = old_finalizers == want_finalizers
             && map_or_empty(&va.metadata.annotations) == want_annotations;
         prop_assert_eq!(patch.is_none(), done, "None exactly when nothing is missing");
-        let after = match &patch { Some(p) => merged(&va, p), None => va.clone() };
+        let after = match &patch { Some(p) => merged(&va, p.body()), None => va.clone() };
         prop_assert_eq!(after.metadata.finalizers.clone().unwrap_or_default(), want_finalizers);
         prop_assert_eq!(map_or_empty(&after.metadata.annotations), want_annotations);
         prop_assert_eq!(&after.spec, &va.spec);
@@ -122,7 +122,7 @@ proptest! {
         let patch = remove_va_finalizer(&view(&va), &finalizer);
         let old = va.metadata.finalizers.clone().unwrap_or_default();
         prop_assert_eq!(patch.is_none(), !old.contains(&finalizer));
-        let after = match &patch { Some(p) => merged(&va, p), None => va.clone() };
+        let after = match &patch { Some(p) => merged(&va, p.body()), None => va.clone() };
         let want: Vec<String> = old.into_iter().filter(|f| *f != finalizer).collect();
         prop_assert_eq!(after.metadata.finalizers.clone().unwrap_or_default(), want);
         prop_assert_eq!(&after.metadata.annotations, &va.metadata.annotations);
@@ -133,7 +133,7 @@ proptest! {
         va in va(), context in prop::collection::btree_map(name(), ".{0,4}", 0..4)
     ) {
         let patch = attached_status(view(&va).status(), &context);
-        let after = match &patch { Some(p) => merged(&va, p), None => va.clone() };
+        let after = match &patch { Some(p) => merged(&va, p.body()), None => va.clone() };
         let (before, now) = (status_of(&va), status_of(&after));
         prop_assert!(now.attached);
         prop_assert_eq!(map_or_empty(&now.attachment_metadata), context.clone());
@@ -149,7 +149,7 @@ proptest! {
     #[test]
     fn detached_status_makes_the_status_detached(va in va()) {
         let patch = detached_status(view(&va).status());
-        let after = match &patch { Some(p) => merged(&va, p), None => va.clone() };
+        let after = match &patch { Some(p) => merged(&va, p.body()), None => va.clone() };
         let (before, now) = (status_of(&va), status_of(&after));
         prop_assert!(!now.attached);
         prop_assert!(map_or_empty(&now.attachment_metadata).is_empty());
@@ -169,11 +169,11 @@ proptest! {
         let mut with_code = va.clone();
         with_code.status.get_or_insert_with(Default::default).attach_error =
             Some(VolumeError { error_code: Some(9), ..Default::default() });
-        let after = merged(&with_code, &attach_error(&message, code, now));
+        let after = merged(&with_code, attach_error(&message, code, now).body());
         let error = status_of(&after).attach_error.expect("attachError");
         prop_assert_eq!(error.message, Some(message.clone()));
         prop_assert_eq!(error.error_code, code);
-        let after = merged(&va, &detach_error(&message, now));
+        let after = merged(&va, detach_error(&message, now).body());
         prop_assert_eq!(status_of(&after).detach_error.and_then(|e| e.message), Some(message));
         prop_assert_eq!(status_of(&after).attach_error, status_of(&va).attach_error);
     }
@@ -192,7 +192,7 @@ proptest! {
         // kube-apiserver's JSON patch tests an absent field as null.
         let mut doc = json!({"metadata": {"name": "pv", "finalizers": server.clone()}});
         let patch = pv_add_finalizer(cached.as_deref(), &finalizer);
-        match json_patch::patch(&mut doc, &patch) {
+        match json_patch::patch(&mut doc, &patch.into_patch()) {
             Ok(()) => {
                 let after: Vec<String> = serde_json::from_value(doc["metadata"]["finalizers"].clone()).expect("list");
                 let mut want = server.clone().unwrap_or_default();
@@ -221,7 +221,7 @@ proptest! {
             server.insert(position.index(server.len() + 1), other.clone());
         }
         let mut doc = json!({"metadata": {"name": "pv", "finalizers": server.clone()}});
-        match json_patch::patch(&mut doc, &pv_remove_finalizer(index, &finalizer)) {
+        match json_patch::patch(&mut doc, &pv_remove_finalizer(index, &finalizer).into_patch()) {
             Ok(()) => {
                 let after: Vec<String> = serde_json::from_value(doc["metadata"]["finalizers"].clone()).expect("list");
                 // Exactly one of ours gone, every other entry kept in order.
