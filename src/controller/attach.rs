@@ -29,7 +29,6 @@ use super::compact::CachedVa;
 use super::context::{seconds_since, Ctx};
 use super::driver::Origin;
 use super::error::FlowError;
-use super::lane::Lane;
 use super::node_id::{Lookup, NodeIds};
 use super::patches::{self, VaPatch};
 use super::source::{self, Source};
@@ -37,9 +36,8 @@ use crate::csi::proto::{ControllerPublishVolumeRequest, ControllerUnpublishVolum
 
 /// One attach attempt. Safe to repeat after any failure, restart or failover.
 ///
-/// A failure before or during Publish is recorded in `attachError`; a failure
-/// to write `attached=true` is only logged (upstream), unless the API server
-/// refuses that status as invalid; all are retried.
+/// Returns the step that failed; what of it is saved in `attachError` is
+/// decided by `FlowError::saved_on_va` where the sync ends.
 pub async fn attach(ctx: &Ctx, va: &CachedVa) -> Result<(), FlowError> {
     publish_and_mark(ctx, va, Mode::Attach).await
 }
@@ -65,15 +63,7 @@ enum Mode {
 }
 
 async fn publish_and_mark(ctx: &Ctx, va: &CachedVa, mode: Mode) -> Result<(), FlowError> {
-    let (publish_context, published) = match publish(ctx, va).await {
-        Ok(done) => done,
-        Err(err) => {
-            if !matches!(err, FlowError::NotLeading(_)) {
-                ctx.record_error(va, Lane::Attach, &err).await;
-            }
-            return Err(err);
-        }
-    };
+    let (publish_context, published) = publish(ctx, va).await?;
     let patch = match patches::attached_status(va.status(), &publish_context) {
         Some(patch) => patch,
         // A re-publish of a VA that already says attached changes nothing,
@@ -117,7 +107,7 @@ async fn still_live(ctx: &Ctx, va: &CachedVa) -> Result<bool, FlowError> {
             tracing::info!(va = %va.name(), "Not re-publishing a VolumeAttachment that is gone (stale cache)");
             Ok(false)
         }
-        Err(err) => Err(FlowError::SaveVolumeAttachment(err)),
+        Err(err) => Err(FlowError::ConfirmVolumeAttachment(err)),
     }
 }
 
@@ -136,19 +126,12 @@ async fn mark_attached_failed(
             "VolumeAttachment gone while it was published; unpublishing");
         ctx.driver
             .unpublish(published.request, published.origin)
-            .await??;
+            .await?
+            .map_err(FlowError::UndoPublish)?;
         return Ok(());
     }
-    let invalid = err.is_invalid() && !err.is_replaced();
-    let err = FlowError::MarkAttached(err);
-    // Refused for good (422, e.g. a publish context over the API server's
-    // 256 KiB attachmentMetadata limit): say so on the VA, or it would show
-    // nothing while Publish is retried forever. Other failures are only
-    // logged and retried, as upstream does.
-    if invalid {
-        ctx.record_error(va, Lane::Attach, &err).await;
-    }
-    Err(err)
+    // Saved on the VA only when refused for good (`FlowError::saved_on_va`).
+    Err(FlowError::MarkAttached(err))
 }
 
 /// What undoes a Publish.

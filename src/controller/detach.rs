@@ -15,29 +15,20 @@
 use super::compact::CachedVa;
 use super::context::{seconds_since, Ctx};
 use super::error::FlowError;
-use super::lane::Lane;
 use super::node_id::NodeIds;
 use super::{patches, source};
 use crate::csi::proto::ControllerUnpublishVolumeRequest;
 
-/// One detach attempt; any failure is recorded in `detachError` and retried.
+/// One detach attempt: `Ok`, or the step that failed (saved in
+/// `detachError` where the sync ends, and retried).
 pub async fn detach(ctx: &Ctx, va: &CachedVa) -> Result<(), FlowError> {
-    match unpublish_and_release(ctx, va).await {
-        Ok(()) => {
-            if let Some(deleted) = va.deletion_timestamp() {
-                ctx.flow_metrics.detach.observe(seconds_since(deleted));
-            }
-            // V(2) upstream: debug here (`--v=2`).
-            tracing::debug!(va = %va.name(), "Detached");
-            Ok(())
-        }
-        Err(err) => {
-            if !matches!(err, FlowError::NotLeading(_)) {
-                ctx.record_error(va, Lane::Detach, &err).await;
-            }
-            Err(err)
-        }
+    unpublish_and_release(ctx, va).await?;
+    if let Some(deleted) = va.deletion_timestamp() {
+        ctx.flow_metrics.detach.observe(seconds_since(deleted));
     }
+    // V(2) upstream: debug here (`--v=2`).
+    tracing::debug!(va = %va.name(), "Detached");
+    Ok(())
 }
 
 async fn unpublish_and_release(ctx: &Ctx, va: &CachedVa) -> Result<(), FlowError> {

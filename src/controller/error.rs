@@ -121,12 +121,21 @@ pub enum FlowError {
     /// Adding our finalizer / node-id annotation to the VA failed.
     #[error("could not save VolumeAttachment: {0}")]
     SaveVolumeAttachment(#[source] ApiError),
+    /// Before a forced re-publish, asking the API server whether the VA still
+    /// exists failed (not saved on the VA: the check is what failed).
+    #[error("could not save VolumeAttachment: {0}")]
+    ConfirmVolumeAttachment(#[source] ApiError),
     /// The driver failed; the text is kept verbatim.
     #[error(transparent)]
     Driver(#[from] RpcStatus),
-    /// Writing `attached=true` failed (logged, not saved on the VA).
+    /// Writing `attached=true` failed (logged, not saved on the VA unless
+    /// the API server refused it as invalid).
     #[error("could not mark as attached: {0}")]
     MarkAttached(#[source] ApiError),
+    /// Undoing a Publish for a VA that went away meanwhile failed (nothing
+    /// to save it on); the text is the driver's.
+    #[error(transparent)]
+    UndoPublish(RpcStatus),
     /// Removing our finalizer or writing `attached=false` failed.
     #[error("could not mark as detached: {0}")]
     MarkDetached(#[source] ApiError),
@@ -148,6 +157,24 @@ pub enum FlowError {
 pub const MAX_STATUS_MESSAGE: usize = 1024;
 
 impl FlowError {
+    /// Whether a failed attempt writes this error on its VA (`attachError` or
+    /// `detachError`, by lane). The one rule, applied where every VA sync
+    /// ends (`workers::sync_va`); the flows only return their errors.
+    pub fn saved_on_va(&self) -> bool {
+        match self {
+            // Not an error of the VA: whoever leads next does it.
+            Self::NotLeading(_) => false,
+            // Logged and retried, as upstream; unless the API server refused
+            // the status for good (422, e.g. a publish context over its
+            // 256 KiB attachmentMetadata limit): say so on the VA, or it
+            // would show nothing while Publish is retried forever.
+            Self::MarkAttached(err) => err.is_invalid() && !err.is_replaced(),
+            // The VA is gone, or the check whether it is failed.
+            Self::ConfirmVolumeAttachment(_) | Self::UndoPublish(_) => false,
+            _ => true,
+        }
+    }
+
     /// The text for `attachError` / `detachError`: the Display text, cut to
     /// [`MAX_STATUS_MESSAGE`] bytes (on a character boundary) with a note of how
     /// much was cut. Shorter texts are kept exactly.
@@ -184,7 +211,34 @@ fn cap_message(text: String, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::testing::{api_error, replaced};
     use crate::csi::RpcStatus;
+
+    #[test]
+    fn the_one_rule_for_what_is_saved_on_the_va() {
+        let rpc = || RpcStatus::new(tonic::Code::Internal, "boom");
+        let saved = [
+            FlowError::Driver(rpc()),
+            FlowError::SaveVolumeAttachment(api_error(500, "etcd")),
+            FlowError::MarkDetached(api_error(500, "etcd")),
+            FlowError::MarkAttached(api_error(422, "too large")),
+            FlowError::NoSource,
+            FlowError::Panicked("bug".into()),
+        ];
+        for err in &saved {
+            assert!(err.saved_on_va(), "{err:?}");
+        }
+        let not_saved = [
+            FlowError::NotLeading(crate::leader::NotLeading),
+            FlowError::MarkAttached(api_error(500, "etcd")),
+            FlowError::MarkAttached(replaced()),
+            FlowError::ConfirmVolumeAttachment(api_error(500, "etcd")),
+            FlowError::UndoPublish(rpc()),
+        ];
+        for err in &not_saved {
+            assert!(!err.saved_on_va(), "{err:?}");
+        }
+    }
 
     #[test]
     fn status_messages_are_kept_up_to_the_api_limit_and_cut_on_a_char_boundary() {

@@ -22,10 +22,7 @@ use super::{attach, detach, trivial};
 pub async fn va_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue<Lane>>, lane: Lane) {
     while let Some(Work { key, trigger }) = queue.get(lane).await {
         let span = tracing::info_span!("sync", va = %key, lane = lane.name());
-        let panics = ctx.flow_metrics.panics.with_label_values(&[lane.name()]);
-        let result = supervised(sync_va(&ctx, &key, trigger), &panics)
-            .instrument(span.clone())
-            .await;
+        let result = sync_va(&ctx, &key, trigger).instrument(span.clone()).await;
         match result {
             Ok(()) => {
                 queue.forget(&key);
@@ -42,8 +39,8 @@ pub async fn va_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue<Lane>>, lane: Lane) {
     }
 }
 
-/// A VA sync failed with `err`: count it failing, re-queue it with backoff,
-/// log, post an Event.
+/// A VA sync failed with `err` (saved on the VA already, where the rule
+/// says so): count it failing, re-queue it with backoff, log, post an Event.
 async fn va_failed(
     ctx: &Ctx,
     queue: &WorkQueue<Lane>,
@@ -54,10 +51,6 @@ async fn va_failed(
 ) {
     let va = ctx.stores.va(key);
     let lane = va.as_deref().map_or(lane, Lane::of_va);
-    if let (FlowError::Panicked(_), Some(va)) = (&err, &va) {
-        // The flow did not get as far as recording it.
-        ctx.record_error(va, lane, &err).await;
-    }
     ctx.failing
         .failed(key, lane, || ctx.stores.va(key).is_some());
     let delay = queue.add_rate_limited(key, lane);
@@ -69,24 +62,37 @@ async fn va_failed(
     }
 }
 
-/// One attempt for the VA called `key`, queued for `trigger`: decide the step, execute it.
+/// One attempt for the VA called `key`, queued for `trigger`: decide the
+/// step, execute it (a panic in it becomes its error), and save what failed
+/// on the VA the step worked on, where [`FlowError::saved_on_va`] says so:
+/// the one place a VA's error is written.
 pub async fn sync_va(ctx: &Ctx, key: &str, trigger: Trigger) -> Result<(), FlowError> {
     let va = ctx.stores.va(key);
     let step = decide(va.as_deref(), &ctx.finalizer, &ctx.capabilities, trigger);
     let Some(va) = va else {
         return Ok(());
     };
-    match step {
-        Step::Nothing => Ok(()),
-        Step::MarkAttached => trivial::mark_attached(ctx, &va).await,
-        Step::Attach => attach::attach(ctx, &va).await,
-        Step::Republish => attach::republish(ctx, &va).await,
-        Step::Detach => detach::detach(ctx, &va).await,
-        Step::Fail(lane, err) => {
-            ctx.record_error(&va, lane, &err).await;
-            Err(err)
+    let lane = Lane::of_va(&va);
+    // Upstream's trivial handler (no ControllerPublish) saves no error.
+    let saves_errors = !matches!(step, Step::MarkAttached);
+    let run = async {
+        match step {
+            Step::Nothing => Ok(()),
+            Step::MarkAttached => trivial::mark_attached(ctx, &va).await,
+            Step::Attach => attach::attach(ctx, &va).await,
+            Step::Republish => attach::republish(ctx, &va).await,
+            Step::Detach => detach::detach(ctx, &va).await,
+            Step::Fail(_, err) => Err(err),
+        }
+    };
+    let panics = ctx.flow_metrics.panics.with_label_values(&[lane.name()]);
+    let result = supervised(run, &panics).await;
+    if let Err(err) = &result {
+        if saves_errors && err.saved_on_va() {
+            ctx.record_error(&va, lane, err).await;
         }
     }
+    result
 }
 
 /// Runs syncs of the PV queue until it shuts down.
