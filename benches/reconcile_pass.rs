@@ -9,9 +9,9 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
-use csi_attacher::controller::compact::{CachedPv, CachedVa};
+use csi_attacher::controller::model::store::{store_from, PvRefs, Stores};
+use csi_attacher::controller::model::{CachedPv, CachedVa};
 use csi_attacher::controller::reconcile::mismatches;
-use csi_attacher::controller::store::{store_from, PvRefs, Stores};
 use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
 use serde_json::json;

@@ -138,8 +138,10 @@ def main() -> int:
         for ref in references(production_text(path), module):
             # The longest prefix of the path that is a file's module.
             for n in range(len(ref), 0, -1):
-                if ref[:n] in files and ref[:n] != module:
-                    targets.add(ref[:n])
+                if ref[:n] in files:
+                    # A path into this very file (`self::f`) names no other.
+                    if ref[:n] != module:
+                        targets.add(ref[:n])
                     break
         edges[module] = targets
 

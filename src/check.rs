@@ -20,10 +20,13 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::controller::compact::{CachedPv, CachedVa};
-use crate::controller::names::finalizer;
+use crate::controller::model::names::finalizer;
+use crate::controller::model::store::store_from;
+use crate::controller::model::store::PvRefs;
+use crate::controller::model::store::Stores;
+use crate::controller::model::CachedPv;
+use crate::controller::model::CachedVa;
 use crate::controller::reconcile;
-use crate::controller::store::{store_from, PvRefs, Stores};
 use crate::csi::{self, Client, DIAL_TIMEOUT};
 use crate::kube_client;
 use crate::metrics::Metrics;

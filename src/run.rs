@@ -18,7 +18,9 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use crate::config::{Config, FeatureGates};
-use crate::controller::{self, names::sanitize_driver_name, queue::Backoff};
+use crate::controller;
+use crate::controller::model::names::sanitize_driver_name;
+use crate::controller::queue::Backoff;
 use crate::csi::{self, Client, DIAL_TIMEOUT};
 use crate::http::{self, Readiness};
 use crate::kube_client;

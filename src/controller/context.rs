@@ -8,16 +8,16 @@ use k8s_openapi::api::core::v1::CSIPersistentVolumeSource;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use super::api::ClusterApi;
-use super::compact::CachedVa;
-use super::error::FlowError;
-use super::events::FailureEvents;
-use super::failing::FailingVas;
-use super::fenced::FencedDriver;
-use super::flow_metrics::FlowMetrics;
-use super::lane::Lane;
-use super::patches;
-use super::store::Stores;
+use crate::controller::error::FlowError;
+use crate::controller::events::FailureEvents;
+use crate::controller::flows::metrics::FlowMetrics;
+use crate::controller::flows::patches;
+use crate::controller::model::store::Stores;
+use crate::controller::model::CachedVa;
+use crate::controller::queue::lane::Lane;
+use crate::controller::seams::cluster::ClusterApi;
+use crate::controller::seams::fenced::FencedDriver;
+use crate::controller::sync::failing::FailingVas;
 use crate::csi::Capabilities;
 
 /// Everything a flow reads or calls.

@@ -6,7 +6,7 @@
 
 use std::fmt;
 
-use super::capability::CapabilityError;
+use crate::controller::flows::capability::CapabilityError;
 use crate::csi::RpcStatus;
 
 /// A Kubernetes API error, shown like Go's `err.Error()`: the Status message.
@@ -159,7 +159,7 @@ pub const MAX_STATUS_MESSAGE: usize = 1024;
 impl FlowError {
     /// Whether a failed attempt writes this error on its VA (`attachError` or
     /// `detachError`, by lane). The one rule, applied where every VA sync
-    /// ends (`workers::sync_va`); the flows only return their errors.
+    /// ends (`sync::sync_va`); the flows only return their errors.
     pub fn saved_on_va(&self) -> bool {
         match self {
             // Not an error of the VA: whoever leads next does it.

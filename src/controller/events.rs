@@ -21,9 +21,9 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use prometheus::{IntCounter, Opts, Registry};
 use tokio::sync::mpsc;
 
-use super::compact::CachedVa;
-use super::error::FlowError;
-use super::lane::Lane;
+use crate::controller::error::FlowError;
+use crate::controller::model::CachedVa;
+use crate::controller::queue::lane::Lane;
 
 /// Consecutive failures before the first Event.
 pub const FAILURES_BEFORE_EVENT: u32 = 3;

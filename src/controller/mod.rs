@@ -1,50 +1,35 @@
-//! The reconciliation core: caches, lanes, workers and the flows they run.
+//! The reconciliation core: caches, lanes, workers and the flows they run,
+//! in five rooms one VolumeAttachment passes through in order:
 //!
 //! ```text
-//! watches ─▶ informers.rs ─▶ store.rs (caches)      queue.rs lanes (lane.rs):
-//!                  │                                  attach ─┐
-//!                  └──────── keys ──────────────────▶ detach ─┴▶ workers.rs ─▶ decision.rs
-//!                                                     pv ─────▶ workers.rs ─▶ pv_finalizer.rs
-//!
-//! decision.rs: Step ─▶ attach.rs / detach.rs / trivial.rs ─▶ api.rs (ClusterApi), driver.rs (Driver)
+//! watch/ ──keys──▶ queue (lanes: queue/lane.rs) ──▶ sync/ ──step──▶ flows/ ──▶ seams/
+//!  informers,       client-go semantics, Trigger      worker loops,     attach, detach,    cluster (API),
+//!  caches (model/)  per key, ceiling per lane         decide, the one   trivial, pv_final- fenced driver
+//!                                                     error policy      izer; plan, patches (leadership)
 //! ```
 //!
-//! Flows return `Ok` or the failed step; only the worker loops touch the
-//! queues (forget on success, rate-limited re-add on failure). `wiring.rs`
-//! builds all of it; `context.rs` holds what a flow reads and calls.
+//! `model/` is the domain (the cached views, stores, names) and imports no
+//! room; `reconcile.rs` queues mismatches with `Trigger::Reconciler`;
+//! `events.rs` posts Warning Events; `context.rs` holds what a flow reads and
+//! calls; `wiring.rs` builds all of it and is the only file that knows every
+//! other. No file imports one that imports it back (`hack/cycles.py`).
 
-mod api;
-pub mod attach;
-pub mod capability;
-pub mod compact;
 pub mod context;
-pub mod decision;
-pub mod detach;
-pub mod driver;
 pub mod error;
 pub mod events;
-pub mod failing;
-pub mod fenced;
-pub mod flow_metrics;
-pub mod informers;
-pub mod lane;
-pub mod names;
-pub mod node_id;
-pub mod patches;
-pub mod pv_finalizer;
+pub mod flows;
+pub mod model;
 pub mod queue;
 pub mod reconcile;
-pub mod source;
-pub mod store;
+pub mod seams;
+pub mod sync;
 #[cfg(test)]
 mod testing;
-pub mod trivial;
-pub mod watch_backoff;
+pub mod watch;
 mod wiring;
-pub mod workers;
 
-pub use api::{ClusterApi, KubeApi};
 pub use context::{seconds_since, Ctx};
 pub use error::{ApiError, FlowError};
-pub use lane::{Lane, PV_QUEUE, VA_QUEUE};
+pub use queue::lane::{Lane, PV_QUEUE, VA_QUEUE};
+pub use seams::cluster::{ClusterApi, KubeApi};
 pub use wiring::{run, Hooks, Settings};

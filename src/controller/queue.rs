@@ -44,6 +44,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+pub mod lane;
 pub mod metrics;
 
 use metrics::{QueueFamilies, QueueMetrics};
@@ -587,7 +588,8 @@ mod proptests;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::lane::{Lane, PvLane};
+    use crate::controller::queue::lane::Lane;
+    use crate::controller::queue::lane::PvLane;
     use std::sync::Arc;
 
     /// The lane at `index` of the queue's lane type.

@@ -26,14 +26,15 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tonic::Code;
 
-use super::compact::CachedVa;
-use super::context::Ctx;
-use super::driver::Driver;
-use super::lane::Lane;
-use super::node_id::NodeIds;
-use super::queue::{Trigger, WorkQueue};
-use super::source;
-use super::store::Stores;
+use crate::controller::context::Ctx;
+use crate::controller::flows::node_id::NodeIds;
+use crate::controller::flows::source;
+use crate::controller::model::store::Stores;
+use crate::controller::model::CachedVa;
+use crate::controller::queue::lane::Lane;
+use crate::controller::queue::Trigger;
+use crate::controller::queue::WorkQueue;
+use crate::controller::seams::driver::Driver;
 use crate::csi::RpcStatus;
 pub mod metrics;
 

@@ -11,15 +11,28 @@ use kube::runtime::reflector;
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
-use super::api::KubeApi;
-use super::compact::{CachedPv, CachedVa};
-use super::context::Ctx;
-use super::failing::{self, FailingVas};
-use super::fenced::FencedDriver;
-use super::lane::{Lane, PvLane, PV_QUEUE, VA_QUEUE};
-use super::queue::{Backoff, Concurrency, QueueLane, WorkQueue};
-use super::store::{PvRefs, Stores};
-use super::{events, informers, names, reconcile, workers};
+use crate::controller::context::Ctx;
+use crate::controller::events;
+use crate::controller::model::names;
+use crate::controller::model::store::PvRefs;
+use crate::controller::model::store::Stores;
+use crate::controller::model::CachedPv;
+use crate::controller::model::CachedVa;
+use crate::controller::queue::lane::Lane;
+use crate::controller::queue::lane::PvLane;
+use crate::controller::queue::lane::PV_QUEUE;
+use crate::controller::queue::lane::VA_QUEUE;
+use crate::controller::queue::Backoff;
+use crate::controller::queue::Concurrency;
+use crate::controller::queue::QueueLane;
+use crate::controller::queue::WorkQueue;
+use crate::controller::reconcile;
+use crate::controller::seams::cluster::KubeApi;
+use crate::controller::seams::fenced::FencedDriver;
+use crate::controller::sync;
+use crate::controller::sync::failing;
+use crate::controller::sync::failing::FailingVas;
+use crate::controller::watch;
 use crate::csi::{self, Capabilities};
 use crate::http::Readiness;
 use crate::kube_client;
@@ -190,7 +203,7 @@ fn spawn_watches(
     let (csinodes, csinode_writer) = reflector::store::<CSINode>();
     let pv_refs = PvRefs::default();
     tasks.spawn(
-        informers::run_va_informer(
+        watch::run_va_informer(
             Api::all(client.clone()),
             va_writer,
             pv_refs.clone(),
@@ -203,7 +216,7 @@ fn spawn_watches(
         .instrument(tracing::info_span!("watch", resource = "volumeattachments")),
     );
     tasks.spawn(
-        informers::run_pv_informer(
+        watch::run_pv_informer(
             Api::all(client.clone()),
             pv_writer,
             driver.clone(),
@@ -214,7 +227,7 @@ fn spawn_watches(
     );
     if settings.capabilities.attach_required() {
         tasks.spawn(
-            informers::run_csinode_informer(Api::all(client.clone()), csinode_writer)
+            watch::run_csinode_informer(Api::all(client.clone()), csinode_writer)
                 .instrument(tracing::info_span!("watch", resource = "csinodes")),
         );
     }
@@ -235,7 +248,7 @@ fn start_leading(
     settings: &Settings,
     metrics: &Metrics,
 ) -> JoinSet<()> {
-    tasks.spawn(workers::report_backlog(
+    tasks.spawn(sync::report_backlog(
         Arc::clone(&queues.va),
         Arc::clone(&queues.pv),
     ));
@@ -248,7 +261,7 @@ fn start_leading(
     // our caches are warm already, so the new leader queues them from there.
     queues.va.start();
     queues.pv.start();
-    workers::enqueue_all(ctx, &queues.va, &queues.pv);
+    sync::enqueue_all(ctx, &queues.va, &queues.pv);
 
     let mut workers_set = JoinSet::new();
     let (va, pv) = (Arc::clone(&queues.va), Arc::clone(&queues.pv));
@@ -257,13 +270,13 @@ fn start_leading(
     // Every lane may use up to all `workers` slots the queue's ceiling allows.
     for _ in 0..settings.workers {
         for &lane in Lane::ALL {
-            workers_set.spawn(workers::va_worker(
+            workers_set.spawn(sync::va_worker(
                 Arc::clone(ctx),
                 Arc::clone(&queues.va),
                 lane,
             ));
         }
-        workers_set.spawn(workers::pv_worker(Arc::clone(ctx), Arc::clone(&queues.pv)));
+        workers_set.spawn(sync::pv_worker(Arc::clone(ctx), Arc::clone(&queues.pv)));
     }
     let capabilities = &settings.capabilities;
     if capabilities.attach_required() && capabilities.can_reconcile() {
@@ -279,7 +292,7 @@ fn start_leading(
         );
     }
     if !settings.resync.is_zero() {
-        tasks.spawn(workers::resync_loop(
+        tasks.spawn(sync::resync_loop(
             Arc::clone(ctx),
             Arc::clone(&queues.va),
             Arc::clone(&queues.pv),

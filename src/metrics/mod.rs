@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use prometheus::Registry;
 
-use crate::controller::flow_metrics::FlowMetrics;
+use crate::controller::flows::metrics::FlowMetrics;
 use crate::controller::queue::metrics::QueueFamilies;
 use crate::controller::reconcile::metrics::ReconcileMetrics;
 use crate::csi::metrics::CsiCallMetrics;

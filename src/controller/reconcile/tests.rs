@@ -5,11 +5,14 @@ use std::time::Duration;
 use serde_json::json;
 use tonic::Code;
 
-use super::super::lane::Lane;
-use super::super::queue::{Backoff, Trigger, Work, WorkQueue};
-use super::super::testing::*;
-use super::super::workers::sync_va;
 use super::{pass, PassReport, ReconcileError};
+use crate::controller::queue::lane::Lane;
+use crate::controller::queue::Backoff;
+use crate::controller::queue::Trigger;
+use crate::controller::queue::Work;
+use crate::controller::queue::WorkQueue;
+use crate::controller::sync::sync_va;
+use crate::controller::testing::*;
 use crate::csi::{RpcStatus, VolumePage};
 
 const NODE_ID_ANN: &str = "csi.alpha.kubernetes.io/node-id";

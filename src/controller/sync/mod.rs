@@ -2,6 +2,9 @@
 //! how it went (forget on success, rate-limited re-add on failure). Also the
 //! periodic jobs that feed or watch the queues: resync and backlog report.
 
+pub mod decide;
+pub mod failing;
+
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -10,13 +13,21 @@ use std::time::Duration;
 use futures::FutureExt;
 use tracing::Instrument;
 
-use super::context::Ctx;
-use super::decision::{decide, Step, Trigger};
-use super::error::FlowError;
-use super::lane::{Lane, PvLane};
-use super::pv_finalizer::{self, needs_finalizer_check};
-use super::queue::{QueueLane, Work, WorkQueue};
-use super::{attach, detach, trivial};
+use crate::controller::context::Ctx;
+use crate::controller::error::FlowError;
+use crate::controller::flows::attach;
+use crate::controller::flows::detach;
+use crate::controller::flows::pv_finalizer;
+use crate::controller::flows::pv_finalizer::needs_finalizer_check;
+use crate::controller::flows::trivial;
+use crate::controller::queue::lane::Lane;
+use crate::controller::queue::lane::PvLane;
+use crate::controller::queue::QueueLane;
+use crate::controller::queue::Work;
+use crate::controller::queue::WorkQueue;
+use crate::controller::sync::decide::decide;
+use crate::controller::sync::decide::Step;
+use crate::controller::sync::decide::Trigger;
 
 /// Runs syncs of the VA queue's `lane` until the queue shuts down.
 pub async fn va_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue<Lane>>, lane: Lane) {

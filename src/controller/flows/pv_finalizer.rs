@@ -12,11 +12,11 @@
 //! One JSON Patch with a `test` op on the finalizer's index: a concurrent
 //! change fails the patch and the retry sees the fresh cache.
 
-use super::compact::CachedPv;
-use super::context::Ctx;
-use super::error::FlowError;
-use super::names::MIGRATED_TO_ANNOTATION;
-use super::patches;
+use crate::controller::context::Ctx;
+use crate::controller::error::FlowError;
+use crate::controller::flows::patches;
+use crate::controller::model::names::MIGRATED_TO_ANNOTATION;
+use crate::controller::model::CachedPv;
 
 /// Upstream's `processFinalizers`: our finalizer, and the PV is deleting or its
 /// CSI migration was rolled back (in-tree PV not marked as migrated to us).

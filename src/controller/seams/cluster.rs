@@ -17,9 +17,14 @@ use kube::Resource;
 use serde::de::{DeserializeOwned, IgnoredAny};
 use serde_json::Value;
 
-use super::compact::{CachedPv, CachedVa};
-use super::error::{ApiError, SecretError};
-use super::patches::{PvPatch, StatusPatch, Urgency, VaPatch};
+use crate::controller::error::ApiError;
+use crate::controller::error::SecretError;
+use crate::controller::flows::patches::PvPatch;
+use crate::controller::flows::patches::StatusPatch;
+use crate::controller::flows::patches::Urgency;
+use crate::controller::flows::patches::VaPatch;
+use crate::controller::model::CachedPv;
+use crate::controller::model::CachedVa;
 use crate::kube_client;
 
 /// Every API request a flow makes. Each write names the object it was built

@@ -18,8 +18,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use prometheus::{IntGauge, IntGaugeVec};
 
-use super::lane::Lane;
-use super::queue::QueueLane;
+use crate::controller::queue::lane::Lane;
+use crate::controller::queue::QueueLane;
 
 /// The failing VAs and their gauges.
 pub struct FailingVas {

@@ -3,9 +3,9 @@
 use serde_json::json;
 use tonic::Code;
 
-use super::super::queue::Trigger;
-use super::super::testing::*;
-use super::super::workers::sync_va;
+use crate::controller::queue::Trigger;
+use crate::controller::sync::sync_va;
+use crate::controller::testing::*;
 
 const NODE_ID_ANN: &str = "csi.alpha.kubernetes.io/node-id";
 

@@ -17,8 +17,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{json, Map, Value};
 
-use super::compact::{CachedVa, CompactVaStatus};
-use super::names::NODE_ID_ANNOTATION;
+use crate::controller::model::names::NODE_ID_ANNOTATION;
+use crate::controller::model::CachedVa;
+use crate::controller::model::CompactVaStatus;
 
 /// A merge patch of a VA's main resource (its metadata).
 #[derive(Debug, Clone, PartialEq)]

@@ -5,12 +5,14 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::CSIPersistentVolumeSource;
 
-use super::api::ClusterApi;
-use super::capability::CapabilitySource;
-use super::compact::{CachedPv, CachedVa, CompactPvSpec};
-use super::driver::Origin;
-use super::error::FlowError;
-use super::store::Stores;
+use crate::controller::error::FlowError;
+use crate::controller::flows::capability::CapabilitySource;
+use crate::controller::model::store::Stores;
+use crate::controller::model::CachedPv;
+use crate::controller::model::CachedVa;
+use crate::controller::model::CompactPvSpec;
+use crate::controller::seams::cluster::ClusterApi;
+use crate::controller::seams::driver::Origin;
 use crate::migration;
 
 /// The VA's volume source.

@@ -15,7 +15,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::driver::{Driver, Origin};
+use crate::controller::seams::driver::Driver;
+use crate::controller::seams::driver::Origin;
 use crate::csi::proto::{ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest};
 use crate::csi::RpcStatus;
 use crate::leader::{Leadership, NotLeading};

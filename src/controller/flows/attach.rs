@@ -1,7 +1,7 @@
 //! Attach flow: make a live VolumeAttachment true (as upstream external-attacher v4.12).
 //! Contract: `docs/contract.md#writes-per-attach`.
 //!
-//! In: one VA from the cache that [`super::decision::decide`] sent here.
+//! In: one VA from the cache that [`crate::controller::sync::decide::decide`] sent here.
 //! Out: `Ok` or the step that failed; this file never touches the queue.
 //!
 //! # Order
@@ -18,20 +18,25 @@
 //!
 //! # No second Publish for our own write
 //! The VA metadata patch comes back as a watch event while this attach still
-//! runs; [`super::informers::should_enqueue_change`] does not queue that
+//! runs; [`crate::controller::watch::should_enqueue_change`] does not queue that
 //! event, or the VA would be attached (published, patched) a second time
 //! against a cache that lacks `attached=true`.
 
 use std::collections::BTreeMap;
 
-use super::capability::{volume_capability, SingleNodeModes};
-use super::compact::CachedVa;
-use super::context::{seconds_since, Ctx};
-use super::driver::Origin;
-use super::error::FlowError;
-use super::node_id::{Lookup, NodeIds};
-use super::patches::{self, VaPatch};
-use super::source::{self, Source};
+use crate::controller::context::seconds_since;
+use crate::controller::context::Ctx;
+use crate::controller::error::FlowError;
+use crate::controller::flows::capability::volume_capability;
+use crate::controller::flows::capability::SingleNodeModes;
+use crate::controller::flows::node_id::Lookup;
+use crate::controller::flows::node_id::NodeIds;
+use crate::controller::flows::patches;
+use crate::controller::flows::patches::VaPatch;
+use crate::controller::flows::source;
+use crate::controller::flows::source::Source;
+use crate::controller::model::CachedVa;
+use crate::controller::seams::driver::Origin;
 use crate::csi::proto::{ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest};
 
 /// One attach attempt. Safe to repeat after any failure, restart or failover.
@@ -116,7 +121,7 @@ async fn mark_attached_failed(
     ctx: &Ctx,
     va: &CachedVa,
     published: Published,
-    err: super::error::ApiError,
+    err: crate::controller::error::ApiError,
 ) -> Result<(), FlowError> {
     if err.is_not_found() || err.is_replaced() {
         // The VA went away (or was replaced) while we published for it: a

@@ -1,13 +1,13 @@
 //! What one sync of a VolumeAttachment does next: a pure function of the VA,
 //! the driver's capabilities and whether the reconciler forced the sync.
 //!
-//! The flows ([`super::attach`], [`super::detach`], [`super::trivial`])
+//! The flows ([`crate::controller::flows::attach`], [`crate::controller::flows::detach`], [`crate::controller::flows::trivial`])
 //! execute the step; nothing here does I/O.
 
-use super::compact::CachedVa;
-use super::error::FlowError;
-use super::lane::Lane;
-pub use super::queue::Trigger;
+use crate::controller::error::FlowError;
+use crate::controller::model::CachedVa;
+use crate::controller::queue::lane::Lane;
+pub use crate::controller::queue::Trigger;
 use crate::csi::Capabilities;
 
 /// The next step for one VA.

@@ -5,8 +5,8 @@
 //! label in metrics (`csi_attacher_sync_panics_total`, the lane gauges) and
 //! its field in logs.
 
-use super::compact::CachedVa;
-use super::queue::QueueLane;
+use crate::controller::model::CachedVa;
+use crate::controller::queue::QueueLane;
 
 /// One lane of the VA queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

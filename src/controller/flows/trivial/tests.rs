@@ -2,9 +2,9 @@
 
 use serde_json::json;
 
-use super::super::queue::Trigger;
-use super::super::testing::*;
-use super::super::workers::sync_va;
+use crate::controller::queue::Trigger;
+use crate::controller::sync::sync_va;
+use crate::controller::testing::*;
 
 async fn sync(w: &World) -> Result<(), String> {
     sync_va(&w.ctx, "va-1", Trigger::Event)

@@ -15,10 +15,10 @@
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use super::api::ClusterApi;
-use super::compact::CachedVa;
-use super::error::FlowError;
-use super::names::NODE_ID_ANNOTATION;
+use crate::controller::error::FlowError;
+use crate::controller::model::names::NODE_ID_ANNOTATION;
+use crate::controller::model::CachedVa;
+use crate::controller::seams::cluster::ClusterApi;
 
 /// What the two sources say about one VA's node.
 #[derive(Debug)]

@@ -7,12 +7,12 @@
 
 use std::collections::BTreeMap;
 
-use super::compact::CachedVa;
-use super::context::Ctx;
-use super::error::FlowError;
-use super::patches;
+use crate::controller::context::Ctx;
+use crate::controller::error::FlowError;
+use crate::controller::flows::patches;
+use crate::controller::model::CachedVa;
 
-/// Marks `va` attached ([`super::decision::Step::MarkAttached`]).
+/// Marks `va` attached ([`crate::controller::sync::decide::Step::MarkAttached`]).
 pub async fn mark_attached(ctx: &Ctx, va: &CachedVa) -> Result<(), FlowError> {
     let Some(patch) = patches::attached_status(va.status(), &BTreeMap::new()) else {
         return Ok(());

@@ -34,7 +34,9 @@
 
 mod lookup;
 mod meta;
+pub mod names;
 mod pv;
+pub mod store;
 mod va;
 mod wire;
 

@@ -6,6 +6,8 @@
 //! after the list is complete and in the cache, so a worker never reads a
 //! cache that lags behind the event that woke it.
 
+pub mod backoff;
+
 use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
@@ -16,14 +18,17 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 
-use super::compact::{CachedPv, CachedVa, Wire};
-use super::failing::FailingVas;
-use super::lane::{Lane, PvLane};
-use super::names::NODE_ID_ANNOTATION;
-use super::pv_finalizer::needs_finalizer_check;
-use super::queue::WorkQueue;
-use super::store::PvRefs;
-use super::watch_backoff::WatchBackoff;
+use crate::controller::flows::pv_finalizer::needs_finalizer_check;
+use crate::controller::model::names::NODE_ID_ANNOTATION;
+use crate::controller::model::store::PvRefs;
+use crate::controller::model::CachedPv;
+use crate::controller::model::CachedVa;
+use crate::controller::model::Wire;
+use crate::controller::queue::lane::Lane;
+use crate::controller::queue::lane::PvLane;
+use crate::controller::queue::WorkQueue;
+use crate::controller::sync::failing::FailingVas;
+use crate::controller::watch::backoff::WatchBackoff;
 
 /// Keeps the VA cache and the PV reference index, and feeds both queues;
 /// a VA deleted (or gone after a re-list) stops counting in `failing`.

@@ -12,11 +12,13 @@
 //! when the finalizer patch shows the VA is gone (ours was the last
 //! finalizer), where it could only 404. Upstream sends it anyway.
 
-use super::compact::CachedVa;
-use super::context::{seconds_since, Ctx};
-use super::error::FlowError;
-use super::node_id::NodeIds;
-use super::{patches, source};
+use crate::controller::context::seconds_since;
+use crate::controller::context::Ctx;
+use crate::controller::error::FlowError;
+use crate::controller::flows::node_id::NodeIds;
+use crate::controller::flows::patches;
+use crate::controller::flows::source;
+use crate::controller::model::CachedVa;
 use crate::csi::proto::ControllerUnpublishVolumeRequest;
 
 /// One detach attempt: `Ok`, or the step that failed (saved in

@@ -3,9 +3,9 @@
 use serde_json::json;
 use tonic::Code;
 
-use super::super::queue::Trigger;
-use super::super::testing::*;
-use super::super::workers::sync_va;
+use crate::controller::queue::Trigger;
+use crate::controller::sync::sync_va;
+use crate::controller::testing::*;
 
 const NODE_ID_ANN: &str = "csi.alpha.kubernetes.io/node-id";
 
@@ -505,7 +505,7 @@ async fn a_migrated_in_tree_pv_is_translated_and_published_as_migrated() {
         in_tree,
     );
     w.ctx.driver_name = "pd.csi.storage.gke.io".into();
-    w.ctx.stores.csinodes = crate::controller::store::store_from([serde_json::from_value(json!({
+    w.ctx.stores.csinodes = crate::controller::model::store::store_from([serde_json::from_value(json!({
         "metadata": {"name": NODE}, "spec": {"drivers": [{"name": "pd.csi.storage.gke.io", "nodeID": NODE_ID}]},
     }))
     .unwrap_or_default()]);

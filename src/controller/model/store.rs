@@ -3,7 +3,7 @@
 //!
 //! Other drivers' VAs are not cached (only their PV reference is counted), PVs
 //! are kept only when this driver serves them, `managedFields` is dropped
-//! from everything, and VAs and PVs are held as views ([`super::compact`]):
+//! from everything, and VAs and PVs are held as views ([`crate::controller::model`]):
 //! memory follows this driver's objects, not the cluster's, and not the size
 //! of k8s-openapi's structs. Reads hand out the store's `Arc`s: no object is
 //! copied per read.
@@ -14,7 +14,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::runtime::reflector::{Lookup, ObjectRef, Store};
 
-use super::compact::{CachedPv, CachedVa};
+use crate::controller::model::CachedPv;
+use crate::controller::model::CachedVa;
 
 /// Read handles of the caches. Cheap to clone.
 #[derive(Clone)]

@@ -12,11 +12,11 @@ use tokio::time::Instant;
 use tonic::Code;
 
 use super::*;
-use crate::controller::compact::CachedVa;
 use crate::controller::context::Ctx;
+use crate::controller::model::CachedVa;
 use crate::controller::queue::{Backoff, WorkQueue};
+use crate::controller::sync::va_worker;
 use crate::controller::testing::{self, view, World};
-use crate::controller::workers::va_worker;
 use crate::leader::{Leadership, Window};
 use crate::metrics::Metrics;
 

@@ -3,8 +3,8 @@
 use k8s_openapi::api::core::v1::PersistentVolume;
 use serde_json::json;
 
-use super::super::testing::*;
 use super::release;
+use crate::controller::testing::*;
 
 fn deleting_pv(finalizers: serde_json::Value) -> PersistentVolume {
     pv(json!({"metadata": {"deletionTimestamp": "2026-01-02T00:00:00Z", "finalizers": finalizers}}))

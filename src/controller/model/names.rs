@@ -2,7 +2,7 @@
 //! Contract: `docs/contract.md#finalizers-and-annotations`.
 
 /// Annotation on a VA: the node ID the volume was published to (read by
-/// [`super::node_id`]).
+/// [`crate::controller::flows::node_id`]).
 pub const NODE_ID_ANNOTATION: &str = "csi.alpha.kubernetes.io/node-id";
 
 /// Annotation on an in-tree PV: the CSI driver it was migrated to.
