@@ -330,8 +330,15 @@ impl Driver for FakeDriver {
         r: ControllerUnpublishVolumeRequest,
         origin: Origin,
     ) -> BoxFuture<'_, Result<(), RpcStatus>> {
+        // Secrets only when there are any (most flows send none).
+        let secrets: BTreeMap<_, _> = r.secrets.iter().collect();
+        let shown = if secrets.is_empty() {
+            String::new()
+        } else {
+            format!(" secrets={secrets:?}")
+        };
         let entry = format!(
-            "Unpublish {} {}{}",
+            "Unpublish {} {}{shown}{}",
             r.volume_id,
             r.node_id,
             origin_note(origin)

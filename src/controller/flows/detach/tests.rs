@@ -208,6 +208,23 @@ async fn a_missing_pv_or_secret_is_a_detach_error_before_any_unpublish() {
 }
 
 #[tokio::test]
+async fn unpublish_carries_the_controller_publish_secrets() {
+    let secret = pv(
+        json!({"metadata": {"finalizers": [FIN]}, "spec": {"csi": {"controllerPublishSecretRef": {"namespace": "ns", "name": "s"}}}}),
+    );
+    let w = World::attachable(kept(), secret);
+    w.api.put_secret("ns", "s", &[("key", "value")]);
+    assert_eq!(sync(&w).await, Ok(()));
+    assert_eq!(
+        w.requests()[..2],
+        [
+            "GET secret/ns/s".to_string(),
+            format!("Unpublish vol-1 {NODE_ID} secrets={{\"key\": \"value\"}}"),
+        ]
+    );
+}
+
+#[tokio::test]
 async fn a_migrated_pv_is_unpublished_as_migrated() {
     let in_tree = serde_json::from_value(json!({
         "metadata": {"name": "pv-1", "finalizers": [FIN]},

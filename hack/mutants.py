@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""The mutation gate: applies each mutant of hack/mutants.txt to a scratch
+worktree of HEAD, runs the test that must notice it, and prints the table
+(mutant, test, outcome, seconds). Exit 1 when a mutant survives, does not
+apply, or does not compile (a mutant that cannot compile proves nothing).
+
+    hack/mutants.sh                 # every mutant; the table to stdout
+    hack/mutants.sh --only ID,ID    # some
+    hack/mutants.sh --table FILE    # also write the table as markdown
+
+The scratch worktree shares the repository's target directory
+(target/mutants), so only the crate itself is rebuilt per mutant.
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def parse(text):
+    mutants, cur = [], None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            ident, _, what = line[3:].partition(":")
+            cur = {"id": ident.strip(), "what": what.strip()}
+            mutants.append(cur)
+        elif cur is not None and ":" in line and not line.startswith("#"):
+            key, _, value = line.partition(":")
+            if key in ("file", "find", "replace", "test"):
+                cur[key] = value[1:] if value.startswith(" ") else value
+    for m in mutants:
+        missing = [k for k in ("file", "find", "replace", "test") if k not in m]
+        if missing:
+            sys.exit(f"mutant {m['id']}: missing {', '.join(missing)}")
+        m["find"] = m["find"].replace("\\n", "\n")
+        m["replace"] = m["replace"].replace("\\n", "\n")
+    return mutants
+
+
+def test_command(test):
+    kind, _, filt = test.partition(" ")
+    if kind == "lib":
+        return ["cargo", "test", "--lib", "--", filt]
+    if kind == "bin":
+        return ["cargo", "test", "--bin", "csi-mock-driver", "--", filt]
+    if kind == "suite":
+        return ["cargo", "test", "--test", "suite", "--", filt]
+    sys.exit(f"unknown test kind {kind!r} (lib, bin, suite)")
+
+
+def run(cmd, cwd, env):
+    p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    return p.returncode, p.stdout + p.stderr
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only")
+    ap.add_argument("--table")
+    args = ap.parse_args()
+    mutants = parse((ROOT / "hack" / "mutants.txt").read_text())
+    if args.only:
+        wanted = set(args.only.split(","))
+        mutants = [m for m in mutants if m["id"] in wanted]
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                          capture_output=True, text=True, check=True).stdout.strip()
+    scratch = Path(tempfile.mkdtemp(prefix="csi-attacher-mutants-"))
+    wt = scratch / "wt"
+    subprocess.run(["git", "worktree", "add", "--detach", "-q", str(wt), "HEAD"], cwd=ROOT, check=True)
+    env = dict(os.environ, CARGO_TARGET_DIR=str(ROOT / "target" / "mutants"), CARGO_INCREMENTAL="0")
+    rows, bad = [], 0
+    try:
+        # The unmutated tests must pass first, or no kill means anything.
+        for test in sorted({m["test"] for m in mutants}):
+            code, out = run(test_command(test), wt, env)
+            if code != 0:
+                print(out[-3000:])
+                sys.exit(f"baseline: `{test}` fails without any mutant")
+        for m in mutants:
+            path = wt / m["file"]
+            text = path.read_text()
+            count = text.count(m["find"])
+            started = time.monotonic()
+            if count != 1:
+                outcome = f"does not apply ({count} matches)"
+            else:
+                path.write_text(text.replace(m["find"], m["replace"]))
+                code, out = run(test_command(m["test"]), wt, env)
+                path.write_text(text)
+                if code == 0:
+                    outcome = "SURVIVED"
+                elif "error[E" in out or "could not compile" in out:
+                    outcome = "does not compile"
+                else:
+                    failed = [l.split()[1] for l in out.splitlines()
+                              if l.startswith("test ") and l.endswith("FAILED")]
+                    outcome = "killed by " + (", ".join(f"`{t}`" for t in failed[:3]) or "a failing test")
+            seconds = time.monotonic() - started
+            bad += not outcome.startswith("killed")
+            rows.append((m["id"], m["what"], m["file"], m["test"], outcome, seconds))
+            print(f"{m['id']}: {outcome} ({seconds:.0f} s)", flush=True)
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(wt)], cwd=ROOT)
+        shutil.rmtree(scratch, ignore_errors=True)
+    lines = [f"Mutation gate at {head}: {len(rows)} mutants, {len(rows) - bad} killed.", "",
+             "| mutant | what it breaks | file | test run | outcome | seconds |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r[0]} | {r[1]} | `{r[2]}` | `{r[3]}` | {r[4]} | {r[5]:.0f} |")
+    table = "\n".join(lines) + "\n"
+    print(table)
+    if args.table:
+        Path(args.table).write_text(table)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
