@@ -16,18 +16,25 @@ const CSI_OPERATION_BUCKETS: [f64; 13] = [
     0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 25.0, 50.0, 120.0, 300.0, 600.0,
 ];
 
+/// Samples kept before the driver is named, at most: a driver that never
+/// answers GetPluginInfo (Probe retried every second) must not grow memory
+/// without bound. 4,096 samples (about 200 KiB) are an hour of probing.
+pub const MAX_UNNAMED_SAMPLES: usize = 4096;
+
 /// `csi_sidecar_operations_seconds`.
 ///
 /// The label set depends on the driver (migration drivers get `migrated`), and
 /// the driver is only known after the first calls. Samples taken before that are
-/// kept and recorded with `driver_name="unknown-driver"` once the family exists.
+/// kept (the first [`MAX_UNNAMED_SAMPLES`]; later ones are counted and dropped)
+/// and recorded with `driver_name="unknown-driver"` once the family exists.
 pub struct CsiCallMetrics {
     registry: Registry,
     state: Mutex<CallState>,
 }
 
 enum CallState {
-    Unnamed(Vec<CallSample>),
+    /// Before the driver is named: the samples kept, and how many were dropped.
+    Unnamed(Vec<CallSample>, u64),
     Named {
         histogram: HistogramVec,
         driver_name: String,
@@ -56,7 +63,7 @@ impl CsiCallMetrics {
     pub fn new(registry: Registry) -> Self {
         Self {
             registry,
-            state: Mutex::new(CallState::Unnamed(Vec::new())),
+            state: Mutex::new(CallState::Unnamed(Vec::new(), 0)),
         }
     }
 
@@ -98,7 +105,16 @@ impl CsiCallMetrics {
                 labels: label_set,
             },
         ) {
-            CallState::Unnamed(pending) => pending,
+            CallState::Unnamed(pending, dropped) => {
+                if dropped > 0 {
+                    tracing::warn!(
+                        kept = pending.len(),
+                        dropped,
+                        "CSI calls made before the driver was named: only the first samples are in csi_sidecar_operations_seconds"
+                    );
+                }
+                pending
+            }
             CallState::Named { .. } => Vec::new(),
         };
         if let CallState::Named { histogram, .. } = &*state {
@@ -112,7 +128,10 @@ impl CsiCallMetrics {
     pub fn observe(&self, method: &'static str, code: &'static str, origin: Origin, seconds: f64) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         match &mut *state {
-            CallState::Unnamed(pending) => pending.push(CallSample {
+            CallState::Unnamed(pending, dropped) if pending.len() >= MAX_UNNAMED_SAMPLES => {
+                *dropped += 1;
+            }
+            CallState::Unnamed(pending, _) => pending.push(CallSample {
                 driver_name: UNKNOWN_DRIVER.to_string(),
                 method,
                 code,

@@ -115,6 +115,23 @@ fn build_info_is_one_series_with_the_build_identity() {
 }
 
 #[test]
+fn samples_before_the_driver_is_named_are_bounded() {
+    let metrics = Metrics::new();
+    let max = crate::csi::metrics::MAX_UNNAMED_SAMPLES;
+    for _ in 0..max + 500 {
+        metrics
+            .csi
+            .observe("/csi.v1.Identity/Probe", "Unavailable", Origin::Csi, 0.01);
+    }
+    metrics.csi.set_driver_name("csi.example.com");
+    let text = metrics.render();
+    let want = format!(
+        r#"csi_sidecar_operations_seconds_count{{driver_name="unknown-driver",grpc_status_code="Unavailable",method_name="/csi.v1.Identity/Probe"}} {max}"#
+    );
+    assert!(text.lines().any(|l| l == want), "{text}");
+}
+
+#[test]
 fn migration_drivers_get_the_migrated_label() {
     let metrics = Metrics::new();
     metrics.csi.set_driver_name("pd.csi.storage.gke.io");
