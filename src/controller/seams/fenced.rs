@@ -146,6 +146,56 @@ mod tests {
         assert!(driver.journal().is_empty(), "{:?}", driver.journal());
     }
 
+    /// A driver whose calls never answer.
+    struct Hanging;
+
+    impl Driver for Hanging {
+        fn publish(
+            &self,
+            _: ControllerPublishVolumeRequest,
+            _: Origin,
+        ) -> futures::future::BoxFuture<'_, Result<HashMap<String, String>, RpcStatus>> {
+            Box::pin(std::future::pending())
+        }
+        fn unpublish(
+            &self,
+            _: ControllerUnpublishVolumeRequest,
+            _: Origin,
+        ) -> futures::future::BoxFuture<'_, Result<(), RpcStatus>> {
+            Box::pin(std::future::pending())
+        }
+        fn list_volumes(
+            &self,
+            _: i32,
+            _: String,
+        ) -> futures::future::BoxFuture<'_, Result<VolumePage, RpcStatus>> {
+            Box::pin(std::future::pending())
+        }
+        fn timeout(&self) -> Duration {
+            Duration::from_secs(15)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_in_flight_is_abandoned_when_the_window_closes() {
+        let (tx, rx) = watch::channel(Window::Until(Instant::now() + Duration::from_secs(60)));
+        let fenced = FencedDriver::new(Arc::new(Hanging), Leadership::following(rx));
+        let closing = async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            tx.send_replace(Window::Closed);
+        };
+        let publish = tokio::time::timeout(
+            Duration::from_secs(30),
+            fenced.publish(ControllerPublishVolumeRequest::default(), Origin::Csi),
+        );
+        let (publish, ()) = tokio::join!(publish, closing);
+        assert!(
+            matches!(publish, Ok(Err(NotLeading))),
+            "Publish not abandoned at the window's close: {publish:?}"
+        );
+        assert_eq!(fenced.leadership().abandoned(), 1);
+    }
+
     /// A ListVolumes page that takes a minute.
     fn slow_list(d: &dyn Driver) -> impl Future<Output = Result<VolumePage, RpcStatus>> + '_ {
         let page = d.list_volumes(0, String::new());
