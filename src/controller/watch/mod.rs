@@ -364,6 +364,13 @@ mod tests {
         ours.metadata.annotations =
             Some([(NODE_ID_ANNOTATION.to_string(), "n1".to_string())].into());
         assert!(!enqueue(&old, &ours));
+        // Either half alone (the other was there already) is our write too.
+        let mut annotated = va("1", false, None);
+        annotated.metadata.annotations = ours.metadata.annotations.clone();
+        assert!(!enqueue(&annotated, &ours), "finalizer only");
+        let mut finalized = va("1", false, None);
+        finalized.metadata.finalizers = ours.metadata.finalizers.clone();
+        assert!(!enqueue(&finalized, &ours), "node-id annotation only");
 
         let mut foreign = ours.clone();
         foreign.metadata.finalizers = Some(vec![FIN.into(), "someone/else".into()]);
