@@ -7,6 +7,7 @@ pub mod failing;
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -78,15 +79,16 @@ async fn va_failed(
 /// on the VA the step worked on, where [`FlowError::saved_on_va`] says so:
 /// the one place a VA's error is written.
 pub async fn sync_va(ctx: &Ctx, key: &str, trigger: Trigger) -> Result<(), FlowError> {
-    let va = ctx.stores.va(key);
-    let step = decide(va.as_deref(), &ctx.finalizer, &ctx.capabilities, trigger);
-    let Some(va) = va else {
+    // Gone from the cache: deleted (the cache holds our driver's VAs only).
+    let Some(va) = ctx.stores.va(key) else {
         return Ok(());
     };
     let lane = Lane::of_va(&va);
-    // Upstream's trivial handler (no ControllerPublish) saves no error.
-    let saves_errors = !matches!(step, Step::MarkAttached);
+    // Upstream's trivial handler (no ControllerPublish) saves no error of its own.
+    let trivial_step = AtomicBool::new(false);
     let run = async {
+        let step = decide(Some(&va), &ctx.finalizer, &ctx.capabilities, trigger);
+        trivial_step.store(matches!(step, Step::MarkAttached), Ordering::Relaxed);
         match step {
             Step::Nothing => Ok(()),
             Step::MarkAttached => trivial::mark_attached(ctx, &va).await,
@@ -99,7 +101,8 @@ pub async fn sync_va(ctx: &Ctx, key: &str, trigger: Trigger) -> Result<(), FlowE
     let panics = ctx.flow_metrics.panics.with_label_values(&[lane.name()]);
     let result = supervised(run, &panics).await;
     if let Err(err) = &result {
-        if saves_errors && err.saved_on_va() {
+        let own = !trivial_step.load(Ordering::Relaxed) || matches!(err, FlowError::Panicked(_));
+        if own && err.saved_on_va() {
             ctx.record_error(&va, lane, err).await;
         }
     }
