@@ -21,6 +21,7 @@ use rcgen::{
     ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose, SanType,
 };
 
+use super::base64_encode;
 use super::procs::{self, Guard};
 
 /// How long etcd + kube-apiserver may take to become ready.
@@ -402,9 +403,4 @@ fn dn(common_name: &str, organizations: &[&str]) -> DistinguishedName {
         dn.push(DnType::OrganizationName, *o);
     }
     dn
-}
-
-fn base64_encode(bytes: &[u8]) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
