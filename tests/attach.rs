@@ -1,5 +1,6 @@
 //! Attach flow against the real API server and csi-mock-driver: what reaches
-//! the driver (ledger) and what ends up on the objects.
+//! the driver (ledger) and what ends up on the objects; also the trivial
+//! handler (drivers without ControllerPublish), which only marks VAs attached.
 
 use crate::support;
 
@@ -801,4 +802,26 @@ async fn after_publish_the_status_write_goes_ahead_of_queued_writes() {
         longest < 1.5,
         "the longest wait was {longest:.2} s: {waits:?}"
     );
+}
+
+#[tokio::test]
+async fn trivial_handler_marks_attached_without_calls_or_finalizers() {
+    let env = Env::start(&["--capabilities=CONTROLLER_SERVICE"], &[]).await;
+    let node = unique("node");
+    let pv_name = unique("pv");
+    let va_name = unique("va");
+    env.create_pv(pv(&pv_name, &env.driver).build()).await;
+    env.create_va(va(&va_name, &env.driver, &node).pv(&pv_name).build())
+        .await;
+    let attached = env.wait_attached(&va_name).await;
+    assert!(attached.metadata.finalizers.is_none());
+    assert!(env.mock.calls("ControllerPublishVolume").await.is_empty());
+    let pv = env.pvs.get(&pv_name).await.expect("pv");
+    assert!(!pv
+        .metadata
+        .finalizers
+        .unwrap_or_default()
+        .contains(&env.finalizer));
+    env.delete_va(&va_name).await;
+    env.wait_gone(&va_name).await;
 }

@@ -16,7 +16,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use support::env::{attach_error_message, Env};
 use support::objects::pv;
-use support::unique;
+use support::{base64_encode, unique};
 
 /// A loopback TCP proxy to the API server that can stop forwarding: while
 /// black-holed it accepts connections and holds every byte, on old
@@ -206,11 +206,6 @@ async fn slow_events_api(env: &Env) -> (String, Arc<AtomicUsize>) {
         .await
         .expect("create webhook");
     (name, hits)
-}
-
-fn base64_encode(bytes: &[u8]) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 /// Events are posted off the worker path: with every Event create taking

@@ -145,9 +145,8 @@ async fn run(seed: u64, fault_count: usize, size: &str) -> Result<String> {
     let world = World::start(&dir, 3).await?;
     let client = world.cp.lock().await.client().await?;
     let canary = format!("canary-{seed:x}-s3cr3t");
-    use base64::Engine;
     let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": workload::SECRET, "namespace": "default"},
-        "data": {"password": base64::engine::general_purpose::STANDARD.encode(&canary)}});
+        "data": {"password": support::base64_encode(canary.as_bytes())}});
     post(&client, "/api/v1/namespaces/default/secrets", &secret).await?;
     let policy = json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",

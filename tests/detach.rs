@@ -250,28 +250,6 @@ async fn pv_finalizer_of_a_live_pv_is_kept_after_detach() {
 }
 
 #[tokio::test]
-async fn trivial_handler_marks_attached_without_calls_or_finalizers() {
-    let env = Env::start(&["--capabilities=CONTROLLER_SERVICE"], &[]).await;
-    let node = unique("node");
-    let pv_name = unique("pv");
-    let va_name = unique("va");
-    env.create_pv(pv(&pv_name, &env.driver).build()).await;
-    env.create_va(va(&va_name, &env.driver, &node).pv(&pv_name).build())
-        .await;
-    let attached = env.wait_attached(&va_name).await;
-    assert!(attached.metadata.finalizers.is_none());
-    assert!(env.mock.calls("ControllerPublishVolume").await.is_empty());
-    let pv = env.pvs.get(&pv_name).await.expect("pv");
-    assert!(!pv
-        .metadata
-        .finalizers
-        .unwrap_or_default()
-        .contains(&env.finalizer));
-    env.delete_va(&va_name).await;
-    env.wait_gone(&va_name).await;
-}
-
-#[tokio::test]
 async fn pv_finalizer_is_released_when_csi_migration_was_rolled_back() {
     // The only test in the suite binary that uses the GCE PD migration driver's name (malformed_objects uses the AWS EBS one).
     let env = Env::named_without_attacher("pd.csi.storage.gke.io", &[]).await;

@@ -43,7 +43,7 @@ use serde_json::{json, Value};
 use support::controlplane::{self, free_port, ControlPlane};
 use support::corpus::{self, Binary};
 use support::env::tail;
-use support::objects::{csinode, pv, va, PvBuilder};
+use support::objects::{self, csinode, pv, va, PvBuilder};
 use support::procs::{self, Guard};
 use support::{eventually, http_get, unique};
 
@@ -73,35 +73,8 @@ const BUILD_DRIVER: &str =
 /// cache) by hack/build-gotool.sh.
 fn driver_binary() -> &'static Path {
     static BINARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let found = BINARY.get_or_init(|| {
-        if let Some(path) = std::env::var_os("CSI_ATTACHER_GCE_PD_DRIVER").filter(|p| !p.is_empty())
-        {
-            let path = PathBuf::from(path);
-            return if path.is_file() {
-                Ok(path)
-            } else {
-                Err(format!(
-                    "CSI_ATTACHER_GCE_PD_DRIVER={} does not exist",
-                    path.display()
-                ))
-            };
-        }
-        let mut args = BUILD_DRIVER.split(' ');
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(args.next().unwrap_or_default());
-        let output = Command::new("bash")
-            .arg(&script)
-            .args(args)
-            .stderr(Stdio::inherit())
-            .output()
-            .map_err(|e| format!("running {}: {e}", script.display()))?;
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        match stdout.lines().last().map(str::trim) {
-            Some(path) if output.status.success() && Path::new(path).is_file() => {
-                Ok(PathBuf::from(path))
-            }
-            _ => Err(format!("{} failed ({})", script.display(), output.status)),
-        }
-    });
+    let found =
+        BINARY.get_or_init(|| support::gotool::find("CSI_ATTACHER_GCE_PD_DRIVER", BUILD_DRIVER));
     match found {
         Ok(path) => path,
         Err(err) => panic!(
@@ -217,19 +190,12 @@ fn disk_pv(name: &str, disk: &str) -> PvBuilder {
 /// An in-tree GCE PD PV of disk `pd_name`, marked by kube-controller-manager as
 /// migrated to the driver.
 fn in_tree_pv(name: &str, pd_name: &str, labels: Value) -> PvBuilder {
-    PvBuilder::from_json(json!({
-        "metadata": {
-            "name": name,
-            "labels": labels,
-            "annotations": {"pv.kubernetes.io/migrated-to": DRIVER},
-        },
-        "spec": {
-            "capacity": {"storage": "1Gi"},
-            "accessModes": ["ReadWriteOnce"],
-            "persistentVolumeReclaimPolicy": "Retain",
-            "gcePersistentDisk": {"pdName": pd_name, "fsType": "ext4"},
-        },
-    }))
+    objects::in_tree_pv(
+        name,
+        DRIVER,
+        json!({"gcePersistentDisk": {"pdName": pd_name, "fsType": "ext4"}}),
+        labels,
+    )
 }
 
 /// A running attacher, ours or upstream's, serving metrics on a free port.

@@ -15,9 +15,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
-use csi_attacher::migration;
-use k8s_openapi::api::core::v1::PersistentVolume;
-use serde_json::{json, Value};
+use serde_json::Value;
+
+use support::translation::{canonical, rust_output};
 
 struct Case {
     file: String,
@@ -86,77 +86,6 @@ fn go_outputs(cases: &[Case]) -> Result<Vec<Value>> {
     Ok(lines)
 }
 
-/// Our side, in the Go program's output format.
-fn rust_output(input: &Value) -> Result<Value> {
-    if let Some(repair) = input.get("repair") {
-        let field = |k: &str| repair[k].as_str().unwrap_or_default().to_owned();
-        return Ok(
-            match migration::repair_volume_handle(
-                &field("driver"),
-                &field("handle"),
-                &field("nodeID"),
-            ) {
-                Ok(handle) => json!({"handle": handle}),
-                Err(err) => json!({"error": err.to_string()}),
-            },
-        );
-    }
-    let pv: PersistentVolume = serde_json::from_value(input["pv"].clone())?;
-    let migratable = migration::is_pv_migratable(&pv);
-    let mut out = json!({"migratable": migratable});
-    if !migratable {
-        return Ok(out);
-    }
-    if let Some(driver) = pv.spec.as_ref().and_then(migration::in_tree_driver) {
-        out["driver"] = json!(driver);
-    }
-    match migration::translate_pv(&pv) {
-        Ok(translated) => out["pv"] = serde_json::to_value(translated)?,
-        Err(err) => out["error"] = json!(err.to_string()),
-    }
-    Ok(out)
-}
-
-/// Keys whose values are maps of user data: their entries are kept as they are.
-const MAPS: [&str; 4] = ["volumeAttributes", "labels", "annotations", "capacity"];
-
-/// Go's `omitempty` view of a JSON object: null, false, "", {} and [] fields
-/// are dropped (recursively), except entries of the data maps.
-fn omit_empty(value: Value) -> Value {
-    match value {
-        Value::Object(map) => Value::Object(
-            map.into_iter()
-                .filter_map(|(k, v)| {
-                    let v = if MAPS.contains(&k.as_str()) {
-                        v
-                    } else {
-                        omit_empty(v)
-                    };
-                    let empty = match &v {
-                        Value::Null | Value::Bool(false) => true,
-                        Value::String(s) => s.is_empty(),
-                        Value::Object(o) => o.is_empty(),
-                        Value::Array(a) => a.is_empty(),
-                        _ => false,
-                    };
-                    (!empty).then_some((k, v))
-                })
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.into_iter().map(omit_empty).collect()),
-        other => other,
-    }
-}
-
-/// Both sides' PVs through the same (Rust) serializer, then `omit_empty`.
-fn canonical(mut output: Value) -> Result<Value> {
-    if let Some(pv) = output.get_mut("pv") {
-        let parsed: PersistentVolume = serde_json::from_value(pv.take())?;
-        *pv = serde_json::to_value(parsed)?;
-    }
-    Ok(omit_empty(output))
-}
-
 #[test]
 fn translation_matches_k8s_csi_translation_lib_on_the_corpus() -> Result<()> {
     let cases = corpus()?;
@@ -202,14 +131,4 @@ fn translation_matches_k8s_csi_translation_lib_on_the_corpus() -> Result<()> {
         assert!(total >= 15, "{plugin}: only {total} cases");
     }
     Ok(())
-}
-
-#[test]
-fn omit_empty_drops_only_empty_fields() {
-    assert_eq!(
-        omit_empty(
-            json!({"a": false, "b": "", "c": {}, "d": [], "e": null, "volumeAttributes": {"partition": ""}, "f": {"g": ""}})
-        ),
-        json!({"volumeAttributes": {"partition": ""}})
-    );
 }

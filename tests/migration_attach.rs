@@ -13,11 +13,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use kube::api::{Patch, PatchParams};
-use serde_json::{json, Value};
+use serde_json::json;
 
 use support::controlplane::free_port;
 use support::env::{attach_error_message, Env};
-use support::objects::{va, PvBuilder};
+use support::objects::{in_tree_pv, va};
 use support::{http_get, unique};
 
 /// An attacher for `driver` (extra flags `args`) serving metrics on a free port.
@@ -32,27 +32,6 @@ async fn start(driver: &str, args: &[&str]) -> (Env, SocketAddr) {
         env.with_attacher(&kubeconfig, &flags),
         ([127, 0, 0, 1], port).into(),
     )
-}
-
-/// An in-tree PV named `name` with `source` (e.g. `{"gcePersistentDisk": …}`),
-/// marked by kube-controller-manager as migrated to `driver`.
-fn in_tree_pv(name: &str, driver: &str, source: Value, labels: Value) -> PvBuilder {
-    let mut pv = json!({
-        "metadata": {
-            "name": name,
-            "labels": labels,
-            "annotations": {"pv.kubernetes.io/migrated-to": driver},
-        },
-        "spec": {
-            "capacity": {"storage": "1Gi"},
-            "accessModes": ["ReadWriteOnce"],
-            "persistentVolumeReclaimPolicy": "Retain",
-        },
-    });
-    if let (Some(spec), Some(source)) = (pv["spec"].as_object_mut(), source.as_object()) {
-        spec.extend(source.clone());
-    }
-    PvBuilder::from_json(pv)
 }
 
 /// Waits until `/metrics` has `line`.

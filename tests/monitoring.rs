@@ -12,7 +12,7 @@ use crate::support;
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -50,34 +50,8 @@ fn yaml(path: &str) -> serde_yaml_ng::Value {
 /// are part of what CI proves.
 fn promtool() -> &'static Path {
     static PROMTOOL: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let found = PROMTOOL.get_or_init(|| {
-        if let Some(path) = std::env::var_os("CSI_ATTACHER_PROMTOOL").filter(|p| !p.is_empty()) {
-            let path = PathBuf::from(path);
-            return if path.is_file() {
-                Ok(path)
-            } else {
-                Err(format!(
-                    "CSI_ATTACHER_PROMTOOL={} does not exist",
-                    path.display()
-                ))
-            };
-        }
-        let mut args = BUILD_PROMTOOL.split(' ');
-        let script = repo(args.next().unwrap_or_default());
-        let output = Command::new("bash")
-            .arg(&script)
-            .args(args)
-            .stderr(Stdio::inherit())
-            .output()
-            .map_err(|e| format!("running {}: {e}", script.display()))?;
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        match stdout.lines().last().map(str::trim) {
-            Some(path) if output.status.success() && Path::new(path).is_file() => {
-                Ok(PathBuf::from(path))
-            }
-            _ => Err(format!("{} failed ({})", script.display(), output.status)),
-        }
-    });
+    let found =
+        PROMTOOL.get_or_init(|| support::gotool::find("CSI_ATTACHER_PROMTOOL", BUILD_PROMTOOL));
     match found {
         Ok(path) => path,
         Err(err) => panic!(

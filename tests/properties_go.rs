@@ -8,8 +8,10 @@
 //! Cases: 512 per parser by default, `PROPTEST_CASES` for more
 //! (`hack/properties.sh`).
 
+use crate::support;
+
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Mutex, OnceLock};
@@ -23,23 +25,11 @@ use proptest::test_runner::TestCaseError;
 use serde_json::{json, Value};
 
 fn goprops_binary() -> PathBuf {
-    if let Some(bin) = std::env::var_os("CSI_ATTACHER_GOPROPS_BIN") {
-        return PathBuf::from(bin);
-    }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("hack/build-gotool.sh");
-    let output = Command::new("bash")
-        .arg(&script)
-        .args(["tools-goprops", "goprops", "."])
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
-    assert!(
-        output.status.success(),
-        "build-gotool.sh: {}",
-        output.status
-    );
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    PathBuf::from(stdout.lines().last().expect("binary path").trim())
+    support::gotool::find(
+        "CSI_ATTACHER_GOPROPS_BIN",
+        "hack/build-gotool.sh tools-goprops goprops .",
+    )
+    .unwrap_or_else(|err| panic!("goprops is missing: {err}"))
 }
 
 /// How long one question may take. Go answers every input here in
@@ -240,15 +230,8 @@ fn quote_text() -> BoxedStrategy<String> {
     .boxed()
 }
 
-fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(default)
-}
-
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(cases(512)))]
+    #![proptest_config(ProptestConfig::with_cases(support::proptest_cases(512)))]
 
     #[test]
     fn parse_duration_is_go_time_parse_duration(s in number_text()) {

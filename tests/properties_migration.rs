@@ -14,9 +14,10 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 
 use csi_attacher::migration;
-use k8s_openapi::api::core::v1::PersistentVolume;
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
+
+use support::translation::{canonical, rust_output};
 
 /// One long-lived csi-translate process, one JSON line per question.
 struct Translator {
@@ -62,75 +63,6 @@ impl Translator {
 fn translator() -> &'static Mutex<Translator> {
     static GO: OnceLock<Mutex<Translator>> = OnceLock::new();
     GO.get_or_init(|| Mutex::new(Translator::start()))
-}
-
-/// Our side, in csi-translate's output format (as tests/migration.rs).
-fn rust_output(input: &Value) -> Value {
-    if let Some(repair) = input.get("repair") {
-        let field = |k: &str| repair[k].as_str().unwrap_or_default().to_owned();
-        return match migration::repair_volume_handle(
-            &field("driver"),
-            &field("handle"),
-            &field("nodeID"),
-        ) {
-            Ok(handle) => json!({"handle": handle}),
-            Err(err) => json!({"error": err.to_string()}),
-        };
-    }
-    let pv: PersistentVolume = serde_json::from_value(input["pv"].clone()).expect("generated PV");
-    let migratable = migration::is_pv_migratable(&pv);
-    let mut out = json!({"migratable": migratable});
-    if !migratable {
-        return out;
-    }
-    if let Some(driver) = pv.spec.as_ref().and_then(migration::in_tree_driver) {
-        out["driver"] = json!(driver);
-    }
-    match migration::translate_pv(&pv) {
-        Ok(translated) => out["pv"] = serde_json::to_value(translated).expect("json"),
-        Err(err) => out["error"] = json!(err.to_string()),
-    }
-    out
-}
-
-/// Keys whose values are maps of user data: their entries are kept as they are.
-const MAPS: [&str; 4] = ["volumeAttributes", "labels", "annotations", "capacity"];
-
-/// Go's `omitempty` view: null, false, "", {} and [] fields dropped
-/// (recursively), except entries of the data maps.
-fn omit_empty(value: Value) -> Value {
-    match value {
-        Value::Object(map) => Value::Object(
-            map.into_iter()
-                .filter_map(|(k, v)| {
-                    let v = if MAPS.contains(&k.as_str()) {
-                        v
-                    } else {
-                        omit_empty(v)
-                    };
-                    let empty = match &v {
-                        Value::Null | Value::Bool(false) => true,
-                        Value::String(s) => s.is_empty(),
-                        Value::Object(o) => o.is_empty(),
-                        Value::Array(a) => a.is_empty(),
-                        _ => false,
-                    };
-                    (!empty).then_some((k, v))
-                })
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.into_iter().map(omit_empty).collect()),
-        other => other,
-    }
-}
-
-/// Both sides' PVs through the same (Rust) serializer, then `omit_empty`.
-fn canonical(mut output: Value) -> Value {
-    if let Some(pv) = output.get_mut("pv") {
-        let parsed: PersistentVolume = serde_json::from_value(pv.take()).expect("output PV");
-        *pv = serde_json::to_value(parsed).expect("json");
-    }
-    omit_empty(output)
 }
 
 // ---- generators ----
@@ -487,26 +419,19 @@ fn repair_case() -> impl Strategy<Value = Value> {
         })
 }
 
-fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(default)
-}
-
 fn same_as_go(input: &Value) -> Result<(), TestCaseError> {
     let theirs = translator()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .ask(input);
-    let theirs = canonical(theirs);
-    let ours = canonical(rust_output(input));
+    let theirs = canonical(theirs).expect("csi-translate's PV");
+    let ours = canonical(rust_output(input).expect("generated PV")).expect("our PV");
     prop_assert_eq!(ours, theirs, "input: {}", input);
     Ok(())
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(cases(256)))]
+    #![proptest_config(ProptestConfig::with_cases(support::proptest_cases(256)))]
 
     #[test]
     fn translated_pvs_match_csi_translation_lib(input in pv_case()) {

@@ -8,6 +8,8 @@
 //! A driver that hands out a new token forever is `endless_fresh_tokens_end_the_pass`,
 //! ignored: the pager has no bound on pages and that pass never ends.
 
+use crate::support;
+
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -308,15 +310,8 @@ fn run(script: &Script, max_entries: i32) -> Result<Want, ReconcileError> {
     Ok(Want::Published(published))
 }
 
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(128)
-}
-
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(cases()))]
+    #![proptest_config(ProptestConfig::with_cases(support::proptest_cases(128)))]
 
     #[test]
     fn the_pager_returns_one_complete_listing_or_the_documented_error(

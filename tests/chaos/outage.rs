@@ -62,7 +62,7 @@ async fn outages() -> Result<()> {
         .await?;
     let mock = MockDriver::start(&[&format!("--name={DRIVER}")])?;
     let kubeconfig =
-        cp.write_kubeconfig("attacher", "outage-attacher", &[REPLICA_GROUP], cp.api_port)?;
+        cp.write_kubeconfig("attacher", "outage-attacher", &[REPLICA_GROUP], cp.port)?;
     let log = std::fs::File::create(dir.path().join("attacher.log"))?;
     let mut command = Command::new(env!("CARGO_BIN_EXE_csi-attacher"));
     command

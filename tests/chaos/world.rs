@@ -200,7 +200,7 @@ impl World {
             process: Mutex::new(None),
         };
         *lock(&driver.process) = Some(driver.spawn()?);
-        let upstream = ([127, 0, 0, 1], cp.api_port).into();
+        let upstream = ([127, 0, 0, 1], cp.port).into();
         let mut members = Vec::new();
         for index in 0..replicas {
             let proxy = Proxy::start(upstream).await?;

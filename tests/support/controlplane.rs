@@ -1,12 +1,19 @@
 //! A real control plane for tests: etcd + kube-apiserver on loopback.
 //!
-//! Started once per test binary (on first use) with random free ports, a temp
-//! dir, its own CA, serving and client certificates, and `--authorization-mode=RBAC`.
-//! Binaries come from `hack/build-controlplane.sh` (built once, cached).
-//! `CSI_ATTACHER_KUBE_VERSION=1.34` picks `kube-apiserver-1.34` (the oldest
-//! supported release) instead of the default `kube-apiserver` (1.36).
-//! Everything is killed and removed when the test process exits, also after a
-//! panic (see `procs`). Tests share it, so each must use unique object names.
+//! [`shared`] is started once per test binary (on first use) with random free
+//! ports, a temp dir, its own CA, serving and client certificates, and
+//! `--authorization-mode=RBAC`. Binaries come from `hack/build-controlplane.sh`
+//! (built once, cached). `CSI_ATTACHER_KUBE_VERSION=1.34` picks
+//! `kube-apiserver-1.34` (the oldest supported release) instead of the default
+//! `kube-apiserver` (1.36). Everything is killed and removed when the test
+//! process exits, also after a panic (see `procs`). Tests share it, so each
+//! must use unique object names.
+//!
+//! [`ControlPlane::start`] with other [`Options`] starts one of a test's own,
+//! the same way: the chaos suite's (tests/chaos/cp.rs) has API Priority and
+//! Fairness on, its own audit policy, and an API server it kills, stops and
+//! starts again ([`ControlPlane::kill_apiserver`], [`ControlPlane::start_apiserver`],
+//! the `signal_*` methods).
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -21,6 +28,7 @@ use rcgen::{
     ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose, SanType,
 };
 
+use super::base64_encode;
 use super::procs::{self, Guard};
 
 /// How long etcd + kube-apiserver may take to become ready.
@@ -35,6 +43,10 @@ pub struct ControlPlane {
     pub dir: PathBuf,
     /// `https://127.0.0.1:<port>`.
     pub server: String,
+    /// The API server's port on 127.0.0.1.
+    pub port: u16,
+    /// etcd's client port on 127.0.0.1 (plain HTTP).
+    pub etcd_port: u16,
     /// Admin kubeconfig (user in `system:masters`).
     pub kubeconfig: PathBuf,
     /// Directory holding the built tools (kube-apiserver, etcd, csi-test-driver).
@@ -42,8 +54,34 @@ pub struct ControlPlane {
     /// Minor version the running kube-apiserver reports (`GET /version`).
     pub kube_minor: u32,
     ca: CertifiedIssuer<'static, KeyPair>,
-    _etcd: Guard,
-    _apiserver: Guard,
+    etcd: Guard,
+    apiserver: Guard,
+    /// The API server's binary and flags, to start it again.
+    apiserver_command: (PathBuf, Vec<String>),
+}
+
+/// How a control plane is started; the default is [`shared`]'s.
+pub struct Options {
+    /// Where certificates, data, logs and kubeconfigs go (the caller's to
+    /// remove); `None`: a temp dir removed when the test process exits.
+    pub dir: Option<PathBuf>,
+    /// The audit policy (YAML); the log is `audit.log` in the directory.
+    pub audit_policy: &'static str,
+    /// API Priority and Fairness on (off by default: no test queues behind it).
+    pub priority_and_fairness: bool,
+    /// More kube-apiserver flags.
+    pub apiserver_args: Vec<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            dir: None,
+            audit_policy: AUDIT_POLICY,
+            priority_and_fairness: false,
+            apiserver_args: Vec::new(),
+        }
+    }
 }
 
 static SHARED: OnceLock<std::result::Result<ControlPlane, String>> = OnceLock::new();
@@ -72,9 +110,17 @@ rules:
 /// Safe to call from inside a tokio runtime: the start runs on its own thread.
 pub fn shared() -> &'static ControlPlane {
     let result = SHARED.get_or_init(|| {
-        std::thread::spawn(|| ControlPlane::start().map_err(|e| format!("{e:#}")))
-            .join()
-            .unwrap_or_else(|_| Err("control plane start panicked".into()))
+        std::thread::spawn(|| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            runtime
+                .block_on(ControlPlane::start(Options::default()))
+                .map_err(|e| format!("{e:#}"))
+        })
+        .join()
+        .unwrap_or_else(|_| Err("control plane start panicked".into()))
     });
     match result {
         Ok(cp) => cp,
@@ -157,13 +203,21 @@ pub fn free_port() -> Result<u16> {
 }
 
 impl ControlPlane {
-    fn start() -> Result<Self> {
+    /// Starts etcd and kube-apiserver as `options` say and waits until the API
+    /// server is ready.
+    pub async fn start(options: Options) -> Result<Self> {
         let tools = tools_dir()?;
-        let dir = tempfile::Builder::new()
-            .prefix("csi-attacher-cp-")
-            .tempdir()?
-            .keep();
-        procs::remove_at_exit(dir.clone());
+        let dir = match options.dir {
+            Some(dir) => dir,
+            None => {
+                let dir = tempfile::Builder::new()
+                    .prefix("csi-attacher-cp-")
+                    .tempdir()?
+                    .keep();
+                procs::remove_at_exit(dir.clone());
+                dir
+            }
+        };
 
         // Certificates: one CA signs the serving cert and every client cert.
         let mut ca_params = CertificateParams::default();
@@ -208,81 +262,107 @@ impl ControlPlane {
         .stderr(etcd_log);
         let etcd = Guard(Some(procs::spawn(etcd).context("starting etcd")?));
 
-        // Audit log of the attacher's writes (VA and PV patches), so tests can
-        // check the order the API server received them in.
-        std::fs::write(dir.join("audit-policy.yaml"), AUDIT_POLICY)?;
+        // Audit log (by default of the attacher's writes, VA and PV patches),
+        // so tests can check the order the API server received them in.
+        std::fs::write(dir.join("audit-policy.yaml"), options.audit_policy)?;
 
         // kube-apiserver
         let port = free_port()?;
-        let api_log = std::fs::File::create(dir.join("kube-apiserver.log"))?;
         let p = |name: &str| dir.join(name).display().to_string();
         let (apiserver_bin, wanted_minor) = apiserver_binary(&tools)?;
-        let mut apiserver = Command::new(&apiserver_bin);
-        apiserver
-            .args([
-                format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
-                "--bind-address=127.0.0.1".into(),
-                "--advertise-address=127.0.0.1".into(),
-                format!("--secure-port={port}"),
-                format!("--cert-dir={}", p("certs")),
-                format!("--tls-cert-file={}", p("apiserver.crt")),
-                format!("--tls-private-key-file={}", p("apiserver.key")),
-                format!("--client-ca-file={}", p("ca.crt")),
-                format!("--service-account-key-file={}", p("sa.pub")),
-                format!("--service-account-signing-key-file={}", p("sa.key")),
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
-                "--authorization-mode=RBAC".into(),
-                "--service-cluster-ip-range=10.0.0.0/24".into(),
-                "--endpoint-reconciler-type=none".into(),
-                "--enable-priority-and-fairness=false".into(),
-                "--profiling=false".into(),
-                format!("--audit-policy-file={}", p("audit-policy.yaml")),
-                format!("--audit-log-path={}", p("audit.log")),
-                "--audit-log-mode=blocking".into(),
-                "--v=1".into(),
-            ])
-            .stdout(api_log.try_clone()?)
-            .stderr(api_log);
-        let apiserver =
-            Guard(Some(procs::spawn(apiserver).with_context(|| {
-                format!("starting {}", apiserver_bin.display())
-            })?));
+        let mut args = vec![
+            format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--secure-port={port}"),
+            format!("--cert-dir={}", p("certs")),
+            format!("--tls-cert-file={}", p("apiserver.crt")),
+            format!("--tls-private-key-file={}", p("apiserver.key")),
+            format!("--client-ca-file={}", p("ca.crt")),
+            format!("--service-account-key-file={}", p("sa.pub")),
+            format!("--service-account-signing-key-file={}", p("sa.key")),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+            "--authorization-mode=RBAC".into(),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            "--endpoint-reconciler-type=none".into(),
+        ];
+        if !options.priority_and_fairness {
+            args.push("--enable-priority-and-fairness=false".into());
+        }
+        args.extend([
+            "--profiling=false".into(),
+            format!("--audit-policy-file={}", p("audit-policy.yaml")),
+            format!("--audit-log-path={}", p("audit.log")),
+            "--audit-log-mode=blocking".into(),
+            "--v=1".into(),
+        ]);
+        args.extend(options.apiserver_args);
+        let apiserver_command = (apiserver_bin, args);
+        let apiserver = spawn_apiserver(&dir, &apiserver_command)?;
 
         let mut cp = Self {
             server: format!("https://127.0.0.1:{port}"),
+            port,
+            etcd_port,
             kubeconfig: dir.join("admin.kubeconfig"),
             dir,
             tools,
             kube_minor: 0,
             ca,
-            _etcd: etcd,
-            _apiserver: apiserver,
+            etcd,
+            apiserver,
+            apiserver_command,
         };
         cp.kubeconfig = cp.write_kubeconfig("admin", "admin", &["system:masters"])?;
-        cp.wait_ready().map_err(|e| {
+        if let Err(e) = cp.wait_ready(START_TIMEOUT).await {
             let tail = |name: &str| {
                 let text = std::fs::read_to_string(cp.dir.join(name)).unwrap_or_default();
                 let lines: Vec<&str> = text.lines().collect();
                 lines[lines.len().saturating_sub(30)..].join("\n")
             };
-            e.context(format!(
+            return Err(e.context(format!(
                 "etcd.log:\n{}\nkube-apiserver.log:\n{}",
                 tail("etcd.log"),
                 tail("kube-apiserver.log")
-            ))
-        })?;
-        cp.kube_minor = cp.server_minor()?;
+            )));
+        }
+        cp.kube_minor = cp.server_minor().await?;
         // A mislabelled binary would make a 1.34 run test 1.36 without a word.
         if let Some(wanted) = wanted_minor {
             if cp.kube_minor != wanted {
                 bail!(
                     "{} reports minor version {}, {KUBE_VERSION_ENV} asked for {wanted}",
-                    apiserver_bin.display(),
+                    cp.apiserver_command.0.display(),
                     cp.kube_minor
                 );
             }
         }
         Ok(cp)
+    }
+
+    /// SIGKILLs the API server (continued first, should it be stopped) and reaps it.
+    pub fn kill_apiserver(&mut self) {
+        self.apiserver.signal(libc::SIGCONT);
+        self.apiserver.signal(libc::SIGKILL);
+        let _ = self.apiserver.wait();
+    }
+
+    /// Starts the API server again after [`Self::kill_apiserver`], same binary
+    /// and flags (same port, certificates and etcd); its log is appended to.
+    /// Does not wait: see [`Self::wait_ready`].
+    pub fn start_apiserver(&mut self) -> Result<()> {
+        self.apiserver = spawn_apiserver(&self.dir, &self.apiserver_command)?;
+        Ok(())
+    }
+
+    /// Sends `signal` to the API server (e.g. SIGSTOP, SIGCONT).
+    pub fn signal_apiserver(&self, signal: libc::c_int) {
+        self.apiserver.signal(signal);
+    }
+
+    /// Sends `signal` to etcd (e.g. SIGSTOP, SIGCONT).
+    pub fn signal_etcd(&self, signal: libc::c_int) {
+        self.etcd.signal(signal);
     }
 
     /// Whether the API server keeps `VolumeError.errorCode` on a status write.
@@ -300,11 +380,9 @@ impl ControlPlane {
         self.keeps_error_code().then_some(code)
     }
 
-    fn server_minor(&self) -> Result<u32> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let info = runtime.block_on(async { self.client().await.apiserver_version().await })?;
+    async fn server_minor(&self) -> Result<u32> {
+        let client = kube::Client::try_from(self.config_for(&self.kubeconfig).await?)?;
+        let info = client.apiserver_version().await?;
         // Release builds report e.g. "34"; some distributions append "+".
         info.minor
             .trim_end_matches('+')
@@ -312,13 +390,32 @@ impl ControlPlane {
             .with_context(|| format!("kube-apiserver minor version {:?}", info.minor))
     }
 
-    /// The API server's audit events so far (patches of PVs and VAs, stage
-    /// ResponseComplete), in the order it logged them.
+    /// The API server's audit events so far (by the default policy: patches of
+    /// PVs and VAs, stage ResponseComplete), in the order it logged them:
+    /// rotated files (`audit-<time>.log`, oldest first), then `audit.log`.
     pub fn audit_events(&self) -> Vec<serde_json::Value> {
-        std::fs::read_to_string(self.dir.join("audit.log"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|line| serde_json::from_str(line).ok())
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&self.dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("audit") && n.ends_with(".log"))
+            })
+            .collect();
+        // "audit-2026…" sorts before "audit.log" ('-' < '.'), and by time among themselves.
+        files.sort();
+        files
+            .iter()
+            .flat_map(|f| {
+                std::fs::read_to_string(f)
+                    .unwrap_or_default()
+                    .lines()
+                    .filter_map(|line| serde_json::from_str(line).ok())
+                    .collect::<Vec<_>>()
+            })
             .collect()
     }
 
@@ -333,6 +430,19 @@ impl ControlPlane {
         user: &str,
         groups: &[&str],
     ) -> Result<PathBuf> {
+        self.write_kubeconfig_via(file_stem, user, groups, &self.server)
+    }
+
+    /// [`Self::write_kubeconfig`] for a client that reaches the API server at
+    /// `server` (e.g. through a TCP proxy on another port; the serving
+    /// certificate is for 127.0.0.1 and localhost).
+    pub fn write_kubeconfig_via(
+        &self,
+        file_stem: &str,
+        user: &str,
+        groups: &[&str],
+        server: &str,
+    ) -> Result<PathBuf> {
         let mut params = CertificateParams::default();
         params.distinguished_name = dn(user, groups);
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
@@ -343,7 +453,7 @@ impl ControlPlane {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "test", "cluster": {
-                "server": self.server,
+                "server": server,
                 "certificate-authority-data": b64(self.ca.pem()),
             }}],
             "users": [{"name": user, "user": {
@@ -365,34 +475,50 @@ impl ControlPlane {
 
     /// A client from a kubeconfig written by [`Self::write_kubeconfig`].
     pub async fn client_for(&self, kubeconfig: &Path) -> kube::Client {
-        let kubeconfig = Kubeconfig::read_from(kubeconfig).expect("read kubeconfig");
-        let config =
-            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .expect("kubeconfig to config");
+        let config = self
+            .config_for(kubeconfig)
+            .await
+            .expect("kubeconfig to config");
         kube::Client::try_from(config).expect("build kube client")
     }
 
-    fn wait_ready(&self) -> Result<()> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        runtime.block_on(async {
-            let client = self.client().await;
-            let deadline = Instant::now() + START_TIMEOUT;
-            let mut last = String::new();
-            while Instant::now() < deadline {
-                let req = http::Request::get("/readyz").body(Vec::new())?;
-                match client.request_text(req).await {
-                    Ok(body) if body.trim() == "ok" => return Ok(()),
-                    Ok(body) => last = body,
-                    Err(err) => last = err.to_string(),
-                }
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-            bail!("kube-apiserver not ready after {START_TIMEOUT:?}: {last}")
-        })
+    /// The client configuration of a kubeconfig written by [`Self::write_kubeconfig`].
+    pub async fn config_for(&self, kubeconfig: &Path) -> Result<kube::Config> {
+        let kubeconfig = Kubeconfig::read_from(kubeconfig)?;
+        Ok(kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?)
     }
+
+    /// Waits until the API server answers `/readyz` with `ok` (each probe
+    /// bounded by 3 s, so a stopped server cannot hold it), at most `timeout`.
+    pub async fn wait_ready(&self, timeout: Duration) -> Result<()> {
+        let client = kube::Client::try_from(self.config_for(&self.kubeconfig).await?)?;
+        let deadline = Instant::now() + timeout;
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            let req = http::Request::get("/readyz").body(Vec::new())?;
+            match tokio::time::timeout(Duration::from_secs(3), client.request_text(req)).await {
+                Ok(Ok(body)) if body.trim() == "ok" => return Ok(()),
+                Ok(Ok(body)) => last = body,
+                Ok(Err(err)) => last = err.to_string(),
+                Err(_) => last = "timeout".into(),
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        bail!("kube-apiserver not ready after {timeout:?}: {last}")
+    }
+}
+
+/// Starts `binary args` with its output appended to `kube-apiserver.log` in `dir`.
+fn spawn_apiserver(dir: &Path, (binary, args): &(PathBuf, Vec<String>)) -> Result<Guard> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("kube-apiserver.log"))?;
+    let mut apiserver = Command::new(binary);
+    apiserver.args(args).stdout(log.try_clone()?).stderr(log);
+    Ok(Guard(Some(procs::spawn(apiserver).with_context(|| {
+        format!("starting {}", binary.display())
+    })?)))
 }
 
 fn dn(common_name: &str, organizations: &[&str]) -> DistinguishedName {
@@ -402,9 +528,4 @@ fn dn(common_name: &str, organizations: &[&str]) -> DistinguishedName {
         dn.push(DnType::OrganizationName, *o);
     }
     dn
-}
-
-fn base64_encode(bytes: &[u8]) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(bytes)
 }

@@ -8,9 +8,11 @@ pub mod connect_proxy;
 pub mod controlplane;
 pub mod corpus;
 pub mod env;
+pub mod gotool;
 pub mod mock;
 pub mod objects;
 pub mod procs;
+pub mod translation;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -70,4 +72,18 @@ pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> Option<(u16, St
     let status = response.status().as_u16();
     let body = response.into_body().collect().await.ok()?.to_bytes();
     Some((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// Standard base64 (with padding), as Kubernetes writes `[]byte` fields.
+pub fn base64_encode(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// The number of cases a property test runs: `PROPTEST_CASES`, else `default`.
+pub fn proptest_cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(default)
 }

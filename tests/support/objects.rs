@@ -100,6 +100,27 @@ impl PvBuilder {
     }
 }
 
+/// An in-tree PV named `name` with `source` (e.g. `{"gcePersistentDisk": …}`),
+/// marked by kube-controller-manager as migrated to `driver`.
+pub fn in_tree_pv(name: &str, driver: &str, source: Value, labels: Value) -> PvBuilder {
+    let mut pv = json!({
+        "metadata": {
+            "name": name,
+            "labels": labels,
+            "annotations": {"pv.kubernetes.io/migrated-to": driver},
+        },
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+        },
+    });
+    if let (Some(spec), Some(source)) = (pv["spec"].as_object_mut(), source.as_object()) {
+        spec.extend(source.clone());
+    }
+    PvBuilder::from_json(pv)
+}
+
 /// A CSINode for `node` with one driver entry.
 pub fn csinode(node: &str, driver: &str, node_id: &str) -> CSINode {
     serde_json::from_value(json!({
