@@ -89,6 +89,17 @@ use values::{
 /// Where the kubelet reads a container's termination message by default.
 pub const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
 
+/// The end of `--help`: the `check` subcommand, which clap does not know
+/// about (`main` takes it off the arguments before they are parsed).
+const CHECK_HELP: &str = "\
+Subcommand:
+  csi-attacher check [OPTIONS]
+      A read-only report with the sidecar's flags: VolumeAttachments whose status and the
+      driver's published nodes disagree, VAs with an attach or detach error, PVs and VAs being
+      deleted that still hold our finalizer. --output=text|json. Exit 0 when nothing needs
+      attention, 1 otherwise. Writes nothing (GET/LIST on the API; Probe, identity,
+      capabilities and ListVolumes on the driver).";
+
 /// The sidecar's configuration.
 ///
 /// Build it with [`Config::try_parse_go`]: `--feature-gates`,
@@ -99,6 +110,8 @@ pub const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
     name = "csi-attacher",
     version,
     about = "CSI external-attacher: makes VolumeAttachments true with ControllerPublish/ControllerUnpublish",
+    override_usage = "csi-attacher [OPTIONS]\n       csi-attacher check [OPTIONS]",
+    after_help = CHECK_HELP,
     disable_version_flag = true,
     args_override_self = true
 )]

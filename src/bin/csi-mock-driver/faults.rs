@@ -70,7 +70,7 @@ impl RawReply {
     /// Bytes of a hex string (whitespace allowed).
     pub fn hex(text: &str) -> Result<Vec<u8>, String> {
         let digits: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-        if digits.len() % 2 != 0 {
+        if !digits.len().is_multiple_of(2) {
             return Err("hex needs an even number of digits".into());
         }
         digits
