@@ -105,7 +105,7 @@ async fn json_entries_have_component_base_keys_in_order() {
     }
     let attached = attached.unwrap_or_else(|| panic!("no Attached entry\n{log}"));
     let shape = Regex::new(
-        r#"^\{"ts":\d+(\.\d+)?,"caller":"controller/attach\.rs:\d+","msg":"Attached","va":"va-[^"]+","lane":"attach","v":2\}$"#,
+        r#"^\{"ts":\d+(\.\d+)?,"caller":"flows/attach\.rs:\d+","msg":"Attached","va":"va-[^"]+","lane":"attach","v":2\}$"#,
     )
     .expect("valid regex");
     assert!(shape.is_match(&attached), "{attached}");

@@ -34,7 +34,18 @@ pub enum DeadlineError {
     /// The response body did not arrive in time.
     #[error("the API server's response body did not arrive within {0:?}")]
     Body(Duration),
+    /// A watch sent nothing, not even a bookmark, for this long.
+    #[error("the watch sent no event and no bookmark for {0:?}; reconnecting")]
+    WatchSilent(Duration),
 }
+
+/// How long a watch may send nothing before it is given up (and resumed from
+/// its last resourceVersion by kube's watcher). The API server's watch cache
+/// sends a bookmark to every watch that asks for them (kube's watcher does)
+/// about once a minute (`defaultBookmarkFrequency` in k8s.io/apiserver's
+/// cacher), so a healthy watch is never silent this long; a connection that
+/// stays open but carries nothing (a stuck proxy, a hung server) is.
+pub const WATCH_SILENCE: Duration = Duration::from_secs(90);
 
 /// Bounds each request: response headers within the timeout, and for
 /// non-watch requests the whole body too (see the [`kube_client`](super)
@@ -109,7 +120,11 @@ where
             };
             Ok(response.map(|body| -> BoxBody {
                 if watch {
-                    Box::new(MapErr(body))
+                    Box::new(WatchBody {
+                        body,
+                        silence: Box::pin(tokio::time::sleep(WATCH_SILENCE)),
+                        limit: WATCH_SILENCE,
+                    })
                 } else {
                     Box::new(DeadlineBody {
                         body,
@@ -122,10 +137,15 @@ where
     }
 }
 
-/// A body with its errors boxed.
-struct MapErr<B>(B);
+/// A watch's body: never cut while it carries something, failed once it has
+/// been silent for `limit` (each frame restarts the count).
+struct WatchBody<B> {
+    body: B,
+    silence: Pin<Box<tokio::time::Sleep>>,
+    limit: Duration,
+}
 
-impl<B> Body for MapErr<B>
+impl<B> Body for WatchBody<B>
 where
     B: Body<Data = Bytes> + Unpin,
     B::Error: Into<BoxError>,
@@ -137,15 +157,25 @@ where
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        Pin::new(&mut self.0).poll_frame(cx).map_err(Into::into)
+        if let Poll::Ready(frame) = Pin::new(&mut self.body).poll_frame(cx) {
+            let limit = self.limit;
+            self.silence
+                .as_mut()
+                .reset(tokio::time::Instant::now() + limit);
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        if self.silence.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Some(Err(DeadlineError::WatchSilent(self.limit).into())));
+        }
+        Poll::Pending
     }
 
     fn is_end_stream(&self) -> bool {
-        self.0.is_end_stream()
+        self.body.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.0.size_hint()
+        self.body.size_hint()
     }
 }
 
@@ -248,7 +278,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_stalled_body_fails_at_the_deadline_but_a_watch_body_is_left_alone() {
+    async fn a_stalled_body_fails_at_the_deadline_and_a_silent_watch_at_its_own_bound() {
         use http_body_util::BodyExt;
         use tower::ServiceExt;
         let layer = DeadlineLayer::new(Duration::from_secs(5));
@@ -276,11 +306,47 @@ mod tests {
             .oneshot(watch)
             .await
             .expect("headers");
+        // Not cut at the request deadline: at WATCH_SILENCE, as it says nothing.
+        let started = tokio::time::Instant::now();
+        let err = response
+            .into_body()
+            .collect()
+            .await
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some("the watch sent no event and no bookmark for 90s; reconnecting")
+        );
+        assert_eq!(started.elapsed(), WATCH_SILENCE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_that_sends_a_bookmark_a_minute_is_never_cut() {
+        use http_body_util::BodyExt;
+        use tower::ServiceExt;
+        let minutely = tower::service_fn(|_req: http::Request<()>| {
+            let frames = Box::pin(futures::stream::unfold((), |()| async {
+                tokio::time::sleep(Duration::from_secs(61)).await;
+                Some((
+                    Ok::<_, BoxError>(Frame::data(Bytes::from_static(b"{}"))),
+                    (),
+                ))
+            }));
+            std::future::ready(Ok::<_, BoxError>(http::Response::new(
+                http_body_util::StreamBody::new(frames),
+            )))
+        });
+        let watch = http::Request::get("/api/v1/pods?watch=true")
+            .body(())
+            .expect("request");
+        let response = DeadlineLayer::new(Duration::from_secs(5))
+            .layer(minutely)
+            .oneshot(watch)
+            .await
+            .expect("headers");
         let read =
             tokio::time::timeout(Duration::from_secs(3600), response.into_body().collect()).await;
-        assert!(
-            read.is_err(),
-            "a watch body is not cut by the request deadline"
-        );
+        assert!(read.is_err(), "cut while it kept talking: {read:?}");
     }
 }

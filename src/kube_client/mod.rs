@@ -67,9 +67,10 @@
 //! headers, and a non-watch request the same span, from its start, to finish
 //! its body ([`DeadlineLayer`]). The value is `--timeout` held between 5 s and
 //! 60 s ([`request_timeout_for`]; `docs/bounds.md` says why). A watch's body is
-//! a stream of events: it is not cut, and kube's watcher bounds it instead
-//! (`timeoutSeconds=290` on the server, an idle timeout of 290 s plus a margin
-//! on the client). kube's connect timeout (30 s, TLS handshake included)
+//! a stream of events: it is not cut while it carries something, and is given
+//! up after [`WATCH_SILENCE`] without a byte (the API server sends a bookmark
+//! about once a minute); the server ends it after `timeoutSeconds=290`. TCP
+//! keepalive (`transport.rs`) notices a peer that is gone within 30 s. kube's connect timeout (30 s, TLS handshake included)
 //! stays. Without this, a connection that accepts and never answers held a
 //! worker, and the VolumeAttachment it was syncing, forever.
 
@@ -85,7 +86,7 @@ mod transport;
 
 pub use self::deadline::{
     request_timeout_for, Deadline, DeadlineError, DeadlineLayer, MAX_REQUEST_TIMEOUT,
-    MIN_REQUEST_TIMEOUT,
+    MIN_REQUEST_TIMEOUT, WATCH_SILENCE,
 };
 pub use self::error::{error_chain, Error};
 pub use self::rate_limit::{RateLimit, RateLimitLayer, DEFAULT_BURST, DEFAULT_QPS};

@@ -36,6 +36,13 @@ const REQUEST_LOG_TARGET: &str = "kube_client::client::builder";
 /// "TCP_NODELAY" and "Proxies"): `config.proxy_url` is the kubeconfig's
 /// `proxy-url` (see [`load_config`](super::load_config)); without it, the
 /// environment's proxy settings apply.
+/// Idle time on an API-server connection before TCP keepalive probes start.
+pub const KEEPALIVE_IDLE: Duration = Duration::from_secs(15);
+/// Between two keepalive probes.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+/// Unanswered probes before the kernel gives the connection up.
+pub const KEEPALIVE_RETRIES: u32 = 3;
+
 pub(super) fn transport(config: kube::Config) -> Result<ClientBuilder<Transport>, Error> {
     let route = proxy::route(
         &config.cluster_url,
@@ -49,6 +56,14 @@ pub(super) fn transport(config: kube::Config) -> Result<ClientBuilder<Transport>
     http.enforce_http(false);
     http.set_nodelay(true);
     http.set_connect_timeout(config.connect_timeout);
+    // A peer that is gone (node died, network cut, no RST) is noticed on an
+    // idle connection, such as a watch waiting for events, within
+    // KEEPALIVE_IDLE + KEEPALIVE_RETRIES × KEEPALIVE_INTERVAL = 30 s, where
+    // the kernel's defaults take over two hours (client-go: ~45 s, from its
+    // HTTP/2 pings). `docs/bounds.md` lists it with the other bounds.
+    http.set_keepalive(Some(KEEPALIVE_IDLE));
+    http.set_keepalive_interval(Some(KEEPALIVE_INTERVAL));
+    http.set_keepalive_retries(Some(KEEPALIVE_RETRIES));
     let connector = proxy::Connector::new(
         http,
         &route,
@@ -135,4 +150,72 @@ pub(super) fn transport(config: kube::Config) -> Result<ClientBuilder<Transport>
         BoxService::new(service),
         config.default_namespace,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+    use std::net::TcpListener;
+    use std::time::Instant;
+
+    use super::*;
+
+    /// The kernel's view of the loopback connection from `local_port` to
+    /// `remote_port`: (`tr`, `tm->when` in clock ticks) from /proc/net/tcp.
+    fn timer(local_port: u16, remote_port: u16) -> Option<(String, u64)> {
+        let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+        let local = format!("0100007F:{local_port:04X}");
+        let remote = format!("0100007F:{remote_port:04X}");
+        table.lines().skip(1).find_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.get(1) != Some(&local.as_str()) || f.get(2) != Some(&remote.as_str()) {
+                return None;
+            }
+            let (tr, when) = f.get(5)?.split_once(':')?;
+            Some((tr.to_string(), u64::from_str_radix(when, 16).ok()?))
+        })
+    }
+
+    #[tokio::test]
+    async fn api_server_connections_carry_tcp_keepalive() {
+        // A server that accepts and never answers: the request waits on an
+        // idle connection, as a watch does between events.
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let accepted = std::thread::spawn(move || {
+            let (mut socket, peer) = listener.accept().expect("accept");
+            let mut buf = [0u8; 1024];
+            let _ = socket.read(&mut buf);
+            (socket, peer.port())
+        });
+        let uri: http::Uri = format!("http://127.0.0.1:{port}").parse().expect("uri");
+        let client = crate::kube_client::build_unthrottled(kube::Config::new(uri)).expect("client");
+        let request = tokio::spawn(async move {
+            let get = http::Request::get("/version")
+                .body(Vec::new())
+                .expect("request");
+            client.request_text(get).await
+        });
+        let (_socket, client_port) =
+            tokio::task::spawn_blocking(move || accepted.join().expect("server"))
+                .await
+                .expect("join");
+        // Once the request is acknowledged, only the keepalive timer runs
+        // (`tr` 2), due within KEEPALIVE_IDLE (in USER_HZ ticks of 10 ms).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let seen = loop {
+            let seen = timer(client_port, port);
+            if seen.as_ref().is_some_and(|(tr, _)| tr == "02") || Instant::now() > deadline {
+                break seen;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        request.abort();
+        let (tr, when) = seen.expect("the connection in /proc/net/tcp");
+        assert_eq!(tr, "02", "no keepalive timer on the client's socket");
+        assert!(
+            when <= KEEPALIVE_IDLE.as_secs() * 100,
+            "keepalive due in {when} ticks, more than {KEEPALIVE_IDLE:?}"
+        );
+    }
 }
