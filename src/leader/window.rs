@@ -132,9 +132,17 @@ impl Leadership {
     }
 
     /// Driver calls dropped before they returned (window closed, shutdown
-    /// aborted them): the driver may still be running them.
+    /// aborted them), or that ended at their deadline ([`Self::gave_up`]):
+    /// the driver may still be running them.
     pub fn abandoned(&self) -> usize {
         self.calls.abandoned.load(Ordering::SeqCst)
+    }
+
+    /// A call ended at its deadline (`DeadlineExceeded`): it returned, but
+    /// the driver may still be running it, so it counts as abandoned and
+    /// the Lease is not released on exit (the next leader waits it out).
+    pub fn gave_up(&self) {
+        self.calls.abandoned.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Runs the driver call `call` if the window is open, and abandons it

@@ -56,9 +56,12 @@ impl FencedDriver {
         if !self.leadership.may_start() {
             return Err(NotLeading);
         }
-        self.leadership
+        let answer = self
+            .leadership
             .call(self.driver.publish(request, origin))
-            .await
+            .await;
+        self.note_deadline(&answer);
+        answer
     }
 
     /// `ControllerUnpublishVolume` inside the window (as [`Self::publish`]).
@@ -71,9 +74,20 @@ impl FencedDriver {
         if !self.leadership.may_start() {
             return Err(NotLeading);
         }
-        self.leadership
+        let answer = self
+            .leadership
             .call(self.driver.unpublish(request, origin))
-            .await
+            .await;
+        self.note_deadline(&answer);
+        answer
+    }
+
+    /// A call that ended at its deadline may still run in the driver
+    /// (a cloud operation outlives its caller): counted as abandoned.
+    fn note_deadline<T>(&self, answer: &Result<Result<T, RpcStatus>, NotLeading>) {
+        if matches!(answer, Ok(Err(status)) if status.code == tonic::Code::DeadlineExceeded) {
+            self.leadership.gave_up();
+        }
     }
 
     /// A read through the driver (the reconciler's ListVolumes pages) inside
@@ -194,6 +208,32 @@ mod tests {
             "Publish not abandoned at the window's close: {publish:?}"
         );
         assert_eq!(fenced.leadership().abandoned(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_call_that_ended_at_its_deadline_counts_as_abandoned() {
+        let driver = Arc::new(FakeDriver::default());
+        let fenced = FencedDriver::new(driver.clone(), Leadership::unbounded());
+        driver.fail("unpublish", tonic::Code::Internal, "boom");
+        let failed = fenced
+            .unpublish(ControllerUnpublishVolumeRequest::default(), Origin::Csi)
+            .await;
+        assert!(matches!(failed, Ok(Err(_))), "{failed:?}");
+        assert_eq!(fenced.leadership().abandoned(), 0, "an answer is an answer");
+        driver.fail(
+            "publish",
+            tonic::Code::DeadlineExceeded,
+            "context deadline exceeded",
+        );
+        let late = fenced
+            .publish(ControllerPublishVolumeRequest::default(), Origin::Csi)
+            .await;
+        assert!(matches!(late, Ok(Err(_))), "{late:?}");
+        assert_eq!(
+            fenced.leadership().abandoned(),
+            1,
+            "the driver may still run a call that hit its deadline"
+        );
     }
 
     /// A ListVolumes page that takes a minute.
