@@ -118,75 +118,41 @@ where
                 Ok(result) => result.map_err(Into::into)?,
                 Err(_) => return Err(DeadlineError::Response(timeout).into()),
             };
+            let (until, bound) = if watch {
+                let silent_until = tokio::time::Instant::now() + WATCH_SILENCE;
+                (silent_until, Bound::Silence(WATCH_SILENCE))
+            } else {
+                (deadline, Bound::Deadline(timeout))
+            };
             Ok(response.map(|body| -> BoxBody {
-                if watch {
-                    Box::new(WatchBody {
-                        body,
-                        silence: Box::pin(tokio::time::sleep(WATCH_SILENCE)),
-                        limit: WATCH_SILENCE,
-                    })
-                } else {
-                    Box::new(DeadlineBody {
-                        body,
-                        sleep: Box::pin(tokio::time::sleep_until(deadline)),
-                        timeout,
-                    })
-                }
+                Box::new(BoundedBody {
+                    body,
+                    sleep: Box::pin(tokio::time::sleep_until(until)),
+                    bound,
+                })
             }))
         })
     }
 }
 
-/// A watch's body: never cut while it carries something, failed once it has
-/// been silent for `limit` (each frame restarts the count).
-struct WatchBody<B> {
-    body: B,
-    silence: Pin<Box<tokio::time::Sleep>>,
-    limit: Duration,
+/// What bounds a body.
+#[derive(Clone, Copy)]
+enum Bound {
+    /// The request's deadline: the whole body by then.
+    Deadline(Duration),
+    /// A watch: never cut while it carries something, failed once it has
+    /// been silent this long (each frame restarts the count).
+    Silence(Duration),
 }
 
-impl<B> Body for WatchBody<B>
-where
-    B: Body<Data = Bytes> + Unpin,
-    B::Error: Into<BoxError>,
-{
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        if let Poll::Ready(frame) = Pin::new(&mut self.body).poll_frame(cx) {
-            let limit = self.limit;
-            self.silence
-                .as_mut()
-                .reset(tokio::time::Instant::now() + limit);
-            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
-        }
-        if self.silence.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(Some(Err(DeadlineError::WatchSilent(self.limit).into())));
-        }
-        Poll::Pending
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
-}
-
-/// A body that fails once its request's deadline passes.
-struct DeadlineBody<B> {
+/// A body that fails when its [`Bound`] is reached.
+struct BoundedBody<B> {
     body: B,
     sleep: Pin<Box<tokio::time::Sleep>>,
-    timeout: Duration,
+    bound: Bound,
 }
 
-impl<B> Body for DeadlineBody<B>
+impl<B> Body for BoundedBody<B>
 where
     B: Body<Data = Bytes> + Unpin,
     B::Error: Into<BoxError>,
@@ -199,10 +165,19 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         if let Poll::Ready(frame) = Pin::new(&mut self.body).poll_frame(cx) {
+            if let Bound::Silence(limit) = self.bound {
+                self.sleep
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + limit);
+            }
             return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
         }
         if self.sleep.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(Some(Err(DeadlineError::Body(self.timeout).into())));
+            let err = match self.bound {
+                Bound::Deadline(timeout) => DeadlineError::Body(timeout),
+                Bound::Silence(limit) => DeadlineError::WatchSilent(limit),
+            };
+            return Poll::Ready(Some(Err(err.into())));
         }
         Poll::Pending
     }
