@@ -30,11 +30,13 @@ use crate::controller::model::store::PvRefs;
 use crate::controller::model::store::Stores;
 use crate::controller::model::CachedPv;
 use crate::controller::model::CachedVa;
+use crate::controller::queue::Trigger;
 use crate::controller::seams::cluster::ClusterApi;
 use crate::controller::seams::driver::Driver;
 use crate::controller::seams::driver::Origin;
 use crate::controller::seams::fenced::FencedDriver;
 use crate::controller::sync::failing::FailingVas;
+use crate::controller::sync::sync_va;
 use crate::csi::proto::{ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest};
 use crate::csi::{Capabilities, RpcStatus, VolumePage};
 use crate::leader::Leadership;
@@ -379,6 +381,20 @@ pub fn capabilities(attach: bool) -> Capabilities {
         list_volumes_published_nodes: true,
         ..Capabilities::default()
     }
+}
+
+/// One sync of `va-1` in `w`, queued for an event, as the worker runs it.
+pub async fn sync(w: &World) -> Result<(), String> {
+    sync_va(&w.ctx, "va-1", Trigger::Event)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// One sync of `va-1` in `w`, queued by the reconciler.
+pub async fn sync_forced(w: &World) -> Result<(), String> {
+    sync_va(&w.ctx, "va-1", Trigger::Reconciler)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 impl World {

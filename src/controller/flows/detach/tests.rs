@@ -3,24 +3,9 @@
 use serde_json::json;
 use tonic::Code;
 
-use crate::controller::queue::Trigger;
-use crate::controller::sync::sync_va;
 use crate::controller::testing::*;
 
 const NODE_ID_ANN: &str = "csi.alpha.kubernetes.io/node-id";
-
-async fn sync(w: &World) -> Result<(), String> {
-    sync_va(&w.ctx, "va-1", Trigger::Event)
-        .await
-        .map_err(|e| e.to_string())
-}
-
-/// A sync of `va-1` queued by the reconciler.
-async fn sync_forced(w: &World) -> Result<(), String> {
-    sync_va(&w.ctx, "va-1", Trigger::Reconciler)
-        .await
-        .map_err(|e| e.to_string())
-}
 
 fn pv_ours() -> k8s_openapi::api::core::v1::PersistentVolume {
     pv(json!({"metadata": {"finalizers": [FIN]}}))

@@ -6,12 +6,6 @@ use crate::controller::queue::Trigger;
 use crate::controller::sync::sync_va;
 use crate::controller::testing::*;
 
-async fn sync(w: &World) -> Result<(), String> {
-    sync_va(&w.ctx, "va-1", Trigger::Event)
-        .await
-        .map_err(|e| e.to_string())
-}
-
 fn status(body: serde_json::Value) -> String {
     format!("PATCH va/va-1/status {}", json!({ "status": body }))
 }
