@@ -180,6 +180,7 @@ fn note_ignored_flags(config: &Config) {
         retry_interval_start: _,
         retry_interval_max: _,
         worker_threads: _,
+        max_inflight_per_node: _,
         default_fstype: _,
         kube_api_qps: _,
         kube_api_burst: _,
@@ -334,6 +335,9 @@ fn controller_settings(
         capabilities,
         default_fs_type: config.default_fstype.clone(),
         workers: config.worker_threads as usize,
+        max_inflight_per_node: usize::try_from(config.max_inflight_per_node)
+            .ok()
+            .filter(|cap| *cap > 0),
         backoff: Backoff {
             start: config.retry_interval_start,
             max: config.retry_interval_max,

@@ -144,6 +144,10 @@ pub struct Config {
     #[arg(long, default_value = "10", value_parser = uint_flag)]
     pub worker_threads: u64,
 
+    /// Not in upstream: at most this many attaches and detaches in flight per node (0: no cap). Never below the driver's own batch per node.
+    #[arg(long, default_value = "0", value_parser = uint_flag)]
+    pub max_inflight_per_node: u64,
+
     /// fsType of mount volumes whose PV does not set one.
     #[arg(long, default_value = "")]
     pub default_fstype: String,

@@ -30,36 +30,39 @@
 //! in it, the lane claims its whole reserve again: slots freed from then on
 //! go to it first, until it has its share.
 //!
+//! # Fair across nodes
+//! With a placer ([`WorkQueue::with_placer`]), a lane's waiting keys are
+//! grouped by the node their work is for, and the nodes take turns
+//! ([`fair`]): a node's backlog delays its own keys, not the other nodes'.
+//! Urgent keys (detaches of failed nodes) go first. A node may be capped
+//! ([`WorkQueue::with_node_cap`]) and held ([`WorkQueue::hold`]); a key
+//! whose node is closed waits while other nodes' keys start.
+//!
 //! # Idle until started
 //! A queue built [`WorkQueue::idle`] ignores adds until [`WorkQueue::start`]:
 //! a standby replica keeps its caches warm but queues (and counts) no work it
 //! will not do; the new leader queues everything from its caches instead.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::marker::PhantomData;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+pub mod ceiling;
+pub mod fair;
 pub mod lane;
 pub mod metrics;
+pub mod pace;
+
+pub use ceiling::{Backoff, Concurrency};
+use fair::{FairFifo, Group, Groups, Placement, Placer};
+pub use lane::QueueLane;
 
 use metrics::{QueueFamilies, QueueMetrics};
-
-/// The lanes of one queue: a closed set, each lane with its place in the
-/// queue and its label. A queue only takes its own lane type, so a lane of
-/// another queue (or an index past the last lane) cannot be passed.
-pub trait QueueLane: Copy + Eq + std::fmt::Debug + Send + Sync + 'static {
-    /// Every lane, in queue order: `ALL[l.index()] == l`.
-    const ALL: &'static [Self];
-    /// The lane's place in [`Self::ALL`].
-    fn index(self) -> usize;
-    /// The lane's label in metrics and logs.
-    fn name(self) -> &'static str;
-}
 
 /// Why a key was queued. It travels with the key: [`WorkQueue::get`] hands
 /// it to the worker, and a key queued again while it waits or runs keeps the
@@ -83,109 +86,15 @@ pub struct Work {
     pub trigger: Trigger,
 }
 
-/// Per-key exponential backoff: `start · 2^failures`, capped at `max`.
-#[derive(Debug, Clone, Copy)]
-pub struct Backoff {
-    /// First delay (`--retry-interval-start`).
-    pub start: Duration,
-    /// Cap (`--retry-interval-max`).
-    pub max: Duration,
-}
-
-impl Backoff {
-    /// The delay after `failures` earlier failures.
-    pub fn delay(&self, failures: u32) -> Duration {
-        // Exact, in integer nanoseconds: no float rounding, no overflow.
-        const NANOS_PER_SEC: u128 = 1_000_000_000;
-        if self.start.is_zero() {
-            return Duration::ZERO;
-        }
-        let max = self.max.as_nanos();
-        let nanos = 1u128
-            .checked_shl(failures)
-            .and_then(|factor| self.start.as_nanos().checked_mul(factor))
-            .map_or(max, |n| n.min(max));
-        // At most `max`, so the seconds fit in a u64.
-        Duration::new(
-            (nanos / NANOS_PER_SEC) as u64,
-            (nanos % NANOS_PER_SEC) as u32,
-        )
-    }
-}
-
-/// The ceiling of keys in flight, and each lane's reserved share of it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Concurrency {
-    /// Keys in flight across all lanes, at most.
-    pub total: usize,
-    /// Per lane: slots only that lane may use (their sum is at most `total`).
-    pub reserved: Vec<usize>,
-}
-
-impl Concurrency {
-    /// `total` slots over `lanes` lanes, each lane reserving a tenth of them
-    /// (at least one) when there are enough slots for every lane to have one.
-    ///
-    /// A tenth: one slot is all an attach needs to get past a detach storm,
-    /// and more keep several attaches from queueing behind one another; a
-    /// lane with nothing waiting lends all of it but one slot (see the module
-    /// docs), so a single-lane burst still uses all but one.
-    pub fn with_reserved_tenth(total: usize, lanes: usize) -> Self {
-        let share = if lanes > 0 && total >= lanes {
-            (total / 10).max(1).min(total / lanes)
-        } else {
-            0
-        };
-        Self {
-            total,
-            reserved: vec![share; lanes],
-        }
-    }
-
-    /// The slots lane `lane` holds or keeps from the others, with `in_flight`
-    /// of its keys running: all of its reserve while keys wait in it; while
-    /// none do, its running keys and, within its reserve, one free slot for
-    /// its next key.
-    fn claim(&self, lane: usize, in_flight: usize, waiting: bool) -> usize {
-        let reserved = self.reserved.get(lane).copied().unwrap_or(0);
-        let kept = if waiting {
-            reserved
-        } else {
-            reserved.min(in_flight + 1)
-        };
-        in_flight.max(kept)
-    }
-
-    /// Whether `lane` may start one more key with `in_flight` keys running
-    /// and `waiting` keys waiting per lane.
-    fn admits(&self, lane: usize, in_flight: &[usize], waiting: &[usize]) -> bool {
-        let count = |v: &[usize], l: usize| v.get(l).copied().unwrap_or(0);
-        if in_flight.iter().sum::<usize>() >= self.total {
-            return false;
-        }
-        let mine = count(in_flight, lane);
-        if mine < self.reserved.get(lane).copied().unwrap_or(0) {
-            return true;
-        }
-        let others: usize = (0..in_flight.len().max(self.reserved.len()))
-            .filter(|l| *l != lane)
-            .map(|l| self.claim(l, count(in_flight, l), count(waiting, l) > 0))
-            .sum();
-        mine + others < self.total
-    }
-
-    /// How many slots lane `lane` stops keeping from the others when its last
-    /// waiting key leaves it, with `in_flight` of its keys running.
-    fn lent_when_drained(&self, lane: usize, in_flight: usize) -> usize {
-        self.claim(lane, in_flight, true) - self.claim(lane, in_flight, false)
-    }
-}
-
 #[derive(Default)]
 struct State {
-    lanes: Vec<VecDeque<String>>,
+    lanes: Vec<FairFifo>,
     /// Waiting keys and the lane they wait in.
     queued: HashMap<String, usize>,
+    /// Waiting keys' groups.
+    placed: HashMap<String, Group>,
+    /// Keys in flight per node, the per-node cap and the holds.
+    groups: Groups,
     /// How many keys wait per lane (`queued` counted by lane).
     waiting: Vec<usize>,
     /// Keys added while being processed, with the lane to re-queue them in.
@@ -196,8 +105,8 @@ struct State {
     failures: HashMap<String, u32>,
     /// When each waiting key became ready.
     ready_since: HashMap<String, Instant>,
-    /// When each key in flight was taken, and from which lane.
-    started: HashMap<String, (Instant, usize)>,
+    /// When each key in flight was taken, from which lane, for which group.
+    started: HashMap<String, (Instant, usize, Group)>,
     /// Keys in flight per lane.
     in_flight: Vec<usize>,
     /// Whether adds are taken (false while idle).
@@ -218,6 +127,7 @@ pub struct WorkQueue<L: QueueLane> {
     timers_changed: Notify,
     metrics: Option<QueueMetrics>,
     concurrency: Option<Concurrency>,
+    placer: Option<Placer>,
     lanes: PhantomData<fn(L) -> L>,
 }
 
@@ -237,7 +147,7 @@ impl<L: QueueLane> WorkQueue<L> {
         let names: Vec<&str> = L::ALL.iter().map(|l| l.name()).collect();
         let metrics = families.map(|f| f.for_queue(name, &names));
         let state = State {
-            lanes: (0..lanes).map(|_| VecDeque::new()).collect(),
+            lanes: (0..lanes).map(|_| FairFifo::default()).collect(),
             in_flight: vec![0; lanes],
             waiting: vec![0; lanes],
             accepting: true,
@@ -251,6 +161,7 @@ impl<L: QueueLane> WorkQueue<L> {
             timers_changed: Notify::new(),
             metrics,
             concurrency: None,
+            placer: None,
             lanes: PhantomData,
         }
     }
@@ -258,6 +169,19 @@ impl<L: QueueLane> WorkQueue<L> {
     /// Caps the keys in flight (see the module docs).
     pub fn with_concurrency(mut self, concurrency: Concurrency) -> Self {
         self.concurrency = Some(concurrency);
+        self
+    }
+
+    /// Groups each lane's keys by `placer` (see the module docs).
+    pub fn with_placer(mut self, placer: Placer) -> Self {
+        self.placer = Some(placer);
+        self
+    }
+
+    /// At most `cap` keys of one group in flight, all lanes together
+    /// (`None` or 0: no cap). Needs a placer to mean anything.
+    pub fn with_node_cap(self, cap: Option<usize>) -> Self {
+        self.lock().groups.set_cap(cap);
         self
     }
 
@@ -343,7 +267,14 @@ impl<L: QueueLane> WorkQueue<L> {
                 }
             }
         }
-        state.lanes[lane].push_back(key.to_string());
+        let placement = self
+            .placer
+            .as_ref()
+            .map_or_else(Placement::none, |place| place(key, lane));
+        state
+            .placed
+            .insert(key.to_string(), Arc::clone(&placement.group));
+        state.lanes[lane].push(key.to_string(), placement);
         self.lane_ready[lane].notify_one();
     }
 
@@ -372,6 +303,17 @@ impl<L: QueueLane> WorkQueue<L> {
 
     /// Queues `key` after its backoff delay and counts the failure.
     pub fn add_rate_limited(&self, key: &str, lane: L) -> Duration {
+        self.add_rate_limited_with(key, lane, |delay| delay)
+    }
+
+    /// [`WorkQueue::add_rate_limited`] with the backoff delay passed through
+    /// `adjust` (the pacer's settle time may make it longer).
+    pub fn add_rate_limited_with(
+        &self,
+        key: &str,
+        lane: L,
+        adjust: impl FnOnce(Duration) -> Duration,
+    ) -> Duration {
         let failures = {
             let mut state = self.lock();
             let f = state.failures.entry(key.to_string()).or_insert(0);
@@ -379,7 +321,7 @@ impl<L: QueueLane> WorkQueue<L> {
             *f = f.saturating_add(1);
             before
         };
-        let delay = self.backoff.delay(failures);
+        let delay = adjust(self.backoff.delay(failures));
         if let Some(m) = &self.metrics {
             m.retries.inc();
         }
@@ -390,6 +332,48 @@ impl<L: QueueLane> WorkQueue<L> {
     /// Resets the failure count of `key`.
     pub fn forget(&self, key: &str) {
         self.lock().failures.remove(key);
+    }
+
+    /// Starts `key` in `lane` now instead of after its backoff: its failures
+    /// are forgotten and a delayed re-queue is dropped (a hand-off: what it
+    /// waited for is done).
+    pub fn expedite(&self, key: &str, lane: L) {
+        let mut state = self.lock();
+        state.failures.remove(key);
+        state.delayed.remove(key);
+        self.add_locked(&mut state, key, lane.index(), Trigger::Event);
+    }
+
+    /// Holds node `group` in `lane` until `until`: none of its keys start
+    /// there before, then one at a time until [`WorkQueue::release`]. Keys
+    /// of other nodes, and of the node in other lanes, go on.
+    pub fn hold(&self, lane: L, group: &str, until: Instant) {
+        self.lock()
+            .groups
+            .hold(lane.index(), &Arc::from(group), until);
+        self.timers_changed.notify_one();
+    }
+
+    /// Ends the hold of node `group` in `lane`; whether it was held.
+    pub fn release(&self, lane: L, group: &str) -> bool {
+        let released = self.lock().groups.release(lane.index(), &Arc::from(group));
+        if released {
+            // Its waiting keys may start at once, more than one now.
+            self.lane_ready[lane.index()].notify_waiters();
+        }
+        released
+    }
+
+    /// Whether node `group` is held in `lane`.
+    #[cfg(test)]
+    pub fn is_held(&self, lane: L, group: &str) -> bool {
+        self.lock().groups.held(lane.index(), group)
+    }
+
+    /// Keys of node `group` in flight, all lanes.
+    #[cfg(test)]
+    pub fn node_in_flight(&self, group: &str) -> usize {
+        self.lock().groups.in_flight(group)
     }
 
     /// How many times `key` failed since it was last forgotten.
@@ -444,26 +428,40 @@ impl<L: QueueLane> WorkQueue<L> {
                     .concurrency
                     .as_ref()
                     .is_none_or(|c| c.admits(lane, &state.in_flight, &state.waiting));
-                while let Some(key) = admitted.then(|| state.lanes[lane].pop_front()).flatten() {
-                    if state.queued.get(&key) == Some(&lane) {
-                        state.queued.remove(&key);
-                        state.waiting[lane] = state.waiting[lane].saturating_sub(1);
-                        let now = Instant::now();
-                        let since = state.ready_since.remove(&key).unwrap_or(now);
-                        state.started.insert(key.clone(), (now, lane));
-                        state.in_flight[lane] += 1;
-                        if state.waiting[lane] == 0 {
-                            self.drained(&state, lane);
-                        }
-                        state.processing.insert(key.clone());
-                        if let Some(m) = &self.metrics {
-                            m.depth.dec();
-                            m.lane_depth[lane].dec();
-                            m.queue_duration.observe((now - since).as_secs_f64());
-                        }
-                        let trigger = state.triggers.remove(&key).unwrap_or_default();
-                        return Some(Work { key, trigger });
+                let now = Instant::now();
+                let taken = if admitted {
+                    let State {
+                        lanes,
+                        queued,
+                        groups,
+                        ..
+                    } = &mut *state;
+                    lanes[lane].pop(
+                        |key| queued.get(key) == Some(&lane),
+                        |group| groups.open(lane, group, now),
+                    )
+                } else {
+                    None
+                };
+                if let Some(key) = taken {
+                    state.queued.remove(&key);
+                    state.waiting[lane] = state.waiting[lane].saturating_sub(1);
+                    let since = state.ready_since.remove(&key).unwrap_or(now);
+                    let group = state.placed.remove(&key).unwrap_or_else(|| Arc::from(""));
+                    state.groups.started(lane, &group);
+                    state.started.insert(key.clone(), (now, lane, group));
+                    state.in_flight[lane] += 1;
+                    if state.waiting[lane] == 0 {
+                        self.drained(&state, lane);
                     }
+                    state.processing.insert(key.clone());
+                    if let Some(m) = &self.metrics {
+                        m.depth.dec();
+                        m.lane_depth[lane].dec();
+                        m.queue_duration.observe((now - since).as_secs_f64());
+                    }
+                    let trigger = state.triggers.remove(&key).unwrap_or_default();
+                    return Some(Work { key, trigger });
                 }
             }
             notified.await;
@@ -474,13 +472,15 @@ impl<L: QueueLane> WorkQueue<L> {
     pub fn done(&self, key: &str) {
         let mut state = self.lock();
         state.processing.remove(key);
-        if let Some((started, lane)) = state.started.remove(key) {
+        if let Some((started, lane, group)) = state.started.remove(key) {
             state.in_flight[lane] = state.in_flight[lane].saturating_sub(1);
+            state.groups.finished(lane, &group);
             if let Some(m) = &self.metrics {
                 m.work_duration.observe(started.elapsed().as_secs_f64());
             }
-            if self.concurrency.is_some() {
-                // A slot is free: a worker of any lane may be waiting for one.
+            if self.concurrency.is_some() || self.placer.is_some() {
+                // A slot is free, or the key's node may start another: a
+                // worker of any lane may be waiting for one.
                 for ready in &self.lane_ready {
                     ready.notify_one();
                 }
@@ -518,7 +518,7 @@ impl<L: QueueLane> WorkQueue<L> {
             let running: Vec<f64> = state
                 .started
                 .values()
-                .map(|(t, _)| (now - *t).as_secs_f64())
+                .map(|(t, _, _)| (now - *t).as_secs_f64())
                 .collect();
             m.unfinished.set(running.iter().sum());
             m.longest.set(running.iter().copied().fold(0.0, f64::max));
@@ -563,7 +563,17 @@ impl<L: QueueLane> WorkQueue<L> {
                         }
                     }
                 }
-                state.timers.peek().map(|Reverse((due, _, _))| *due)
+                if state.groups.holds_ended(now) {
+                    // A held node may take a key again.
+                    for ready in &self.lane_ready {
+                        ready.notify_waiters();
+                    }
+                }
+                let timer = state.timers.peek().map(|Reverse((due, _, _))| *due);
+                match (timer, state.groups.next_hold_end()) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                }
             };
             match next {
                 Some(due) => {
@@ -588,6 +598,7 @@ mod proptests;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::queue::fair::{Placement, Placer};
     use crate::controller::queue::lane::Lane;
     use crate::controller::queue::lane::PvLane;
     use std::sync::Arc;
@@ -1004,5 +1015,101 @@ mod tests {
         assert_eq!(waiter.await.expect("join"), None);
         q.add("a", l(0));
         assert_eq!(q.get(l(0)).await.map(|w| w.key), None);
+    }
+
+    /// A queue placing key `<node>-<n>` on `<node>`, with a per-node cap.
+    fn by_node(cap: Option<usize>) -> Arc<WorkQueue<Lane>> {
+        let placer: Placer =
+            Box::new(|key, _| Placement::node(key.split_once('-').map_or(key, |(node, _)| node)));
+        let q = Arc::new(
+            WorkQueue::new("test", BACKOFF, None)
+                .with_placer(placer)
+                .with_node_cap(cap),
+        );
+        let timers = Arc::clone(&q);
+        tokio::spawn(async move { timers.run_timers().await });
+        q
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nodes_take_turns_in_a_lane() {
+        let q = by_node(None);
+        for i in 0..3 {
+            q.add(&format!("big-{i}"), l(0));
+        }
+        q.add("a-0", l(0));
+        q.add("b-0", l(0));
+        let mut order = Vec::new();
+        while let Some(key) = next(&q, 0).await {
+            order.push(key);
+        }
+        assert_eq!(order, ["big-0", "a-0", "b-0", "big-1", "big-2"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_at_its_cap_waits_while_other_nodes_start() {
+        let q = by_node(Some(1));
+        q.add("n1-a", l(0));
+        q.add("n1-b", l(0));
+        q.add("n2-a", l(1));
+        q.add("n2-b", l(0));
+        assert_eq!(next(&q, 0).await.as_deref(), Some("n1-a"));
+        // n1 is at its cap in every lane; n2's attach goes on.
+        assert_eq!(next(&q, 0).await.as_deref(), Some("n2-b"));
+        assert_eq!(
+            next(&q, 1).await,
+            None,
+            "n2 is at its cap: its detach waits"
+        );
+        assert_eq!(q.node_in_flight("n1"), 1);
+        q.done("n1-a");
+        assert_eq!(next(&q, 0).await.as_deref(), Some("n1-b"));
+        q.done("n2-b");
+        assert_eq!(next(&q, 1).await.as_deref(), Some("n2-a"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_node_waits_then_goes_one_key_at_a_time_until_released() {
+        let q = by_node(None);
+        for key in ["n1-a", "n1-b", "n1-c", "n2-a"] {
+            q.add(key, l(0));
+        }
+        q.hold(l(0), "n1", Instant::now() + Duration::from_secs(4));
+        assert!(q.is_held(l(0), "n1"));
+        assert_eq!(next(&q, 0).await.as_deref(), Some("n2-a"));
+        // A worker waiting for work wakes when the hold ends.
+        let waiter = {
+            let q = Arc::clone(&q);
+            tokio::spawn(async move { q.get(l(0)).await.map(|w| (w.key, Instant::now())) })
+        };
+        let start = Instant::now();
+        let (key, at) = waiter.await.expect("join").expect("a key after the hold");
+        assert_eq!(key, "n1-a");
+        assert!(at - start >= Duration::from_secs(3), "{:?}", at - start);
+        assert_eq!(next(&q, 0).await, None, "one key at a time while held");
+        q.done("n1-a");
+        assert_eq!(next(&q, 0).await.as_deref(), Some("n1-b"));
+        assert!(q.release(l(0), "n1"));
+        assert_eq!(
+            next(&q, 0).await.as_deref(),
+            Some("n1-c"),
+            "released: no limit"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_expedited_key_starts_now_with_its_failures_forgotten() {
+        let q = queue();
+        q.add_rate_limited("a", l(0));
+        q.add_rate_limited("a", l(0));
+        assert_eq!(q.failures("a"), 2);
+        assert_eq!(next(&q, 0).await, None, "waits out its backoff");
+        q.expedite("a", l(0));
+        assert_eq!(next(&q, 0).await.as_deref(), Some("a"));
+        assert_eq!(q.failures("a"), 0);
+        q.done("a");
+        // The dropped timer does not bring it back.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(next(&q, 0).await, None);
     }
 }

@@ -8,6 +8,8 @@ use std::time::Duration;
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::api::Api;
 use kube::runtime::reflector;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::reflector::ObjectRef;
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
@@ -18,16 +20,20 @@ use crate::controller::model::store::PvRefs;
 use crate::controller::model::store::Stores;
 use crate::controller::model::CachedPv;
 use crate::controller::model::CachedVa;
+use crate::controller::queue::fair::Placement;
+use crate::controller::queue::fair::Placer;
 use crate::controller::queue::lane::Lane;
 use crate::controller::queue::lane::PvLane;
 use crate::controller::queue::lane::PV_QUEUE;
 use crate::controller::queue::lane::VA_QUEUE;
+use crate::controller::queue::pace::Pacer;
 use crate::controller::queue::Backoff;
 use crate::controller::queue::Concurrency;
 use crate::controller::queue::QueueLane;
 use crate::controller::queue::WorkQueue;
 use crate::controller::reconcile;
 use crate::controller::seams::cluster::KubeApi;
+use crate::controller::seams::driver::Driver;
 use crate::controller::seams::fenced::FencedDriver;
 use crate::controller::sync;
 use crate::controller::sync::failing;
@@ -58,6 +64,8 @@ pub struct Settings {
     pub drain_timeout: Duration,
     /// Put `errorCode` on attach errors (gate `MutableCSINodeAllocatableCount`).
     pub error_codes: bool,
+    /// `--max-inflight-per-node` (`None`: no cap).
+    pub max_inflight_per_node: Option<usize>,
     /// `--reconcile-sync`.
     pub reconcile_period: Duration,
     /// `--max-entries`.
@@ -90,12 +98,16 @@ impl Queues {
     /// Both queues, idle (no adds, no metrics) until this replica leads.
     /// `--worker-threads` is the ceiling of concurrent attaches + detaches,
     /// as upstream; each VA lane keeps a share of it (see `Concurrency`).
-    fn new(settings: &Settings, metrics: &Metrics) -> Self {
+    /// Within a lane the VAs' nodes take turns, a failed node's detaches go
+    /// first, and `--max-inflight-per-node` caps each node.
+    fn new(settings: &Settings, metrics: &Metrics, stores: &Stores) -> Self {
         let va = WorkQueue::new(VA_QUEUE, settings.backoff, Some(&metrics.queues))
             .with_concurrency(Concurrency::with_reserved_tenth(
                 settings.workers,
                 Lane::ALL.len(),
             ))
+            .with_placer(placer(stores.clone()))
+            .with_node_cap(settings.max_inflight_per_node)
             .idle();
         let pv = WorkQueue::new(PV_QUEUE, settings.backoff, Some(&metrics.queues)).idle();
         Self {
@@ -103,6 +115,25 @@ impl Queues {
             pv: Arc::new(pv),
         }
     }
+}
+
+/// Where a VA waits in its lane: with its node's keys; a detach first when
+/// its node has no CSINode any more (the Node was deleted, and its CSINode
+/// with it), so a failed node's volumes are freed for their new nodes ahead
+/// of routine work.
+fn placer(stores: Stores) -> Placer {
+    Box::new(move |key, lane| {
+        let Some(va) = stores.va(key) else {
+            return Placement::none();
+        };
+        let node = va.node_name();
+        let urgent =
+            lane == Lane::Detach.index() && stores.csinodes.get(&ObjectRef::new(node)).is_none();
+        Placement {
+            group: Arc::from(node),
+            urgent,
+        }
+    })
 }
 
 /// Runs the controller until `hooks.shutdown` resolves, then drains in-flight work.
@@ -124,16 +155,19 @@ pub async fn run(
     } = hooks;
     let finalizer = names::finalizer(&settings.driver_name);
     let mut tasks = JoinSet::new();
-    let queues = Queues::new(&settings, &metrics);
+    let (stores, writers) = caches();
+    let queues = Queues::new(&settings, &metrics, &stores);
     let client = clients.normal.clone();
     let failing = Arc::new(FailingVas::new(&metrics.flows.failing));
-    let stores = spawn_watches(
+    spawn_watches(
         &mut tasks,
         &client,
         &settings,
         &finalizer,
         &queues,
         Arc::clone(&failing),
+        writers,
+        &stores,
     );
 
     // Upstream waits for the VA and PV caches only; CSINode lags are retried.
@@ -154,6 +188,13 @@ pub async fn run(
         () = &mut shutdown => return tasks.shutdown().await,
     }
 
+    let csi: Arc<dyn Driver> = Arc::new(csi);
+    let pacer = Arc::new(Pacer::new(
+        Arc::clone(&queues.va),
+        settings.backoff,
+        csi.timeout(),
+        Some(metrics.queues.for_pacer()),
+    ));
     let ctx = Arc::new(Ctx {
         driver_name: settings.driver_name.clone(),
         finalizer,
@@ -161,7 +202,7 @@ pub async fn run(
         default_fs_type: settings.default_fs_type.clone(),
         api: Arc::new(KubeApi::new(clients)),
         stores,
-        driver: FencedDriver::new(Arc::new(csi), leadership),
+        driver: FencedDriver::new(csi, leadership).with_pacer(pacer),
         error_codes: settings.error_codes,
         flow_metrics: Arc::clone(&metrics.flows),
         failing,
@@ -188,7 +229,34 @@ pub async fn run(
     tasks.shutdown().await;
 }
 
-/// The caches, and the watches that fill them (spawned on `tasks`).
+/// What fills the caches.
+struct Writers {
+    vas: Writer<CachedVa>,
+    pvs: Writer<CachedPv>,
+    csinodes: Writer<CSINode>,
+}
+
+/// The caches (empty) and their writers.
+fn caches() -> (Stores, Writers) {
+    let (vas, va_writer) = reflector::store::<CachedVa>();
+    let (pvs, pv_writer) = reflector::store::<CachedPv>();
+    let (csinodes, csinode_writer) = reflector::store::<CSINode>();
+    let stores = Stores {
+        vas,
+        pvs,
+        csinodes,
+        pv_refs: PvRefs::default(),
+    };
+    let writers = Writers {
+        vas: va_writer,
+        pvs: pv_writer,
+        csinodes: csinode_writer,
+    };
+    (stores, writers)
+}
+
+/// The watches that fill the caches (spawned on `tasks`).
+#[allow(clippy::too_many_arguments)]
 fn spawn_watches(
     tasks: &mut JoinSet<()>,
     client: &kube::Client,
@@ -196,12 +264,16 @@ fn spawn_watches(
     finalizer: &str,
     queues: &Queues,
     failing: Arc<FailingVas>,
-) -> Stores {
+    writers: Writers,
+    stores: &Stores,
+) {
     let driver = &settings.driver_name;
-    let (vas, va_writer) = reflector::store::<CachedVa>();
-    let (pvs, pv_writer) = reflector::store::<CachedPv>();
-    let (csinodes, csinode_writer) = reflector::store::<CSINode>();
-    let pv_refs = PvRefs::default();
+    let Writers {
+        vas: va_writer,
+        pvs: pv_writer,
+        csinodes: csinode_writer,
+    } = writers;
+    let pv_refs = stores.pv_refs.clone();
     tasks.spawn(
         watch::run_va_informer(
             Api::all(client.clone()),
@@ -230,12 +302,6 @@ fn spawn_watches(
             watch::run_csinode_informer(Api::all(client.clone()), csinode_writer)
                 .instrument(tracing::info_span!("watch", resource = "csinodes")),
         );
-    }
-    Stores {
-        vas,
-        pvs,
-        csinodes,
-        pv_refs,
     }
 }
 

@@ -130,7 +130,7 @@ async fn mark_attached_failed(
         tracing::info!(va = %va.name(), node_id = %published.request.node_id,
             "VolumeAttachment gone while it was published; unpublishing");
         ctx.driver
-            .unpublish(published.request, published.origin)
+            .unpublish(published.request, published.origin, va)
             .await?
             .map_err(FlowError::UndoPublish)?;
         return Ok(());
@@ -172,7 +172,7 @@ async fn publish(
             node_id: stale,
             secrets: request.secrets.clone(),
         };
-        ctx.driver.unpublish(unpublish, origin).await??;
+        ctx.driver.unpublish(unpublish, origin, va).await??;
     }
 
     // From the VA write on, a detach is owed.
@@ -190,7 +190,7 @@ async fn publish(
         },
         origin,
     };
-    let context = ctx.driver.publish(request, origin).await??;
+    let context = ctx.driver.publish(request, origin, va).await??;
     Ok((context.into_iter().collect(), published))
 }
 

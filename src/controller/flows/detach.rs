@@ -83,7 +83,7 @@ async fn unpublish(ctx: &Ctx, va: &CachedVa) -> Result<(), FlowError> {
             node_id,
             secrets: secrets.clone().into_iter().collect(),
         };
-        ctx.driver.unpublish(request, volume.origin).await??;
+        ctx.driver.unpublish(request, volume.origin, va).await??;
     }
     Ok(())
 }

@@ -8,7 +8,7 @@
 //! of k8s-openapi's structs. Reads hand out the store's `Arc`s: no object is
 //! copied per read.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::api::storage::v1::CSINode;
@@ -79,8 +79,8 @@ pub struct PvRefs(Arc<Mutex<PvRefState>>);
 struct PvRefState {
     /// VA name → PV name.
     by_va: HashMap<String, String>,
-    /// PV name → count.
-    counts: HashMap<String, usize>,
+    /// PV name → the VAs that name it.
+    by_pv: HashMap<String, HashSet<String>>,
     /// Being rebuilt by a re-list.
     relist: Option<HashMap<String, String>>,
 }
@@ -88,7 +88,16 @@ struct PvRefState {
 impl PvRefs {
     /// Whether any VA references `pv`.
     pub fn is_referenced(&self, pv: &str) -> bool {
-        self.lock().counts.get(pv).is_some_and(|c| *c > 0)
+        self.lock().by_pv.get(pv).is_some_and(|vas| !vas.is_empty())
+    }
+
+    /// The VAs (of any driver) that name `pv`.
+    pub fn referencing(&self, pv: &str) -> Vec<String> {
+        self.lock()
+            .by_pv
+            .get(pv)
+            .map(|vas| vas.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Records that VA `va` references `pv` (or nothing).
@@ -97,7 +106,11 @@ impl PvRefs {
         state.remove_va(va);
         if let Some(pv) = pv {
             state.by_va.insert(va.to_string(), pv.to_string());
-            *state.counts.entry(pv.to_string()).or_default() += 1;
+            state
+                .by_pv
+                .entry(pv.to_string())
+                .or_default()
+                .insert(va.to_string());
         }
     }
 
@@ -131,12 +144,12 @@ impl PvRefs {
             .filter(|(va, _)| !fresh.contains_key(*va))
             .map(|(_, pv)| pv.clone())
             .collect();
-        let mut counts: HashMap<String, usize> = HashMap::new();
-        for pv in fresh.values() {
-            *counts.entry(pv.clone()).or_default() += 1;
+        let mut by_pv: HashMap<String, HashSet<String>> = HashMap::new();
+        for (va, pv) in &fresh {
+            by_pv.entry(pv.clone()).or_default().insert(va.clone());
         }
         state.by_va = fresh;
-        state.counts = counts;
+        state.by_pv = by_pv;
         vanished
     }
 
@@ -148,10 +161,10 @@ impl PvRefs {
 impl PvRefState {
     fn remove_va(&mut self, va: &str) -> Option<String> {
         let pv = self.by_va.remove(va)?;
-        if let Some(count) = self.counts.get_mut(&pv) {
-            *count -= 1;
-            if *count == 0 {
-                self.counts.remove(&pv);
+        if let Some(vas) = self.by_pv.get_mut(&pv) {
+            vas.remove(va);
+            if vas.is_empty() {
+                self.by_pv.remove(&pv);
             }
         }
         Some(pv)
@@ -171,6 +184,7 @@ mod tests {
         assert!(refs.is_referenced("pv-a") && refs.is_referenced("pv-b"));
         assert_eq!(refs.remove("va-1").as_deref(), Some("pv-a"));
         assert!(refs.is_referenced("pv-a"));
+        assert_eq!(refs.referencing("pv-a"), ["va-2"]);
         assert_eq!(refs.remove("va-2").as_deref(), Some("pv-a"));
         assert!(!refs.is_referenced("pv-a"));
 

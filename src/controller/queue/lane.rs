@@ -6,7 +6,18 @@
 //! its field in logs.
 
 use crate::controller::model::CachedVa;
-use crate::controller::queue::QueueLane;
+
+/// The lanes of one queue: a closed set, each lane with its place in the
+/// queue and its label. A queue only takes its own lane type, so a lane of
+/// another queue (or an index past the last lane) cannot be passed.
+pub trait QueueLane: Copy + Eq + std::fmt::Debug + Send + Sync + 'static {
+    /// Every lane, in queue order: `ALL[l.index()] == l`.
+    const ALL: &'static [Self];
+    /// The lane's place in [`Self::ALL`].
+    fn index(self) -> usize;
+    /// The lane's label in metrics and logs.
+    fn name(self) -> &'static str;
+}
 
 /// One lane of the VA queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

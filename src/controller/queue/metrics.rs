@@ -19,6 +19,8 @@ pub struct QueueFamilies {
     retries: IntCounterVec,
     lane_depth: IntGaugeVec,
     lane_oldest: GaugeVec,
+    nodes_held: IntGaugeVec,
+    suggested_timeout: GaugeVec,
 }
 
 impl QueueFamilies {
@@ -39,6 +41,19 @@ impl QueueFamilies {
             retries: register(registry, IntCounterVec::new(opts("workqueue_retries_total", "[ALPHA] Total number of retries handled by workqueue"), name).unwrap_or_else(|_| unreachable())),
             lane_depth: register(registry, IntGaugeVec::new(opts("csi_attacher_lane_depth", "Keys waiting to be processed, per lane (attach, detach, pv)."), lane).unwrap_or_else(|_| unreachable())),
             lane_oldest: register(registry, GaugeVec::new(opts("csi_attacher_lane_oldest_waiting_seconds", "Age in seconds of the oldest key waiting in a lane; 0 when the lane is empty."), lane).unwrap_or_else(|_| unreachable())),
+            nodes_held: register(registry, IntGaugeVec::new(opts("csi_attacher_nodes_held", "Nodes whose new work in a lane is held because the driver answered ResourceExhausted for them (attach lane)."), lane).unwrap_or_else(|_| unreachable())),
+            suggested_timeout: register(registry, GaugeVec::new(opts("csi_attacher_suggested_timeout_seconds", "A --timeout that would fit the driver's completed operations, set once calls often end at the deadline (5 of the last 100); 0 until then."), &["operation"]).unwrap_or_else(|_| unreachable())),
+        }
+    }
+
+    /// Handles for the VA queue's pacer.
+    pub fn for_pacer(&self) -> crate::controller::queue::pace::PaceMetrics {
+        crate::controller::queue::pace::PaceMetrics {
+            held: self.nodes_held.with_label_values(&["attach"]),
+            suggested_timeout: ["ControllerPublishVolume", "ControllerUnpublishVolume"]
+                .iter()
+                .map(|op| self.suggested_timeout.with_label_values(&[op]))
+                .collect(),
         }
     }
 

@@ -7,6 +7,9 @@
 //! no flow can call the driver around the fence; fencing no longer rests on
 //! each call site remembering to wrap its call.
 //!
+//! Every Publish and Unpublish answer is also reported to the queue's
+//! [`Pacer`], which paces nodes and settles operations in doubt by it.
+//!
 //! (`csi-attacher check` lists volumes on its own client: it takes no Lease
 //! and writes nothing, so it has no window to keep.)
 
@@ -15,6 +18,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::controller::model::CachedVa;
+use crate::controller::queue::lane::Lane;
+use crate::controller::queue::pace::Pacer;
 use crate::controller::seams::driver::Driver;
 use crate::controller::seams::driver::Origin;
 use crate::csi::proto::{ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest};
@@ -26,12 +32,28 @@ use crate::leader::{Leadership, NotLeading};
 pub struct FencedDriver {
     driver: Arc<dyn Driver>,
     leadership: Leadership,
+    pacer: Option<Arc<Pacer>>,
 }
 
 impl FencedDriver {
     /// `driver`, called only inside `leadership`'s window.
     pub fn new(driver: Arc<dyn Driver>, leadership: Leadership) -> Self {
-        Self { driver, leadership }
+        Self {
+            driver,
+            leadership,
+            pacer: None,
+        }
+    }
+
+    /// Reports every Publish and Unpublish answer to `pacer`.
+    pub fn with_pacer(mut self, pacer: Arc<Pacer>) -> Self {
+        self.pacer = Some(pacer);
+        self
+    }
+
+    /// The pacer the answers are reported to.
+    pub fn pacer(&self) -> Option<&Arc<Pacer>> {
+        self.pacer.as_ref()
     }
 
     /// The window the calls are fenced by.
@@ -47,20 +69,24 @@ impl FencedDriver {
     /// `ControllerPublishVolume` inside the window: the publish context, or
     /// [`NotLeading`] when the window was closed at the start or closed while
     /// the call ran (then it is abandoned: the driver may still run it).
+    /// `va` is the VolumeAttachment it is for (the pacer's node and key).
     pub async fn publish(
         &self,
         request: ControllerPublishVolumeRequest,
         origin: Origin,
+        va: &CachedVa,
     ) -> Result<Result<HashMap<String, String>, RpcStatus>, NotLeading> {
         // Not even built outside the window (a driver may act on the call itself).
         if !self.leadership.may_start() {
             return Err(NotLeading);
         }
+        let started = tokio::time::Instant::now();
         let answer = self
             .leadership
             .call(self.driver.publish(request, origin))
             .await;
         self.note_deadline(&answer);
+        self.report(Lane::Attach, va, started, &answer);
         answer
     }
 
@@ -69,16 +95,19 @@ impl FencedDriver {
         &self,
         request: ControllerUnpublishVolumeRequest,
         origin: Origin,
+        va: &CachedVa,
     ) -> Result<Result<(), RpcStatus>, NotLeading> {
         // Not even built outside the window (a driver may act on the call itself).
         if !self.leadership.may_start() {
             return Err(NotLeading);
         }
+        let started = tokio::time::Instant::now();
         let answer = self
             .leadership
             .call(self.driver.unpublish(request, origin))
             .await;
         self.note_deadline(&answer);
+        self.report(Lane::Detach, va, started, &answer);
         answer
     }
 
@@ -87,6 +116,21 @@ impl FencedDriver {
     fn note_deadline<T>(&self, answer: &Result<Result<T, RpcStatus>, NotLeading>) {
         if matches!(answer, Ok(Err(status)) if status.code == tonic::Code::DeadlineExceeded) {
             self.leadership.gave_up();
+        }
+    }
+
+    /// Tells the pacer how a call for `va` ended (an abandoned call tells
+    /// it nothing: no answer came).
+    fn report<T>(
+        &self,
+        lane: Lane,
+        va: &CachedVa,
+        started: tokio::time::Instant,
+        answer: &Result<Result<T, RpcStatus>, NotLeading>,
+    ) {
+        if let (Some(pacer), Ok(result)) = (&self.pacer, answer) {
+            let code = result.as_ref().err().map(|status| status.code);
+            pacer.finished(lane, va.name(), va.node_name(), started, code);
         }
     }
 
@@ -123,6 +167,7 @@ impl FencedDriver {
         Self {
             driver: Arc::clone(&self.driver),
             leadership,
+            pacer: self.pacer.clone(),
         }
     }
 }
@@ -137,6 +182,11 @@ mod tests {
     use crate::csi::VolumePage;
     use crate::leader::Window;
 
+    /// The VA the calls are for.
+    fn va() -> CachedVa {
+        CachedVa::from(crate::controller::testing::va(serde_json::json!({})))
+    }
+
     fn fenced(window: Window) -> (Arc<FakeDriver>, FencedDriver, watch::Sender<Window>) {
         let (tx, rx) = watch::channel(window);
         let driver = Arc::new(FakeDriver::default());
@@ -148,11 +198,19 @@ mod tests {
     async fn no_call_reaches_the_driver_outside_the_window() {
         let (driver, fenced, _tx) = fenced(Window::Closed);
         let publish = fenced
-            .publish(ControllerPublishVolumeRequest::default(), Origin::Csi)
+            .publish(
+                ControllerPublishVolumeRequest::default(),
+                Origin::Csi,
+                &va(),
+            )
             .await;
         assert!(publish.is_err(), "Publish outside the window");
         let unpublish = fenced
-            .unpublish(ControllerUnpublishVolumeRequest::default(), Origin::Csi)
+            .unpublish(
+                ControllerUnpublishVolumeRequest::default(),
+                Origin::Csi,
+                &va(),
+            )
             .await;
         assert!(unpublish.is_err(), "Unpublish outside the window");
         let read = fenced.read(|d| d.list_volumes(0, String::new())).await;
@@ -198,9 +256,10 @@ mod tests {
             tokio::time::sleep(Duration::from_secs(1)).await;
             tx.send_replace(Window::Closed);
         };
+        let va = va();
         let publish = tokio::time::timeout(
             Duration::from_secs(30),
-            fenced.publish(ControllerPublishVolumeRequest::default(), Origin::Csi),
+            fenced.publish(ControllerPublishVolumeRequest::default(), Origin::Csi, &va),
         );
         let (publish, ()) = tokio::join!(publish, closing);
         assert!(
@@ -216,7 +275,11 @@ mod tests {
         let fenced = FencedDriver::new(driver.clone(), Leadership::unbounded());
         driver.fail("unpublish", tonic::Code::Internal, "boom");
         let failed = fenced
-            .unpublish(ControllerUnpublishVolumeRequest::default(), Origin::Csi)
+            .unpublish(
+                ControllerUnpublishVolumeRequest::default(),
+                Origin::Csi,
+                &va(),
+            )
             .await;
         assert!(matches!(failed, Ok(Err(_))), "{failed:?}");
         assert_eq!(fenced.leadership().abandoned(), 0, "an answer is an answer");
@@ -226,7 +289,11 @@ mod tests {
             "context deadline exceeded",
         );
         let late = fenced
-            .publish(ControllerPublishVolumeRequest::default(), Origin::Csi)
+            .publish(
+                ControllerPublishVolumeRequest::default(),
+                Origin::Csi,
+                &va(),
+            )
             .await;
         assert!(matches!(late, Ok(Err(_))), "{late:?}");
         assert_eq!(
@@ -253,7 +320,11 @@ mod tests {
         let read = fenced.read(|d| d.list_volumes(0, String::new())).await;
         assert!(matches!(read, Ok(Ok(_))), "{read:?}");
         assert!(fenced
-            .unpublish(ControllerUnpublishVolumeRequest::default(), Origin::Csi)
+            .unpublish(
+                ControllerUnpublishVolumeRequest::default(),
+                Origin::Csi,
+                &va()
+            )
             .await
             .is_ok());
         assert_eq!(driver.journal().len(), 2);

@@ -21,6 +21,7 @@ use crate::controller::flows::detach;
 use crate::controller::flows::pv_finalizer;
 use crate::controller::flows::pv_finalizer::needs_finalizer_check;
 use crate::controller::flows::trivial;
+use crate::controller::model::CachedVa;
 use crate::controller::queue::lane::Lane;
 use crate::controller::queue::lane::PvLane;
 use crate::controller::queue::QueueLane;
@@ -34,11 +35,18 @@ use crate::controller::sync::decide::Trigger;
 pub async fn va_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue<Lane>>, lane: Lane) {
     while let Some(Work { key, trigger }) = queue.get(lane).await {
         let span = tracing::info_span!("sync", va = %key, lane = lane.name());
+        let before = ctx.stores.va(&key);
         let result = sync_va(&ctx, &key, trigger).instrument(span.clone()).await;
         match result {
             Ok(()) => {
                 queue.forget(&key);
                 ctx.failing.cleared(&key);
+                if let Some(va) = before.filter(|va| va.is_deleting()) {
+                    if let Some(pacer) = ctx.driver.pacer() {
+                        pacer.forget(&key);
+                    }
+                    span.in_scope(|| hand_off(&ctx, &queue, &va));
+                }
             }
             Err(FlowError::NotLeading(_)) => {
                 // Not an error of the VA: whoever leads next does it.
@@ -65,12 +73,41 @@ async fn va_failed(
     let lane = va.as_deref().map_or(lane, Lane::of_va);
     ctx.failing
         .failed(key, lane, || ctx.stores.va(key).is_some());
-    let delay = queue.add_rate_limited(key, lane);
+    // An operation that ended at its deadline may still run: the pacer
+    // may make the VA wait until it would have ended.
+    let delay = queue.add_rate_limited_with(key, lane, |backoff| {
+        ctx.driver
+            .pacer()
+            .map_or(backoff, |pacer| pacer.retry_delay(key, backoff))
+    });
     span.in_scope(
         || tracing::warn!(error = %err, retry_in = ?delay, "VolumeAttachment sync failed"),
     );
     if let (Some(events), Some(va)) = (&ctx.events, va) {
         events.failed(&va, lane, queue.failures(key), &err).await;
+    }
+}
+
+/// `detached`, a deleted VA, was detached: a VA of the same PV on another
+/// node that waits out a backoff (its Publish failed while the volume was
+/// still attached here) starts now, with its failures forgotten.
+fn hand_off(ctx: &Ctx, queue: &WorkQueue<Lane>, detached: &CachedVa) {
+    let Some(pv) = detached.pv_name() else {
+        return;
+    };
+    for name in ctx.stores.pv_refs.referencing(pv) {
+        if name == detached.name() || queue.failures(&name) == 0 {
+            continue;
+        }
+        let Some(next) = ctx.stores.va(&name) else {
+            continue;
+        };
+        if next.is_deleting() || next.attached() || next.node_name() == detached.node_name() {
+            continue;
+        }
+        tracing::info!(pv = %pv, from = %detached.node_name(), to = %next.node_name(), next = %name,
+            "Volume detached: the attach waiting for it on another node starts now");
+        queue.expedite(&name, Lane::Attach);
     }
 }
 

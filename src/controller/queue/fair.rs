@@ -1,0 +1,351 @@
+//! Fair dispatch across nodes inside a lane, and per-node limits.
+//!
+//! A key's *group* is the node its work is for (the VA's `spec.nodeName`;
+//! empty for keys with no node, such as PVs). Within a lane the waiting keys
+//! of each group form a FIFO, and the groups take turns ([`FairFifo`]): one
+//! node's backlog of a hundred attaches cannot keep the next attach of
+//! another node waiting behind all of them. Urgent keys (the detaches of a
+//! failed node) go before every group.
+//!
+//! [`Groups`] counts the keys in flight per group and closes a group to new
+//! work while it is at the per-node cap (`--max-inflight-per-node`, all lanes
+//! together: a cloud serializes attaches and detaches of one VM alike) or
+//! *held* in a lane: closed until an instant, then open to one key at a time
+//! until released (the pace of a node whose driver answered
+//! `ResourceExhausted`).
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+/// The node (or other group) a key's work is for; empty for none.
+pub type Group = Arc<str>;
+
+/// Where a key waits in its lane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// The key's group.
+    pub group: Group,
+    /// Served before every group (still within the group's limits).
+    pub urgent: bool,
+}
+
+impl Placement {
+    /// No group, not urgent.
+    pub fn none() -> Self {
+        Self {
+            group: Arc::from(""),
+            urgent: false,
+        }
+    }
+
+    /// In `group`, not urgent.
+    pub fn node(group: &str) -> Self {
+        Self {
+            group: Arc::from(group),
+            urgent: false,
+        }
+    }
+}
+
+/// Tells the queue where a key waits, given its lane index. Called with the
+/// queue's lock held: it must not call the queue.
+pub type Placer = Box<dyn Fn(&str, usize) -> Placement + Send + Sync>;
+
+/// One lane's waiting keys: an urgent FIFO, then a FIFO per group served in
+/// turn. Entries may be stale (the key left the lane, or was taken through
+/// another entry): [`FairFifo::pop`] asks the caller which entries are live
+/// and drops the rest.
+#[derive(Default)]
+pub struct FairFifo {
+    urgent: VecDeque<(String, Group)>,
+    groups: HashMap<Group, VecDeque<String>>,
+    /// Groups with entries, in the order they take turns.
+    turns: VecDeque<Group>,
+}
+
+impl FairFifo {
+    /// Queues `key` at the end of its group (or of the urgent FIFO).
+    pub fn push(&mut self, key: String, placement: Placement) {
+        if placement.urgent {
+            self.urgent.push_back((key, placement.group));
+            return;
+        }
+        match self.groups.get_mut(&placement.group) {
+            Some(keys) => keys.push_back(key),
+            None => {
+                self.groups
+                    .insert(Arc::clone(&placement.group), VecDeque::from([key]));
+                self.turns.push_back(placement.group);
+            }
+        }
+    }
+
+    /// Takes the next key: the first live urgent entry whose group is open,
+    /// else the head of the next open group in turn (which then goes to the
+    /// back of the turns). `live(key)`: the entry still waits in this lane;
+    /// `open(group)`: the group may start one more key.
+    pub fn pop(
+        &mut self,
+        mut live: impl FnMut(&str) -> bool,
+        mut open: impl FnMut(&Group) -> bool,
+    ) -> Option<String> {
+        let mut i = 0;
+        while let Some((key, group)) = self.urgent.get(i) {
+            if !live(key) {
+                self.urgent.remove(i);
+            } else if open(group) {
+                return self.urgent.remove(i).map(|(key, _)| key);
+            } else {
+                i += 1;
+            }
+        }
+        for _ in 0..self.turns.len() {
+            let group = self.turns.pop_front()?;
+            let Some(keys) = self.groups.get_mut(&group) else {
+                continue;
+            };
+            while keys.front().is_some_and(|k| !live(k)) {
+                keys.pop_front();
+            }
+            if keys.is_empty() {
+                self.groups.remove(&group);
+                continue;
+            }
+            if !open(&group) {
+                self.turns.push_back(group);
+                continue;
+            }
+            let key = keys.pop_front();
+            if keys.is_empty() {
+                self.groups.remove(&group);
+            } else {
+                self.turns.push_back(group);
+            }
+            return key;
+        }
+        None
+    }
+}
+
+/// Keys in flight per group, the per-node cap and the holds, across the
+/// lanes of one queue.
+#[derive(Default)]
+pub struct Groups {
+    /// Keys in flight per (lane, group).
+    in_flight: HashMap<(usize, Group), usize>,
+    /// Keys in flight per group, all lanes.
+    total: HashMap<Group, usize>,
+    /// Held groups per lane: closed until the instant, then one key at a
+    /// time until released.
+    holds: HashMap<(usize, Group), Instant>,
+    /// When holds end, for the timer that wakes the workers.
+    hold_ends: BinaryHeap<Reverse<Instant>>,
+    /// At most this many keys of one group in flight (all lanes).
+    cap: Option<usize>,
+}
+
+impl Groups {
+    /// At most `cap` keys of one group in flight (`None`: no cap).
+    pub fn set_cap(&mut self, cap: Option<usize>) {
+        self.cap = cap.filter(|c| *c > 0);
+    }
+
+    /// Whether the cap is set.
+    pub fn capped(&self) -> bool {
+        self.cap.is_some()
+    }
+
+    /// Whether `group` may start one more key in `lane` at `now`.
+    pub fn open(&self, lane: usize, group: &Group, now: Instant) -> bool {
+        if group.is_empty() {
+            return true;
+        }
+        if self
+            .cap
+            .is_some_and(|cap| self.total.get(group).copied().unwrap_or(0) >= cap)
+        {
+            return false;
+        }
+        match self.holds.get(&(lane, Arc::clone(group))) {
+            Some(until) => {
+                now >= *until
+                    && self
+                        .in_flight
+                        .get(&(lane, Arc::clone(group)))
+                        .copied()
+                        .unwrap_or(0)
+                        == 0
+            }
+            None => true,
+        }
+    }
+
+    /// A key of `group` started in `lane`.
+    pub fn started(&mut self, lane: usize, group: &Group) {
+        if group.is_empty() {
+            return;
+        }
+        *self.in_flight.entry((lane, Arc::clone(group))).or_default() += 1;
+        *self.total.entry(Arc::clone(group)).or_default() += 1;
+    }
+
+    /// A key of `group` finished in `lane`.
+    pub fn finished(&mut self, lane: usize, group: &Group) {
+        if group.is_empty() {
+            return;
+        }
+        let key = (lane, Arc::clone(group));
+        if let Some(n) = self.in_flight.get_mut(&key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.in_flight.remove(&key);
+            }
+        }
+        if let Some(n) = self.total.get_mut(group) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.total.remove(group);
+            }
+        }
+    }
+
+    /// Keys of `group` in flight, all lanes.
+    pub fn in_flight(&self, group: &str) -> usize {
+        self.total.get(group).copied().unwrap_or(0)
+    }
+
+    /// Holds `group` in `lane` until `until` (a later end of an existing
+    /// hold is kept).
+    pub fn hold(&mut self, lane: usize, group: &Group, until: Instant) {
+        if group.is_empty() {
+            return;
+        }
+        let end = self.holds.entry((lane, Arc::clone(group))).or_insert(until);
+        *end = (*end).max(until);
+        self.hold_ends.push(Reverse(*end));
+    }
+
+    /// Ends the hold of `group` in `lane`; whether there was one.
+    pub fn release(&mut self, lane: usize, group: &Group) -> bool {
+        self.holds.remove(&(lane, Arc::clone(group))).is_some()
+    }
+
+    /// Whether `group` is held in `lane`.
+    pub fn held(&self, lane: usize, group: &str) -> bool {
+        self.holds.contains_key(&(lane, Arc::from(group)))
+    }
+
+    /// Forgets the hold ends up to `now`; whether any passed (workers may
+    /// find an open group now).
+    pub fn holds_ended(&mut self, now: Instant) -> bool {
+        let mut ended = false;
+        while self.hold_ends.peek().is_some_and(|Reverse(t)| *t <= now) {
+            self.hold_ends.pop();
+            ended = true;
+        }
+        ended
+    }
+
+    /// The next hold end still to come.
+    pub fn next_hold_end(&self) -> Option<Instant> {
+        self.hold_ends.peek().map(|Reverse(t)| *t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+    use std::time::Duration;
+
+    fn drain(fifo: &mut FairFifo, open: impl Fn(&Group) -> bool) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Some(key) = fifo.pop(|_| true, &open) {
+            out.push(key);
+        }
+        out
+    }
+
+    #[test]
+    fn groups_take_turns_and_keep_their_own_order() {
+        let mut fifo = FairFifo::default();
+        for i in 0..4 {
+            fifo.push(format!("big-{i}"), Placement::node("big"));
+        }
+        fifo.push("a-0".into(), Placement::node("a"));
+        fifo.push("b-0".into(), Placement::node("b"));
+        fifo.push("a-1".into(), Placement::node("a"));
+        assert_eq!(
+            drain(&mut fifo, |_| true),
+            ["big-0", "a-0", "b-0", "big-1", "a-1", "big-2", "big-3"]
+        );
+    }
+
+    #[test]
+    fn urgent_keys_go_first_and_closed_groups_are_skipped_not_lost() {
+        let mut fifo = FairFifo::default();
+        fifo.push("a-0".into(), Placement::node("a"));
+        fifo.push("b-0".into(), Placement::node("b"));
+        let failed = Placement {
+            group: Arc::from("gone"),
+            urgent: true,
+        };
+        fifo.push("gone-0".into(), failed);
+        let closed = |g: &Group| &**g != "a";
+        assert_eq!(drain(&mut fifo, closed), ["gone-0", "b-0"]);
+        // Group a opens again: its key is still there.
+        assert_eq!(drain(&mut fifo, |_| true), ["a-0"]);
+    }
+
+    #[test]
+    fn stale_entries_are_dropped() {
+        let mut fifo = FairFifo::default();
+        fifo.push("x".into(), Placement::node("a"));
+        fifo.push("y".into(), Placement::node("a"));
+        fifo.push("z".into(), Placement::node("b"));
+        let stale: HashSet<&str> = HashSet::from(["x", "z"]);
+        assert_eq!(
+            fifo.pop(|k| !stale.contains(k), |_| true).as_deref(),
+            Some("y")
+        );
+        assert_eq!(fifo.pop(|k| !stale.contains(k), |_| true), None);
+        assert!(fifo.groups.is_empty() && fifo.turns.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_cap_counts_every_lane_and_a_hold_admits_one_key_after_it_ends() {
+        let now = Instant::now();
+        let node: Group = Arc::from("n");
+        let mut groups = Groups::default();
+        groups.set_cap(Some(2));
+        groups.started(0, &node);
+        assert!(groups.open(0, &node, now) && groups.open(1, &node, now));
+        groups.started(1, &node);
+        assert!(!groups.open(0, &node, now), "attach + detach reach the cap");
+        groups.finished(1, &node);
+        assert!(groups.open(0, &node, now));
+        // Held in lane 0 for 5 s: closed there, open in lane 1.
+        groups.hold(0, &node, now + Duration::from_secs(5));
+        assert!(!groups.open(0, &node, now) && groups.open(1, &node, now));
+        // After the end: one key at a time in that lane.
+        let later = now + Duration::from_secs(5);
+        assert!(
+            !groups.open(0, &node, later),
+            "one of the lane's keys still runs"
+        );
+        groups.finished(0, &node);
+        assert!(groups.open(0, &node, later));
+        groups.started(0, &node);
+        assert!(!groups.open(0, &node, later));
+        groups.release(0, &node);
+        assert!(groups.open(0, &node, later));
+        // Keys with no group are never held or capped.
+        let none: Group = Arc::from("");
+        groups.hold(0, &none, later + Duration::from_secs(9));
+        assert!(groups.open(0, &none, later));
+        assert!(groups.holds_ended(later) && !groups.holds_ended(later));
+    }
+}

@@ -1,0 +1,240 @@
+//! How the driver's answers pace the VA queue ([`Pacer`]).
+//!
+//! Every Publish and Unpublish answer is reported here (by
+//! [`crate::controller::seams::fenced::FencedDriver`]), and three rules follow:
+//!
+//! - **A node out of room is paced.** `ResourceExhausted` on a Publish (a
+//!   node at its attachment limit, a cloud's per-VM queue full) holds that
+//!   node in the attach lane: its other attaches wait `start · 2^n` (the
+//!   queue's backoff, `n` the node's consecutive answers), then go one at a
+//!   time until a Publish on the node succeeds. Other nodes, and the node's
+//!   detaches (which make room), go on. Every other code stays the VA's own.
+//! - **An operation past the deadline settles first.** A call that ended at
+//!   `--timeout` (`DeadlineExceeded`) may still run in the cloud. The VA's
+//!   next attempt waits until that operation would have ended: its start plus
+//!   the p90 of completed operations (each timed from the first attempt
+//!   whose deadline passed, so a retry that only found the operation done
+//!   counts as one long operation), if that is later than its backoff.
+//! - **A timeout that does not fit is said.** When at least 5 of the last 100
+//!   calls of a kind ended at the deadline, a warning (at most every 10
+//!   minutes) names the p99 of completed operations and a `--timeout` that
+//!   would fit it, also in `csi_attacher_suggested_timeout_seconds`.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use prometheus::{Gauge, IntGauge};
+use tokio::time::Instant;
+use tonic::Code;
+
+use crate::controller::queue::lane::Lane;
+use crate::controller::queue::Backoff;
+use crate::controller::queue::QueueLane;
+use crate::controller::queue::WorkQueue;
+
+/// Completed operations kept per lane for the percentiles.
+const SAMPLES: usize = 256;
+/// Recent answers kept per lane for the timeout advice.
+const OUTCOMES: usize = 100;
+/// Answers at the deadline among [`OUTCOMES`] that call for the advice.
+const ADVISE_AT: usize = 5;
+/// At most one advice per lane this often.
+const ADVICE_EVERY: Duration = Duration::from_secs(600);
+/// VAs remembered with an operation in doubt, at most (a bound, not a
+/// working size: entries leave when their VA's call succeeds).
+const UNCERTAIN_MAX: usize = 65_536;
+
+/// Metric handles of the pacer.
+#[derive(Clone)]
+pub struct PaceMetrics {
+    /// `csi_attacher_nodes_held{lane="attach"}`.
+    pub held: IntGauge,
+    /// `csi_attacher_suggested_timeout_seconds`, by lane index.
+    pub suggested_timeout: Vec<Gauge>,
+}
+
+/// Paces the VA queue by the driver's answers (see the module docs).
+pub struct Pacer {
+    queue: Arc<WorkQueue<Lane>>,
+    backoff: Backoff,
+    timeout: Duration,
+    metrics: Option<PaceMetrics>,
+    state: Mutex<PaceState>,
+}
+
+#[derive(Default)]
+struct PaceState {
+    /// Consecutive `ResourceExhausted` answers to Publish, per node.
+    exhausted: HashMap<String, u32>,
+    /// VAs whose last call ended at its deadline: when the first such call
+    /// started, and in which lane.
+    uncertain: HashMap<String, (Instant, Lane)>,
+    /// Durations of completed operations, per lane index.
+    samples: [VecDeque<Duration>; 2],
+    /// Recent answers per lane index: whether each ended at the deadline.
+    outcomes: [VecDeque<bool>; 2],
+    /// When each lane's advice was last given.
+    advised: [Option<Instant>; 2],
+}
+
+/// Operation names in logs and the metric's `operation` label, by lane index.
+const OPERATION: [&str; 2] = ["ControllerPublishVolume", "ControllerUnpublishVolume"];
+
+impl Pacer {
+    /// A pacer of `queue`, holding nodes for `backoff`'s delays, for calls
+    /// with deadline `timeout`.
+    pub fn new(
+        queue: Arc<WorkQueue<Lane>>,
+        backoff: Backoff,
+        timeout: Duration,
+        metrics: Option<PaceMetrics>,
+    ) -> Self {
+        Self {
+            queue,
+            backoff,
+            timeout,
+            metrics,
+            state: Mutex::new(PaceState::default()),
+        }
+    }
+
+    /// A call of `lane` for VA `va` on node `node`, started at `started`,
+    /// ended with `code` (`None`: OK).
+    pub fn finished(&self, lane: Lane, va: &str, node: &str, started: Instant, code: Option<Code>) {
+        let now = Instant::now();
+        let i = lane.index();
+        let mut state = self.lock();
+        push_bounded(
+            &mut state.outcomes[i],
+            code == Some(Code::DeadlineExceeded),
+            OUTCOMES,
+        );
+        match code {
+            None => {
+                let began = match state.uncertain.remove(va) {
+                    Some((first, _)) => first.min(started),
+                    None => started,
+                };
+                push_bounded(&mut state.samples[i], now - began, SAMPLES);
+                if lane == Lane::Attach && state.exhausted.remove(node).is_some() {
+                    drop(state);
+                    self.queue.release(Lane::Attach, node);
+                    self.count_held(-1);
+                }
+            }
+            Some(Code::ResourceExhausted) if lane == Lane::Attach => {
+                let n = state.exhausted.entry(node.to_string()).or_insert(0);
+                let delay = self.backoff.delay(*n);
+                let first = *n == 0;
+                *n = n.saturating_add(1);
+                drop(state);
+                tracing::info!(node = %node, hold = ?delay,
+                    "The driver has no room on the node (ResourceExhausted): its attaches wait, then go one at a time");
+                self.queue.hold(Lane::Attach, node, now + delay);
+                if first {
+                    self.count_held(1);
+                }
+            }
+            Some(Code::DeadlineExceeded) => {
+                if state.uncertain.len() >= UNCERTAIN_MAX {
+                    state.uncertain.clear();
+                }
+                state
+                    .uncertain
+                    .entry(va.to_string())
+                    .or_insert((started, lane));
+                self.advise(&mut state, lane, now);
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// When VA `va` may be tried again, given its backoff: after the
+    /// backoff, and, while an operation of it is in doubt, not before that
+    /// operation would have ended.
+    pub fn retry_delay(&self, va: &str, backoff: Duration) -> Duration {
+        let state = self.lock();
+        let Some(&(first, doubtful)) = state.uncertain.get(va) else {
+            return backoff;
+        };
+        let Some(p90) = percentile(&state.samples[doubtful.index()], 0.90) else {
+            return backoff;
+        };
+        let settle = (first + p90).saturating_duration_since(Instant::now());
+        backoff.max(settle)
+    }
+
+    /// VA `va` is gone: forgets its operation in doubt.
+    pub fn forget(&self, va: &str) {
+        self.lock().uncertain.remove(va);
+    }
+
+    /// Warns (at most every [`ADVICE_EVERY`]) when calls of `lane` often end
+    /// at the deadline, with a timeout that would fit.
+    fn advise(&self, state: &mut PaceState, lane: Lane, now: Instant) {
+        let i = lane.index();
+        let late = state.outcomes[i].iter().filter(|l| **l).count();
+        if late < ADVISE_AT {
+            return;
+        }
+        let p99 = percentile(&state.samples[i], 0.99);
+        // Whole seconds, a quarter above the slowest completed operations,
+        // and more than the timeout that did not fit.
+        let fits = p99.map(|p| {
+            let want = (p.as_secs_f64() * 1.25).ceil();
+            want.max(self.timeout.as_secs_f64() + 1.0)
+        });
+        if let (Some(m), Some(fits)) = (&self.metrics, fits) {
+            m.suggested_timeout[i].set(fits);
+        }
+        if state.advised[i].is_some_and(|t| now - t < ADVICE_EVERY) {
+            return;
+        }
+        state.advised[i] = Some(now);
+        let operation = OPERATION[i];
+        let seen = state.outcomes[i].len();
+        match (p99, fits) {
+            (Some(p99), Some(fits)) => tracing::warn!(
+                operation, timeout = ?self.timeout, late, seen,
+                slowest_completed_p99 = ?p99, suggested_timeout = format!("{fits}s"),
+                "Driver calls outlive --timeout: the cloud operation goes on after the deadline and the retry collides with it; a --timeout of {fits}s would fit the operations that completed"
+            ),
+            _ => tracing::warn!(
+                operation, timeout = ?self.timeout, late, seen,
+                "Driver calls outlive --timeout, and none has completed yet to say how long they take"
+            ),
+        }
+    }
+
+    fn count_held(&self, by: i64) {
+        if let Some(m) = &self.metrics {
+            m.held.add(by);
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, PaceState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn push_bounded<T>(items: &mut VecDeque<T>, item: T, max: usize) {
+    if items.len() >= max {
+        items.pop_front();
+    }
+    items.push_back(item);
+}
+
+/// The `q` quantile of `samples` (nearest rank), `None` when empty.
+fn percentile(samples: &VecDeque<Duration>, q: f64) -> Option<Duration> {
+    if samples.is_empty() {
+        return None;
+    }
+    let mut sorted: Vec<Duration> = samples.iter().copied().collect();
+    sorted.sort_unstable();
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted.get(rank - 1).copied()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,152 @@
+use super::*;
+use crate::controller::queue::fair::{Placement, Placer};
+
+const BACKOFF: Backoff = Backoff {
+    start: Duration::from_secs(1),
+    max: Duration::from_secs(300),
+};
+
+/// A VA queue placing `<node>-<n>` on `<node>`, and its pacer (timeout 15 s).
+fn paced() -> (Arc<WorkQueue<Lane>>, Pacer) {
+    let placer: Placer =
+        Box::new(|key, _| Placement::node(key.split_once('-').map_or(key, |(n, _)| n)));
+    let q = Arc::new(WorkQueue::new("test", BACKOFF, None).with_placer(placer));
+    let timers = Arc::clone(&q);
+    tokio::spawn(async move { timers.run_timers().await });
+    let pacer = Pacer::new(Arc::clone(&q), BACKOFF, Duration::from_secs(15), None);
+    (q, pacer)
+}
+
+#[tokio::test(start_paused = true)]
+async fn resource_exhausted_holds_the_node_doubling_until_a_publish_succeeds() {
+    let (q, pacer) = paced();
+    let now = Instant::now();
+    pacer.finished(
+        Lane::Attach,
+        "n1-a",
+        "n1",
+        now,
+        Some(Code::ResourceExhausted),
+    );
+    assert!(q.is_held(Lane::Attach, "n1"));
+    assert!(
+        !q.is_held(Lane::Detach, "n1"),
+        "detaches make room: never held"
+    );
+    assert!(!q.is_held(Lane::Attach, "n2"));
+    // Other codes stay the VA's own.
+    for code in [
+        Code::Aborted,
+        Code::FailedPrecondition,
+        Code::NotFound,
+        Code::Internal,
+    ] {
+        pacer.finished(Lane::Attach, "n2-a", "n2", now, Some(code));
+    }
+    assert!(!q.is_held(Lane::Attach, "n2"));
+    // Unpublish's ResourceExhausted does not hold attaches.
+    pacer.finished(
+        Lane::Detach,
+        "n3-a",
+        "n3",
+        now,
+        Some(Code::ResourceExhausted),
+    );
+    assert!(!q.is_held(Lane::Attach, "n3"));
+    // The second answer doubles the hold: 1 s, then 2 s.
+    q.add("n1-b", Lane::Attach);
+    pacer.finished(
+        Lane::Attach,
+        "n1-a",
+        "n1",
+        now,
+        Some(Code::ResourceExhausted),
+    );
+    let took = tokio::time::timeout(Duration::from_millis(1900), q.get(Lane::Attach)).await;
+    assert!(took.is_err(), "held for 2 s after the second answer");
+    let got = q.get(Lane::Attach).await.map(|w| w.key);
+    assert_eq!(got.as_deref(), Some("n1-b"));
+    assert!(Instant::now() - now >= Duration::from_secs(2));
+    // A Publish that succeeds on the node ends the hold.
+    pacer.finished(Lane::Attach, "n1-b", "n1", now, None);
+    assert!(!q.is_held(Lane::Attach, "n1"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_a_deadline_the_retry_waits_until_the_operation_would_have_ended() {
+    let (_q, pacer) = paced();
+    let backoff = Duration::from_secs(1);
+    // Nothing known yet: the backoff.
+    assert_eq!(pacer.retry_delay("n1-a", backoff), backoff);
+    // Completed operations took 40 s.
+    for i in 0..10 {
+        let started = Instant::now();
+        tokio::time::sleep(Duration::from_secs(40)).await;
+        pacer.finished(Lane::Attach, &format!("n2-{i}"), "n2", started, None);
+    }
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    pacer.finished(
+        Lane::Attach,
+        "n1-a",
+        "n1",
+        started,
+        Some(Code::DeadlineExceeded),
+    );
+    let delay = pacer.retry_delay("n1-a", backoff);
+    assert_eq!(
+        delay,
+        Duration::from_secs(25),
+        "started 15 s ago, takes 40 s"
+    );
+    // A VA with no operation in doubt keeps its backoff.
+    assert_eq!(pacer.retry_delay("n1-b", backoff), backoff);
+    // The retry that finds it done closes the doubt, and counts as one
+    // operation from the first attempt: 40 s here.
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    pacer.finished(Lane::Attach, "n1-a", "n1", Instant::now(), None);
+    assert_eq!(pacer.retry_delay("n1-a", backoff), backoff);
+    let samples = &pacer.lock().samples[0];
+    assert_eq!(samples.back(), Some(&Duration::from_secs(40)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn calls_past_the_timeout_suggest_one_that_fits() {
+    let metrics = crate::metrics::Metrics::new();
+    let q = Arc::new(WorkQueue::<Lane>::new("test", BACKOFF, None));
+    let pacer = Pacer::new(
+        q,
+        BACKOFF,
+        Duration::from_secs(15),
+        Some(metrics.queues.for_pacer()),
+    );
+    let gauge = r#"csi_attacher_suggested_timeout_seconds{operation="ControllerPublishVolume"}"#;
+    // Operations that completed took up to 48 s (retries included).
+    for i in 0..20 {
+        let started = Instant::now();
+        tokio::time::sleep(Duration::from_secs(30 + i)).await;
+        pacer.finished(Lane::Attach, &format!("v-{i}"), "n", started, None);
+    }
+    for i in 0..4 {
+        let now = Instant::now();
+        pacer.finished(
+            Lane::Attach,
+            &format!("w-{i}"),
+            "n",
+            now,
+            Some(Code::DeadlineExceeded),
+        );
+    }
+    assert!(
+        metrics.render().contains(&format!("{gauge} 0")),
+        "4 of the last 100 at the deadline: no advice yet"
+    );
+    let now = Instant::now();
+    pacer.finished(Lane::Attach, "w-4", "n", now, Some(Code::DeadlineExceeded));
+    // p99 of 30..49 s is 49 s; × 1.25 = 61.25 → 62 s.
+    assert!(
+        metrics.render().contains(&format!("{gauge} 62")),
+        "{}",
+        metrics.render()
+    );
+}
