@@ -39,5 +39,6 @@ mod rbac_manifest;
 mod reconcile;
 mod release;
 mod scale;
+mod scheduling;
 mod socket_permissions;
 mod surface;

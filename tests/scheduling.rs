@@ -1,0 +1,271 @@
+//! How the attacher schedules driver calls (docs/contract.md, "Scheduling
+//! driver calls"), against the real API server and csi-mock-driver: nodes
+//! take turns in a lane, `--max-inflight-per-node` caps a node, a node whose
+//! driver answers ResourceExhausted is paced, a detached volume is handed to
+//! the VA waiting for it, and a failed node's detaches go first.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::support::env::Env;
+use crate::support::objects::{pv, va};
+use crate::support::unique;
+
+/// A new PV and its VA on `node`; the VA's name.
+async fn volume_on(env: &Env, node: &str) -> String {
+    let volume = pv(&unique("pv"), &env.driver);
+    let pv_name = volume.name();
+    env.create_pv(volume.build()).await;
+    let name = unique("va");
+    env.create_va(va(&name, &env.driver, node).pv(&pv_name).build())
+        .await;
+    name
+}
+
+/// A ledger call's start and end, in milliseconds since the epoch.
+fn span_ms(call: &Value) -> (f64, f64) {
+    let start = call["time_unix_nanos"].as_u64().unwrap_or_default() as f64 / 1e6;
+    (
+        start,
+        start + call["duration_ms"].as_f64().unwrap_or_default(),
+    )
+}
+
+/// The node ID `create_node` gives `node`.
+fn id(node: &str) -> String {
+    format!("{node}-id")
+}
+
+/// `method`'s calls, in the order they started.
+async fn calls(env: &Env, method: &str) -> Vec<Value> {
+    let mut calls = env.mock.calls(method).await;
+    calls.sort_by(|a, b| span_ms(a).0.total_cmp(&span_ms(b).0));
+    calls
+}
+
+#[tokio::test]
+async fn a_nodes_backlog_does_not_keep_another_nodes_attach_behind_it() {
+    // Two workers: the attach lane runs one Publish at a time (the detach
+    // lane keeps the other), each taking 1 s.
+    let env = Env::start(&[], &["--worker-threads=2"]).await;
+    env.mock
+        .set_fault("ControllerPublishVolume", json!({"delay_ms": 1000}))
+        .await;
+    let (big, small) = (unique("big"), unique("small"));
+    env.create_node(&big).await;
+    env.create_node(&small).await;
+    let mut names = Vec::new();
+    for _ in 0..6 {
+        names.push(volume_on(&env, &big).await);
+    }
+    let last = volume_on(&env, &small).await;
+    env.wait_attached(&last).await;
+    let order: Vec<String> = calls(&env, "ControllerPublishVolume")
+        .await
+        .iter()
+        .map(|c| c["node_id"].as_str().unwrap_or_default().to_string())
+        .collect();
+    let at = order.iter().position(|n| *n == id(&small));
+    // FIFO would run all six of the big node's first (index 6); with nodes
+    // taking turns the small node's comes within the first three (the one
+    // in flight when it was created, one more of the big node's at most).
+    assert!(
+        at.is_some_and(|i| i <= 2),
+        "the small node's Publish was call {at:?} of {order:?}"
+    );
+    for name in &names {
+        env.wait_attached(name).await;
+    }
+}
+
+#[tokio::test]
+async fn max_inflight_per_node_caps_one_node_and_not_the_others() {
+    let env = Env::start(&[], &["--worker-threads=10", "--max-inflight-per-node=1"]).await;
+    env.mock
+        .set_fault("ControllerPublishVolume", json!({"delay_ms": 700}))
+        .await;
+    let (capped, other) = (unique("node"), unique("node"));
+    env.create_node(&capped).await;
+    env.create_node(&other).await;
+    let mut names = Vec::new();
+    for _ in 0..3 {
+        names.push(volume_on(&env, &capped).await);
+        names.push(volume_on(&env, &other).await);
+    }
+    for name in &names {
+        env.wait_attached(name).await;
+    }
+    let calls = calls(&env, "ControllerPublishVolume").await;
+    for node in [&capped, &other] {
+        let spans: Vec<(f64, f64)> = calls
+            .iter()
+            .filter(|c| c["node_id"] == id(node).as_str())
+            .map(span_ms)
+            .collect();
+        assert_eq!(spans.len(), 3, "{calls:?}");
+        for pair in spans.windows(2) {
+            assert!(
+                pair[1].0 >= pair[0].1 - 5.0,
+                "two Publishes on node {node} at once: {spans:?}"
+            );
+        }
+    }
+    // The two nodes did run at the same time.
+    let first = |node: &str| {
+        calls
+            .iter()
+            .find(|c| c["node_id"] == id(node).as_str())
+            .map(span_ms)
+    };
+    let (a, b) = (
+        first(&capped).expect("a call"),
+        first(&other).expect("a call"),
+    );
+    assert!(
+        a.0 < b.1 && b.0 < a.1,
+        "the nodes' first calls did not overlap"
+    );
+}
+
+#[tokio::test]
+async fn a_node_out_of_room_is_paced_while_other_nodes_attach() {
+    // One volume per node; every call takes 100 ms.
+    let env = Env::start(
+        &["--max-volumes-per-node=1"],
+        &["--worker-threads=10", "--retry-interval-start=1s"],
+    )
+    .await;
+    env.mock
+        .set_fault("ControllerPublishVolume", json!({"delay_ms": 100}))
+        .await;
+    let (full, free) = (unique("full"), unique("free"));
+    env.create_node(&full).await;
+    env.create_node(&free).await;
+    let first = volume_on(&env, &full).await;
+    env.wait_attached(&first).await;
+    let started = std::time::Instant::now();
+    let mut refused = Vec::new();
+    for _ in 0..4 {
+        refused.push(volume_on(&env, &full).await);
+    }
+    let fine = volume_on(&env, &free).await;
+    env.wait_attached(&fine).await;
+    let window = Duration::from_secs(7);
+    tokio::time::sleep(window.saturating_sub(started.elapsed())).await;
+    let exhausted: Vec<(f64, f64)> = calls(&env, "ControllerPublishVolume")
+        .await
+        .iter()
+        .filter(|c| c["node_id"] == id(&full).as_str() && c["code"] == "ResourceExhausted")
+        .map(span_ms)
+        .collect();
+    // Each VA on its own backoff (1, 2, 4 s) would call 3 times in 7 s:
+    // 12 calls. Paced, the node's calls go one at a time after the first
+    // refusals, each waiting out the node's doubling hold.
+    assert!(
+        exhausted.len() <= 7,
+        "{} refused Publishes on the full node in 7 s: {exhausted:?}",
+        exhausted.len()
+    );
+    let first_end = exhausted.iter().map(|s| s.1).fold(f64::MAX, f64::min);
+    let later: Vec<&(f64, f64)> = exhausted.iter().filter(|s| s.0 > first_end).collect();
+    for pair in later.windows(2) {
+        assert!(
+            pair[1].0 >= pair[0].1 - 5.0,
+            "paced calls overlapped: {exhausted:?}"
+        );
+    }
+    assert!(
+        env.logs().contains("The driver has no room on the node"),
+        "{}",
+        env.logs()
+    );
+}
+
+#[tokio::test]
+async fn a_detached_volume_goes_at_once_to_the_va_waiting_for_it() {
+    // The second node's attach fails while the volume is on the first
+    // (single-node volume); its backoff grows to 8 s.
+    let env = Env::start(&[], &["--retry-interval-start=2s"]).await;
+    let (old, new) = (unique("node"), unique("node"));
+    env.create_node(&old).await;
+    env.create_node(&new).await;
+    let volume = pv(&unique("pv"), &env.driver);
+    let pv_name = volume.name();
+    env.create_pv(volume.build()).await;
+    let (from, to) = (unique("va"), unique("va"));
+    env.create_va(va(&from, &env.driver, &old).pv(&pv_name).build())
+        .await;
+    env.wait_attached(&from).await;
+    env.create_va(va(&to, &env.driver, &new).pv(&pv_name).build())
+        .await;
+    // Two refusals: the third attempt is 4 s after the second.
+    crate::support::eventually("two refused Publishes", Duration::from_secs(30), || async {
+        let refused = env
+            .mock
+            .calls("ControllerPublishVolume")
+            .await
+            .iter()
+            .filter(|c| c["code"] == "FailedPrecondition")
+            .count();
+        (refused >= 2).then_some(())
+    })
+    .await;
+    env.delete_va(&from).await;
+    env.wait_gone(&from).await;
+    let gone = std::time::Instant::now();
+    env.wait_attached(&to).await;
+    let took = gone.elapsed();
+    assert!(
+        took < Duration::from_millis(1500),
+        "attached {took:?} after the old VA was gone (its backoff was 4 s)"
+    );
+    assert!(
+        env.logs()
+            .contains("the attach waiting for it on another node starts now"),
+        "{}",
+        env.logs()
+    );
+}
+
+#[tokio::test]
+async fn a_deleted_nodes_detaches_go_before_routine_ones() {
+    // The detach lane runs one Unpublish at a time, each taking 700 ms.
+    let env = Env::start(&[], &["--worker-threads=2"]).await;
+    let (live, dead) = (unique("live"), unique("dead"));
+    env.create_node(&live).await;
+    env.create_node(&dead).await;
+    let mut routine = Vec::new();
+    for _ in 0..4 {
+        routine.push(volume_on(&env, &live).await);
+    }
+    let failed = volume_on(&env, &dead).await;
+    for name in routine.iter().chain([&failed]) {
+        env.wait_attached(name).await;
+    }
+    env.mock
+        .set_fault("ControllerUnpublishVolume", json!({"delay_ms": 700}))
+        .await;
+    // The Node is deleted: its CSINode goes with it (the garbage collector).
+    env.csinodes
+        .delete(&dead, &Default::default())
+        .await
+        .expect("delete CSINode");
+    for name in routine.iter().chain([&failed]) {
+        env.delete_va(name).await;
+    }
+    for name in routine.iter().chain([&failed]) {
+        env.wait_gone(name).await;
+    }
+    let order: Vec<String> = calls(&env, "ControllerUnpublishVolume")
+        .await
+        .iter()
+        .map(|c| c["node_id"].as_str().unwrap_or_default().to_string())
+        .collect();
+    let at = order.iter().position(|n| *n == id(&dead));
+    // Deleted last, it would be Unpublished last (index 4) in FIFO order.
+    assert!(
+        at.is_some_and(|i| i <= 1),
+        "the deleted node's Unpublish was call {at:?} of {order:?}"
+    );
+}
