@@ -181,6 +181,7 @@ fn note_ignored_flags(config: &Config) {
         retry_interval_max: _,
         worker_threads: _,
         max_inflight_per_node: _,
+        schedule_per_node: _,
         default_fstype: _,
         kube_api_qps: _,
         kube_api_burst: _,
@@ -338,6 +339,7 @@ fn controller_settings(
         max_inflight_per_node: usize::try_from(config.max_inflight_per_node)
             .ok()
             .filter(|cap| *cap > 0),
+        schedule_per_node: config.schedule_per_node,
         backoff: Backoff {
             start: config.retry_interval_start,
             max: config.retry_interval_max,

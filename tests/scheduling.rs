@@ -44,11 +44,13 @@ async fn calls(env: &Env, method: &str) -> Vec<Value> {
     calls
 }
 
-#[tokio::test]
-async fn a_nodes_backlog_does_not_keep_another_nodes_attach_behind_it() {
-    // Two workers: the attach lane runs one Publish at a time (the detach
-    // lane keeps the other), each taking 1 s.
-    let env = Env::start(&[], &["--worker-threads=2"]).await;
+/// Six 1-second attaches of one node, then one of another, through one
+/// attach slot (two workers: the detach lane keeps the other): where the
+/// other node's Publish came among the Publish calls, and all of them.
+async fn small_after_big(extra: &[&str]) -> (Option<usize>, Vec<String>) {
+    let mut args = vec!["--worker-threads=2"];
+    args.extend_from_slice(extra);
+    let env = Env::start(&[], &args).await;
     env.mock
         .set_fault("ControllerPublishVolume", json!({"delay_ms": 1000}))
         .await;
@@ -59,14 +61,21 @@ async fn a_nodes_backlog_does_not_keep_another_nodes_attach_behind_it() {
     for _ in 0..6 {
         names.push(volume_on(&env, &big).await);
     }
-    let last = volume_on(&env, &small).await;
-    env.wait_attached(&last).await;
+    names.push(volume_on(&env, &small).await);
+    for name in &names {
+        env.wait_attached(name).await;
+    }
     let order: Vec<String> = calls(&env, "ControllerPublishVolume")
         .await
         .iter()
         .map(|c| c["node_id"].as_str().unwrap_or_default().to_string())
         .collect();
-    let at = order.iter().position(|n| *n == id(&small));
+    (order.iter().position(|n| *n == id(&small)), order)
+}
+
+#[tokio::test]
+async fn a_nodes_backlog_does_not_keep_another_nodes_attach_behind_it() {
+    let (at, order) = small_after_big(&[]).await;
     // FIFO would run all six of the big node's first (index 6); with nodes
     // taking turns the small node's comes within the first three (the one
     // in flight when it was created, one more of the big node's at most).
@@ -74,9 +83,12 @@ async fn a_nodes_backlog_does_not_keep_another_nodes_attach_behind_it() {
         at.is_some_and(|i| i <= 2),
         "the small node's Publish was call {at:?} of {order:?}"
     );
-    for name in &names {
-        env.wait_attached(name).await;
-    }
+}
+
+#[tokio::test]
+async fn schedule_per_node_false_keeps_upstreams_first_queued_first_served() {
+    let (at, order) = small_after_big(&["--schedule-per-node=false"]).await;
+    assert_eq!(at, Some(6), "{order:?}");
 }
 
 #[tokio::test]

@@ -66,6 +66,10 @@ pub struct Settings {
     pub error_codes: bool,
     /// `--max-inflight-per-node` (`None`: no cap).
     pub max_inflight_per_node: Option<usize>,
+    /// `--schedule-per-node`: nodes take turns, pacing, hand-offs, settling
+    /// (false: upstream's first-queued, first-served order, failures the
+    /// VA's own, and no per-node cap).
+    pub schedule_per_node: bool,
     /// `--reconcile-sync`.
     pub reconcile_period: Duration,
     /// `--max-entries`.
@@ -101,14 +105,17 @@ impl Queues {
     /// Within a lane the VAs' nodes take turns, a failed node's detaches go
     /// first, and `--max-inflight-per-node` caps each node.
     fn new(settings: &Settings, metrics: &Metrics, stores: &Stores) -> Self {
-        let va = WorkQueue::new(VA_QUEUE, settings.backoff, Some(&metrics.queues))
+        let mut va = WorkQueue::new(VA_QUEUE, settings.backoff, Some(&metrics.queues))
             .with_concurrency(Concurrency::with_reserved_tenth(
                 settings.workers,
                 Lane::ALL.len(),
             ))
-            .with_placer(placer(stores.clone()))
-            .with_node_cap(settings.max_inflight_per_node)
             .idle();
+        if settings.schedule_per_node {
+            va = va
+                .with_placer(placer(stores.clone()))
+                .with_node_cap(settings.max_inflight_per_node);
+        }
         let pv = WorkQueue::new(PV_QUEUE, settings.backoff, Some(&metrics.queues)).idle();
         Self {
             va: Arc::new(va),
@@ -202,7 +209,11 @@ pub async fn run(
         default_fs_type: settings.default_fs_type.clone(),
         api: Arc::new(KubeApi::new(clients)),
         stores,
-        driver: FencedDriver::new(csi, leadership).with_pacer(pacer),
+        driver: if settings.schedule_per_node {
+            FencedDriver::new(csi, leadership).with_pacer(pacer)
+        } else {
+            FencedDriver::new(csi, leadership)
+        },
         error_codes: settings.error_codes,
         flow_metrics: Arc::clone(&metrics.flows),
         failing,

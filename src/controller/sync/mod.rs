@@ -41,10 +41,11 @@ pub async fn va_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue<Lane>>, lane: Lane) {
             Ok(()) => {
                 queue.forget(&key);
                 ctx.failing.cleared(&key);
-                if let Some(va) = before.filter(|va| va.is_deleting()) {
-                    if let Some(pacer) = ctx.driver.pacer() {
-                        pacer.forget(&key);
-                    }
+                // With per-node scheduling (a pacer), hand the volume on.
+                if let (Some(va), Some(pacer)) =
+                    (before.filter(|va| va.is_deleting()), ctx.driver.pacer())
+                {
+                    pacer.forget(&key);
                     span.in_scope(|| hand_off(&ctx, &queue, &va));
                 }
             }
