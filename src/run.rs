@@ -182,6 +182,7 @@ fn note_ignored_flags(config: &Config) {
         worker_threads: _,
         max_inflight_per_node: _,
         schedule_per_node: _,
+        unpublish_not_found_node_gone: _,
         default_fstype: _,
         kube_api_qps: _,
         kube_api_burst: _,
@@ -340,6 +341,7 @@ fn controller_settings(
             .ok()
             .filter(|cap| *cap > 0),
         schedule_per_node: config.schedule_per_node,
+        node_gone_detached: config.unpublish_not_found_node_gone,
         backoff: Backoff {
             start: config.retry_interval_start,
             max: config.retry_interval_max,

@@ -281,3 +281,54 @@ async fn a_deleted_nodes_detaches_go_before_routine_ones() {
         "the deleted node's Unpublish was call {at:?} of {order:?}"
     );
 }
+
+#[tokio::test]
+async fn unpublish_not_found_for_a_gone_node_counts_as_detached_when_opted_in() {
+    use k8s_openapi::api::core::v1::Node;
+    let env = Env::start(&[], &["--unpublish-not-found-node-gone"]).await;
+    let (gone, present) = (unique("gone"), unique("present"));
+    env.create_node(&gone).await;
+    env.create_node(&present).await;
+    // Only `present` has a Node object (the test's CSINodes have none).
+    let nodes: kube::Api<Node> = kube::Api::all(env.client.clone());
+    let node: Node =
+        serde_json::from_value(json!({"metadata": {"name": present}})).expect("a Node");
+    nodes
+        .create(&Default::default(), &node)
+        .await
+        .expect("create Node");
+    let on_gone = volume_on(&env, &gone).await;
+    let on_present = volume_on(&env, &present).await;
+    env.wait_attached(&on_gone).await;
+    env.wait_attached(&on_present).await;
+    env.mock
+        .set_fault(
+            "ControllerUnpublishVolume",
+            json!({"code": "NotFound", "message": "instance not found"}),
+        )
+        .await;
+    env.delete_va(&on_gone).await;
+    env.delete_va(&on_present).await;
+    env.wait_gone(&on_gone).await;
+    // The Node still exists: the driver's NotFound stands, as upstream.
+    let kept = env
+        .wait_va(&on_present, "given a detachError", |va| {
+            va.and_then(|va| va.status.as_ref())
+                .and_then(|s| s.detach_error.as_ref())
+                .is_some()
+        })
+        .await
+        .expect("the VA stays");
+    assert!(kept.metadata.deletion_timestamp.is_some());
+    assert!(
+        env.logs().contains("the Node is gone: counted as detached"),
+        "{}",
+        env.logs()
+    );
+    // Its Node deleted, the next retry finds it gone.
+    nodes
+        .delete(&present, &Default::default())
+        .await
+        .expect("delete Node");
+    env.wait_gone(&on_present).await;
+}

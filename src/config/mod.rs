@@ -153,6 +153,11 @@ pub struct Config {
           action = ArgAction::Set)]
     pub schedule_per_node: bool,
 
+    /// Not in upstream: count a volume as detached when ControllerUnpublishVolume answers NotFound and the VA's Node object is gone (needs get on nodes).
+    #[arg(long, require_equals = true, default_value = "false", value_parser = bool_flag,
+          action = ArgAction::Set)]
+    pub unpublish_not_found_node_gone: bool,
+
     /// fsType of mount volumes whose PV does not set one.
     #[arg(long, default_value = "")]
     pub default_fstype: String,

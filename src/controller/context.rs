@@ -38,6 +38,9 @@ pub struct Ctx {
     pub driver: FencedDriver,
     /// Whether attach errors carry `errorCode`.
     pub error_codes: bool,
+    /// `--unpublish-not-found-node-gone`: Unpublish's `NotFound` for a VA
+    /// whose Node is gone counts as detached.
+    pub node_gone_detached: bool,
     /// End-to-end latency histograms.
     pub flow_metrics: Arc<FlowMetrics>,
     /// Events on repeated failures.

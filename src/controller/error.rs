@@ -139,6 +139,10 @@ pub enum FlowError {
     /// Removing our finalizer or writing `attached=false` failed.
     #[error("could not mark as detached: {0}")]
     MarkDetached(#[source] ApiError),
+    /// Asking whether the VA's Node still exists failed (after Unpublish
+    /// answered NotFound, with `--unpublish-not-found-node-gone`).
+    #[error("could not get Node: {0}")]
+    NodeLookup(#[source] ApiError),
     /// Removing our finalizer from a PV failed.
     #[error("could not remove PersistentVolume finalizer: {0}")]
     RemovePvFinalizer(#[source] ApiError),

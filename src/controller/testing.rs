@@ -8,7 +8,7 @@
 //! test); the caches and the fakes hold the views decoded from their JSON, as
 //! the watches and the API client decode them.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -102,6 +102,8 @@ pub struct FakeApi {
     cached_vas: Mutex<HashMap<String, Value>>,
     pvs: Mutex<HashMap<String, CachedPv>>,
     csinodes: Mutex<HashMap<String, String>>,
+    /// Nodes that do not exist (every other one does).
+    gone_nodes: Mutex<HashSet<String>>,
     secrets: Mutex<HashMap<String, BTreeMap<String, String>>>,
     failures: Mutex<HashMap<&'static str, VecDeque<ApiError>>>,
 }
@@ -110,6 +112,11 @@ impl FakeApi {
     /// The next `kind` request fails with `err`.
     pub fn fail(&self, kind: &'static str, err: ApiError) {
         lock(&self.failures).entry(kind).or_default().push_back(err);
+    }
+
+    /// The Node called `name` is deleted.
+    pub fn delete_node(&self, name: &str) {
+        lock(&self.gone_nodes).insert(name.to_string());
     }
 
     /// A PV only the API server has (not the cache).
@@ -222,6 +229,12 @@ impl ClusterApi for FakeApi {
         let result = self
             .record("get_pv", format!("GET pv/{name}"))
             .map(|()| lock(&self.pvs).get(name).cloned());
+        async move { result }.boxed()
+    }
+    fn node_exists<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, ApiError>> {
+        let result = self
+            .record("get_node", format!("GET node/{name}"))
+            .map(|()| !lock(&self.gone_nodes).contains(name));
         async move { result }.boxed()
     }
     fn csinode_node_id<'a>(
@@ -439,6 +452,7 @@ impl World {
             stores,
             driver: FencedDriver::new(driver.clone(), Leadership::unbounded()),
             error_codes: true,
+            node_gone_detached: false,
             failing: Arc::new(FailingVas::new(&flow_metrics.failing)),
             flow_metrics,
             events: None,

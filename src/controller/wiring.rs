@@ -66,6 +66,8 @@ pub struct Settings {
     pub error_codes: bool,
     /// `--max-inflight-per-node` (`None`: no cap).
     pub max_inflight_per_node: Option<usize>,
+    /// `--unpublish-not-found-node-gone`.
+    pub node_gone_detached: bool,
     /// `--schedule-per-node`: nodes take turns, pacing, hand-offs, settling
     /// (false: upstream's first-queued, first-served order, failures the
     /// VA's own, and no per-node cap).
@@ -215,6 +217,7 @@ pub async fn run(
             FencedDriver::new(csi, leadership)
         },
         error_codes: settings.error_codes,
+        node_gone_detached: settings.node_gone_detached,
         flow_metrics: Arc::clone(&metrics.flows),
         failing,
         events: settings

@@ -83,7 +83,22 @@ async fn unpublish(ctx: &Ctx, va: &CachedVa) -> Result<(), FlowError> {
             node_id,
             secrets: secrets.clone().into_iter().collect(),
         };
-        ctx.driver.unpublish(request, volume.origin, va).await??;
+        match ctx.driver.unpublish(request, volume.origin, va).await? {
+            Ok(()) => {}
+            Err(status) if status.code == tonic::Code::NotFound && ctx.node_gone_detached => {
+                if ctx
+                    .api
+                    .node_exists(va.node_name())
+                    .await
+                    .map_err(FlowError::NodeLookup)?
+                {
+                    return Err(status.into());
+                }
+                tracing::warn!(va = %va.name(), node = %va.node_name(), error = %status,
+                    "Unpublish answered NotFound and the Node is gone: counted as detached (--unpublish-not-found-node-gone)");
+            }
+            Err(status) => return Err(status.into()),
+        }
     }
     Ok(())
 }

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use k8s_openapi::api::core::v1::{PersistentVolume, Secret};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, Secret};
 use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
 use kube::api::{Api, GetParams, Patch, PatchParams};
 use kube::core::Request;
@@ -66,6 +66,8 @@ pub trait ClusterApi: Send + Sync {
         namespace: &'a str,
         name: &'a str,
     ) -> BoxFuture<'a, Result<BTreeMap<String, String>, SecretError>>;
+    /// GET of the Node called `name`: whether it exists.
+    fn node_exists<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, ApiError>>;
 }
 
 impl ClusterApi for KubeApi {
@@ -113,6 +115,9 @@ impl ClusterApi for KubeApi {
         name: &'a str,
     ) -> BoxFuture<'a, Result<BTreeMap<String, String>, SecretError>> {
         KubeApi::secret_data(self, namespace, name).boxed()
+    }
+    fn node_exists<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, ApiError>> {
+        KubeApi::node_exists(self, name).boxed()
     }
 }
 
@@ -215,6 +220,16 @@ impl KubeApi {
         match self.send(request, "get").await {
             Ok(pv) => Ok(Some(pv)),
             Err(kube::Error::Api(status)) if status.is_not_found() => Ok(None),
+            Err(err) => Err(ApiError(err)),
+        }
+    }
+
+    /// GETs the Node called `name` (not decoded): whether it exists.
+    pub async fn node_exists(&self, name: &str) -> Result<bool, ApiError> {
+        let request = Request::new(Node::url_path(&(), None)).get(name, &GetParams::default());
+        match self.send::<IgnoredAny>(request, "get").await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(status)) if status.is_not_found() => Ok(false),
             Err(err) => Err(ApiError(err)),
         }
     }

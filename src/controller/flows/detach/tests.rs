@@ -223,3 +223,43 @@ async fn a_migrated_pv_is_unpublished_as_migrated() {
         format!("Unpublish vol-9 {NODE_ID} (migrated)")
     );
 }
+
+#[tokio::test]
+async fn not_found_from_unpublish_counts_as_detached_only_when_opted_in_and_the_node_is_gone() {
+    let not_found = "rpc error: code = NotFound desc = no such instance";
+    // Opted in, the Node gone: detached.
+    let mut w = World::attachable(kept(), pv_ours());
+    w.ctx.node_gone_detached = true;
+    w.api.delete_node(NODE);
+    w.driver
+        .fail("unpublish", Code::NotFound, "no such instance");
+    assert_eq!(sync(&w).await, Ok(()));
+    assert_eq!(
+        w.requests(),
+        [
+            unpublish(NODE_ID),
+            format!("GET node/{NODE}"),
+            remove_finalizer(json!(["other/keep"])),
+            status(json!({"attached": false})),
+        ]
+    );
+    // Opted in, the Node still there: the driver's error stands.
+    let mut w = World::attachable(kept(), pv_ours());
+    w.ctx.node_gone_detached = true;
+    w.driver
+        .fail("unpublish", Code::NotFound, "no such instance");
+    assert_eq!(sync(&w).await, Err(not_found.to_string()));
+    // Not opted in (upstream): retried, the Node never asked about.
+    let w = World::attachable(kept(), pv_ours());
+    w.api.delete_node(NODE);
+    w.driver
+        .fail("unpublish", Code::NotFound, "no such instance");
+    assert_eq!(sync(&w).await, Err(not_found.to_string()));
+    assert_eq!(w.requests(), [unpublish(NODE_ID), detach_error(not_found)]);
+    // Another code with the Node gone: the driver's error stands.
+    let mut w = World::attachable(kept(), pv_ours());
+    w.ctx.node_gone_detached = true;
+    w.api.delete_node(NODE);
+    w.driver.fail("unpublish", Code::Internal, "boom");
+    assert!(sync(&w).await.is_err());
+}

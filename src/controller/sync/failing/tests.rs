@@ -118,6 +118,7 @@ fn clone_ctx(ctx: &Ctx) -> Ctx {
         stores: ctx.stores.clone(),
         driver: ctx.driver.clone(),
         error_codes: ctx.error_codes,
+        node_gone_detached: false,
         flow_metrics: Arc::clone(&ctx.flow_metrics),
         events: None,
         failing: Arc::clone(&ctx.failing),
