@@ -182,6 +182,7 @@ fn note_ignored_flags(config: &Config) {
         worker_threads: _,
         max_inflight_per_node: _,
         schedule_per_node: _,
+        adaptive_concurrency: _,
         unpublish_not_found_node_gone: _,
         default_fstype: _,
         kube_api_qps: _,
@@ -341,6 +342,7 @@ fn controller_settings(
             .ok()
             .filter(|cap| *cap > 0),
         schedule_per_node: config.schedule_per_node,
+        adaptive_concurrency: config.adaptive_concurrency,
         node_gone_detached: config.unpublish_not_found_node_gone,
         backoff: Backoff {
             start: config.retry_interval_start,

@@ -332,3 +332,72 @@ async fn unpublish_not_found_for_a_gone_node_counts_as_detached_when_opted_in() 
         .expect("delete Node");
     env.wait_gone(&on_present).await;
 }
+
+/// The most `calls` that overlapped in time.
+fn peak(calls: &[Value]) -> usize {
+    let mut edges: Vec<(f64, i32)> = calls
+        .iter()
+        .map(span_ms)
+        .flat_map(|(start, end)| [(start, 1), (end, -1)])
+        .collect();
+    // An end before a start at the same instant: touching calls do not overlap.
+    edges.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let (mut now, mut most) = (0i32, 0i32);
+    for (_, step) in edges {
+        now += step;
+        most = most.max(now);
+    }
+    most as usize
+}
+
+#[tokio::test]
+async fn adaptive_concurrency_lowers_the_lanes_limit_after_overload_answers() {
+    let env = Env::start(
+        &[],
+        &[
+            "--worker-threads=10",
+            "--adaptive-concurrency",
+            "--retry-interval-start=10ms",
+            "--retry-interval-max=10ms",
+        ],
+    )
+    .await;
+    let node = unique("node");
+    env.create_node(&node).await;
+    // 24 overload answers: 10 × 0.9^24 < 1, so the limit is one.
+    env.mock
+        .set_fault(
+            "ControllerPublishVolume",
+            json!({"code": "Unavailable", "message": "cloud busy", "times": 24}),
+        )
+        .await;
+    let first = volume_on(&env, &node).await;
+    env.wait_attached(&first).await;
+    env.mock
+        .set_fault("ControllerPublishVolume", json!({"delay_ms": 500}))
+        .await;
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64() * 1e3)
+        .unwrap_or_default();
+    let mut names = Vec::new();
+    let nodes: Vec<String> = (0..6).map(|_| unique("node")).collect();
+    for node in &nodes {
+        env.create_node(node).await;
+    }
+    for node in &nodes {
+        names.push(volume_on(&env, node).await);
+    }
+    for name in &names {
+        env.wait_attached(name).await;
+    }
+    let burst: Vec<Value> = calls(&env, "ControllerPublishVolume")
+        .await
+        .into_iter()
+        .filter(|c| span_ms(c).0 >= since)
+        .collect();
+    assert_eq!(burst.len(), 6, "{burst:?}");
+    // Without the limit all six run at once; it grows back by about its
+    // square root per success, so two at most here.
+    assert!(peak(&burst) <= 2, "{} at once: {burst:?}", peak(&burst));
+}

@@ -158,6 +158,11 @@ pub struct Config {
           action = ArgAction::Set)]
     pub unpublish_not_found_node_gone: bool,
 
+    /// Not in upstream: adapt each lane's driver calls at once (at most --worker-threads) to their latency and to overload answers (Unavailable, DeadlineExceeded, throttling texts). Needs --schedule-per-node.
+    #[arg(long, require_equals = true, default_value = "false", value_parser = bool_flag,
+          action = ArgAction::Set)]
+    pub adaptive_concurrency: bool,
+
     /// fsType of mount volumes whose PV does not set one.
     #[arg(long, default_value = "")]
     pub default_fstype: String,

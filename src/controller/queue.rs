@@ -52,39 +52,20 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+pub mod adaptive;
 pub mod ceiling;
 pub mod fair;
 pub mod lane;
 pub mod metrics;
 pub mod pace;
+pub mod work;
 
 pub use ceiling::{Backoff, Concurrency};
 use fair::{FairFifo, Group, Groups, Placement, Placer};
 pub use lane::QueueLane;
+pub use work::{Trigger, Work};
 
 use metrics::{QueueFamilies, QueueMetrics};
-
-/// Why a key was queued. It travels with the key: [`WorkQueue::get`] hands
-/// it to the worker, and a key queued again while it waits or runs keeps the
-/// strongest reason (`Reconciler` over `Event`) until a worker takes it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Trigger {
-    /// A watch event, a resync or a retry.
-    #[default]
-    Event,
-    /// The reconciler saw the driver disagree with the object's status: run
-    /// the flow even though the object looks done.
-    Reconciler,
-}
-
-/// A key handed to a worker, with why it was queued.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Work {
-    /// The object's key.
-    pub key: String,
-    /// Why it was queued.
-    pub trigger: Trigger,
-}
 
 #[derive(Default)]
 struct State {
@@ -109,6 +90,8 @@ struct State {
     started: HashMap<String, (Instant, usize, Group)>,
     /// Keys in flight per lane.
     in_flight: Vec<usize>,
+    /// Keys in flight per lane, at most (the adaptive limit; no limit by default).
+    lane_limits: Vec<usize>,
     /// Whether adds are taken (false while idle).
     accepting: bool,
     /// Delayed keys: earliest due time and lane.
@@ -149,6 +132,7 @@ impl<L: QueueLane> WorkQueue<L> {
         let state = State {
             lanes: (0..lanes).map(|_| FairFifo::default()).collect(),
             in_flight: vec![0; lanes],
+            lane_limits: vec![usize::MAX; lanes],
             waiting: vec![0; lanes],
             accepting: true,
             ..State::default()
@@ -364,6 +348,18 @@ impl<L: QueueLane> WorkQueue<L> {
         released
     }
 
+    /// At most `limit` keys of `lane` in flight (the adaptive limit).
+    pub fn set_lane_limit(&self, lane: L, limit: usize) {
+        let raised = {
+            let mut state = self.lock();
+            let old = std::mem::replace(&mut state.lane_limits[lane.index()], limit.max(1));
+            limit > old
+        };
+        if raised {
+            self.lane_ready[lane.index()].notify_waiters();
+        }
+    }
+
     /// Whether node `group` is held in `lane`.
     #[cfg(test)]
     pub fn is_held(&self, lane: L, group: &str) -> bool {
@@ -427,7 +423,8 @@ impl<L: QueueLane> WorkQueue<L> {
                 let admitted = self
                     .concurrency
                     .as_ref()
-                    .is_none_or(|c| c.admits(lane, &state.in_flight, &state.waiting));
+                    .is_none_or(|c| c.admits(lane, &state.in_flight, &state.waiting))
+                    && state.in_flight[lane] < state.lane_limits[lane];
                 let now = Instant::now();
                 let taken = if admitted {
                     let State {

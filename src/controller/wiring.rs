@@ -66,6 +66,8 @@ pub struct Settings {
     pub error_codes: bool,
     /// `--max-inflight-per-node` (`None`: no cap).
     pub max_inflight_per_node: Option<usize>,
+    /// `--adaptive-concurrency` (with `schedule_per_node`).
+    pub adaptive_concurrency: bool,
     /// `--unpublish-not-found-node-gone`.
     pub node_gone_detached: bool,
     /// `--schedule-per-node`: nodes take turns, pacing, hand-offs, settling
@@ -198,12 +200,16 @@ pub async fn run(
     }
 
     let csi: Arc<dyn Driver> = Arc::new(csi);
-    let pacer = Arc::new(Pacer::new(
+    let mut pacer = Pacer::new(
         Arc::clone(&queues.va),
         settings.backoff,
         csi.timeout(),
         Some(metrics.queues.for_pacer()),
-    ));
+    );
+    if settings.adaptive_concurrency {
+        pacer = pacer.with_adaptive_limit(settings.workers);
+    }
+    let pacer = Arc::new(pacer);
     let ctx = Arc::new(Ctx {
         driver_name: settings.driver_name.clone(),
         finalizer,

@@ -19,15 +19,19 @@
 //!   calls of a kind ended at the deadline, a warning (at most every 10
 //!   minutes) names the p99 of completed operations and a `--timeout` that
 //!   would fit it, also in `csi_attacher_suggested_timeout_seconds`.
+//! - **Opt-in: an adaptive limit per lane** (`--adaptive-concurrency`,
+//!   [`crate::controller::queue::adaptive`]): each answer moves the lane's
+//!   limit of calls at once, which the queue enforces below its ceiling.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use prometheus::{Gauge, IntGauge};
+use prometheus::{Gauge, IntCounter, IntGauge, IntGaugeVec};
 use tokio::time::Instant;
 use tonic::Code;
 
+use crate::controller::queue::adaptive::{is_throttled, AdaptiveLimit, Reason};
 use crate::controller::queue::lane::Lane;
 use crate::controller::queue::Backoff;
 use crate::controller::queue::QueueLane;
@@ -52,6 +56,11 @@ pub struct PaceMetrics {
     pub held: IntGauge,
     /// `csi_attacher_suggested_timeout_seconds`, by lane index.
     pub suggested_timeout: Vec<Gauge>,
+    /// `csi_attacher_concurrency_limit` (series made when the limit is on).
+    pub limit: IntGaugeVec,
+    /// `csi_attacher_concurrency_limit_changes_total`: by lane index, then
+    /// reason (latency, throttled, unavailable, deadline).
+    pub limit_changes: Vec<[IntCounter; 4]>,
 }
 
 /// Paces the VA queue by the driver's answers (see the module docs).
@@ -76,6 +85,8 @@ struct PaceState {
     outcomes: [VecDeque<bool>; 2],
     /// When each lane's advice was last given.
     advised: [Option<Instant>; 2],
+    /// The lanes' adaptive limits (`--adaptive-concurrency`), by lane index.
+    adaptive: Option<[AdaptiveLimit; 2]>,
 }
 
 /// Operation names in logs and the metric's `operation` label, by lane index.
@@ -99,12 +110,76 @@ impl Pacer {
         }
     }
 
+    /// Adapts each lane's limit of calls at once, from `ceiling` down to one
+    /// (see [`crate::controller::queue::adaptive`]).
+    pub fn with_adaptive_limit(self, ceiling: usize) -> Self {
+        self.lock().adaptive = Some([AdaptiveLimit::new(ceiling), AdaptiveLimit::new(ceiling)]);
+        if let Some(m) = &self.metrics {
+            for lane in Lane::ALL {
+                m.limit
+                    .with_label_values(&[lane.name()])
+                    .set(ceiling as i64);
+            }
+        }
+        self
+    }
+
+    /// Moves `lane`'s adaptive limit by a call's answer (`None`: OK).
+    fn adapt(
+        &self,
+        state: &mut PaceState,
+        lane: Lane,
+        took: Duration,
+        answer: Option<(Code, &str)>,
+    ) {
+        let Some(limits) = state.adaptive.as_mut() else {
+            return;
+        };
+        let limit = &mut limits[lane.index()];
+        let (changed, reason) = match answer {
+            None => (limit.succeeded(took), Reason::Latency),
+            Some((Code::Unavailable, _)) => (limit.overloaded(), Reason::Unavailable),
+            Some((Code::DeadlineExceeded, _)) => (limit.overloaded(), Reason::Deadline),
+            Some((_, message)) if is_throttled(message) => (limit.overloaded(), Reason::Throttled),
+            Some(_) => return,
+        };
+        let Some(now) = changed else {
+            return;
+        };
+        self.queue.set_lane_limit(lane, now);
+        if let Some(m) = &self.metrics {
+            m.limit.with_label_values(&[lane.name()]).set(now as i64);
+            let i = match reason {
+                Reason::Latency => 0,
+                Reason::Throttled => 1,
+                Reason::Unavailable => 2,
+                Reason::Deadline => 3,
+            };
+            m.limit_changes[lane.index()][i].inc();
+        }
+        tracing::debug!(
+            lane = lane.name(),
+            limit = now,
+            reason = reason.label(),
+            "Concurrency limit changed"
+        );
+    }
+
     /// A call of `lane` for VA `va` on node `node`, started at `started`,
-    /// ended with `code` (`None`: OK).
-    pub fn finished(&self, lane: Lane, va: &str, node: &str, started: Instant, code: Option<Code>) {
+    /// ended with `answer`'s code and message (`None`: OK).
+    pub fn finished(
+        &self,
+        lane: Lane,
+        va: &str,
+        node: &str,
+        started: Instant,
+        answer: Option<(Code, &str)>,
+    ) {
         let now = Instant::now();
         let i = lane.index();
+        let code = answer.map(|(code, _)| code);
         let mut state = self.lock();
+        self.adapt(&mut state, lane, now - started, answer);
         push_bounded(
             &mut state.outcomes[i],
             code == Some(Code::DeadlineExceeded),

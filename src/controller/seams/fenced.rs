@@ -129,8 +129,11 @@ impl FencedDriver {
         answer: &Result<Result<T, RpcStatus>, NotLeading>,
     ) {
         if let (Some(pacer), Ok(result)) = (&self.pacer, answer) {
-            let code = result.as_ref().err().map(|status| status.code);
-            pacer.finished(lane, va.name(), va.node_name(), started, code);
+            let answer = result
+                .as_ref()
+                .err()
+                .map(|status| (status.code, status.message.as_str()));
+            pacer.finished(lane, va.name(), va.node_name(), started, answer);
         }
     }
 

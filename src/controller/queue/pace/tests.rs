@@ -26,7 +26,7 @@ async fn resource_exhausted_holds_the_node_doubling_until_a_publish_succeeds() {
         "n1-a",
         "n1",
         now,
-        Some(Code::ResourceExhausted),
+        Some((Code::ResourceExhausted, "")),
     );
     assert!(q.is_held(Lane::Attach, "n1"));
     assert!(
@@ -41,7 +41,7 @@ async fn resource_exhausted_holds_the_node_doubling_until_a_publish_succeeds() {
         Code::NotFound,
         Code::Internal,
     ] {
-        pacer.finished(Lane::Attach, "n2-a", "n2", now, Some(code));
+        pacer.finished(Lane::Attach, "n2-a", "n2", now, Some((code, "")));
     }
     assert!(!q.is_held(Lane::Attach, "n2"));
     // Unpublish's ResourceExhausted does not hold attaches.
@@ -50,7 +50,7 @@ async fn resource_exhausted_holds_the_node_doubling_until_a_publish_succeeds() {
         "n3-a",
         "n3",
         now,
-        Some(Code::ResourceExhausted),
+        Some((Code::ResourceExhausted, "")),
     );
     assert!(!q.is_held(Lane::Attach, "n3"));
     // The second answer doubles the hold: 1 s, then 2 s.
@@ -60,7 +60,7 @@ async fn resource_exhausted_holds_the_node_doubling_until_a_publish_succeeds() {
         "n1-a",
         "n1",
         now,
-        Some(Code::ResourceExhausted),
+        Some((Code::ResourceExhausted, "")),
     );
     let took = tokio::time::timeout(Duration::from_millis(1900), q.get(Lane::Attach)).await;
     assert!(took.is_err(), "held for 2 s after the second answer");
@@ -91,7 +91,7 @@ async fn after_a_deadline_the_retry_waits_until_the_operation_would_have_ended()
         "n1-a",
         "n1",
         started,
-        Some(Code::DeadlineExceeded),
+        Some((Code::DeadlineExceeded, "")),
     );
     let delay = pacer.retry_delay("n1-a", backoff);
     assert_eq!(
@@ -134,7 +134,7 @@ async fn calls_past_the_timeout_suggest_one_that_fits() {
             &format!("w-{i}"),
             "n",
             now,
-            Some(Code::DeadlineExceeded),
+            Some((Code::DeadlineExceeded, "")),
         );
     }
     assert!(
@@ -142,11 +142,70 @@ async fn calls_past_the_timeout_suggest_one_that_fits() {
         "4 of the last 100 at the deadline: no advice yet"
     );
     let now = Instant::now();
-    pacer.finished(Lane::Attach, "w-4", "n", now, Some(Code::DeadlineExceeded));
+    pacer.finished(
+        Lane::Attach,
+        "w-4",
+        "n",
+        now,
+        Some((Code::DeadlineExceeded, "")),
+    );
     // p99 of 30..49 s is 49 s; × 1.25 = 61.25 → 62 s.
     assert!(
         metrics.render().contains(&format!("{gauge} 62")),
         "{}",
         metrics.render()
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn overload_answers_lower_their_lanes_limit_only_and_the_queue_keeps_it() {
+    let metrics = crate::metrics::Metrics::new();
+    let q = Arc::new(WorkQueue::<Lane>::new("test", BACKOFF, None));
+    let pacer = Pacer::new(
+        Arc::clone(&q),
+        BACKOFF,
+        Duration::from_secs(15),
+        Some(metrics.queues.for_pacer()),
+    )
+    .with_adaptive_limit(3);
+    let now = Instant::now();
+    // A detach storm of overload answers: the detach lane's limit drops.
+    for _ in 0..20 {
+        pacer.finished(Lane::Detach, "d", "n", now, Some((Code::Unavailable, "")));
+    }
+    let text = metrics.render();
+    assert!(
+        text.contains(r#"csi_attacher_concurrency_limit{lane="detach"} 1"#)
+            && text.contains(r#"csi_attacher_concurrency_limit{lane="attach"} 3"#),
+        "{text}"
+    );
+    // A throttling text inside Internal counts; other Internal errors do not.
+    pacer.finished(Lane::Attach, "a", "n", now, Some((Code::Internal, "boom")));
+    assert!(metrics
+        .render()
+        .contains(r#"csi_attacher_concurrency_limit{lane="attach"} 3"#));
+    let throttled = "api error RequestLimitExceeded: Request limit exceeded.";
+    // 3 × 0.9 = 2.7: two at once.
+    pacer.finished(
+        Lane::Attach,
+        "a",
+        "n",
+        now,
+        Some((Code::Internal, throttled)),
+    );
+    let text = metrics.render();
+    assert!(
+        text.contains(r#"csi_attacher_concurrency_limit{lane="attach"} 2"#)
+            && text.contains(
+                r#"csi_attacher_concurrency_limit_changes_total{lane="attach",reason="throttled"} 1"#
+            ),
+        "{text}"
+    );
+    // The queue starts at most two attaches now.
+    for key in ["a-1", "a-2", "a-3"] {
+        q.add(key, Lane::Attach);
+    }
+    let get = || tokio::time::timeout(Duration::from_millis(10), q.get(Lane::Attach));
+    assert!(get().await.is_ok() && get().await.is_ok());
+    assert!(get().await.is_err(), "a third attach past the limit");
 }
