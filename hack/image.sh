@@ -112,6 +112,8 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 # crane's progress lines go to a log, shown when a step fails.
 c() {
   if ! "$crane" "$@" 2>>"$work/crane.log"; then
@@ -199,12 +201,9 @@ start_registry check
 ref=127.0.0.1:$port/csi-attacher-rs:$tag
 pushed=$(c push "$work/built" "$ref")
 [ "${pushed##*@}" = "$digest" ] || die "pushed $pushed, expected the index built, $digest"
-out=$target_dir/image
-rm -rf "$out"
-mkdir -p "$out"
-c pull --format oci "$ref" "$out/oci"
+c pull --format oci "$ref" "$work/pulled"
 [ "$(c digest "$ref")" = "$digest" ] || die "the registry serves $(c digest "$ref") for $ref, $digest was pushed"
-check=(--layout "$out/oci" --digest "$digest" --commit "$commit" --epoch "$epoch" --extract "$work")
+check=(--layout "$work/pulled" --digest "$digest" --commit "$commit" --epoch "$epoch" --extract "$work")
 [ -z "$user" ] || check+=(--user "$user")
 [ -z "$built" ] || check+=(--built "$built")
 qemu=$(command -v qemu-aarch64 || command -v qemu-aarch64-static || true)
@@ -212,6 +211,11 @@ qemu=$(command -v qemu-aarch64 || command -v qemu-aarch64-static || true)
 ! $dev || check+=(--dev)
 python3 hack/image.py check "${check[@]}" \
   || die "the image pulled back from $ref does not check out (above)"
+# Only a checked image is left behind.
+out=$target_dir/image
+rm -rf "$out"
+mkdir -p "$out"
+mv "$work/pulled" "$out/oci"
 echo "$digest" >"$out/digest"
 echo "image: ok: csi-attacher-rs:$tag@$digest, pushed to and pulled back from a registry on loopback; OCI layout in $out/oci"
 
