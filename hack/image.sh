@@ -189,7 +189,8 @@ for arch in amd64 arm64; do
   python3 hack/image.py config --arch "$arch" --commit "$commit" --epoch "$epoch" ${user:+--user "$user"} \
     <"$work/base-$arch.json" >"$work/config-$arch.json"
   c edit config "$assembly:layer-$arch" --tag "$assembly:$tag-$arch" <"$work/config-$arch.json" >/dev/null
-  echo "image: linux/$arch: $(c digest "$assembly:$tag-$arch") ($(stat -c %s "$root/csi-attacher") bytes of binary)"
+  manifest=$(c digest "$assembly:$tag-$arch")
+  echo "image: linux/$arch: $manifest ($(stat -c %s "$root/csi-attacher") bytes of binary)"
 done
 c index append --manifest "$assembly:$tag-amd64" --manifest "$assembly:$tag-arm64" --tag "$assembly:$tag" >/dev/null
 digest=$(c digest "$assembly:$tag")
