@@ -57,9 +57,10 @@
 # The commit is CSI_ATTACHER_GIT_COMMIT if set, else `git rev-parse HEAD`; the
 # binaries must report that commit.
 #
-# Not done: signing. cosign is not among the Go modules this project's machines
-# are known to get from the module proxy, so no signature is made or checked;
-# sign the pushed digest with your own cosign (`cosign sign --key ... REF@DIGEST`).
+# Not done: signing. cosign (github.com/sigstore/cosign) is not on the list of
+# Go modules known to build from the module proxy on this project's machines,
+# so it was not tried, and no signature is made or checked here; sign the
+# pushed digest with a cosign of your own (`cosign sign --key ... REF@DIGEST`).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
