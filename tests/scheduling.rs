@@ -46,28 +46,44 @@ async fn calls(env: &Env, method: &str) -> Vec<Value> {
 
 /// Six 1-second attaches of one node, then one of another, through one
 /// attach slot (two workers: the detach lane keeps the other): where the
-/// other node's Publish came among the Publish calls, and all of them.
+/// other node's Publish came among those seven Publish calls, and all of
+/// them.
 async fn small_after_big(extra: &[&str]) -> (Option<usize>, Vec<String>) {
     let mut args = vec!["--worker-threads=2"];
     args.extend_from_slice(extra);
     let env = Env::start(&[], &args).await;
-    env.mock
-        .set_fault("ControllerPublishVolume", json!({"delay_ms": 1000}))
-        .await;
     let (big, small) = (unique("big"), unique("small"));
     env.create_node(&big).await;
     env.create_node(&small).await;
-    let mut names = Vec::new();
-    for _ in 0..6 {
-        names.push(volume_on(&env, &big).await);
+    // Every PV first, then a canary attach: the attacher's caches hold the
+    // nodes and PVs, so no attach below fails (and waits out a backoff) for
+    // an object its cache has not seen yet.
+    let mut pvs = Vec::new();
+    for _ in 0..7 {
+        let volume = pv(&unique("pv"), &env.driver);
+        pvs.push(volume.name());
+        env.create_pv(volume.build()).await;
     }
-    names.push(volume_on(&env, &small).await);
+    let canary = volume_on(&env, &small).await;
+    env.wait_attached(&canary).await;
+    env.mock
+        .set_fault("ControllerPublishVolume", json!({"delay_ms": 1000}))
+        .await;
+    let mut names = Vec::new();
+    for (i, pv_name) in pvs.iter().enumerate() {
+        let node = if i < 6 { &big } else { &small };
+        let name = unique("va");
+        env.create_va(va(&name, &env.driver, node).pv(pv_name).build())
+            .await;
+        names.push(name);
+    }
     for name in &names {
         env.wait_attached(name).await;
     }
     let order: Vec<String> = calls(&env, "ControllerPublishVolume")
         .await
         .iter()
+        .skip(1) // the canary's
         .map(|c| c["node_id"].as_str().unwrap_or_default().to_string())
         .collect();
     (order.iter().position(|n| *n == id(&small)), order)
@@ -198,7 +214,7 @@ async fn a_node_out_of_room_is_paced_while_other_nodes_attach() {
 async fn a_detached_volume_goes_at_once_to_the_va_waiting_for_it() {
     // The second node's attach fails while the volume is on the first
     // (single-node volume); its backoff grows to 8 s.
-    let env = Env::start(&[], &["--retry-interval-start=2s"]).await;
+    let env = Env::start(&[], &["--retry-interval-start=4s"]).await;
     let (old, new) = (unique("node"), unique("node"));
     env.create_node(&old).await;
     env.create_node(&new).await;
@@ -211,7 +227,7 @@ async fn a_detached_volume_goes_at_once_to_the_va_waiting_for_it() {
     env.wait_attached(&from).await;
     env.create_va(va(&to, &env.driver, &new).pv(&pv_name).build())
         .await;
-    // Two refusals: the third attempt is 4 s after the second.
+    // Two refusals: the third attempt is 8 s after the second.
     crate::support::eventually("two refused Publishes", Duration::from_secs(30), || async {
         let refused = env
             .mock
@@ -229,8 +245,8 @@ async fn a_detached_volume_goes_at_once_to_the_va_waiting_for_it() {
     env.wait_attached(&to).await;
     let took = gone.elapsed();
     assert!(
-        took < Duration::from_millis(1500),
-        "attached {took:?} after the old VA was gone (its backoff was 4 s)"
+        took < Duration::from_secs(3),
+        "attached {took:?} after the old VA was gone (its backoff was 8 s)"
     );
     assert!(
         env.logs()

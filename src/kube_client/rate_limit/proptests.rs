@@ -113,7 +113,9 @@ proptest! {
             granted <= burst.saturating_add(refills),
             "granted {} in {}ns with burst {} and period {}ns", granted, elapsed, burst, period
         );
-        if burst <= 5_000 && period > 1e8 {
+        // Under load the loop itself may outlast a period (the thread
+        // descheduled): then a refill is due and the count may be one more.
+        if burst <= 5_000 && period > 1e8 && elapsed < period {
             // A slow refill: the full bucket is exactly the burst.
             prop_assert_eq!(granted, burst, "a full bucket holds the burst");
             let wait = first_refusal.expect("refused once the bucket is empty");
