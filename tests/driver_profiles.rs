@@ -10,19 +10,7 @@ use std::process::Command;
 use serde_json::Value;
 
 use crate::support::env::{attach_error_message, Env};
-use crate::support::objects::{pv, va};
 use crate::support::unique;
-
-/// A new PV and its VA on `node`, as kube-controller-manager creates them; the VA's name.
-async fn create_volume_on(env: &Env, node: &str) -> String {
-    let volume = pv(&unique("pv"), &env.driver);
-    let pv_name = volume.name();
-    env.create_pv(volume.build()).await;
-    let name = unique("va");
-    env.create_va(va(&name, &env.driver, node).pv(&pv_name).build())
-        .await;
-    name
-}
 
 /// A ledger call's end, in milliseconds since the epoch.
 fn call_end_ms(call: &Value) -> f64 {
@@ -49,7 +37,7 @@ async fn a_serial_per_node_profile_attaches_one_volume_of_a_node_at_a_time() {
     env.create_node(&node).await;
     let mut names = Vec::new();
     for _ in 0..4 {
-        names.push(create_volume_on(&env, &node).await);
+        names.push(env.volume_on(&node).await);
     }
     for name in &names {
         env.wait_attached(name).await;
@@ -79,7 +67,7 @@ async fn a_gce_pd_profile_answers_a_deleted_instance_with_not_found_then_fast_wi
     let node = unique("node");
     env.create_node(&node).await;
     env.mock.delete_instance(&format!("{node}-id")).await;
-    let name = create_volume_on(&env, &node).await;
+    let name = env.volume_on(&node).await;
     let failed = env.wait_attach_error(&name).await;
     let message = attach_error_message(&failed).unwrap_or_default();
     assert!(message.contains("Could not find instance"), "{message}");

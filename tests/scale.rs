@@ -11,6 +11,7 @@ use kube::api::ListParams;
 use serde_json::json;
 
 use support::env::Env;
+use support::mock::{call_span, peak_concurrency};
 use support::objects::{pv, va};
 use support::unique;
 
@@ -180,34 +181,6 @@ async fn a_thousand_vas_attach_and_detach_leaving_no_finalizer() {
         },
     )
     .await;
-}
-
-/// A ledger call's start and end, in Unix nanoseconds.
-fn call_span(call: &serde_json::Value) -> (u64, u64) {
-    let start = call["time_unix_nanos"].as_u64().expect("start");
-    let took = call["duration_ms"].as_f64().expect("duration");
-    (start, start + (took * 1e6) as u64)
-}
-
-/// The most driver calls of `methods` in flight at once, from the ledger.
-fn peak_concurrency(ledger: &[serde_json::Value], methods: &[&str]) -> usize {
-    let mut edges: Vec<(u64, i32)> = Vec::new();
-    for call in ledger {
-        if !methods.iter().any(|m| call["method"] == *m) {
-            continue;
-        }
-        let (start, end) = call_span(call);
-        edges.push((start, 1));
-        edges.push((end, -1));
-    }
-    // At equal times, an end comes before a start.
-    edges.sort();
-    let (mut now, mut peak) = (0i32, 0i32);
-    for (_, step) in edges {
-        now += step;
-        peak = peak.max(now);
-    }
-    peak as usize
 }
 
 #[tokio::test]

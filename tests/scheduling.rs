@@ -9,28 +9,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::support::env::Env;
+use crate::support::mock::{call_span, peak_concurrency};
 use crate::support::objects::{pv, va};
 use crate::support::unique;
-
-/// A new PV and its VA on `node`; the VA's name.
-async fn volume_on(env: &Env, node: &str) -> String {
-    let volume = pv(&unique("pv"), &env.driver);
-    let pv_name = volume.name();
-    env.create_pv(volume.build()).await;
-    let name = unique("va");
-    env.create_va(va(&name, &env.driver, node).pv(&pv_name).build())
-        .await;
-    name
-}
-
-/// A ledger call's start and end, in milliseconds since the epoch.
-fn span_ms(call: &Value) -> (f64, f64) {
-    let start = call["time_unix_nanos"].as_u64().unwrap_or_default() as f64 / 1e6;
-    (
-        start,
-        start + call["duration_ms"].as_f64().unwrap_or_default(),
-    )
-}
 
 /// The node ID `create_node` gives `node`.
 fn id(node: &str) -> String {
@@ -40,7 +21,7 @@ fn id(node: &str) -> String {
 /// `method`'s calls, in the order they started.
 async fn calls(env: &Env, method: &str) -> Vec<Value> {
     let mut calls = env.mock.calls(method).await;
-    calls.sort_by(|a, b| span_ms(a).0.total_cmp(&span_ms(b).0));
+    calls.sort_by_key(|c| call_span(c).0);
     calls
 }
 
@@ -64,7 +45,7 @@ async fn small_after_big(extra: &[&str]) -> (Option<usize>, Vec<String>) {
         pvs.push(volume.name());
         env.create_pv(volume.build()).await;
     }
-    let canary = volume_on(&env, &small).await;
+    let canary = env.volume_on(&small).await;
     env.wait_attached(&canary).await;
     env.mock
         .set_fault("ControllerPublishVolume", json!({"delay_ms": 1000}))
@@ -118,23 +99,23 @@ async fn max_inflight_per_node_caps_one_node_and_not_the_others() {
     env.create_node(&other).await;
     let mut names = Vec::new();
     for _ in 0..3 {
-        names.push(volume_on(&env, &capped).await);
-        names.push(volume_on(&env, &other).await);
+        names.push(env.volume_on(&capped).await);
+        names.push(env.volume_on(&other).await);
     }
     for name in &names {
         env.wait_attached(name).await;
     }
     let calls = calls(&env, "ControllerPublishVolume").await;
     for node in [&capped, &other] {
-        let spans: Vec<(f64, f64)> = calls
+        let spans: Vec<(u64, u64)> = calls
             .iter()
             .filter(|c| c["node_id"] == id(node).as_str())
-            .map(span_ms)
+            .map(call_span)
             .collect();
         assert_eq!(spans.len(), 3, "{calls:?}");
         for pair in spans.windows(2) {
             assert!(
-                pair[1].0 >= pair[0].1 - 5.0,
+                pair[1].0 + 5_000_000 >= pair[0].1,
                 "two Publishes on node {node} at once: {spans:?}"
             );
         }
@@ -144,7 +125,7 @@ async fn max_inflight_per_node_caps_one_node_and_not_the_others() {
         calls
             .iter()
             .find(|c| c["node_id"] == id(node).as_str())
-            .map(span_ms)
+            .map(call_span)
     };
     let (a, b) = (
         first(&capped).expect("a call"),
@@ -170,22 +151,22 @@ async fn a_node_out_of_room_is_paced_while_other_nodes_attach() {
     let (full, free) = (unique("full"), unique("free"));
     env.create_node(&full).await;
     env.create_node(&free).await;
-    let first = volume_on(&env, &full).await;
+    let first = env.volume_on(&full).await;
     env.wait_attached(&first).await;
     let started = std::time::Instant::now();
     let mut refused = Vec::new();
     for _ in 0..4 {
-        refused.push(volume_on(&env, &full).await);
+        refused.push(env.volume_on(&full).await);
     }
-    let fine = volume_on(&env, &free).await;
+    let fine = env.volume_on(&free).await;
     env.wait_attached(&fine).await;
     let window = Duration::from_secs(7);
     tokio::time::sleep(window.saturating_sub(started.elapsed())).await;
-    let exhausted: Vec<(f64, f64)> = calls(&env, "ControllerPublishVolume")
+    let exhausted: Vec<(u64, u64)> = calls(&env, "ControllerPublishVolume")
         .await
         .iter()
         .filter(|c| c["node_id"] == id(&full).as_str() && c["code"] == "ResourceExhausted")
-        .map(span_ms)
+        .map(call_span)
         .collect();
     // Each VA on its own backoff (1, 2, 4 s) would call 3 times in 7 s:
     // 12 calls. Paced, the node's calls go one at a time after the first
@@ -195,11 +176,11 @@ async fn a_node_out_of_room_is_paced_while_other_nodes_attach() {
         "{} refused Publishes on the full node in 7 s: {exhausted:?}",
         exhausted.len()
     );
-    let first_end = exhausted.iter().map(|s| s.1).fold(f64::MAX, f64::min);
-    let later: Vec<&(f64, f64)> = exhausted.iter().filter(|s| s.0 > first_end).collect();
+    let first_end = exhausted.iter().map(|s| s.1).min().unwrap_or(u64::MAX);
+    let later: Vec<&(u64, u64)> = exhausted.iter().filter(|s| s.0 > first_end).collect();
     for pair in later.windows(2) {
         assert!(
-            pair[1].0 >= pair[0].1 - 5.0,
+            pair[1].0 + 5_000_000 >= pair[0].1,
             "paced calls overlapped: {exhausted:?}"
         );
     }
@@ -265,9 +246,9 @@ async fn a_deleted_nodes_detaches_go_before_routine_ones() {
     env.create_node(&dead).await;
     let mut routine = Vec::new();
     for _ in 0..4 {
-        routine.push(volume_on(&env, &live).await);
+        routine.push(env.volume_on(&live).await);
     }
-    let failed = volume_on(&env, &dead).await;
+    let failed = env.volume_on(&dead).await;
     for name in routine.iter().chain([&failed]) {
         env.wait_attached(name).await;
     }
@@ -313,8 +294,8 @@ async fn unpublish_not_found_for_a_gone_node_counts_as_detached_when_opted_in() 
         .create(&Default::default(), &node)
         .await
         .expect("create Node");
-    let on_gone = volume_on(&env, &gone).await;
-    let on_present = volume_on(&env, &present).await;
+    let on_gone = env.volume_on(&gone).await;
+    let on_present = env.volume_on(&present).await;
     env.wait_attached(&on_gone).await;
     env.wait_attached(&on_present).await;
     env.mock
@@ -349,23 +330,6 @@ async fn unpublish_not_found_for_a_gone_node_counts_as_detached_when_opted_in() 
     env.wait_gone(&on_present).await;
 }
 
-/// The most `calls` that overlapped in time.
-fn peak(calls: &[Value]) -> usize {
-    let mut edges: Vec<(f64, i32)> = calls
-        .iter()
-        .map(span_ms)
-        .flat_map(|(start, end)| [(start, 1), (end, -1)])
-        .collect();
-    // An end before a start at the same instant: touching calls do not overlap.
-    edges.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    let (mut now, mut most) = (0i32, 0i32);
-    for (_, step) in edges {
-        now += step;
-        most = most.max(now);
-    }
-    most as usize
-}
-
 #[tokio::test]
 async fn adaptive_concurrency_lowers_the_lanes_limit_after_overload_answers() {
     let env = Env::start(
@@ -387,14 +351,14 @@ async fn adaptive_concurrency_lowers_the_lanes_limit_after_overload_answers() {
             json!({"code": "Unavailable", "message": "cloud busy", "times": 24}),
         )
         .await;
-    let first = volume_on(&env, &node).await;
+    let first = env.volume_on(&node).await;
     env.wait_attached(&first).await;
     env.mock
         .set_fault("ControllerPublishVolume", json!({"delay_ms": 500}))
         .await;
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64() * 1e3)
+        .map(|d| d.as_nanos() as u64)
         .unwrap_or_default();
     let mut names = Vec::new();
     let nodes: Vec<String> = (0..6).map(|_| unique("node")).collect();
@@ -402,7 +366,7 @@ async fn adaptive_concurrency_lowers_the_lanes_limit_after_overload_answers() {
         env.create_node(node).await;
     }
     for node in &nodes {
-        names.push(volume_on(&env, node).await);
+        names.push(env.volume_on(node).await);
     }
     for name in &names {
         env.wait_attached(name).await;
@@ -410,10 +374,14 @@ async fn adaptive_concurrency_lowers_the_lanes_limit_after_overload_answers() {
     let burst: Vec<Value> = calls(&env, "ControllerPublishVolume")
         .await
         .into_iter()
-        .filter(|c| span_ms(c).0 >= since)
+        .filter(|c| call_span(c).0 >= since)
         .collect();
     assert_eq!(burst.len(), 6, "{burst:?}");
     // Without the limit all six run at once; it grows back by about its
     // square root per success, so two at most here.
-    assert!(peak(&burst) <= 2, "{} at once: {burst:?}", peak(&burst));
+    assert!(
+        peak_concurrency(&burst, &["ControllerPublishVolume"]) <= 2,
+        "{} at once: {burst:?}",
+        peak_concurrency(&burst, &["ControllerPublishVolume"])
+    );
 }

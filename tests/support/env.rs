@@ -233,6 +233,22 @@ impl Env {
             .expect("create VA")
     }
 
+    /// A new PV of this driver and its VA on `node`, as kube-controller-manager
+    /// creates them; the VA's name.
+    pub async fn volume_on(&self, node: &str) -> String {
+        let volume = super::objects::pv(&super::unique("pv"), &self.driver);
+        let pv_name = volume.name();
+        self.create_pv(volume.build()).await;
+        let name = super::unique("va");
+        self.create_va(
+            super::objects::va(&name, &self.driver, node)
+                .pv(&pv_name)
+                .build(),
+        )
+        .await;
+        name
+    }
+
     /// Deletes a VA (it lingers while finalizers remain).
     pub async fn delete_va(&self, name: &str) {
         self.vas
