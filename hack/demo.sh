@@ -13,22 +13,36 @@ for tool in openssl curl jq python3; do
   command -v "$tool" >/dev/null || { echo "demo: $tool is required" >&2; exit 1; }
 done
 
+# The pinned kube-apiserver and etcd (the only Go tools the demo runs; cached
+# after the first build) build in the background while cargo builds ours.
+go_log=$(mktemp)
+hack/build-controlplane.sh kube-apiserver etcd >"$go_log" 2>&1 &
+go_pid=$!
+
 # CSI_ATTACHER_DEMO_BIN=<dir>: run the csi-attacher and csi-mock-driver already
-# built there instead of building them (CI: the ones hack/test.sh just built;
-# `cargo build` would compile most dependencies again, without the test-only
-# features).
+# built there instead of building them (CI: the ones hack/test.sh just built).
+# Otherwise they are built as the tests build them (`cargo test --test
+# binaries`: the two binaries, with the test build's dependency features, and
+# a check that both start), so that hack/test.sh afterwards compiles only its
+# test binaries, not the dependencies a second time.
 if [ -n "${CSI_ATTACHER_DEMO_BIN:-}" ]; then
-  step "Using csi-attacher and csi-mock-driver from $CSI_ATTACHER_DEMO_BIN; building the pinned control plane"
+  step "Using csi-attacher and csi-mock-driver from $CSI_ATTACHER_DEMO_BIN; building the pinned kube-apiserver and etcd"
   bin=$(cd "$CSI_ATTACHER_DEMO_BIN" && pwd)
   for b in csi-attacher csi-mock-driver; do
     [ -x "$bin/$b" ] || { echo "demo: no $bin/$b" >&2; exit 1; }
   done
 else
-  step "Building csi-attacher, csi-mock-driver and the pinned control plane"
-  cargo build --locked --bins
+  step "Building csi-attacher and csi-mock-driver, and the pinned kube-apiserver and etcd beside them"
+  cargo test --locked --test binaries
   bin="$repo/target/debug"
 fi
-tools=$(hack/build-controlplane.sh | tail -n 1)
+if ! wait "$go_pid"; then
+  cat "$go_log" >&2
+  echo "demo: building kube-apiserver and etcd failed" >&2
+  exit 1
+fi
+tools=$(tail -n 1 "$go_log")
+rm -f "$go_log"
 
 work=$(mktemp -d /tmp/csi-attacher-demo.XXXXXX)
 pids=()
