@@ -4,8 +4,9 @@
 # every test: unit tests, and behaviour tests against a real
 # kube-apiserver + etcd, csi-mock-driver and csi-test's Go mock driver; and
 # promtool (hack/tools-promtool, cached) for deploy/monitoring's rule tests;
-# and the GCE PD CSI driver's controller on its fake compute provider
-# (hack/tools-gcepd, cached) for tests/gce_pd.rs.
+# the GCE PD CSI driver's controller on its fake compute provider
+# (hack/tools-gcepd, cached) for tests/gce_pd.rs; and goprops
+# (hack/tools-goprops, cached) for tests/properties_go.rs.
 # CSI_ATTACHER_KUBE_VERSION=1.34 runs them against kube-apiserver 1.34 instead.
 #
 # With no arguments, the chaos binary (tests/chaos.rs: its fault run and the
@@ -26,25 +27,43 @@ if [ "${CSI_ATTACHER_KUBE_VERSION:-}" = 1.34 ]; then
 fi
 go_dir=$(mktemp -d)
 trap 'rm -rf "$go_dir"' EXIT
-(
-  set -e
-  hack/build-controlplane.sh "${go_tools[@]}" | tail -n 1 >"$go_dir/tools"
-  hack/build-gotool.sh tools-promtool promtool github.com/prometheus/prometheus/cmd/promtool | tail -n 1 >"$go_dir/promtool"
-  hack/build-gotool.sh tools-gcepd gce-pd-driver github.com/csi-attacher-rs/hack/tools-gcepd | tail -n 1 >"$go_dir/gce-pd-driver"
-) 2>"$go_dir/log" &
-go_pid=$!
+# Four builds at once: on a fresh machine each spends much of its time
+# fetching modules, which the others' compiling fills.
+build() { # build <name> <command...>: the last line of its output into $go_dir/<name>
+  local name=$1
+  shift
+  "$@" 2>"$go_dir/$name.log" | tail -n 1 >"$go_dir/$name"
+}
+go_pids=()
+build tools hack/build-controlplane.sh "${go_tools[@]}" &
+go_pids+=($!)
+build promtool hack/build-gotool.sh tools-promtool promtool github.com/prometheus/prometheus/cmd/promtool &
+go_pids+=($!)
+build gce-pd-driver hack/build-gotool.sh tools-gcepd gce-pd-driver github.com/csi-attacher-rs/hack/tools-gcepd &
+go_pids+=($!)
+build goprops hack/build-gotool.sh tools-goprops goprops . &
+go_pids+=($!)
 cargo_rc=0
 cargo test --locked --no-run "$@" || cargo_rc=$?
-if ! wait "$go_pid"; then
-  cat "$go_dir/log" >&2
-  echo "test.sh: building the Go tools failed" >&2
+go_failed=0
+for pid in "${go_pids[@]}"; do
+  wait "$pid" || go_failed=1
+done
+for name in tools promtool gce-pd-driver goprops; do
+  if ((go_failed)) || [ ! -s "$go_dir/$name" ]; then
+    cat "$go_dir/$name.log" >&2
+  fi
+done
+if ((go_failed)); then
+  echo "test.sh: building the Go tools failed (their output is above)" >&2
   exit 1
 fi
 ((cargo_rc == 0)) || exit "$cargo_rc"
 CSI_ATTACHER_TOOLS_BIN=$(cat "$go_dir/tools")
 CSI_ATTACHER_PROMTOOL=$(cat "$go_dir/promtool")
 CSI_ATTACHER_GCE_PD_DRIVER=$(cat "$go_dir/gce-pd-driver")
-export CSI_ATTACHER_TOOLS_BIN CSI_ATTACHER_PROMTOOL CSI_ATTACHER_GCE_PD_DRIVER
+CSI_ATTACHER_GOPROPS_BIN=$(cat "$go_dir/goprops")
+export CSI_ATTACHER_TOOLS_BIN CSI_ATTACHER_PROMTOOL CSI_ATTACHER_GCE_PD_DRIVER CSI_ATTACHER_GOPROPS_BIN
 if [ $# -gt 0 ]; then
   cargo test --locked "$@"
   exit 0
