@@ -10,7 +10,8 @@
 #   hack/bench.sh --rounds N      another number of rounds
 #   hack/bench.sh --out DIR       where results go
 #   hack/bench.sh --ours-only     skip upstream (profiling; CSI_ATTACHER_BENCH_OURS=wrapper, or
-#                                 --ours-binary wrapper, runs ours under a profiler)
+#                                 --ours-binary wrapper, runs ours under a profiler); P8 then runs
+#                                 ours and ours FIFO (--schedule-per-node=false)
 #   hack/bench.sh --charts-only   redraw the SVG charts from bench/results.json (or --out DIR's), running nothing
 #
 # Every run also writes its charts (throughput, cpu, failover, latency,

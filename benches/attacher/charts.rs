@@ -326,13 +326,19 @@ fn draw_growth(file: &Path, curve: Curve, subtitle: &str, points: &[Point]) -> R
     Ok(true)
 }
 
+/// The y of the legend's row: 46 px above the chart's bottom edge (the
+/// provenance note 26 px below it).
+pub(crate) fn legend_y(root: &DrawingArea<SVGBackend, plotters::coord::Shift>) -> i32 {
+    let (_, bottom) = root.dim_in_pixel();
+    bottom as i32 - 46
+}
+
 /// Legend and provenance along the bottom edge of a chart.
 pub(crate) fn legend(
     root: &DrawingArea<SVGBackend, plotters::coord::Shift>,
     note: &str,
 ) -> Result<()> {
-    let (_, bottom) = root.dim_in_pixel();
-    let y = bottom as i32 - 46;
+    let y = legend_y(root);
     for (i, (name, color)) in [("upstream v4.12.0", UPSTREAM), ("csi-attacher-rs", OURS)]
         .into_iter()
         .enumerate()
@@ -350,6 +356,15 @@ pub(crate) fn legend(
         ))
         .map_err(plot_error)?;
     }
+    legend_note(root, note)
+}
+
+/// The provenance note under the legend's row.
+pub(crate) fn legend_note(
+    root: &DrawingArea<SVGBackend, plotters::coord::Shift>,
+    note: &str,
+) -> Result<()> {
+    let y = legend_y(root);
     root.draw(&Text::new(
         note.to_owned(),
         (20, y + 26),

@@ -23,7 +23,7 @@ pub struct Cli {
     /// Rounds instead of the size's (3, or 1 with --smoke).
     #[arg(long, value_name = "N")]
     rounds: Option<usize>,
-    /// Skip upstream (profiling); results then carry no ratio.
+    /// Skip upstream (profiling); results then carry no ratio. P8 then runs ours and ours FIFO (`--schedule-per-node=false`).
     #[arg(long)]
     pub ours_only: bool,
     /// Redraw the charts from <out>/results.json, running nothing.

@@ -16,7 +16,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 
 use crate::k8s::{for_all, pv_object, remove_all, selector, va_object};
 use crate::metric::{Metric, Results, Side};
-use crate::process::{Attacher, Which};
+use crate::process::{Attacher, Which, SCHEDULE_FIFO};
 use crate::sizes::Sizes;
 use crate::support::controlplane::{self, free_port, ControlPlane};
 use crate::support::mock::MockDriver;
@@ -173,7 +173,8 @@ impl Harness {
     }
 
     /// Starts an attacher on the CSI socket `csi_address` with exactly `args`
-    /// beyond `--csi-address`, `--kubeconfig` and `--http-endpoint`.
+    /// beyond `--csi-address`, `--kubeconfig` and `--http-endpoint` (and, for
+    /// [`Which::OursFifo`], ours' binary with [`SCHEDULE_FIFO`] after them).
     pub fn spawn_on(
         &self,
         which: Which,
@@ -183,10 +184,11 @@ impl Harness {
         hostname: Option<&str>,
     ) -> Result<Attacher> {
         let floor = std::env::current_exe()?;
-        let (binary, first) = match which {
-            Which::Upstream => (&self.upstream, None),
-            Which::Ours => (&self.ours, None),
-            Which::Floor => (&floor, Some(crate::floor::FLAG)),
+        let (binary, first, last) = match which {
+            Which::Upstream => (&self.upstream, None, None),
+            Which::Ours => (&self.ours, None, None),
+            Which::OursFifo => (&self.ours, None, Some(SCHEDULE_FIFO)),
+            Which::Floor => (&floor, Some(crate::floor::FLAG), None),
         };
         let port = free_port()?;
         let log = std::fs::File::create(self.logs.join(format!("{}-{name}.log", which.name())))?;
@@ -206,6 +208,7 @@ impl Harness {
             .arg(format!("--kubeconfig={}", self.cp.kubeconfig.display()))
             .arg(format!("--http-endpoint=127.0.0.1:{port}"))
             .args(args)
+            .args(last)
             .stdout(Stdio::null())
             .stderr(log);
         Ok(Attacher {

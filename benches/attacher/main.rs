@@ -1,7 +1,8 @@
 //! Side-by-side benchmark: the upstream Go csi-attacher (v4.12.0, built by
 //! hack/build-controlplane.sh) and ours, on one control plane (real
 //! kube-apiserver + etcd) and one csi-mock-driver, scenarios alternating
-//! upstream/ours round after round. Writes `<out>/results.md` and
+//! upstream/ours round after round; P8 runs a third side at the same time,
+//! ours with `--schedule-per-node=false`. Writes `<out>/results.md` and
 //! `<out>/results.json`, and SVG charts of them. Run through `hack/bench.sh`
 //! (flags: `cargo bench --bench attacher -- --help`).
 //!
@@ -136,14 +137,21 @@ async fn bench() -> Result<()> {
             }
         }
     }
-    // P8: rounds of its own, every profile at once, both attachers at once.
+    // P8: rounds of its own, every profile at once, its three sides at once:
+    // upstream, ours, and ours with per-node scheduling off (--ours-only:
+    // the two of ours).
     let p8 = Scenario::P8;
     let profiles = cli.p8_profiles();
+    let p8_sides: &[Which] = if cli.ours_only {
+        &[Which::Ours, Which::OursFifo]
+    } else {
+        &[Which::Upstream, Which::Ours, Which::OursFifo]
+    };
     if cli.wants(p8.keys()) && !profiles.is_empty() {
         for round in 1..=sizes.p8.rounds {
             eprintln!("{} round {round}/{}", p8.title(), sizes.p8.rounds);
             let t = Instant::now();
-            scenarios::p8_round(&h, &profiles, both, round).await?;
+            scenarios::p8_round(&h, &profiles, p8_sides, round).await?;
             took(&format!("{} round {round}", p8.title()), t);
         }
     }

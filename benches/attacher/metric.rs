@@ -371,6 +371,8 @@ pub mod catalogue {
 pub enum Side {
     Upstream,
     Ours,
+    /// Ours with `--schedule-per-node=false` (upstream's FIFO order): P8 only.
+    OursFifo,
     /// The API server alone (the Limit scenario).
     ApiServer,
     /// The floor attacher (the Floor scenario).
@@ -383,6 +385,7 @@ impl Side {
         match self {
             Side::Upstream => "upstream",
             Side::Ours => "ours",
+            Side::OursFifo => "ours-fifo",
             Side::ApiServer => "apiserver",
             Side::Floor => "floor",
         }
@@ -569,9 +572,15 @@ mod tests {
         results.record_samples("P8 x", Side::Ours, 60.0, vec![1.0, 60.0]);
         results.record_samples("P8 x", Side::Ours, 60.0, vec![2.0]);
         results.record_samples("P8 x", Side::Upstream, 60.0, vec![3.0]);
+        results.record_samples("P8 x", Side::OursFifo, 60.0, vec![4.0]);
         assert_eq!(
             results.distributions_json(),
-            json!({"P8 x": {"cap": 60.0, "ours": [[1.0, 60.0], [2.0]], "upstream": [[3.0]]}})
+            json!({"P8 x": {
+                "cap": 60.0,
+                "ours": [[1.0, 60.0], [2.0]],
+                "upstream": [[3.0]],
+                "ours-fifo": [[4.0]],
+            }})
         );
         let name = p8::figure(
             crate::p8::Profile::AwsEbs,

@@ -1,32 +1,74 @@
 //! P8's charts: per profile one SVG (`p8-<profile>.svg`) of the time-to-attached
 //! distributions, one panel per case and flag set, a cumulative distribution
-//! per attacher (every round's samples pooled). A VA not attached within the
-//! cap is not on the curve: it ends below 1, and the panel says how many.
+//! per side (every round's samples pooled): upstream, ours, and ours FIFO
+//! (ours with `--schedule-per-node=false`, dashed) where it ran. A VA not
+//! attached within the cap is not on the curve: it ends below 1, and the
+//! panel says how many.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde_json::Value;
 
-use crate::charts::{axis_number, legend, plot_error, FONT, OURS, UPSTREAM};
+use crate::charts::{axis_number, legend_note, legend_y, plot_error, FONT, OURS, UPSTREAM};
 use crate::metric::Side;
 use crate::p8::{cdf_points, run_label, Case, Flags, Profile};
 
-/// One panel's samples per side (rounds pooled) and the cap.
+/// Ours FIFO's colour (its curve is dashed too).
+pub(crate) const OURS_FIFO: RGBColor = RGBColor(0x21, 0x66, 0xac);
+
+/// How one side's curve looks, and its names.
+struct Look {
+    side: Side,
+    /// In a panel's "not attached" note.
+    name: &'static str,
+    /// In the legend.
+    legend: &'static str,
+    color: RGBColor,
+    dashed: bool,
+}
+
+/// The sides in the order drawn (and in the legend).
+const LOOKS: [Look; 3] = [
+    Look {
+        side: Side::Upstream,
+        name: "upstream",
+        legend: "upstream v4.12.0",
+        color: UPSTREAM,
+        dashed: false,
+    },
+    Look {
+        side: Side::Ours,
+        name: "ours",
+        legend: "csi-attacher-rs",
+        color: OURS,
+        dashed: false,
+    },
+    Look {
+        side: Side::OursFifo,
+        name: "ours FIFO",
+        legend: "ours FIFO: csi-attacher-rs --schedule-per-node=false",
+        color: OURS_FIFO,
+        dashed: true,
+    },
+];
+
+/// One panel's samples per side (rounds pooled; in the order of [`LOOKS`])
+/// and the cap.
 struct Panel {
     title: String,
     cap: f64,
-    upstream: Option<Vec<f64>>,
-    ours: Option<Vec<f64>>,
+    sides: [Option<Vec<f64>>; 3],
 }
 
 impl Panel {
     fn of(distributions: &Value, profile: Profile, case: Case, flags: Flags) -> Self {
         let d = &distributions[run_label(profile, case, flags)];
-        let side = |side: Side| -> Option<Vec<f64>> {
-            let rounds = d[side.key()].as_array()?;
+        let side = |look: &Look| -> Option<Vec<f64>> {
+            let rounds = d[look.side.key()].as_array()?;
             Some(
                 rounds
                     .iter()
@@ -48,29 +90,26 @@ impl Panel {
                 flags.label()
             ),
             cap: d["cap"].as_f64().unwrap_or(f64::INFINITY),
-            upstream: side(Side::Upstream),
-            ours: side(Side::Ours),
+            sides: LOOKS.each_ref().map(side),
         }
     }
 
-    fn sides(&self) -> [(&'static str, RGBColor, Option<&Vec<f64>>); 2] {
-        [
-            ("upstream", UPSTREAM, self.upstream.as_ref()),
-            ("ours", OURS, self.ours.as_ref()),
-        ]
+    /// Each side's look and samples (`None`: not measured).
+    fn sides(&self) -> impl Iterator<Item = (&'static Look, Option<&Vec<f64>>)> + '_ {
+        LOOKS.iter().zip(self.sides.iter().map(Option::as_ref))
     }
 
     fn measured(&self) -> bool {
-        self.upstream.is_some() || self.ours.is_some()
+        self.sides.iter().any(Option::is_some)
     }
 
     /// The right end of the x axis: the largest sample (the cap when one
     /// was not attached), a little beyond.
     fn right(&self) -> f64 {
         let max = self
-            .sides()
+            .sides
             .iter()
-            .filter_map(|(_, _, v)| *v)
+            .flatten()
             .flatten()
             .copied()
             .filter(|v| v.is_finite())
@@ -132,7 +171,31 @@ fn draw(file: &Path, profile: Profile, subtitle: &str, panels: &[Panel]) -> Resu
     for (area, panel) in grid.split_evenly((rows, cols)).iter().zip(panels) {
         draw_panel(area, panel)?;
     }
-    legend(
+    // The legend: the sides any panel has.
+    let y = legend_y(&root);
+    let mut x = 20;
+    for look in LOOKS.iter().filter(|look| {
+        panels
+            .iter()
+            .any(|p| p.sides().any(|(l, v)| l.side == look.side && v.is_some()))
+    }) {
+        let sample = [(x, y + 1), (x + 28, y + 1)];
+        let style = look.color.stroke_width(3);
+        if look.dashed {
+            root.draw(&DashedPathElement::new(sample, 6, 4, style))
+        } else {
+            root.draw(&PathElement::new(sample, style))
+        }
+        .map_err(plot_error)?;
+        root.draw(&Text::new(
+            look.legend,
+            (x + 34, y + 1),
+            TextStyle::from((FONT, 13).into_font()).pos(Pos::new(HPos::Left, VPos::Center)),
+        ))
+        .map_err(plot_error)?;
+        x += 34 + 8 * look.legend.chars().count() as i32 + 30;
+    }
+    legend_note(
         &root,
         &format!(
             "a VA not attached within the cap is not on its curve (the curve ends below 1 at the cap); \
@@ -175,8 +238,9 @@ fn draw_panel(area: &DrawingArea<SVGBackend, plotters::coord::Shift>, panel: &Pa
         .draw()
         .map_err(plot_error)?;
     let mut notes = Vec::new();
-    for (name, color, values) in panel.sides() {
+    for (look, values) in panel.sides() {
         let Some(values) = values else { continue };
+        let (name, color) = (look.name, look.color);
         let points = cdf_points(values, panel.cap);
         let mut path = Vec::with_capacity(points.len() * 2 + 2);
         let mut before = 0.0;
@@ -191,10 +255,12 @@ fn draw_panel(area: &DrawingArea<SVGBackend, plotters::coord::Shift>, panel: &Pa
             path.push((panel.cap.min(right), before));
             notes.push((format!("{name}: {missing} not attached"), color));
         }
-        plot.draw_series(std::iter::once(PathElement::new(
-            path,
-            color.stroke_width(2),
-        )))
+        let style = color.stroke_width(2);
+        if look.dashed {
+            plot.draw_series(std::iter::once(DashedPathElement::new(path, 6, 4, style)))
+        } else {
+            plot.draw_series(std::iter::once(PathElement::new(path, style)))
+        }
         .map_err(plot_error)?;
     }
     for (i, (note, color)) in notes.into_iter().enumerate() {
@@ -241,7 +307,55 @@ mod tests {
         assert!(svg.contains("upstream: 1 not attached"), "{svg}");
         assert!(svg.contains("drain, chart flags: not measured"), "{svg}");
         assert!(svg.contains("test machine"), "{svg}");
+        // Results from before ours FIFO ran: two curves, two legend entries.
+        assert!(svg.contains("upstream v4.12.0"), "{svg}");
+        assert!(svg.contains("csi-attacher-rs"), "{svg}");
+        assert!(!svg.contains("ours FIFO"), "{svg}");
+        assert!(!svg.to_lowercase().contains(&hex(OURS_FIFO)), "{svg}");
         // Nothing measured, no chart.
         assert!(write(dir.path(), &json!({}), "x").unwrap().is_empty());
+    }
+
+    #[test]
+    fn ours_fifo_is_a_third_curve_dashed_in_its_own_colour() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = run_label(Profile::SerialPerNode, Case::NoisyNeighbour, Flags::Chart);
+        let json = json!({
+            "distributions": {
+                run: {
+                    "cap": 60.0,
+                    "upstream": [[1.0, 2.0]],
+                    "ours": [[0.5, 1.5]],
+                    "ours-fifo": [[0.8, 3.0, 60.0]],
+                },
+            }
+        });
+        let written = write(dir.path(), &json, "test machine").unwrap();
+        assert_eq!(written, [dir.path().join("p8-serial-per-node.svg")]);
+        let svg = std::fs::read_to_string(&written[0]).unwrap().to_lowercase();
+        // The legend names it, with its flag; the panel counts what it left.
+        assert!(
+            svg.contains("ours fifo: csi-attacher-rs --schedule-per-node=false"),
+            "{svg}"
+        );
+        assert!(svg.contains("ours fifo: 1 not attached"), "{svg}");
+        // Drawn in its own colour, and dashed: many short strokes of it
+        // (the solid curves are one path each).
+        let color = hex(OURS_FIFO);
+        assert!(svg.contains(&color), "{svg}");
+        let strokes = |c: &str| {
+            svg.lines()
+                .filter(|l| l.contains("<polyline") && l.contains(c))
+                .count()
+        };
+        assert!(strokes(&color) > 10, "{}", strokes(&color));
+        assert_eq!(strokes(&hex(OURS)), 2, "the curve and the legend's sample");
+        assert_ne!(OURS_FIFO, OURS);
+        assert_ne!(OURS_FIFO, UPSTREAM);
+    }
+
+    /// A colour as the SVG writes it, lower case: "#d95f0e".
+    fn hex(c: RGBColor) -> String {
+        format!("#{:02x}{:02x}{:02x}", c.0, c.1, c.2)
     }
 }

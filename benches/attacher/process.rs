@@ -11,8 +11,14 @@ use crate::support::procs::Guard;
 pub enum Which {
     Upstream,
     Ours,
+    /// Ours' binary with [`SCHEDULE_FIFO`] after its flags (P8's third side).
+    OursFifo,
     Floor,
 }
+
+/// What turns ours' per-node scheduling off: upstream's first-queued,
+/// first-served order (docs/contract.md, "Scheduling driver calls").
+pub const SCHEDULE_FIFO: &str = "--schedule-per-node=false";
 
 impl Which {
     pub fn name(self) -> &'static str {
@@ -25,6 +31,7 @@ impl From<Which> for crate::metric::Side {
         match which {
             Which::Upstream => crate::metric::Side::Upstream,
             Which::Ours => crate::metric::Side::Ours,
+            Which::OursFifo => crate::metric::Side::OursFifo,
             Which::Floor => crate::metric::Side::Floor,
         }
     }

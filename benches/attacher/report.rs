@@ -130,33 +130,53 @@ pub fn markdown(results: &Results, sizes: &Sizes, smoke: bool, machine: &str) ->
     md
 }
 
-/// A metric's median per side.
-fn medians(results: &Results) -> BTreeMap<&str, BothSides> {
+/// A P8 metric's summary per side: upstream, ours, ours FIFO
+/// (`--schedule-per-node=false`).
+type P8Sides = [Option<Summary>; 3];
+
+/// The summaries of P8's metrics per side.
+fn p8_medians(results: &Results) -> BTreeMap<&str, P8Sides> {
     results
         .iter()
+        .filter(|(name, _)| name.starts_with(p8_metric::PREFIX))
         .map(|(name, series)| {
             let of = |side| {
                 series
                     .side(side)
                     .and_then(|v| Summary::of(v.iter().copied()))
             };
-            (name, (of(Side::Upstream), of(Side::Ours)))
+            (name, [Side::Upstream, Side::Ours, Side::OursFifo].map(of))
         })
         .collect()
 }
 
+/// A P8 cell: "upstream / ours / ours FIFO" medians; "upstream / ours" when
+/// ours FIFO has no value (results from before it ran).
+fn p8_cell([up, ours, fifo]: P8Sides) -> String {
+    let mut cell = format!("{} / {}", median(up), median(ours));
+    if fifo.is_some() {
+        cell.push_str(&format!(" / {}", median(fifo)));
+    }
+    cell
+}
+
 /// results.md's P8 section: the flags of each row, then one table per
 /// profile, one row per case and flag set, each figure's median as
-/// upstream / ours; nothing when P8 did not run.
+/// upstream / ours / ours FIFO; nothing when P8 did not run.
 pub fn p8_tables(results: &Results, sizes: &Sizes) -> String {
-    let medians = medians(results);
-    if !medians.keys().any(|n| n.starts_with(p8_metric::PREFIX)) {
+    let medians = p8_medians(results);
+    if medians.is_empty() {
         return String::new();
     }
     let mut md = format!(
-        "\n## P8: what users wait for\n\nEach run: upstream and ours at the same time, each with its own \
-         csi-mock-driver of the profile (same seed) and its own nodes; the profiles' runs at the same \
-         time too. Sizes: {}. Cells: upstream / ours (median of {} round(s)). Times in seconds; a VA \
+        "\n## P8: what users wait for\n\nEach run: upstream, ours, and ours FIFO (ours' binary with \
+         `--schedule-per-node=false` after the same flags: per-node scheduling off, so upstream's \
+         first-queued, first-served order, every failure the VA's own, no hand-off or settling after \
+         a deadline) at the same time, each with its own csi-mock-driver of the profile (same seed) \
+         and its own nodes; the profiles' runs at the same time too. Sizes: {}. Cells: upstream / \
+         ours / ours FIFO (median of {} round(s)): ours against ours FIFO is what per-node \
+         scheduling does, the rest being the same binary; a cell of two values (upstream / ours) \
+         has no ours FIFO run. Times in seconds; a VA \
          not attached within the cap counts as the cap, so a cell at the cap, and every percentile \
          and \"all attached\" of a run with VAs not attached, is a lower bound (\"not attached\" \
          says how many). Publish calls / attach: ControllerPublishVolume calls (the mock driver's \
@@ -205,12 +225,10 @@ pub fn p8_tables(results: &Results, sizes: &Sizes) -> String {
                     .iter()
                     .map(|&figure| {
                         let metric = p8_metric::figure(profile, case, flags, figure);
-                        match medians.get(metric.name.as_str()) {
-                            Some((up, ours)) => {
-                                format!("{} / {}", median(*up), median(*ours))
-                            }
-                            None => String::new(),
-                        }
+                        medians
+                            .get(metric.name.as_str())
+                            .map(|&sides| p8_cell(sides))
+                            .unwrap_or_default()
                     })
                     .collect();
                 if row.iter().all(String::is_empty) {
@@ -260,7 +278,7 @@ fn new_sizes(sizes: &Sizes) -> String {
     )
 }
 
-/// A metric's summary for upstream and for ours.
+/// A growth metric's summary for upstream and for ours.
 type BothSides = (Option<Summary>, Option<Summary>);
 
 /// results.md's growth table: one row per size, for each curve the median of
@@ -417,6 +435,15 @@ mod tests {
             results.record(&figure(p, c, Flags::Defaults, fig), Side::Upstream, up);
             results.record(&figure(p, c, Flags::Defaults, fig), Side::Ours, ours);
         }
+        // At the chart's flags the third side too: ours FIFO.
+        for (fig, up, ours, fifo) in [
+            (Figure::P50, 9.0, 4.0, 7.0),
+            (Figure::P99, 30.0, 12.0, 25.0),
+        ] {
+            results.record(&figure(p, c, Flags::Chart, fig), Side::Upstream, up);
+            results.record(&figure(p, c, Flags::Chart, fig), Side::Ours, ours);
+            results.record(&figure(p, c, Flags::Chart, fig), Side::OursFifo, fifo);
+        }
         results.record(&p1::attach_rate(200), Side::Ours, 66.0);
         let md = markdown(&results, &SMOKE, true, "test");
         // Not in the main table.
@@ -431,10 +458,21 @@ mod tests {
         );
         assert!(!tables.contains("### P8 aws-ebs"));
         assert!(tables.contains("### P8 gce-pd"));
+        // Three values where ours FIFO ran; two where it did not (results
+        // from before it), as before.
+        assert_eq!(
+            rows[rows.len() - 2],
+            "| drain (old VA deleted→attached elsewhere) | chart flags | 9.000 / 4.000 / 7.000 | 30.000 / 12.000 / 25.000 |  |  |  |  |  |"
+        );
         assert_eq!(
             rows[rows.len() - 1],
             "| drain (old VA deleted→attached elsewhere) | upstream defaults | 10.000 / 5.000 | 600 / 20.000 |  |  |  |  | 3.000 / 0.000 |"
         );
+        assert!(
+            tables.contains("Cells: upstream / ours / ours FIFO"),
+            "{tables}"
+        );
+        assert!(tables.contains("`--schedule-per-node=false`"), "{tables}");
         assert_eq!(p8_tables(&Results::default(), &SMOKE), "");
     }
 

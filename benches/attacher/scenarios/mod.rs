@@ -35,7 +35,7 @@ pub async fn run(scenario: Scenario, h: &Harness, which: Which) -> Result<()> {
         Scenario::P4Load => p4::under_load(h, which).await,
         Scenario::P7Recovery => p7::run(h, which).await,
         Scenario::Growth => bail!("the growth curves run by size: scenarios::growth_step"),
-        Scenario::P8 => bail!("P8 runs both attachers at once: scenarios::p8_round"),
+        Scenario::P8 => bail!("P8 runs its attachers at once: scenarios::p8_round"),
     }
 }
 
@@ -54,7 +54,7 @@ pub async fn growth_step(h: &Harness, which: Which, size: GrowthSize) -> Result<
     growth::run(h, which, size).await
 }
 
-/// One round of P8 for `profiles` (at once), both attachers of `sides` at once.
+/// One round of P8 for `profiles` (at once), the attachers of `sides` at once.
 pub async fn p8_round(
     h: &Harness,
     profiles: &[Profile],

@@ -20,11 +20,12 @@
 //!   nodes' create → attached.
 //!
 //! Every run has its own mock driver (own driver name, ledger, seed shared by
-//! both attachers), its own nodes and its own attacher, proven live by one
-//! canary attach first. Upstream and ours run at the same time on the same
-//! flags, each on its own mock driver; the profiles' runs also run at the
-//! same time (each profile one run after the other). A VA not attached
-//! within the cap counts as the cap.
+//! the sides), its own nodes and its own attacher, proven live by one canary
+//! attach first. The sides, upstream, ours and ours with
+//! `--schedule-per-node=false` (FIFO, upstream's order), run at the same
+//! time on the same flags, each on its own mock driver; the profiles' runs
+//! also run at the same time (each profile one run after the other). A VA
+//! not attached within the cap counts as the cap.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -53,7 +54,7 @@ use crate::support::objects;
 use crate::tracker::now_unix;
 
 /// One round of P8: every profile of `profiles` at once, each running its
-/// cases and flag sets one after the other, with both attachers of `sides`
+/// cases and flag sets one after the other, with the attachers of `sides`
 /// at the same time.
 pub async fn run(h: &Harness, profiles: &[Profile], sides: &[Which], round: usize) -> Result<()> {
     try_join_all(profiles.iter().map(|&p| lane(h, p, sides, round))).await?;
@@ -67,7 +68,7 @@ async fn lane(h: &Harness, profile: Profile, sides: &[Which], round: usize) -> R
             let label = run_label(profile, case, flags);
             eprintln!("{label}: {}", flags.args(profile).join(" "));
             let t = Instant::now();
-            // The same seed for both attachers: the same sequence of latencies.
+            // The same seed for every side: the same sequence of latencies.
             let seed = 1 + round * 100 + f * 10 + c;
             let outcomes = try_join_all(
                 sides
@@ -195,17 +196,16 @@ impl Track<'_> {
         format!("{}-{what}{i}", self.run)
     }
 
-    /// A name without the run's prefix: what upstream's and ours' runs of
-    /// a case have in common.
+    /// A name without the run's prefix: what the sides' runs of a case have
+    /// in common.
     fn neutral<'n>(&self, name: &'n str) -> &'n str {
         name.strip_prefix(&format!("{}-", self.run)).unwrap_or(name)
     }
 
     /// The node's ID, and below a PV's volume handle: the same strings in
-    /// upstream's run and in ours (each has its own mock driver), so the
-    /// profile, which draws each call's latency from the seed, the volume,
-    /// the node and the attempt, gives both attachers' same calls the same
-    /// latencies.
+    /// every side's run (each has its own mock driver), so the profile,
+    /// which draws each call's latency from the seed, the volume, the node
+    /// and the attempt, gives the attachers' same calls the same latencies.
     fn node_id(&self, node: &str) -> String {
         format!("{}-id", self.neutral(node))
     }
