@@ -183,6 +183,7 @@ fn note_ignored_flags(config: &Config) {
         max_inflight_per_node: _,
         schedule_per_node: _,
         adaptive_concurrency: _,
+        settle_after_deadline: _,
         unpublish_not_found_node_gone: _,
         default_fstype: _,
         kube_api_qps: _,
@@ -343,6 +344,7 @@ fn controller_settings(
             .filter(|cap| *cap > 0),
         schedule_per_node: config.schedule_per_node,
         adaptive_concurrency: config.adaptive_concurrency,
+        settle_after_deadline: config.settle_after_deadline,
         node_gone_detached: config.unpublish_not_found_node_gone,
         backoff: Backoff {
             start: config.retry_interval_start,

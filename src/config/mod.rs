@@ -163,6 +163,11 @@ pub struct Config {
           action = ArgAction::Set)]
     pub adaptive_concurrency: bool,
 
+    /// Not in upstream: after a driver call ends at --timeout, the VA's retry waits until the cloud operation would have ended (learned from completed operations). Needs --schedule-per-node.
+    #[arg(long, require_equals = true, default_value = "false", value_parser = bool_flag,
+          action = ArgAction::Set)]
+    pub settle_after_deadline: bool,
+
     /// fsType of mount volumes whose PV does not set one.
     #[arg(long, default_value = "")]
     pub default_fstype: String,

@@ -68,6 +68,8 @@ pub struct Settings {
     pub max_inflight_per_node: Option<usize>,
     /// `--adaptive-concurrency` (with `schedule_per_node`).
     pub adaptive_concurrency: bool,
+    /// `--settle-after-deadline` (with `schedule_per_node`).
+    pub settle_after_deadline: bool,
     /// `--unpublish-not-found-node-gone`.
     pub node_gone_detached: bool,
     /// `--schedule-per-node`: nodes take turns, pacing, hand-offs, settling
@@ -208,6 +210,9 @@ pub async fn run(
     );
     if settings.adaptive_concurrency {
         pacer = pacer.with_adaptive_limit(settings.workers);
+    }
+    if settings.settle_after_deadline {
+        pacer = pacer.with_settle();
     }
     let pacer = Arc::new(pacer);
     let ctx = Arc::new(Ctx {

@@ -9,12 +9,16 @@
 //!   queue's backoff, `n` the node's consecutive answers), then go one at a
 //!   time until a Publish on the node succeeds. Other nodes, and the node's
 //!   detaches (which make room), go on. Every other code stays the VA's own.
-//! - **An operation past the deadline settles first.** A call that ended at
+//! - **Opt-in: an operation past the deadline settles first**
+//!   (`--settle-after-deadline`). A call that ended at
 //!   `--timeout` (`DeadlineExceeded`) may still run in the cloud. The VA's
 //!   next attempt waits until that operation would have ended: its start plus
 //!   the p90 of completed operations (each timed from the first attempt
 //!   whose deadline passed, so a retry that only found the operation done
 //!   counts as one long operation), if that is later than its backoff.
+//!   Opt-in: on benchmark P8 it made a serial-per-node cloud's retries wait
+//!   for operations that had never started (its deadline passes while the
+//!   call waits for the node's slot), and no profile gained from it.
 //! - **A timeout that does not fit is said.** When at least 5 of the last 100
 //!   calls of a kind ended at the deadline, a warning (at most every 10
 //!   minutes) names the p99 of completed operations and a `--timeout` that
@@ -85,6 +89,8 @@ struct PaceState {
     outcomes: [VecDeque<bool>; 2],
     /// When each lane's advice was last given.
     advised: [Option<Instant>; 2],
+    /// Whether retries settle after a deadline (`--settle-after-deadline`).
+    settle: bool,
     /// The lanes' adaptive limits (`--adaptive-concurrency`), by lane index.
     adaptive: Option<[AdaptiveLimit; 2]>,
 }
@@ -108,6 +114,13 @@ impl Pacer {
             metrics,
             state: Mutex::new(PaceState::default()),
         }
+    }
+
+    /// Makes a VA's retry after `DeadlineExceeded` wait for the operation to
+    /// settle (see the module docs).
+    pub fn with_settle(self) -> Self {
+        self.lock().settle = true;
+        self
     }
 
     /// Adapts each lane's limit of calls at once, from `ceiling` down to one
@@ -230,6 +243,9 @@ impl Pacer {
     /// operation would have ended.
     pub fn retry_delay(&self, va: &str, backoff: Duration) -> Duration {
         let state = self.lock();
+        if !state.settle {
+            return backoff;
+        }
         let Some(&(first, doubtful)) = state.uncertain.get(va) else {
             return backoff;
         };

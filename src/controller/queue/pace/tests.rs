@@ -75,6 +75,7 @@ async fn resource_exhausted_holds_the_node_doubling_until_a_publish_succeeds() {
 #[tokio::test(start_paused = true)]
 async fn after_a_deadline_the_retry_waits_until_the_operation_would_have_ended() {
     let (_q, pacer) = paced();
+    let pacer = pacer.with_settle();
     let backoff = Duration::from_secs(1);
     // Nothing known yet: the backoff.
     assert_eq!(pacer.retry_delay("n1-a", backoff), backoff);
@@ -208,4 +209,20 @@ async fn overload_answers_lower_their_lanes_limit_only_and_the_queue_keeps_it() 
     let get = || tokio::time::timeout(Duration::from_millis(10), q.get(Lane::Attach));
     assert!(get().await.is_ok() && get().await.is_ok());
     assert!(get().await.is_err(), "a third attach past the limit");
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_settle_after_deadline_the_retry_keeps_its_backoff() {
+    let (_q, pacer) = paced();
+    for i in 0..10 {
+        let started = Instant::now();
+        tokio::time::sleep(Duration::from_secs(40)).await;
+        pacer.finished(Lane::Attach, &format!("n2-{i}"), "n2", started, None);
+    }
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let late = Some((Code::DeadlineExceeded, ""));
+    pacer.finished(Lane::Attach, "n1-a", "n1", started, late);
+    let backoff = Duration::from_secs(1);
+    assert_eq!(pacer.retry_delay("n1-a", backoff), backoff);
 }
