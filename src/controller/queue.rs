@@ -70,10 +70,8 @@ use metrics::{QueueFamilies, QueueMetrics};
 #[derive(Default)]
 struct State {
     lanes: Vec<FairFifo>,
-    /// Waiting keys and the lane they wait in.
-    queued: HashMap<String, usize>,
-    /// Waiting keys' groups.
-    placed: HashMap<String, Group>,
+    /// Waiting keys, the lane they wait in and their group.
+    queued: HashMap<String, (usize, Group)>,
     /// Keys in flight per node, the per-node cap and the holds.
     groups: Groups,
     /// How many keys wait per lane (`queued` counted by lane).
@@ -222,8 +220,18 @@ impl<L: QueueLane> WorkQueue<L> {
     /// Puts `key` in `lane`'s FIFO; `counted`: a new add for the metrics (not
     /// a dirty key coming back, which was counted when it became dirty).
     fn enqueue_locked(&self, state: &mut State, key: &str, lane: usize, counted: bool) {
-        match state.queued.insert(key.to_string(), lane) {
-            Some(old) if old == lane => return,
+        let old = state.queued.get(key).map(|(old, _)| *old);
+        if old == Some(lane) {
+            return;
+        }
+        let placement = self
+            .placer
+            .as_ref()
+            .map_or_else(Placement::none, |place| place(key, lane));
+        state
+            .queued
+            .insert(key.to_string(), (lane, Arc::clone(&placement.group)));
+        match old {
             Some(old) => {
                 if let Some(m) = &self.metrics {
                     m.lane_depth[old].dec();
@@ -251,13 +259,6 @@ impl<L: QueueLane> WorkQueue<L> {
                 }
             }
         }
-        let placement = self
-            .placer
-            .as_ref()
-            .map_or_else(Placement::none, |place| place(key, lane));
-        state
-            .placed
-            .insert(key.to_string(), Arc::clone(&placement.group));
         state.lanes[lane].push(key.to_string(), placement);
         self.lane_ready[lane].notify_one();
     }
@@ -434,17 +435,17 @@ impl<L: QueueLane> WorkQueue<L> {
                         ..
                     } = &mut *state;
                     lanes[lane].pop(
-                        |key| queued.get(key) == Some(&lane),
+                        |key| queued.get(key).is_some_and(|(l, _)| *l == lane),
                         |group| groups.open(lane, group, now),
                     )
                 } else {
                     None
                 };
                 if let Some(key) = taken {
-                    state.queued.remove(&key);
+                    let group = state.queued.remove(&key).map(|(_, group)| group);
                     state.waiting[lane] = state.waiting[lane].saturating_sub(1);
                     let since = state.ready_since.remove(&key).unwrap_or(now);
-                    let group = state.placed.remove(&key).unwrap_or_else(|| Arc::from(""));
+                    let group = group.unwrap_or_else(|| Arc::from(""));
                     state.groups.started(lane, &group);
                     state.started.insert(key.clone(), (now, lane, group));
                     state.in_flight[lane] += 1;
@@ -502,7 +503,7 @@ impl<L: QueueLane> WorkQueue<L> {
             };
             state.lanes.len()
         ];
-        for (key, lane) in &state.queued {
+        for (key, (lane, _)) in &state.queued {
             let age = state
                 .ready_since
                 .get(key)
