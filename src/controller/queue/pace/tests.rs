@@ -17,6 +17,20 @@ fn paced() -> (Arc<WorkQueue<Lane>>, Pacer) {
     (q, pacer)
 }
 
+/// Ten completed operations of 40 s each, then a call of VA `n1-a` that
+/// started 15 s ago ending at its deadline.
+async fn forty_second_operations_then_a_deadline(pacer: &Pacer) {
+    for i in 0..10 {
+        let started = Instant::now();
+        tokio::time::sleep(Duration::from_secs(40)).await;
+        pacer.finished(Lane::Attach, &format!("n2-{i}"), "n2", started, None);
+    }
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let late = Some((Code::DeadlineExceeded, ""));
+    pacer.finished(Lane::Attach, "n1-a", "n1", started, late);
+}
+
 #[tokio::test(start_paused = true)]
 async fn resource_exhausted_holds_the_node_doubling_until_a_publish_succeeds() {
     let (q, pacer) = paced();
@@ -79,21 +93,8 @@ async fn after_a_deadline_the_retry_waits_until_the_operation_would_have_ended()
     let backoff = Duration::from_secs(1);
     // Nothing known yet: the backoff.
     assert_eq!(pacer.retry_delay("n1-a", backoff), backoff);
-    // Completed operations took 40 s.
-    for i in 0..10 {
-        let started = Instant::now();
-        tokio::time::sleep(Duration::from_secs(40)).await;
-        pacer.finished(Lane::Attach, &format!("n2-{i}"), "n2", started, None);
-    }
-    let started = Instant::now();
-    tokio::time::sleep(Duration::from_secs(15)).await;
-    pacer.finished(
-        Lane::Attach,
-        "n1-a",
-        "n1",
-        started,
-        Some((Code::DeadlineExceeded, "")),
-    );
+    // Completed operations took 40 s; n1-a's call ended at its deadline.
+    forty_second_operations_then_a_deadline(&pacer).await;
     let delay = pacer.retry_delay("n1-a", backoff);
     assert_eq!(
         delay,
@@ -214,15 +215,7 @@ async fn overload_answers_lower_their_lanes_limit_only_and_the_queue_keeps_it() 
 #[tokio::test(start_paused = true)]
 async fn without_settle_after_deadline_the_retry_keeps_its_backoff() {
     let (_q, pacer) = paced();
-    for i in 0..10 {
-        let started = Instant::now();
-        tokio::time::sleep(Duration::from_secs(40)).await;
-        pacer.finished(Lane::Attach, &format!("n2-{i}"), "n2", started, None);
-    }
-    let started = Instant::now();
-    tokio::time::sleep(Duration::from_secs(15)).await;
-    let late = Some((Code::DeadlineExceeded, ""));
-    pacer.finished(Lane::Attach, "n1-a", "n1", started, late);
+    forty_second_operations_then_a_deadline(&pacer).await;
     let backoff = Duration::from_secs(1);
     assert_eq!(pacer.retry_delay("n1-a", backoff), backoff);
 }
