@@ -12,11 +12,19 @@ more than one file: every group of files that import each other.
     hack/cycles.py --check FILE    # exit 1 if a cycle is not listed in FILE
     hack/cycles.py --edges         # also print each cycle's imports (file -> file)
     hack/cycles.py --max-lines 600 # also fail when a file's production part is longer
+    hack/cycles.py --rooms controller:watch,queue,sync,flows,seams
+                                   # also fail when a room imports an earlier one
 
 A module's own children are not imports: `mod x;` and `pub use x::Y` (a
 plain path, relative to the module) re-export what the module contains; a
 child naming its parent (`super::Y`) is an import. So a facade `mod.rs`
 whose children use its types forms no cycle with them.
+
+--rooms PARENT:A,B,...: the modules A, B, ... under PARENT (each a file
+or a folder of files) are rooms a piece of work passes in that order. A file
+of a room may import its own room, a later one, or anything outside the
+rooms (the shared model, errors); importing an earlier room is calling back
+up into its caller, and fails.
 
 FILE lists the known cycles, one per line: the files of a cycle, sorted,
 space-separated (what this script prints after "cycle:"). A cycle counts as
@@ -124,6 +132,7 @@ def main() -> int:
     parser.add_argument("--check", metavar="FILE")
     parser.add_argument("--edges", action="store_true")
     parser.add_argument("--max-lines", type=int, metavar="N")
+    parser.add_argument("--rooms", metavar="PARENT:A,B,...")
     args = parser.parse_args()
 
     files = {}
@@ -204,7 +213,28 @@ def main() -> int:
                 long_files += 1
                 print(f"too long: {path.relative_to(ROOT)}: {lines} production lines (at most {args.max_lines})")
         print(f"files over {args.max_lines} production lines: {long_files}")
-    return 1 if (args.check and new) or long_files else 0
+    back = 0
+    if args.rooms:
+        parent, _, names = args.rooms.partition(":")
+        order = {name: i for i, name in enumerate(names.split(","))}
+        base = tuple(parent.split("::")) if parent else ()
+
+        def room(module):
+            if module[: len(base)] == base and len(module) > len(base):
+                return order.get(module[len(base)])
+            return None
+
+        for module in sorted(files, key=name):
+            here = room(module)
+            if here is None:
+                continue
+            for target in sorted(edges[module], key=name):
+                there = room(target)
+                if there is not None and there < here:
+                    back += 1
+                    print(f"calls back up: {name(module)} -> {name(target)}")
+        print(f"imports of an earlier room: {back}")
+    return 1 if (args.check and new) or long_files or back else 0
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 
 use crate::controller::error::FlowError;
 use crate::controller::model::CachedVa;
-use crate::controller::queue::lane::Lane;
+use crate::controller::model::Lane;
 
 /// Consecutive failures before the first Event.
 pub const FAILURES_BEFORE_EVENT: u32 = 3;

@@ -30,6 +30,7 @@ mod wiring;
 
 pub use context::{seconds_since, Ctx};
 pub use error::{ApiError, FlowError};
-pub use queue::lane::{Lane, PV_QUEUE, VA_QUEUE};
+pub use model::Lane;
+pub use queue::lane::{PV_QUEUE, VA_QUEUE};
 pub use seams::cluster::{ClusterApi, KubeApi};
 pub use wiring::{run, Hooks, Settings};

@@ -596,8 +596,8 @@ mod proptests;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::model::Lane;
     use crate::controller::queue::fair::{Placement, Placer};
-    use crate::controller::queue::lane::Lane;
     use crate::controller::queue::lane::PvLane;
     use std::sync::Arc;
 

@@ -31,7 +31,7 @@ use crate::controller::flows::node_id::NodeIds;
 use crate::controller::flows::source;
 use crate::controller::model::store::Stores;
 use crate::controller::model::CachedVa;
-use crate::controller::queue::lane::Lane;
+use crate::controller::model::Lane;
 use crate::controller::queue::Trigger;
 use crate::controller::queue::WorkQueue;
 use crate::controller::seams::driver::Driver;

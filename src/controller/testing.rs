@@ -22,9 +22,6 @@ use tonic::Code;
 use crate::controller::context::Ctx;
 use crate::controller::error::ApiError;
 use crate::controller::error::SecretError;
-use crate::controller::flows::patches::PvPatch;
-use crate::controller::flows::patches::StatusPatch;
-use crate::controller::flows::patches::VaPatch;
 use crate::controller::model::store::store_from;
 use crate::controller::model::store::PvRefs;
 use crate::controller::model::store::Stores;
@@ -35,7 +32,11 @@ use crate::controller::seams::cluster::ClusterApi;
 use crate::controller::seams::driver::Driver;
 use crate::controller::seams::driver::Origin;
 use crate::controller::seams::fenced::FencedDriver;
+use crate::controller::seams::patches::PvPatch;
+use crate::controller::seams::patches::StatusPatch;
+use crate::controller::seams::patches::VaPatch;
 use crate::controller::sync::failing::FailingVas;
+use crate::controller::sync::policy::ErrorPolicy;
 use crate::controller::sync::sync_va;
 use crate::csi::proto::{ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest};
 use crate::csi::{Capabilities, RpcStatus, VolumePage};
@@ -383,6 +384,8 @@ pub struct World {
     pub driver: Arc<FakeDriver>,
     pub journal: Journal,
     pub ctx: Ctx,
+    /// What a failed sync leaves behind (no Events, no pacer).
+    pub policy: ErrorPolicy,
 }
 
 /// Capabilities of a driver with ControllerPublish (`attach`) or without.
@@ -398,14 +401,14 @@ pub fn capabilities(attach: bool) -> Capabilities {
 
 /// One sync of `va-1` in `w`, queued for an event, as the worker runs it.
 pub async fn sync(w: &World) -> Result<(), String> {
-    sync_va(&w.ctx, "va-1", Trigger::Event)
+    sync_va(&w.ctx, &w.policy, "va-1", Trigger::Event)
         .await
         .map_err(|e| e.to_string())
 }
 
 /// One sync of `va-1` in `w`, queued by the reconciler.
 pub async fn sync_forced(w: &World) -> Result<(), String> {
-    sync_va(&w.ctx, "va-1", Trigger::Reconciler)
+    sync_va(&w.ctx, &w.policy, "va-1", Trigger::Reconciler)
         .await
         .map_err(|e| e.to_string())
 }
@@ -451,17 +454,21 @@ impl World {
             api: api.clone(),
             stores,
             driver: FencedDriver::new(driver.clone(), Leadership::unbounded()),
-            error_codes: true,
             node_gone_detached: false,
-            failing: Arc::new(FailingVas::new(&flow_metrics.failing)),
             flow_metrics,
+        };
+        let policy = ErrorPolicy {
+            error_codes: true,
+            failing: Arc::new(FailingVas::new(&ctx.flow_metrics.failing)),
             events: None,
+            pacer: None,
         };
         Self {
             api,
             driver,
             journal,
             ctx,
+            policy,
         }
     }
 

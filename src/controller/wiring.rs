@@ -20,13 +20,13 @@ use crate::controller::model::store::PvRefs;
 use crate::controller::model::store::Stores;
 use crate::controller::model::CachedPv;
 use crate::controller::model::CachedVa;
+use crate::controller::model::Lane;
 use crate::controller::queue::fair::Placement;
 use crate::controller::queue::fair::Placer;
-use crate::controller::queue::lane::Lane;
 use crate::controller::queue::lane::PvLane;
 use crate::controller::queue::lane::PV_QUEUE;
 use crate::controller::queue::lane::VA_QUEUE;
-use crate::controller::queue::pace::Pacer;
+use crate::controller::queue::pace::{Listener, Pacer};
 use crate::controller::queue::Backoff;
 use crate::controller::queue::Concurrency;
 use crate::controller::queue::QueueLane;
@@ -38,6 +38,7 @@ use crate::controller::seams::fenced::FencedDriver;
 use crate::controller::sync;
 use crate::controller::sync::failing;
 use crate::controller::sync::failing::FailingVas;
+use crate::controller::sync::policy::ErrorPolicy;
 use crate::controller::watch;
 use crate::csi::{self, Capabilities};
 use crate::http::Readiness;
@@ -215,6 +216,22 @@ pub async fn run(
         pacer = pacer.with_settle();
     }
     let pacer = Arc::new(pacer);
+    let driver = FencedDriver::new(csi, leadership);
+    let (driver, pacer) = if settings.schedule_per_node {
+        let listener: Arc<dyn Listener> = pacer.clone();
+        (driver.with_listener(listener), Some(pacer))
+    } else {
+        (driver, None)
+    };
+    let policy = Arc::new(ErrorPolicy {
+        error_codes: settings.error_codes,
+        failing,
+        events: settings
+            .reporter
+            .clone()
+            .map(|r| events::FailureEvents::new(client, r, metrics.registry())),
+        pacer,
+    });
     let ctx = Arc::new(Ctx {
         driver_name: settings.driver_name.clone(),
         finalizer,
@@ -222,21 +239,11 @@ pub async fn run(
         default_fs_type: settings.default_fs_type.clone(),
         api: Arc::new(KubeApi::new(clients)),
         stores,
-        driver: if settings.schedule_per_node {
-            FencedDriver::new(csi, leadership).with_pacer(pacer)
-        } else {
-            FencedDriver::new(csi, leadership)
-        },
-        error_codes: settings.error_codes,
+        driver,
         node_gone_detached: settings.node_gone_detached,
         flow_metrics: Arc::clone(&metrics.flows),
-        failing,
-        events: settings
-            .reporter
-            .clone()
-            .map(|r| events::FailureEvents::new(client, r, metrics.registry())),
     });
-    let mut workers_set = start_leading(&mut tasks, &ctx, &queues, &settings, &metrics);
+    let mut workers_set = start_leading(&mut tasks, &ctx, &policy, &queues, &settings, &metrics);
 
     shutdown.await;
     tracing::info!("Stopping workers; waiting for in-flight operations");
@@ -335,6 +342,7 @@ fn spawn_watches(
 fn start_leading(
     tasks: &mut JoinSet<()>,
     ctx: &Arc<Ctx>,
+    policy: &Arc<ErrorPolicy>,
     queues: &Queues,
     settings: &Settings,
     metrics: &Metrics,
@@ -345,9 +353,10 @@ fn start_leading(
     ));
     // Once the leadership window closes, no VA is ours to count.
     let leadership = ctx.driver.leadership().clone();
-    tasks.spawn(failing::stop_when(Arc::clone(&ctx.failing), async move {
-        leadership.closed().await
-    }));
+    tasks.spawn(failing::stop_when(
+        Arc::clone(&policy.failing),
+        async move { leadership.closed().await },
+    ));
     // Upstream's informers start with the leadership and add every object;
     // our caches are warm already, so the new leader queues them from there.
     queues.va.start();
@@ -363,6 +372,7 @@ fn start_leading(
         for &lane in Lane::ALL {
             workers_set.spawn(sync::va_worker(
                 Arc::clone(ctx),
+                Arc::clone(policy),
                 Arc::clone(&queues.va),
                 lane,
             ));

@@ -31,12 +31,12 @@ use crate::controller::flows::capability::volume_capability;
 use crate::controller::flows::capability::SingleNodeModes;
 use crate::controller::flows::node_id::Lookup;
 use crate::controller::flows::node_id::NodeIds;
-use crate::controller::flows::patches;
-use crate::controller::flows::patches::VaPatch;
 use crate::controller::flows::source;
 use crate::controller::flows::source::Source;
 use crate::controller::model::CachedVa;
 use crate::controller::seams::driver::Origin;
+use crate::controller::seams::patches;
+use crate::controller::seams::patches::VaPatch;
 use crate::csi::proto::{ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest};
 
 /// One attach attempt. Safe to repeat after any failure, restart or failover.

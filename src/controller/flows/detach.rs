@@ -16,9 +16,9 @@ use crate::controller::context::seconds_since;
 use crate::controller::context::Ctx;
 use crate::controller::error::FlowError;
 use crate::controller::flows::node_id::NodeIds;
-use crate::controller::flows::patches;
 use crate::controller::flows::source;
 use crate::controller::model::CachedVa;
+use crate::controller::seams::patches;
 use crate::csi::proto::ControllerUnpublishVolumeRequest;
 
 /// One detach attempt: `Ok`, or the step that failed (saved in

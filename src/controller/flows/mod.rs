@@ -4,8 +4,8 @@
 //! - `attach`, `detach`, `trivial`: the VA flows; `pv_finalizer`: a PV's
 //!   finalizer released once no VA needs it;
 //! - `source`, `capability`, `node_id`: the plan (pure): VA → CSI volume →
-//!   capability, which node IDs to publish to or unpublish from;
-//! - `patches`: every API write body, typed;
+//!   capability, which node IDs to publish to or unpublish from (the write
+//!   bodies they send are built by `seams::patches`);
 //! - `metrics`: the flows' metric families.
 //!
 //! A flow returns `Ok` or the step that failed; it never touches the queue
@@ -16,7 +16,6 @@ pub mod capability;
 pub mod detach;
 pub mod metrics;
 pub mod node_id;
-pub mod patches;
 pub mod pv_finalizer;
 pub mod source;
 pub mod trivial;

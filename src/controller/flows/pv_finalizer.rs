@@ -14,9 +14,9 @@
 
 use crate::controller::context::Ctx;
 use crate::controller::error::FlowError;
-use crate::controller::flows::patches;
 use crate::controller::model::names::MIGRATED_TO_ANNOTATION;
 use crate::controller::model::CachedPv;
+use crate::controller::seams::patches;
 
 /// Upstream's `processFinalizers`: our finalizer, and the PV is deleting or its
 /// CSI migration was rolled back (in-tree PV not marked as migrated to us).

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use crate::controller::context::Ctx;
 use crate::controller::error::FlowError;
-use crate::controller::flows::patches;
 use crate::controller::model::CachedVa;
+use crate::controller::seams::patches;
 
 /// Marks `va` attached ([`crate::controller::sync::decide::Step::MarkAttached`]).
 pub async fn mark_attached(ctx: &Ctx, va: &CachedVa) -> Result<(), FlowError> {

@@ -26,12 +26,14 @@
 //!   `null`-as-default decode and their metadata accessors.
 //! - `pv`: the PersistentVolume view, [`CompactPvSpec`] and [`CachedPv`].
 //! - `va`: the VolumeAttachment view, [`CompactVaStatus`] and [`CachedVa`].
+//! - `lane`: [`Lane`], the flow a VA needs (attach, or detach once deleted).
 //! - `lookup`: how kube-runtime's store names the views ([`Lookup`]).
 //! - `wire`: [`Wire`], the views at the watch boundary.
 //!
 //! [`Deserialize`]: serde::Deserialize
 //! [`Lookup`]: kube::runtime::reflector::Lookup
 
+mod lane;
 mod lookup;
 mod meta;
 pub mod names;
@@ -40,6 +42,7 @@ pub mod store;
 mod va;
 mod wire;
 
+pub use lane::Lane;
 pub use pv::{CachedPv, CompactPvSpec};
 pub use va::{CachedVa, CompactVaStatus};
 pub use wire::Wire;

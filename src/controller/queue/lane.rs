@@ -5,7 +5,7 @@
 //! label in metrics (`csi_attacher_sync_panics_total`, the lane gauges) and
 //! its field in logs.
 
-use crate::controller::model::CachedVa;
+pub use crate::controller::model::Lane;
 
 /// The lanes of one queue: a closed set, each lane with its place in the
 /// queue and its label. A queue only takes its own lane type, so a lane of
@@ -19,15 +19,6 @@ pub trait QueueLane: Copy + Eq + std::fmt::Debug + Send + Sync + 'static {
     fn name(self) -> &'static str;
 }
 
-/// One lane of the VA queue.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Lane {
-    /// Live VolumeAttachments: the attach flow.
-    Attach,
-    /// Deleted VolumeAttachments: the detach flow.
-    Detach,
-}
-
 /// The PV queue's one lane: PersistentVolumes whose finalizer needs a look.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PvLane;
@@ -36,25 +27,6 @@ pub struct PvLane;
 pub const VA_QUEUE: &str = "csi-attacher-va";
 /// Name of the PV queue.
 pub const PV_QUEUE: &str = "csi-attacher-pv";
-
-impl Lane {
-    /// The lane's label in metrics and logs.
-    pub fn name(self) -> &'static str {
-        match self {
-            Lane::Attach => "attach",
-            Lane::Detach => "detach",
-        }
-    }
-
-    /// The lane `va` belongs in: detach once it is being deleted.
-    pub fn of_va(va: &CachedVa) -> Lane {
-        if va.is_deleting() {
-            Lane::Detach
-        } else {
-            Lane::Attach
-        }
-    }
-}
 
 impl QueueLane for Lane {
     const ALL: &'static [Lane] = &[Lane::Attach, Lane::Detach];

@@ -35,8 +35,8 @@ use prometheus::{Gauge, IntCounter, IntGauge, IntGaugeVec};
 use tokio::time::Instant;
 use tonic::Code;
 
+use crate::controller::model::Lane;
 use crate::controller::queue::adaptive::{is_throttled, AdaptiveLimit, Reason};
-use crate::controller::queue::lane::Lane;
 use crate::controller::queue::Backoff;
 use crate::controller::queue::QueueLane;
 use crate::controller::queue::WorkQueue;
@@ -97,6 +97,35 @@ struct PaceState {
 
 /// Operation names in logs and the metric's `operation` label, by lane index.
 const OPERATION: [&str; 2] = ["ControllerPublishVolume", "ControllerUnpublishVolume"];
+
+/// Hears how every Publish and Unpublish ended (told by the fenced driver,
+/// which knows nothing else of the queue).
+pub trait Listener: Send + Sync {
+    /// A call of `lane` for VA `va` on node `node`, started at `started`,
+    /// ended with `answer`'s code and message (`None`: OK). An abandoned
+    /// call is not reported: no answer came.
+    fn finished(
+        &self,
+        lane: Lane,
+        va: &str,
+        node: &str,
+        started: Instant,
+        answer: Option<(Code, &str)>,
+    );
+}
+
+impl Listener for Pacer {
+    fn finished(
+        &self,
+        lane: Lane,
+        va: &str,
+        node: &str,
+        started: Instant,
+        answer: Option<(Code, &str)>,
+    ) {
+        Pacer::finished(self, lane, va, node, started, answer);
+    }
+}
 
 impl Pacer {
     /// A pacer of `queue`, holding nodes for `backoff`'s delays, for calls

@@ -21,7 +21,7 @@ use futures::FutureExt;
 use proptest::prelude::*;
 
 use super::*;
-use crate::controller::queue::lane::Lane;
+use crate::controller::model::Lane;
 
 /// The lane at `index`.
 fn l(index: usize) -> Lane {

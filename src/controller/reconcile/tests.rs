@@ -6,7 +6,7 @@ use serde_json::json;
 use tonic::Code;
 
 use super::{pass, PassReport, ReconcileError};
-use crate::controller::queue::lane::Lane;
+use crate::controller::model::Lane;
 use crate::controller::queue::Backoff;
 use crate::controller::queue::Trigger;
 use crate::controller::queue::Work;
@@ -67,7 +67,7 @@ async fn sync_next(w: &World, q: &WorkQueue<Lane>, lane: Lane) -> Result<(), Str
         "{key} was queued by the reconciler"
     );
     q.done(&key);
-    sync_va(&w.ctx, &key, trigger)
+    sync_va(&w.ctx, &w.policy, &key, trigger)
         .await
         .map_err(|e| e.to_string())
 }
@@ -93,7 +93,7 @@ async fn an_attached_va_the_driver_does_not_list_is_published_again() {
     let next = q.get(Lane::Attach).await.expect("queued again");
     assert_eq!(next.trigger, Trigger::Event);
     assert_eq!(
-        sync_va(&w.ctx, &next.key, next.trigger)
+        sync_va(&w.ctx, &w.policy, &next.key, next.trigger)
             .await
             .map_err(|e| e.to_string()),
         Ok(())

@@ -7,8 +7,9 @@
 //! no flow can call the driver around the fence; fencing no longer rests on
 //! each call site remembering to wrap its call.
 //!
-//! Every Publish and Unpublish answer is also reported to the queue's
-//! [`Pacer`], which paces nodes and settles operations in doubt by it.
+//! Every Publish and Unpublish answer is also reported to a [`Listener`]
+//! (the queue's pacer, which paces nodes and settles operations in doubt by
+//! it).
 //!
 //! (`csi-attacher check` lists volumes on its own client: it takes no Lease
 //! and writes nothing, so it has no window to keep.)
@@ -19,8 +20,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::controller::model::CachedVa;
-use crate::controller::queue::lane::Lane;
-use crate::controller::queue::pace::Pacer;
+use crate::controller::model::Lane;
+use crate::controller::queue::pace::Listener;
 use crate::controller::seams::driver::Driver;
 use crate::controller::seams::driver::Origin;
 use crate::csi::proto::{ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest};
@@ -32,7 +33,7 @@ use crate::leader::{Leadership, NotLeading};
 pub struct FencedDriver {
     driver: Arc<dyn Driver>,
     leadership: Leadership,
-    pacer: Option<Arc<Pacer>>,
+    listener: Option<Arc<dyn Listener>>,
 }
 
 impl FencedDriver {
@@ -41,19 +42,14 @@ impl FencedDriver {
         Self {
             driver,
             leadership,
-            pacer: None,
+            listener: None,
         }
     }
 
-    /// Reports every Publish and Unpublish answer to `pacer`.
-    pub fn with_pacer(mut self, pacer: Arc<Pacer>) -> Self {
-        self.pacer = Some(pacer);
+    /// Reports every Publish and Unpublish answer to `listener`.
+    pub fn with_listener(mut self, listener: Arc<dyn Listener>) -> Self {
+        self.listener = Some(listener);
         self
-    }
-
-    /// The pacer the answers are reported to.
-    pub fn pacer(&self) -> Option<&Arc<Pacer>> {
-        self.pacer.as_ref()
     }
 
     /// The window the calls are fenced by.
@@ -69,7 +65,7 @@ impl FencedDriver {
     /// `ControllerPublishVolume` inside the window: the publish context, or
     /// [`NotLeading`] when the window was closed at the start or closed while
     /// the call ran (then it is abandoned: the driver may still run it).
-    /// `va` is the VolumeAttachment it is for (the pacer's node and key).
+    /// `va` is the VolumeAttachment it is for (the listener's node and key).
     pub async fn publish(
         &self,
         request: ControllerPublishVolumeRequest,
@@ -119,7 +115,7 @@ impl FencedDriver {
         }
     }
 
-    /// Tells the pacer how a call for `va` ended (an abandoned call tells
+    /// Tells the listener how a call for `va` ended (an abandoned call tells
     /// it nothing: no answer came).
     fn report<T>(
         &self,
@@ -128,12 +124,12 @@ impl FencedDriver {
         started: tokio::time::Instant,
         answer: &Result<Result<T, RpcStatus>, NotLeading>,
     ) {
-        if let (Some(pacer), Ok(result)) = (&self.pacer, answer) {
+        if let (Some(listener), Ok(result)) = (&self.listener, answer) {
             let answer = result
                 .as_ref()
                 .err()
                 .map(|status| (status.code, status.message.as_str()));
-            pacer.finished(lane, va.name(), va.node_name(), started, answer);
+            listener.finished(lane, va.name(), va.node_name(), started, answer);
         }
     }
 
@@ -170,7 +166,7 @@ impl FencedDriver {
         Self {
             driver: Arc::clone(&self.driver),
             leadership,
-            pacer: self.pacer.clone(),
+            listener: self.listener.clone(),
         }
     }
 }

@@ -11,3 +11,4 @@
 pub mod cluster;
 pub mod driver;
 pub mod fenced;
+pub mod patches;

@@ -6,7 +6,7 @@
 
 use crate::controller::error::FlowError;
 use crate::controller::model::CachedVa;
-use crate::controller::queue::lane::Lane;
+use crate::controller::model::Lane;
 pub use crate::controller::queue::Trigger;
 use crate::csi::Capabilities;
 

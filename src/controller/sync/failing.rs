@@ -18,7 +18,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use prometheus::{IntGauge, IntGaugeVec};
 
-use crate::controller::queue::lane::Lane;
+use crate::controller::model::Lane;
 use crate::controller::queue::QueueLane;
 
 /// The failing VAs and their gauges.

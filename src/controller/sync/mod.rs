@@ -4,6 +4,7 @@
 
 pub mod decide;
 pub mod failing;
+pub mod policy;
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -22,7 +23,7 @@ use crate::controller::flows::pv_finalizer;
 use crate::controller::flows::pv_finalizer::needs_finalizer_check;
 use crate::controller::flows::trivial;
 use crate::controller::model::CachedVa;
-use crate::controller::queue::lane::Lane;
+use crate::controller::model::Lane;
 use crate::controller::queue::lane::PvLane;
 use crate::controller::queue::QueueLane;
 use crate::controller::queue::Work;
@@ -30,20 +31,29 @@ use crate::controller::queue::WorkQueue;
 use crate::controller::sync::decide::decide;
 use crate::controller::sync::decide::Step;
 use crate::controller::sync::decide::Trigger;
+use crate::controller::sync::policy::ErrorPolicy;
 
-/// Runs syncs of the VA queue's `lane` until the queue shuts down.
-pub async fn va_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue<Lane>>, lane: Lane) {
+/// Runs syncs of the VA queue's `lane` until the queue shuts down; what a
+/// failure leaves behind is `policy`'s.
+pub async fn va_worker(
+    ctx: Arc<Ctx>,
+    policy: Arc<ErrorPolicy>,
+    queue: Arc<WorkQueue<Lane>>,
+    lane: Lane,
+) {
     while let Some(Work { key, trigger }) = queue.get(lane).await {
         let span = tracing::info_span!("sync", va = %key, lane = lane.name());
         let before = ctx.stores.va(&key);
-        let result = sync_va(&ctx, &key, trigger).instrument(span.clone()).await;
+        let result = sync_va(&ctx, &policy, &key, trigger)
+            .instrument(span.clone())
+            .await;
         match result {
             Ok(()) => {
                 queue.forget(&key);
-                ctx.failing.cleared(&key);
+                policy.failing.cleared(&key);
                 // With per-node scheduling (a pacer), hand the volume on.
                 if let (Some(va), Some(pacer)) =
-                    (before.filter(|va| va.is_deleting()), ctx.driver.pacer())
+                    (before.filter(|va| va.is_deleting()), &policy.pacer)
                 {
                     pacer.forget(&key);
                     span.in_scope(|| hand_off(&ctx, &queue, &va));
@@ -54,7 +64,7 @@ pub async fn va_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue<Lane>>, lane: Lane) {
                 let delay = queue.add_rate_limited(&key, lane);
                 span.in_scope(|| tracing::info!(retry_in = ?delay, "Not leading: driver call not started or abandoned"));
             }
-            Err(err) => va_failed(&ctx, &queue, &key, lane, err, &span).await,
+            Err(err) => va_failed(&ctx, &policy, &queue, &key, lane, err, &span).await,
         }
         queue.done(&key);
     }
@@ -64,6 +74,7 @@ pub async fn va_worker(ctx: Arc<Ctx>, queue: Arc<WorkQueue<Lane>>, lane: Lane) {
 /// says so): count it failing, re-queue it with backoff, log, post an Event.
 async fn va_failed(
     ctx: &Ctx,
+    policy: &ErrorPolicy,
     queue: &WorkQueue<Lane>,
     key: &str,
     lane: Lane,
@@ -72,19 +83,16 @@ async fn va_failed(
 ) {
     let va = ctx.stores.va(key);
     let lane = va.as_deref().map_or(lane, Lane::of_va);
-    ctx.failing
+    policy
+        .failing
         .failed(key, lane, || ctx.stores.va(key).is_some());
     // An operation that ended at its deadline may still run: the pacer
     // may make the VA wait until it would have ended.
-    let delay = queue.add_rate_limited_with(key, lane, |backoff| {
-        ctx.driver
-            .pacer()
-            .map_or(backoff, |pacer| pacer.retry_delay(key, backoff))
-    });
+    let delay = queue.add_rate_limited_with(key, lane, |backoff| policy.retry_delay(key, backoff));
     span.in_scope(
         || tracing::warn!(error = %err, retry_in = ?delay, "VolumeAttachment sync failed"),
     );
-    if let (Some(events), Some(va)) = (&ctx.events, va) {
+    if let (Some(events), Some(va)) = (&policy.events, va) {
         events.failed(&va, lane, queue.failures(key), &err).await;
     }
 }
@@ -115,8 +123,13 @@ fn hand_off(ctx: &Ctx, queue: &WorkQueue<Lane>, detached: &CachedVa) {
 /// One attempt for the VA called `key`, queued for `trigger`: decide the
 /// step, execute it (a panic in it becomes its error), and save what failed
 /// on the VA the step worked on, where [`FlowError::saved_on_va`] says so:
-/// the one place a VA's error is written.
-pub async fn sync_va(ctx: &Ctx, key: &str, trigger: Trigger) -> Result<(), FlowError> {
+/// the one place a VA's error is written (by `policy`).
+pub async fn sync_va(
+    ctx: &Ctx,
+    policy: &ErrorPolicy,
+    key: &str,
+    trigger: Trigger,
+) -> Result<(), FlowError> {
     // Gone from the cache: deleted (the cache holds our driver's VAs only).
     let Some(va) = ctx.stores.va(key) else {
         return Ok(());
@@ -141,7 +154,7 @@ pub async fn sync_va(ctx: &Ctx, key: &str, trigger: Trigger) -> Result<(), FlowE
     if let Err(err) = &result {
         let own = !trivial_step.load(Ordering::Relaxed) || matches!(err, FlowError::Panicked(_));
         if own && err.saved_on_va() {
-            ctx.record_error(&va, lane, err).await;
+            policy.record_error(ctx.api.as_ref(), &va, lane, err).await;
         }
     }
     result

@@ -369,7 +369,7 @@ async fn driver_errors_are_saved_with_their_code_final_or_transient() {
     }
     // Without the gate, no code.
     let mut w = World::attachable(va(json!({})), pv_ours());
-    w.ctx.error_codes = false;
+    w.policy.error_codes = false;
     w.driver.fail("publish", Code::Internal, "no");
     assert!(sync(&w).await.is_err());
     assert_eq!(

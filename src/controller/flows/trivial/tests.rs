@@ -40,7 +40,7 @@ async fn an_attached_va_or_a_missing_one_needs_nothing() {
     assert_eq!(sync(&w).await, Ok(()));
     assert!(w.requests().is_empty());
     assert_eq!(
-        sync_va(&w.ctx, "gone", Trigger::Event)
+        sync_va(&w.ctx, &w.policy, "gone", Trigger::Event)
             .await
             .map_err(|e| e.to_string()),
         Ok(())

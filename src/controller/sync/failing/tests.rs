@@ -15,6 +15,7 @@ use super::*;
 use crate::controller::context::Ctx;
 use crate::controller::model::CachedVa;
 use crate::controller::queue::{Backoff, WorkQueue};
+use crate::controller::sync::policy::ErrorPolicy;
 use crate::controller::sync::va_worker;
 use crate::controller::testing::{self, view, World};
 use crate::leader::{Leadership, Window};
@@ -44,13 +45,18 @@ fn calls(w: &World, rpc: &str) -> usize {
     w.requests().iter().filter(|r| r.starts_with(rpc)).count()
 }
 
-/// Both lanes' workers and the queue's timers on `ctx`.
-fn start(ctx: &Arc<Ctx>) -> Arc<WorkQueue<Lane>> {
+/// Both lanes' workers and the queue's timers on `ctx` and `policy`.
+fn start(ctx: &Arc<Ctx>, policy: &Arc<ErrorPolicy>) -> Arc<WorkQueue<Lane>> {
     let queue = Arc::new(WorkQueue::new("test", BACKOFF, None));
     let timers = Arc::clone(&queue);
     tokio::spawn(async move { timers.run_timers().await });
     for &lane in Lane::ALL {
-        tokio::spawn(va_worker(Arc::clone(ctx), Arc::clone(&queue), lane));
+        tokio::spawn(va_worker(
+            Arc::clone(ctx),
+            Arc::clone(policy),
+            Arc::clone(&queue),
+            lane,
+        ));
     }
     queue
 }
@@ -78,14 +84,15 @@ async fn a_va_counts_from_its_first_failure_through_its_retries_until_one_succee
     }
     let ctx = Arc::new(clone_ctx(&w.ctx));
     assert_eq!((gauge(&ctx, "attach"), gauge(&ctx, "detach")), (0, 0));
-    let queue = start(&ctx);
+    let policy = clone_policy(&w.policy);
+    let queue = start(&ctx, &policy);
     queue.add("va-1", Lane::Attach);
     let mut failed_at = Vec::new();
     let started = Instant::now();
     for n in 1..=9 {
         until(&format!("publish #{n}"), || calls(&w, "Publish") >= n).await;
         until("the failure counted", || {
-            ctx.failing.count(Lane::Attach) == 1
+            policy.failing.count(Lane::Attach) == 1
         })
         .await;
         failed_at.push((Instant::now() - started).as_secs());
@@ -117,12 +124,19 @@ fn clone_ctx(ctx: &Ctx) -> Ctx {
         api: Arc::clone(&ctx.api),
         stores: ctx.stores.clone(),
         driver: ctx.driver.clone(),
-        error_codes: ctx.error_codes,
         node_gone_detached: false,
         flow_metrics: Arc::clone(&ctx.flow_metrics),
-        events: None,
-        failing: Arc::clone(&ctx.failing),
     }
+}
+
+/// A second policy over the same failing set (no Events, no pacer).
+fn clone_policy(policy: &ErrorPolicy) -> Arc<ErrorPolicy> {
+    Arc::new(ErrorPolicy {
+        error_codes: policy.error_codes,
+        failing: Arc::clone(&policy.failing),
+        events: None,
+        pacer: None,
+    })
 }
 
 #[tokio::test(start_paused = true)]
@@ -135,7 +149,8 @@ async fn a_failing_va_that_is_deleted_stops_counting_at_once() {
         w.driver.fail("unpublish", Code::Unavailable, "cloud down");
     }
     let ctx = Arc::new(clone_ctx(&w.ctx));
-    let queue = start(&ctx);
+    let policy = clone_policy(&w.policy);
+    let queue = start(&ctx, &policy);
     queue.add("va-1", Lane::Detach);
     until("four failed Unpublish calls", || {
         calls(&w, "Unpublish") >= 4
@@ -146,10 +161,11 @@ async fn a_failing_va_that_is_deleted_stops_counting_at_once() {
     // Deleted (its finalizer removed by someone else, say): the watch's delete
     // event, as the VA informer handles it. Its next retry is 8 s away.
     writer.apply_watcher_event(&Event::Delete(view::<_, CachedVa>(&deleting)));
-    ctx.failing.cleared("va-1");
+    policy.failing.cleared("va-1");
     assert_eq!(gauge(&ctx, "detach"), 0, "not after the backoff: now");
     // A failure that raced with the deletion is not counted again.
-    ctx.failing
+    policy
+        .failing
         .failed("va-1", Lane::Detach, || ctx.stores.va("va-1").is_some());
     assert_eq!(gauge(&ctx, "detach"), 0);
     // The retry finds nothing to do, calls nothing.
@@ -198,11 +214,12 @@ async fn losing_the_leadership_resets_the_gauge_and_nothing_counts_after() {
     let mut ctx = clone_ctx(&w.ctx);
     ctx.driver = ctx.driver.with_leadership(Leadership::following(follows));
     let ctx = Arc::new(ctx);
-    tokio::spawn(stop_when(Arc::clone(&ctx.failing), {
+    let policy = clone_policy(&w.policy);
+    tokio::spawn(stop_when(Arc::clone(&policy.failing), {
         let leadership = ctx.driver.leadership().clone();
         async move { leadership.closed().await }
     }));
-    let queue = start(&ctx);
+    let queue = start(&ctx, &policy);
     queue.add("va-1", Lane::Attach);
     until("two failed Publish calls", || calls(&w, "Publish") >= 2).await;
     assert_eq!(gauge(&ctx, "attach"), 1);
@@ -210,7 +227,7 @@ async fn losing_the_leadership_resets_the_gauge_and_nothing_counts_after() {
     until("reset on leadership loss", || gauge(&ctx, "attach") == 0).await;
     // A failure after the loss (of an attempt that got past its driver call,
     // say) does not count: the next leader counts its own.
-    ctx.failing.failed("va-2", Lane::Attach, || true);
+    policy.failing.failed("va-2", Lane::Attach, || true);
     assert_eq!((gauge(&ctx, "attach"), gauge(&ctx, "detach")), (0, 0));
     // The retries go on, not leading (and whatever they fail with), uncounted,
     // and none reaches the driver.
