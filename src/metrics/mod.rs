@@ -18,6 +18,7 @@ use crate::csi::metrics::CsiCallMetrics;
 
 pub mod build;
 mod encode;
+mod runtime;
 pub mod family;
 
 pub use encode::encode_text;
@@ -46,6 +47,7 @@ impl Metrics {
             prometheus::process_collector::ProcessCollector::for_self(),
         ));
         build::register_build_info(&registry);
+        runtime::register_alive_tasks(&registry);
         let csi = Arc::new(CsiCallMetrics::new(registry.clone()));
         let queues = Arc::new(QueueFamilies::new(&registry));
         let flows = Arc::new(FlowMetrics::new(&registry));
