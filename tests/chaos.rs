@@ -34,6 +34,10 @@ mod faults;
 mod outage;
 #[path = "chaos/proxy.rs"]
 mod proxy;
+/// The soak: hours of churn with faults, resources asserted to plateau
+/// (`hack/soak.sh`; ignored otherwise).
+#[path = "chaos/soak.rs"]
+mod soak;
 #[path = "chaos/workload.rs"]
 mod workload;
 #[path = "chaos/world.rs"]
