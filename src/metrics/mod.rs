@@ -18,8 +18,8 @@ use crate::csi::metrics::CsiCallMetrics;
 
 pub mod build;
 mod encode;
-mod runtime;
 pub mod family;
+mod runtime;
 
 pub use encode::encode_text;
 

@@ -16,7 +16,7 @@ use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kube::api::DeleteParams;
+use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
 use crate::support::env::Env;
@@ -301,6 +301,23 @@ async fn run(length: Duration) -> (String, bool) {
         }
         for (va, pv) in &batch {
             env.wait_gone(va).await;
+            // Our finalizer released, the PV goes once kube-controller-manager's
+            // pv-protection finalizer does (there is no controller manager here).
+            let ours = env.finalizer.clone();
+            env.wait_pv(pv, "released by us", |p| {
+                p.is_none_or(|p| {
+                    !p.metadata
+                        .finalizers
+                        .as_ref()
+                        .is_some_and(|f| f.contains(&ours))
+                })
+            })
+            .await;
+            let unprotect = json!({"metadata": {"finalizers": null}});
+            let _ = env
+                .pvs
+                .patch(pv, &PatchParams::default(), &Patch::Merge(&unprotect))
+                .await;
             env.wait_pv(pv, "gone", |p| p.is_none()).await;
         }
         volumes.fetch_add(BATCH as u64, std::sync::atomic::Ordering::Relaxed);
@@ -347,11 +364,15 @@ async fn run(length: Duration) -> (String, bool) {
     let _ = writeln!(
         report,
         "- The attacher {} at the end.\n",
-        if alive { "was still running" } else { "HAD EXITED" }
+        if alive {
+            "was still running"
+        } else {
+            "HAD EXITED"
+        }
     );
     let _ = writeln!(
         report,
-        "| series | peak, first half | peak, second half | bound | trend (least squares) | verdict |\n|---|---|---|---|---|---|"
+        "| series (memory in KiB) | peak, first half | peak, second half | bound | trend (least squares) | verdict |\n|---|---|---|---|---|---|"
     );
     for line in &lines {
         let _ = writeln!(report, "{line}");
@@ -359,14 +380,13 @@ async fn run(length: Duration) -> (String, bool) {
     let _ = writeln!(
         report,
         "\nBounds: the second half's peak ≤ the first half's × factor + slack (resident memory \
-         × {:.2} + {:.0} KiB; descriptors + {:.0}; threads + {:.0}; tasks + {:.0}). Units: KiB \
-         for memory ({}).\n",
+         × {:.2} + {:.0} {}; descriptors + {:.0}; threads + {:.0}; tasks + {:.0}).\n",
         BOUNDS[0].factor,
         BOUNDS[0].slack,
+        BOUNDS[0].unit,
         BOUNDS[1].slack,
         BOUNDS[2].slack,
         BOUNDS[3].slack,
-        BOUNDS[0].unit,
     );
     let _ = writeln!(report, "## Samples (every tenth)\n");
     let _ = writeln!(
@@ -374,7 +394,10 @@ async fn run(length: Duration) -> (String, bool) {
         "| s | RSS KiB | fds | threads | tasks | volumes |\n|---|---|---|---|---|---|"
     );
     let every = (samples.len() / 10).max(1);
-    for s in samples.iter().step_by(every).chain(samples.last()) {
+    let last = (samples.len().saturating_sub(1) % every != 0)
+        .then(|| samples.last())
+        .flatten();
+    for s in samples.iter().step_by(every).chain(last) {
         let _ = writeln!(
             report,
             "| {:.0} | {} | {} | {} | {} | {} |",
