@@ -275,7 +275,7 @@ async fn run(length: Duration) -> (String, bool) {
     let mut faults: Vec<(u64, &str)> = Vec::new();
     let mut cycle = 0u64;
     while started.elapsed() < length {
-        if cycle > 0 && cycle % FAULT_EVERY == 0 {
+        if cycle > 0 && cycle.is_multiple_of(FAULT_EVERY) {
             faults.push((cycle, inject(&env, cycle).await));
         }
         let mut batch = Vec::new();
@@ -345,11 +345,11 @@ async fn run(length: Duration) -> (String, bool) {
     let _ = writeln!(
         report,
         "`hack/soak.sh --minutes {}`: one attacher (leader election on, `--worker-threads=10`, \
-         `--timeout=3s`, `--reconcile-sync=30s`) against kube-apiserver {} and csi-mock-driver \
+         `--timeout=3s`, `--reconcile-sync=30s`) against kube-apiserver 1.{} and csi-mock-driver \
          `--profile=aws-ebs --time-scale=0.02`; {BATCH} volumes on {NODES} nodes attached, \
          detached and their PVs deleted per cycle; a fault every {FAULT_EVERY} cycles.\n",
         length.as_secs() / 60,
-        format!("1.{}", env.cp.kube_minor),
+        env.cp.kube_minor,
     );
     let _ = writeln!(
         report,
@@ -394,7 +394,7 @@ async fn run(length: Duration) -> (String, bool) {
         "| s | RSS KiB | fds | threads | tasks | volumes |\n|---|---|---|---|---|---|"
     );
     let every = (samples.len() / 10).max(1);
-    let last = (samples.len().saturating_sub(1) % every != 0)
+    let last = (!samples.len().saturating_sub(1).is_multiple_of(every))
         .then(|| samples.last())
         .flatten();
     for s in samples.iter().step_by(every).chain(last) {
