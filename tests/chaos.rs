@@ -8,7 +8,7 @@
 //! faults and restarts, attacher kills around Publish/Unpublish, a leader
 //! stopped past its lease, Lease deletion and theft, CSINode re-registration,
 //! a file-descriptor limit with an idle-connection flood. Then the invariants
-//! I1–I10 and the faults' evidence (docs/chaos.md) are checked from the audit log, the driver's ledger
+//! I1–I11 and the faults' evidence (docs/chaos.md) are checked from the audit log, the driver's ledger
 //! and state, the objects, metrics and logs.
 //!
 //! `CHAOS_SIZE=ci` (default, ≥ 60 faults) or `full` (≥ 500), `CHAOS_SEED=<u64>`
@@ -214,6 +214,7 @@ async fn run(seed: u64, fault_count: usize, size: &str) -> Result<String> {
     let injector = faults::Injector {
         world: Arc::clone(&world),
         client: client.clone(),
+        aimed: std::sync::Mutex::new(None),
     };
     let mut plan: Vec<&str> = faults::KINDS.to_vec();
     for i in (1..plan.len()).rev() {
@@ -247,6 +248,8 @@ async fn run(seed: u64, fault_count: usize, size: &str) -> Result<String> {
         let start = world::now_nanos();
         let (note, skipped) = injector.inject(kind, &mut rng).await;
         let end = world::now_nanos();
+        // A fault aimed at the leader begins when it found the leader.
+        let start = lock(&injector.aimed).take().unwrap_or(start);
         eprintln!("chaos: [{:>4}] {kind}: {note}", windows.len());
         windows.push(faults::Window {
             kind: kind.to_string(),

@@ -268,6 +268,7 @@ pub fn check(h: &History) -> Findings {
     i8(h, &mut f);
     i9(h, &mut f);
     i10(h, &mut f);
+    i11(h, &mut f);
     evidence(h, &mut f);
     f
 }
@@ -521,16 +522,29 @@ pub fn i3(h: &History, f: &mut Findings) {
 /// The call was received by the driver as its caller resumed from a SIGSTOP
 /// taken inside its leadership (`src/leader.rs`' documented fencing limit:
 /// the call had passed its window check before the freeze).
+///
+/// The fault's window opens before it looks the leader up (up to 5 s while
+/// no replica holds the Lease), so the SIGSTOP itself is timed from the
+/// window's end: `replica-N stopped <ms> ms` ends with the SIGCONT.
 fn frozen_in_flight(h: &History, terms: &[Term], call: &Call) -> bool {
     let identity = format!("replica-{}", call.caller);
+    let prefix = format!("{identity} stopped ");
     h.windows.iter().any(|w| {
+        let Some(ms) = w
+            .note
+            .strip_prefix(&prefix)
+            .and_then(|rest| rest.strip_suffix(" ms"))
+            .and_then(|ms| ms.parse::<i128>().ok())
+        else {
+            return false;
+        };
+        let stopped = w.end - ms * 1_000_000;
         w.kind == "leader-sigstop-past-lease"
-            && w.note.starts_with(&format!("{identity} stopped"))
-            && call.start >= w.start
+            && call.start >= stopped
             && call.start <= w.end + SECOND
             && terms
                 .iter()
-                .any(|t| t.identity == identity && t.acquired <= w.start && w.start <= t.until())
+                .any(|t| t.identity == identity && t.acquired <= stopped && stopped <= t.until())
     })
 }
 
@@ -1099,6 +1113,49 @@ pub fn i10(h: &History, f: &mut Findings) {
             "I10",
             format!("the ledger's replay has {missing:?} published; the driver does not"),
         );
+    }
+}
+
+/// How soon a replica must notice that its connections are dead.
+pub const HALF_OPEN_NOTICED: i128 = 60 * SECOND;
+
+/// I11: a replica whose connections vanished without a FIN or RST (the
+/// `watch-half-open` fault) notices within [`HALF_OPEN_NOTICED`]: its log says
+/// a watch failed. TCP keepalive on API-server connections is what notices;
+/// a watch's own silence bound (90 s) would be too late.
+pub fn i11(h: &History, f: &mut Findings) {
+    for w in h.windows.iter().filter(|w| w.kind == "watch-half-open") {
+        let Some(replica) = target(&w.note) else {
+            f.skipped
+                .push(("I11".into(), format!("no replica named in {:?}", w.note)));
+            continue;
+        };
+        let name = format!("replica-{replica}");
+        let log_name = format!("{name} log");
+        let noticed = h
+            .logs
+            .iter()
+            .filter(|(n, _)| *n == log_name)
+            .flat_map(|(_, log)| log.lines())
+            .filter(|l| l.contains("watch failed"))
+            .filter_map(|l| klog_time(l, w.start))
+            .filter(|t| *t >= w.start && *t <= w.start + HALF_OPEN_NOTICED)
+            .min();
+        if let Some(t) = noticed {
+            f.measured.push((
+                format!("{name}: half-open connections noticed after"),
+                format!("{:.1} s", (t - w.start) as f64 / SECOND as f64),
+            ));
+        } else {
+            f.violation(
+                "I11",
+                format!(
+                    "{name}'s connections vanished at {} and no watch of it failed within {} s",
+                    format_time(w.start),
+                    HALF_OPEN_NOTICED / SECOND
+                ),
+            );
+        }
     }
 }
 

@@ -302,6 +302,32 @@ fn i4_reports_overlaps_and_calls_outside_the_window() {
     let f = check(&h);
     assert!(f.of("I4").is_empty(), "{f:#?}");
     assert_eq!(f.exempt.len(), 1, "{f:#?}");
+    // The fault looked the leader up for 3 s (the Lease was another's): its
+    // window opened before the term did, the SIGSTOP (timed from the end)
+    // came inside it. Still exempt.
+    let mut h = clean();
+    let mut audit = vec![lease("create", "replica-1", 0.0)];
+    audit.extend(renewals("replica-1", 0.5, 3.0));
+    audit.push(lease("update", "replica-0", 21.0));
+    audit.extend(renewals("replica-0", 21.01, 21.05));
+    h.audit.retain(|e| e["objectRef"]["resource"] != "leases");
+    h.audit.extend(audit);
+    h.windows.push(window(
+        "leader-sigstop-past-lease",
+        18.0,
+        26.0,
+        "replica-0 stopped 4900 ms",
+    ));
+    h.calls.retain(|c| c.start > t(20.0));
+    h.calls
+        .push(call(PUB, 0, "vol-b", "node-2-id", 26.1, 26.11));
+    let f = check(&h);
+    assert!(f.of("I4").is_empty(), "{f:#?}");
+    assert_eq!(f.exempt.len(), 1, "{f:#?}");
+    // Timed from the window's start instead, the stop would fall before the
+    // term: not exempt. (A stop of 7.9 s puts it there.)
+    h.windows.last_mut().unwrap().note = "replica-0 stopped 7900 ms".into();
+    only(&check(&h), "I4");
 }
 
 #[test]
@@ -500,6 +526,32 @@ fn i10_reports_a_ledger_that_does_not_replay_to_the_driver_state() {
     h.windows
         .push(window("driver-restart-empty", 5.0, 5.5, "restart: Ok(())"));
     assert!(check(&h).of("I10").is_empty(), "{:#?}", check(&h));
+}
+
+#[test]
+fn i11_reports_half_open_connections_noticed_late_or_never() {
+    let note = "replica-0's connections vanished without a FIN or RST; a watch failed after 65s";
+    let mut h = clean();
+    h.windows.push(window("watch-half-open", 5.0, 70.0, note));
+    only(&check(&h), "I11");
+    // Noticed, but 61 s after: too late (a watch's own silence bound).
+    let late = "W1127 10:01:06.000000       1 watch.rs:1] watch failed; retrying error=silent\n";
+    h.logs.push(("replica-0 log".into(), late.into()));
+    only(&check(&h), "I11");
+    // By another replica: not the one whose connections vanished.
+    let soon = "W1127 10:00:21.000000       1 watch.rs:1] watch failed; retrying error=Connection reset by peer\n";
+    h.logs.push(("replica-1 log".into(), soon.into()));
+    only(&check(&h), "I11");
+    // By it, 16 s after: noticed.
+    h.logs.push(("replica-0 log".into(), soon.into()));
+    let f = check(&h);
+    assert!(f.of("I11").is_empty(), "{f:#?}");
+    assert!(
+        f.measured
+            .iter()
+            .any(|(what, v)| what.contains("half-open") && v == "16.0 s"),
+        "{f:#?}"
+    );
 }
 
 #[test]

@@ -18,6 +18,7 @@ pub const KINDS: &[&str] = &[
     "etcd-stall",
     "watch-expiry-410",
     "leader-partition",
+    "watch-half-open",
     "proxy-delay",
     "proxy-reset",
     "lost-responses",
@@ -45,7 +46,7 @@ pub const KINDS: &[&str] = &[
 /// Relative frequency (slow faults less often).
 pub fn weight(kind: &str) -> u64 {
     match kind {
-        "apiserver-sigkill" | "watch-expiry-410" => 1,
+        "apiserver-sigkill" | "watch-expiry-410" | "watch-half-open" => 1,
         "leader-sigstop-past-lease" | "leader-partition" | "fd-limit-and-idle-flood" => 2,
         _ => 3,
     }
@@ -66,6 +67,10 @@ pub struct Window {
 pub struct Injector {
     pub world: Arc<World>,
     pub client: kube::Client,
+    /// When a fault aimed at the leader found it (the lookup waits up to
+    /// 5 s while no replica holds the Lease): its window starts there, so
+    /// "leading when it began" means when it acted.
+    pub aimed: std::sync::Mutex<Option<i128>>,
 }
 
 async fn pause(ms: u64) {
@@ -96,13 +101,16 @@ impl Injector {
     }
 
     async fn leader(&self) -> usize {
+        let mut found = 0;
         for _ in 0..20 {
             if let Some(l) = self.world.leader(&self.client).await {
-                return l;
+                found = l;
+                break;
             }
             pause(250).await;
         }
-        0
+        *lock(&self.aimed) = Some(crate::world::now_nanos());
+        found
     }
 
     /// Injects `kind`; returns (note, skipped).
@@ -146,6 +154,33 @@ impl Injector {
                 pause(ms).await;
                 w.replicas[leader].proxy.set(Mode::Pass);
                 (format!("replica-{leader} black-holed {ms} ms"), false)
+            }
+            "watch-half-open" => {
+                // The leader's connections (its watches among them) vanish on
+                // the far side without a FIN or RST; held until its log says
+                // a watch failed (I11 wants it within 60 s), at most 65 s.
+                let leader = self.leader().await;
+                let replica = &w.replicas[leader];
+                let failures = || {
+                    std::fs::read_to_string(&replica.log)
+                        .map(|log| log.matches("watch failed").count())
+                        .unwrap_or_default()
+                };
+                let before = failures();
+                replica.proxy.set(Mode::HalfOpen);
+                pause(200).await;
+                replica.proxy.set(Mode::Pass);
+                let t0 = tokio::time::Instant::now();
+                while failures() == before && t0.elapsed() < Duration::from_secs(65) {
+                    pause(250).await;
+                }
+                (
+                    format!(
+                        "replica-{leader}'s connections vanished without a FIN or RST; a watch failed after {:?}",
+                        t0.elapsed()
+                    ),
+                    false,
+                )
             }
             "proxy-delay" => {
                 let delay = 100 + rng.below(700);

@@ -5,7 +5,11 @@
 //! connections too, until healed), reset (RST every connection, refuse new
 //! ones), and lost replies (requests reach the API server, the first reply
 //! bytes are dropped and the connection is reset: the write is applied, its
-//! answer never arrives).
+//! answer never arrives), and half-open (every connection vanishes on the
+//! proxy's side without a FIN or RST, as when a NAT or load balancer drops
+//! the flow or the peer's host dies: the replica's side stays established
+//! and learns of it only when it sends, a keepalive probe included, and
+//! gets a reset back).
 
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -23,6 +27,7 @@ pub enum Mode {
     Blackhole,
     Reset,
     LoseReplies,
+    HalfOpen,
 }
 
 /// A running proxy; traffic to `addr` goes to the upstream.
@@ -78,6 +83,24 @@ fn reset(stream: &TcpStream) {
     }
 }
 
+/// Closes `stream` silently: in TCP repair mode the kernel destroys the
+/// socket without sending a FIN or RST (needs CAP_NET_ADMIN, as the suite's
+/// root has). The peer keeps its end established until it sends something.
+fn vanish(stream: TcpStream) {
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt on a socket we own, with a correctly sized int.
+    unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_TCP,
+            libc::TCP_REPAIR,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+    drop(stream);
+}
+
 /// Waits until the mode is not a black hole; `None` if the proxy is gone.
 async fn through_blackhole(rx: &mut watch::Receiver<Mode>) -> Option<Mode> {
     loop {
@@ -97,6 +120,10 @@ async fn connection(
     match through_blackhole(&mut rx).await {
         Some(Mode::Reset) | None => {
             reset(&client);
+            return Ok(());
+        }
+        Some(Mode::HalfOpen) => {
+            vanish(client);
             return Ok(());
         }
         _ => {}
@@ -119,6 +146,7 @@ async fn connection(
                 if n == 0 { return Ok(()); }
                 match forward_mode(&mut rx).await {
                     Some(Mode::Reset) | None => { reset(&client); reset(&server); return Ok(()); }
+                    Some(Mode::HalfOpen) => { vanish(client); return Ok(()); }
                     Some(Mode::Delay(ms)) => tokio::time::sleep(Duration::from_millis(ms)).await,
                     _ => {}
                 }
@@ -131,6 +159,7 @@ async fn connection(
                     Some(Mode::Reset) | Some(Mode::LoseReplies) | None => {
                         reset(&client); reset(&server); return Ok(());
                     }
+                    Some(Mode::HalfOpen) => { vanish(client); return Ok(()); }
                     Some(Mode::Delay(ms)) => tokio::time::sleep(Duration::from_millis(ms)).await,
                     _ => {}
                 }
@@ -139,6 +168,10 @@ async fn connection(
             changed = rx.changed() => {
                 if changed.is_err() || *rx.borrow() == Mode::Reset {
                     reset(&client); reset(&server); return Ok(());
+                }
+                if *rx.borrow() == Mode::HalfOpen {
+                    vanish(client);
+                    return Ok(());
                 }
             }
         }
