@@ -4,7 +4,8 @@
 //! - `attach`, `detach`, `trivial`: the VA flows; `pv_finalizer`: a PV's
 //!   finalizer released once no VA needs it;
 //! - `source`, `capability`, `node_id`: the plan (pure): VA → CSI volume →
-//!   capability, which node IDs to publish to or unpublish from;
+//!   capability, which node IDs to publish to or unpublish from; `request`:
+//!   the Publish request but for its node ID and secrets' values;
 //! - `patches`: every API write body, typed;
 //! - `metrics`: the flows' metric families.
 //!
@@ -18,5 +19,6 @@ pub mod metrics;
 pub mod node_id;
 pub mod patches;
 pub mod pv_finalizer;
+pub mod request;
 pub mod source;
 pub mod trivial;
