@@ -450,3 +450,55 @@ async fn objects_edited_by_hand_and_a_publication_lost_by_the_driver_are_reporte
     );
     assert!(started.elapsed() < WAIT);
 }
+
+#[tokio::test]
+async fn a_publication_upstream_leaves_on_the_old_node_id_is_reported_as_our_deliberate_difference()
+{
+    let (env, socket, dir) = world().await;
+    let (_upstream, _log) = upstream(&env, &dir);
+    let shadow = Shadow::start(&env, &socket, &dir).await;
+    let first = env.attached().await;
+    // The driver re-registers on the node with a new ID.
+    let node = &first.node;
+    env.csinodes
+        .delete(node, &Default::default())
+        .await
+        .expect("delete CSINode");
+    let csinode = support::objects::csinode(node, &env.driver, &format!("{node}-new-id"));
+    env.csinodes
+        .create(&Default::default(), &csinode)
+        .await
+        .expect("re-register");
+    // A second volume on the node is published to the new ID: the new CSINode
+    // has reached upstream's cache.
+    let second = env.volume_on(node).await;
+    env.wait_attached(&second).await;
+    // Upstream detaches the first from the CSINode's new ID only; we would
+    // unpublish from the recorded one as well.
+    env.delete_va(&first.va).await;
+    env.wait_gone(&first.va).await;
+    shadow.wait_divergences("still_published", 1.0).await;
+    assert_eq!(
+        env.mock.published().await[&first.handle],
+        json!([format!("{node}-id")]),
+        "the old publication leaked"
+    );
+    let report = shadow.stop();
+    let divergences = report["divergences"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(divergences.len(), 1, "{report:#}");
+    assert_eq!(divergences[0]["kind"], "still_published");
+    assert_eq!(divergences[0]["volume_attachment"], first.va);
+    assert_eq!(
+        divergences[0]["deliberate"],
+        "docs/contract.md#unpublish-at-the-right-node"
+    );
+    assert!(
+        divergences[0]["observed"]
+            .as_str()
+            .is_some_and(|o| o.contains(&format!("node {node}-id "))),
+        "{divergences:#?}"
+    );
+}
