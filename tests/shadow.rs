@@ -228,6 +228,15 @@ async fn beside_upstream_the_normal_flows_show_no_divergence_and_shadow_writes_n
         }
         sum
     };
+    // While it runs, the report is served on /shadow.
+    let addr = shadow.http;
+    let served: Value = eventually("the report on /shadow", WAIT, || async move {
+        let (status, body) = http_get(addr, "/shadow").await?;
+        let report: Value = serde_json::from_str(&body).ok().filter(|_| status == 200)?;
+        (report["timing"]["detach"]["count"] == 2).then_some(report)
+    })
+    .await;
+    assert_eq!(served["driver"], env.driver);
     let calls = shadow_calls(&env).await;
     let log = shadow.logs();
     let report = shadow.stop();

@@ -48,6 +48,8 @@ use crate::shadow::report::{Report, ShadowMetrics};
 
 /// How often the VAs are compared with their predictions.
 const EVALUATE_EVERY: Duration = Duration::from_millis(500);
+/// How often the report served on `/shadow` is refreshed.
+const PUBLISH_REPORT_EVERY: Duration = Duration::from_secs(2);
 /// How often the timing summary is logged (when something new was timed).
 const SUMMARY_EVERY: Duration = Duration::from_secs(60);
 
@@ -110,8 +112,16 @@ pub async fn run(
     let metrics = Metrics::new();
     let shadow_metrics = ShadowMetrics::new(metrics.registry());
     let readiness = Readiness::default();
+    let served = Arc::new(std::sync::Mutex::new(String::from("{}")));
     let mut tasks = JoinSet::new();
-    serve_http(config, &metrics, &readiness, &mut tasks).await?;
+    serve_http(
+        config,
+        &metrics,
+        &readiness,
+        Arc::clone(&served),
+        &mut tasks,
+    )
+    .await?;
 
     let (client, _loss) = Client::connect(
         &address,
@@ -170,6 +180,7 @@ pub async fn run(
     let mut evaluate = tokio::time::interval(EVALUATE_EVERY);
     let period = config.reconcile_sync;
     let mut list = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    let mut publish = tokio::time::interval(PUBLISH_REPORT_EVERY);
     let mut summary =
         tokio::time::interval_at(tokio::time::Instant::now() + SUMMARY_EVERY, SUMMARY_EVERY);
     let mut relisted: HashSet<String> = HashSet::new();
@@ -222,6 +233,12 @@ pub async fn run(
                 match reconcile::list_published(&client, config.max_entries).await {
                     Ok((published, _pages)) => follower.compare_published(started, &published, &setup.inputs(false)),
                     Err(err) => tracing::warn!(error = %err, "Shadow: ListVolumes failed; published nodes not compared this time"),
+                }
+            }
+            _ = publish.tick() => {
+                match serde_json::to_string_pretty(follower.snapshot()) {
+                    Ok(json) => *served.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = json,
+                    Err(err) => tracing::warn!(error = %err, "Shadow: cannot encode the report"),
                 }
             }
             _ = summary.tick() => {
@@ -277,6 +294,7 @@ async fn serve_http(
     config: &Config,
     metrics: &Metrics,
     readiness: &Readiness,
+    report: Arc<std::sync::Mutex<String>>,
     tasks: &mut JoinSet<()>,
 ) -> Result<(), Error> {
     let address = if config.http_endpoint.is_empty() {
@@ -298,6 +316,7 @@ async fn serve_http(
             metrics_path: config.metrics_path.clone(),
             leader_health: None,
             readiness: readiness.clone(),
+            shadow_report: Some(report),
         },
     ));
     Ok(())
