@@ -5,7 +5,9 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::controller::model::CachedVa;
 use crate::controller::reconcile;
@@ -18,6 +20,9 @@ use crate::shadow::timing;
 /// show after the VA it was written for), and an attach in flight shows
 /// half its writes.
 pub const SETTLE: Duration = Duration::from_secs(3);
+
+/// The most finished operations the timing summary keeps (the newest).
+pub const MAX_TIMED: usize = 10_000;
 
 /// One VA followed.
 struct Tracked {
@@ -47,6 +52,8 @@ pub struct Follower {
     mismatches: HashMap<String, Finding>,
     attaches: Vec<timing::Attach>,
     detaches: Vec<timing::Detach>,
+    /// Whether the driver lists published nodes (else no detached volume is kept to look for).
+    lists: bool,
     epoch: Instant,
     workers: usize,
     /// The API round trip the model charges per write.
@@ -65,6 +72,7 @@ impl Follower {
             mismatches: HashMap::new(),
             attaches: Vec::new(),
             detaches: Vec::new(),
+            lists: report.driver_lists_published_nodes,
             epoch: Instant::now(),
             workers,
             rtt: Duration::ZERO,
@@ -146,6 +154,9 @@ impl Follower {
             attach.seen = offset;
             attach.finalizer = attach.finalizer.map(|f| f + offset);
             attach.attached += offset;
+            if self.attaches.len() >= MAX_TIMED {
+                self.attaches.remove(0);
+            }
             self.attaches.push(attach);
             self.observe_latency("attach", attach.attached - attach.seen);
         }
@@ -176,9 +187,12 @@ impl Follower {
             deleting: self.secs(deleting),
             detached: self.secs(now),
         };
+        if self.detaches.len() >= MAX_TIMED {
+            self.detaches.remove(0);
+        }
         self.detaches.push(detach);
         self.observe_latency("detach", detach.detached - detach.deleting);
-        if let Some(plan) = tracked.unpublish {
+        if let (Some(plan), true) = (tracked.unpublish, self.lists) {
             self.detached.push((now, name.to_string(), plan));
         }
     }
@@ -333,3 +347,6 @@ impl Follower {
         &self.report
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -22,7 +22,7 @@ pub mod timing;
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::storage::v1::CSINode;
@@ -30,6 +30,7 @@ use kube::api::Api;
 use kube::runtime::reflector;
 use kube::runtime::watcher::Event;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 use crate::config::Config;
 use crate::controller::model::names::finalizer;
