@@ -291,11 +291,22 @@ impl Follower {
         for m in found {
             let finding = Finding {
                 kind: Kind::Published,
-                expected: format!(
-                    "attached={} as the driver lists it (volume {} on node {})",
-                    !m.attached, m.volume, m.node_id
-                ),
-                observed: format!("attached={}", m.attached),
+                expected: if m.attached {
+                    format!(
+                        "ListVolumes lists volume {} on node {} (the VA says attached)",
+                        m.volume, m.node_id
+                    )
+                } else {
+                    format!(
+                        "volume {} not published on node {} (the VA says not attached)",
+                        m.volume, m.node_id
+                    )
+                },
+                observed: if m.attached {
+                    "ListVolumes does not list it".to_string()
+                } else {
+                    "ListVolumes lists it".to_string()
+                },
                 deliberate: None,
             };
             let confirmed = self.mismatches.get(&m.name) == Some(&finding);
