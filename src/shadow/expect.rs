@@ -47,6 +47,9 @@ pub enum Kind {
     PvFinalizer,
     /// The node ID recorded on the VA is not the one we would publish to.
     NodeId,
+    /// `attachmentMetadata` is not the publish context recorded at attach:
+    /// changed while attached, or left on a VA that is not attached.
+    Metadata,
     /// `attached` and the driver's published nodes disagree.
     Published,
     /// A detached volume is still published on a node ID we would have
@@ -63,6 +66,7 @@ impl Kind {
         Kind::Finalizer,
         Kind::PvFinalizer,
         Kind::NodeId,
+        Kind::Metadata,
         Kind::Published,
         Kind::StillPublished,
     ];
@@ -76,6 +80,7 @@ impl Kind {
             Kind::Finalizer => "finalizer",
             Kind::PvFinalizer => "pv_finalizer",
             Kind::NodeId => "node_id",
+            Kind::Metadata => "metadata",
             Kind::Published => "published",
             Kind::StillPublished => "still_published",
         }
@@ -329,6 +334,9 @@ pub struct Observed<'a> {
     pub now: &'a Prediction,
     /// Whether the VA's PV carries our finalizer (`None`: no PV, or not cached).
     pub pv_has_finalizer: Option<bool>,
+    /// `attachmentMetadata` as first seen with `attached=true` (empty: none);
+    /// `None` before that.
+    pub attached_metadata: Option<&'a [(String, String)]>,
 }
 
 /// The findings for one VA as it is now.
@@ -374,6 +382,9 @@ pub fn compare(observed: &Observed<'_>) -> Vec<Finding> {
         return out;
     };
     let recorded = va.annotation(crate::controller::model::names::NODE_ID_ANNOTATION);
+    let metadata = status
+        .and_then(|s| s.attachment_metadata())
+        .unwrap_or_default();
     if va.attached() {
         match plan {
             Err(err) => out.push(Finding {
@@ -410,7 +421,31 @@ pub fn compare(observed: &Observed<'_>) -> Vec<Finding> {
                 }
             }
         }
+        // We write the driver's publish context as it is; the driver gives a
+        // publication the same one every time.
+        if let Some(first) = observed
+            .attached_metadata
+            .filter(|first| *first != metadata)
+        {
+            out.push(Finding {
+                kind: Kind::Metadata,
+                expected: format!(
+                    "attachmentMetadata {:?} (the publish context recorded at attach)",
+                    Pairs(first)
+                ),
+                observed: format!("attachmentMetadata {:?}", Pairs(metadata)),
+                deliberate: None,
+            });
+        }
         return out;
+    }
+    if !metadata.is_empty() {
+        out.push(Finding {
+            kind: Kind::Metadata,
+            expected: "no attachmentMetadata on a VA that is not attached".into(),
+            observed: format!("attachmentMetadata {:?}", Pairs(metadata)),
+            deliberate: None,
+        });
     }
     if let (Ok(publish), Some(recorded)) = (plan, recorded) {
         if ours && recorded != publish.node_id {
@@ -448,6 +483,17 @@ pub fn compare(observed: &Observed<'_>) -> Vec<Finding> {
         }),
     }
     out
+}
+
+/// Pairs shown as a map: `{"k": "v"}`.
+struct Pairs<'a>(&'a [(String, String)]);
+
+impl std::fmt::Debug for Pairs<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map()
+            .entries(self.0.iter().map(|(k, v)| (k, v)))
+            .finish()
+    }
 }
 
 fn node_id_finding(publish: &PlannedPublish, recorded: Option<&str>) -> Finding {

@@ -37,6 +37,8 @@ struct Tracked {
     /// The latest prediction made while the VA was not attached.
     before_attach: Option<Prediction>,
     now: Prediction,
+    /// `attachmentMetadata` as first seen with `attached=true`.
+    metadata: Option<Vec<(String, String)>>,
     /// The latest Unpublish plan made while the VA was deleting with our finalizer.
     unpublish: Option<PlannedUnpublish>,
     pending: HashMap<Kind, (Instant, Finding)>,
@@ -117,6 +119,7 @@ impl Follower {
             deleting_at: None,
             before_attach: None,
             now: prediction.clone(),
+            metadata: None,
             unpublish: None,
             pending: HashMap::new(),
             reported: HashSet::new(),
@@ -136,6 +139,10 @@ impl Follower {
         let newly_attached = va.attached() && tracked.attached_at.is_none();
         if va.attached() {
             tracked.attached_at.get_or_insert(now);
+            if tracked.metadata.is_none() {
+                let metadata = va.status().and_then(|s| s.attachment_metadata());
+                tracked.metadata = Some(metadata.unwrap_or_default().to_vec());
+            }
         }
         let detached = tracked.deleting_at.is_some() && !ours;
         tracked.now = prediction;
@@ -250,6 +257,7 @@ impl Follower {
                     .pv_name()
                     .and_then(|pv| inputs.stores.pv(pv))
                     .map(|pv| pv.has_finalizer(inputs.finalizer)),
+                attached_metadata: tracked.metadata.as_deref(),
             });
             let kinds: HashSet<Kind> = findings.iter().map(|f| f.kind).collect();
             tracked.pending.retain(|kind, _| kinds.contains(kind));

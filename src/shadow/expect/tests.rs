@@ -50,6 +50,7 @@ fn kinds(va: &CachedVa, prediction: &Prediction, pv_fin: Option<bool>) -> Vec<Ki
         before_attach: None,
         now: prediction,
         pv_has_finalizer: pv_fin,
+        attached_metadata: None,
     })
     .into_iter()
     .map(|f| f.kind)
@@ -104,6 +105,7 @@ fn missing_finalizers_and_another_node_id_are_divergences() {
         before_attach: Some(&before),
         now: &publish("re-registered"),
         pv_has_finalizer: Some(true),
+        attached_metadata: None,
     });
     assert_eq!(findings, vec![]);
 }
@@ -152,6 +154,7 @@ fn a_grpc_code_outside_the_spec_is_unknown_for_us_on_purpose() {
         before_attach: None,
         now: &publish("n-id"),
         pv_has_finalizer: Some(true),
+        attached_metadata: None,
     });
     assert_eq!(findings.len(), 1, "{findings:?}");
     assert_eq!(findings[0].kind, Kind::ErrorCode);
@@ -185,6 +188,7 @@ fn a_driver_without_publish_gets_no_finalizer() {
         before_attach: None,
         now: &nothing,
         pv_has_finalizer: None,
+        attached_metadata: None,
     });
     assert_eq!(
         findings.iter().map(|f| f.kind).collect::<Vec<_>>(),
@@ -209,4 +213,37 @@ fn a_publication_left_on_the_recorded_node_id_is_our_deliberate_difference() {
         ..plan
     };
     assert_eq!(still_published(&same, "old").deliberate, None);
+}
+
+#[test]
+fn metadata_other_than_the_context_recorded_at_attach_is_a_divergence() {
+    let first = [("devicePath".to_string(), "/dev/x".to_string())];
+    let findings = |va: &CachedVa, recorded: Option<&[(String, String)]>| -> Vec<Kind> {
+        compare(&Observed {
+            va,
+            finalizer: FIN,
+            attach_required: true,
+            before_attach: None,
+            now: &publish("n-id"),
+            pv_has_finalizer: Some(true),
+            attached_metadata: recorded,
+        })
+        .into_iter()
+        .map(|f| f.kind)
+        .collect()
+    };
+    // ours_attached has devicePath=/dev/x.
+    assert_eq!(findings(&ours_attached("n-id"), Some(&first)), vec![]);
+    assert_eq!(findings(&ours_attached("n-id"), None), vec![]);
+    let other = [("devicePath".to_string(), "/dev/y".to_string())];
+    assert_eq!(
+        findings(&ours_attached("n-id"), Some(&other)),
+        vec![Kind::Metadata]
+    );
+    // Left on a VA that is not attached.
+    let left = va(
+        json!({"finalizers": [FIN], "annotations": {"csi.alpha.kubernetes.io/node-id": "n-id"}}),
+        json!({"attached": false, "attachmentMetadata": {"devicePath": "/dev/x"}}),
+    );
+    assert_eq!(findings(&left, Some(&first)), vec![Kind::Metadata]);
 }
