@@ -26,5 +26,6 @@ pub mod logging;
 pub mod metrics;
 pub mod migration;
 pub mod run;
+pub mod shadow;
 
 pub use run::run;

@@ -12,9 +12,11 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    // `csi-attacher check [flags]`: the read-only report for operators.
+    // `csi-attacher check [flags]`: the read-only report for operators;
+    // `csi-attacher shadow [flags]`: beside the active attacher, read-only.
     let check = args.get(1).is_some_and(|a| a == "check");
-    if check {
+    let shadow = args.get(1).is_some_and(|a| a == "shadow");
+    if check || shadow {
         args.remove(1);
     }
     let config = match Config::try_parse_go(args) {
@@ -63,6 +65,9 @@ fn main() -> ExitCode {
 
     if check {
         return run_check(&config);
+    }
+    if shadow {
+        return run_shadow(&config);
     }
     run_sidecar(config, gates)
 }
@@ -134,6 +139,46 @@ fn run_check(config: &Config) -> ExitCode {
         }
         Err(err) => {
             eprintln!("check failed: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs shadow mode until SIGTERM/SIGINT, then prints its report; exit 0,
+/// or 1 when it could not start.
+fn run_shadow(config: &Config) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(err) => {
+            tracing::error!(error = %err, "cannot start the async runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    let stop = async {
+        csi_attacher::run::shutdown_signal().await;
+        tracing::info!("Shutting down; the report follows on stdout");
+    };
+    match runtime.block_on(csi_attacher::shadow::run(config, stop)) {
+        Ok(mut report) => {
+            if config.output == "json" {
+                match serde_json::to_string_pretty(&report) {
+                    Ok(json) => println!("{json}"),
+                    Err(err) => {
+                        eprintln!("cannot encode the report: {err}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            } else {
+                report.predictions.clear();
+                print!("{}", report.to_text());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            tracing::error!(error = %err, "shadow mode failed");
             ExitCode::FAILURE
         }
     }

@@ -320,6 +320,7 @@ async fn serve_http(
             .filter(|_| !http_endpoint.is_empty())
             .map(Elector::health),
         readiness: readiness.clone(),
+        shadow_report: None,
     };
     tracing::info!(address = %http_address, "Serving metrics and health checks");
     tokio::spawn(http::serve(listener, endpoint));
@@ -483,7 +484,7 @@ fn write_termination_log(path: &Path, message: &str) {
 }
 
 /// Resolves on SIGTERM or SIGINT.
-async fn shutdown_signal() {
+pub async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     match signal(SignalKind::terminate()) {
         Ok(mut term) => {

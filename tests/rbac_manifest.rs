@@ -22,7 +22,7 @@ use support::objects::{pv, va};
 use support::unique;
 
 /// The documents of `deploy/kubernetes/<file>`.
-fn manifest(file: &str) -> Vec<Value> {
+pub(crate) fn manifest(file: &str) -> Vec<Value> {
     let path = format!("{}/deploy/kubernetes/{file}", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));
     serde_yaml_ng::Deserializer::from_str(&text)
@@ -44,7 +44,7 @@ fn rules(docs: &[Value]) -> Vec<(usize, usize, String)> {
 
 /// Applies `docs` with unique names, optionally without one rule; returns the
 /// kubeconfig and the service account's user name.
-async fn apply(
+pub(crate) async fn apply(
     env: &Env,
     docs: &[Value],
     without: Option<(usize, usize)>,

@@ -40,5 +40,6 @@ mod reconcile;
 mod release;
 mod scale;
 mod scheduling;
+mod shadow;
 mod socket_permissions;
 mod surface;

@@ -27,10 +27,9 @@ use std::collections::BTreeMap;
 use crate::controller::context::seconds_since;
 use crate::controller::context::Ctx;
 use crate::controller::error::FlowError;
-use crate::controller::flows::capability::volume_capability;
-use crate::controller::flows::capability::SingleNodeModes;
 use crate::controller::flows::node_id::Lookup;
 use crate::controller::flows::node_id::NodeIds;
+use crate::controller::flows::request;
 use crate::controller::flows::source;
 use crate::controller::flows::source::Source;
 use crate::controller::model::CachedVa;
@@ -222,13 +221,8 @@ async fn publish_request(
     va: &CachedVa,
     source: &Source<'_>,
 ) -> Result<(ControllerPublishVolumeRequest, Origin, Option<String>), FlowError> {
-    let volume = source.csi_volume()?;
-    let capability = volume_capability(
-        volume.capability_source(),
-        &ctx.default_fs_type,
-        SingleNodeModes::of(&ctx.capabilities),
-    )?;
-    let secrets = ctx.publish_secrets(&volume.csi).await?;
+    let plan = request::plan(source, &ctx.default_fs_type, &ctx.capabilities)?;
+    let secrets = ctx.publish_secrets(&plan.volume.csi).await?;
     let node_ids = NodeIds::look_up(
         va,
         &ctx.stores.csinodes,
@@ -238,22 +232,7 @@ async fn publish_request(
     )
     .await;
     let (node_id, stale) = node_ids.to_publish()?;
-    let request = ControllerPublishVolumeRequest {
-        volume_id: volume.csi.volume_handle.clone(),
-        node_id,
-        volume_capability: Some(capability),
-        // "CO MUST set this field to false if SP does not have PUBLISH_READONLY".
-        readonly: volume.csi.read_only.unwrap_or(false) && ctx.capabilities.publish_readonly,
-        secrets: secrets.into_iter().collect(),
-        volume_context: volume
-            .csi
-            .volume_attributes
-            .clone()
-            .unwrap_or_default()
-            .into_iter()
-            .collect(),
-    };
-    Ok((request, volume.origin, stale))
+    Ok((plan.request(node_id, secrets), plan.volume.origin, stale))
 }
 
 #[cfg(test)]

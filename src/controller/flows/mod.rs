@@ -4,8 +4,9 @@
 //! - `attach`, `detach`, `trivial`: the VA flows; `pv_finalizer`: a PV's
 //!   finalizer released once no VA needs it;
 //! - `source`, `capability`, `node_id`: the plan (pure): VA → CSI volume →
-//!   capability, which node IDs to publish to or unpublish from (the write
-//!   bodies they send are built by `seams::patches`);
+//!   capability, which node IDs to publish to or unpublish from; `request`:
+//!   the Publish request but for its node ID and secrets' values (the write
+//!   bodies the flows send are built by `seams::patches`);
 //! - `metrics`: the flows' metric families.
 //!
 //! A flow returns `Ok` or the step that failed; it never touches the queue
@@ -17,5 +18,6 @@ pub mod detach;
 pub mod metrics;
 pub mod node_id;
 pub mod pv_finalizer;
+pub mod request;
 pub mod source;
 pub mod trivial;

@@ -180,7 +180,10 @@ pub async fn run_csinode_informer(api: Api<CSINode>, mut writer: Writer<CSINode>
 /// A watch of every `kind` object as views: each object is decoded once,
 /// straight into its view, and unwrapped from [`Wire`] here, before any
 /// cache or enqueue decision sees it.
-fn watch<T>(api: Api<Wire<T>>, kind: &'static str) -> futures::stream::BoxStream<'static, Event<T>>
+pub fn watch<T>(
+    api: Api<Wire<T>>,
+    kind: &'static str,
+) -> futures::stream::BoxStream<'static, Event<T>>
 where
     Wire<T>:
         kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,

@@ -1,0 +1,91 @@
+//! The Publish request a VA gets, planned without I/O: everything but the
+//! node ID and the secrets' values, which the attach flow (and shadow mode,
+//! which names the secret instead of reading it) add themselves.
+//!
+//! Pure: a resolved source, `--default-fstype` and the driver's capabilities
+//! in; the plan, or the step's error (upstream's texts) out.
+
+use std::collections::BTreeMap;
+
+use crate::controller::error::FlowError;
+use crate::controller::flows::capability::volume_capability;
+use crate::controller::flows::capability::SingleNodeModes;
+use crate::controller::flows::source::CsiVolume;
+use crate::controller::flows::source::Source;
+use crate::csi::proto::{ControllerPublishVolumeRequest, VolumeCapability};
+use crate::csi::Capabilities;
+
+/// The Publish request of one VA, but for its node ID and secrets.
+pub struct PublishPlan<'a> {
+    /// The CSI volume (translated for an in-tree PV).
+    pub volume: CsiVolume<'a>,
+    /// The capability Publish carries.
+    pub capability: VolumeCapability,
+    /// `readonly`: the PV's, only when the driver has PUBLISH_READONLY.
+    pub readonly: bool,
+}
+
+/// A secret named by `controllerPublishSecretRef`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SecretName {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+}
+
+/// Plans the request for `source`: the CSI volume (translation errors), then
+/// the capability (capability errors), in the attach flow's order.
+pub fn plan<'a>(
+    source: &'a Source<'_>,
+    default_fs_type: &str,
+    capabilities: &Capabilities,
+) -> Result<PublishPlan<'a>, FlowError> {
+    let volume = source.csi_volume()?;
+    let capability = volume_capability(
+        volume.capability_source(),
+        default_fs_type,
+        SingleNodeModes::of(capabilities),
+    )?;
+    // "CO MUST set this field to false if SP does not have PUBLISH_READONLY".
+    let readonly = volume.csi.read_only.unwrap_or(false) && capabilities.publish_readonly;
+    Ok(PublishPlan {
+        volume,
+        capability,
+        readonly,
+    })
+}
+
+impl PublishPlan<'_> {
+    /// The secret `controllerPublishSecretRef` names, if any.
+    pub fn secret(&self) -> Option<SecretName> {
+        let secret_ref = self.volume.csi.controller_publish_secret_ref.as_ref()?;
+        Some(SecretName {
+            namespace: secret_ref.namespace.clone().unwrap_or_default(),
+            name: secret_ref.name.clone().unwrap_or_default(),
+        })
+    }
+
+    /// The request to `node_id`, with the secrets' values.
+    pub fn request(
+        &self,
+        node_id: String,
+        secrets: BTreeMap<String, String>,
+    ) -> ControllerPublishVolumeRequest {
+        ControllerPublishVolumeRequest {
+            volume_id: self.volume.csi.volume_handle.clone(),
+            node_id,
+            volume_capability: Some(self.capability.clone()),
+            readonly: self.readonly,
+            secrets: secrets.into_iter().collect(),
+            volume_context: self
+                .volume
+                .csi
+                .volume_attributes
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .collect(),
+        }
+    }
+}

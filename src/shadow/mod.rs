@@ -1,0 +1,350 @@
+//! `csi-attacher shadow`: runs beside the active attacher (upstream's or
+//! ours) and says where we would differ, before we are trusted to write.
+//!
+//! Read-only: watches VolumeAttachments, PersistentVolumes and CSINodes (and
+//! GETs a PV or CSINode a cache misses), takes no Lease, writes nothing;
+//! calls Probe, GetPluginInfo, the capabilities and, when the driver lists
+//! published nodes, ListVolumes on the driver, never Publish or Unpublish.
+//!
+//! For every VA of the driver it predicts what we would do ([`expect`]: our
+//! decision and the Publish request, the secret by name), compares that with
+//! what the active attacher then writes (finalizers, node ID, `attached`,
+//! errors) and with the driver's published nodes ([`follow`]), and reports
+//! each divergence that holds for [`follow::SETTLE`]: a warning line, the
+//! counter `csi_attacher_shadow_divergences_total{kind}`, and the report
+//! ([`report`]) printed on SIGTERM/SIGINT, with the timing summary of
+//! [`timing`]. Docs: `docs/migration.md#step-0-shadow-mode`.
+
+pub mod expect;
+pub mod follow;
+pub mod report;
+pub mod timing;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::storage::v1::CSINode;
+use kube::api::Api;
+use kube::runtime::reflector;
+use kube::runtime::watcher::Event;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::config::Config;
+use crate::controller::model::names::finalizer;
+use crate::controller::model::store::{PvRefs, Stores};
+use crate::controller::model::{CachedPv, CachedVa};
+use crate::controller::reconcile;
+use crate::controller::seams::cluster::KubeApi;
+use crate::controller::watch;
+use crate::csi::{self, Capabilities, Client, DIAL_TIMEOUT};
+use crate::http::{self, Readiness};
+use crate::kube_client;
+use crate::metrics::Metrics;
+use crate::shadow::expect::Inputs;
+use crate::shadow::follow::Follower;
+use crate::shadow::report::{Report, ShadowMetrics};
+
+/// How often the VAs are compared with their predictions.
+const EVALUATE_EVERY: Duration = Duration::from_millis(500);
+/// How often the report served on `/shadow` is refreshed.
+const PUBLISH_REPORT_EVERY: Duration = Duration::from_secs(2);
+/// How often the timing summary is logged (when something new was timed).
+const SUMMARY_EVERY: Duration = Duration::from_secs(60);
+
+/// Why shadow mode could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The driver could not be reached or identified.
+    #[error("CSI driver: {0}")]
+    Driver(#[from] csi::Error),
+    /// No API client.
+    #[error(transparent)]
+    Kube(#[from] kube_client::Error),
+    /// The HTTP endpoint could not listen.
+    #[error("cannot listen on {address}: {source}")]
+    Http {
+        /// `--http-endpoint` or `--metrics-address`.
+        address: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What the loop reads, fixed at start.
+struct Setup {
+    driver: String,
+    finalizer: String,
+    capabilities: Capabilities,
+    default_fs_type: String,
+    stores: Stores,
+    api: KubeApi,
+}
+
+impl Setup {
+    fn inputs(&self, with_api: bool) -> Inputs<'_> {
+        Inputs {
+            stores: &self.stores,
+            api: with_api.then_some(&self.api),
+            driver: &self.driver,
+            finalizer: &self.finalizer,
+            capabilities: &self.capabilities,
+            default_fs_type: &self.default_fs_type,
+        }
+    }
+}
+
+/// Runs shadow mode with the sidecar's flags until `stop` resolves; the report.
+pub async fn run(
+    config: &Config,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<Report, Error> {
+    let address = csi::parse_address(&config.csi_address)?;
+    let api_config = kube_client::bounded(
+        kube_client::load_config(&config.kubeconfig).await?,
+        config.timeout,
+    );
+    let clients =
+        kube_client::build_prioritized(api_config, config.kube_api_qps, config.kube_api_burst)?;
+    let kube = clients.normal.clone();
+    let metrics = Metrics::new();
+    let shadow_metrics = ShadowMetrics::new(metrics.registry());
+    let readiness = Readiness::default();
+    let served = Arc::new(std::sync::Mutex::new(String::from("{}")));
+    let mut tasks = JoinSet::new();
+    serve_http(
+        config,
+        &metrics,
+        &readiness,
+        Arc::clone(&served),
+        &mut tasks,
+    )
+    .await?;
+
+    let (client, _loss) = Client::connect(
+        &address,
+        DIAL_TIMEOUT,
+        config.timeout,
+        Arc::clone(&metrics.csi),
+    )
+    .await?;
+    client.probe_until_ready().await?;
+    let driver = client.plugin_info().await?.name;
+    metrics.csi.set_driver_name(&driver);
+    let capabilities = client.capabilities().await?;
+    readiness.set_driver_ready();
+    let lists = capabilities.can_reconcile();
+    tracing::info!(driver = %driver, ?capabilities, "Shadow mode: read-only, no Lease, no Publish or Unpublish");
+    if config.leader_election {
+        tracing::info!("--leader-election has no effect in shadow mode: it takes no Lease");
+    }
+
+    let (vas, mut va_writer) = reflector::store::<CachedVa>();
+    let (pvs, pv_writer) = reflector::store::<CachedPv>();
+    let (csinodes, csinode_writer) = reflector::store::<CSINode>();
+    let fin = finalizer(&driver);
+    spawn_caches(&mut tasks, &kube, &driver, &fin, pv_writer, csinode_writer);
+    let setup = Setup {
+        driver: driver.clone(),
+        finalizer: fin,
+        capabilities,
+        default_fs_type: config.default_fstype.clone(),
+        stores: Stores {
+            vas,
+            pvs,
+            csinodes,
+            pv_refs: PvRefs::default(),
+        },
+        api: KubeApi::new(clients),
+    };
+    let report = Report {
+        driver: driver.clone(),
+        driver_lists_published_nodes: lists,
+        ..Report::default()
+    };
+    let mut follower = Follower::new(
+        report,
+        shadow_metrics,
+        usize::try_from(config.worker_threads)
+            .unwrap_or(usize::MAX)
+            .max(1),
+    );
+    follower.rtt = round_trip(&kube).await;
+
+    let mut events = watch::watch(
+        Api::<crate::controller::model::Wire<CachedVa>>::all(kube.clone()),
+        "VolumeAttachment",
+    );
+    let mut evaluate = tokio::time::interval(EVALUATE_EVERY);
+    let period = config.reconcile_sync;
+    let mut list = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    let mut publish = tokio::time::interval(PUBLISH_REPORT_EVERY);
+    let mut summary =
+        tokio::time::interval_at(tokio::time::Instant::now() + SUMMARY_EVERY, SUMMARY_EVERY);
+    let mut relisted: HashSet<String> = HashSet::new();
+    let mut timed = 0;
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => break,
+            event = events.next() => {
+                let Some(event) = event else { break };
+                match event {
+                    Event::Init => {
+                        relisted.clear();
+                        va_writer.apply_watcher_event(&Event::Init);
+                    }
+                    Event::InitApply(va) => {
+                        if va.attacher() == driver {
+                            relisted.insert(va.name().to_string());
+                            va_writer.apply_watcher_event(&Event::InitApply(va.clone()));
+                            follower.observe(va, &setup.inputs(true)).await;
+                        }
+                    }
+                    Event::InitDone => {
+                        va_writer.apply_watcher_event(&Event::InitDone);
+                        readiness.set_caches_synced();
+                        for name in follower.names() {
+                            if !relisted.contains(&name) {
+                                follower.gone(&name, Instant::now(), &setup.inputs(false)).await;
+                            }
+                        }
+                    }
+                    Event::Apply(va) => {
+                        if va.attacher() == driver {
+                            va_writer.apply_watcher_event(&Event::Apply(va.clone()));
+                            follower.observe(va, &setup.inputs(true)).await;
+                        }
+                    }
+                    Event::Delete(va) => {
+                        if va.attacher() == driver {
+                            let name = va.name().to_string();
+                            va_writer.apply_watcher_event(&Event::Delete(va));
+                            follower.gone(&name, Instant::now(), &setup.inputs(false)).await;
+                        }
+                    }
+                }
+            }
+            _ = evaluate.tick() => follower.evaluate(&setup.inputs(false)).await,
+            _ = list.tick(), if lists => {
+                let started = Instant::now();
+                match reconcile::list_published(&client, config.max_entries).await {
+                    Ok((published, _pages)) => follower.compare_published(started, &published, &setup.inputs(false)),
+                    Err(err) => tracing::warn!(error = %err, "Shadow: ListVolumes failed; published nodes not compared this time"),
+                }
+            }
+            _ = publish.tick() => {
+                match serde_json::to_string_pretty(follower.snapshot()) {
+                    Ok(json) => *served.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = json,
+                    Err(err) => tracing::warn!(error = %err, "Shadow: cannot encode the report"),
+                }
+            }
+            _ = summary.tick() => {
+                follower.rtt = round_trip(&kube).await;
+                let report = follower.snapshot();
+                let now = report.timing.attach.count + report.timing.detach.count;
+                if now != timed {
+                    timed = now;
+                    log_summary(report);
+                }
+            }
+        }
+    }
+    follower.rtt = round_trip(&kube).await;
+    let report = follower.snapshot();
+    log_summary(report);
+    tasks.shutdown().await;
+    Ok(std::mem::take(&mut follower.report))
+}
+
+/// The PV and CSINode caches (the VA one is kept by the loop).
+fn spawn_caches(
+    tasks: &mut JoinSet<()>,
+    kube: &kube::Client,
+    driver: &str,
+    fin: &str,
+    mut pv_writer: reflector::store::Writer<CachedPv>,
+    csinode_writer: reflector::store::Writer<CSINode>,
+) {
+    let (driver, fin) = (driver.to_string(), fin.to_string());
+    let mut pvs = watch::watch(
+        Api::<crate::controller::model::Wire<CachedPv>>::all(kube.clone()),
+        "PersistentVolume",
+    );
+    tasks.spawn(async move {
+        while let Some(event) = pvs.next().await {
+            let keep = |pv: &CachedPv| pv.served_by(&driver) || pv.has_finalizer(&fin);
+            match event {
+                Event::InitApply(pv) if !keep(&pv) => {}
+                Event::Apply(pv) if !keep(&pv) => pv_writer.apply_watcher_event(&Event::Delete(pv)),
+                event => pv_writer.apply_watcher_event(&event),
+            }
+        }
+    });
+    tasks.spawn(watch::run_csinode_informer(
+        Api::all(kube.clone()),
+        csinode_writer,
+    ));
+}
+
+/// The metrics endpoint (`--http-endpoint`, else `--metrics-address`), if set.
+async fn serve_http(
+    config: &Config,
+    metrics: &Metrics,
+    readiness: &Readiness,
+    report: Arc<std::sync::Mutex<String>>,
+    tasks: &mut JoinSet<()>,
+) -> Result<(), Error> {
+    let address = if config.http_endpoint.is_empty() {
+        &config.metrics_address
+    } else {
+        &config.http_endpoint
+    };
+    if address.is_empty() {
+        return Ok(());
+    }
+    let listener = http::bind(address).await.map_err(|source| Error::Http {
+        address: address.clone(),
+        source,
+    })?;
+    tasks.spawn(http::serve(
+        listener,
+        http::Endpoint {
+            metrics: metrics.clone(),
+            metrics_path: config.metrics_path.clone(),
+            leader_health: None,
+            readiness: readiness.clone(),
+            shadow_report: Some(report),
+        },
+    ));
+    Ok(())
+}
+
+/// One GET to the API server, timed: the model's cost of a write.
+async fn round_trip(kube: &kube::Client) -> Duration {
+    let start = Instant::now();
+    match kube.apiserver_version().await {
+        Ok(_) => start.elapsed(),
+        Err(err) => {
+            tracing::debug!(error = %err, "Shadow: GET /version failed; round trip not measured");
+            Duration::ZERO
+        }
+    }
+}
+
+fn log_summary(report: &Report) {
+    let t = &report.timing;
+    tracing::info!(
+        attaches = t.attach.count,
+        attach_active_p50_ms = t.attach.active_p50_ms,
+        attach_ours_p50_ms = t.attach.ours_p50_ms,
+        detaches = t.detach.count,
+        detach_active_p50_ms = t.detach.active_p50_ms,
+        detach_ours_p50_ms = t.detach.ours_p50_ms,
+        divergences = report.divergences_by_kind.values().sum::<u64>(),
+        "Shadow: timing summary (ours is a model, see the report)"
+    );
+}
