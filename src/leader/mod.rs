@@ -17,7 +17,7 @@
 //! other's:
 //! - The **leader** may start a driver call (ControllerPublish/Unpublish,
 //!   ListVolumes) only before `S + renew_deadline`, where `S` is the instant
-//!   (its own monotonic clock) at which it *started* the attempt that last
+//!   (its own boot-time clock, below) at which it *started* the attempt that last
 //!   renewed the Lease successfully: the API server wrote that renewal after
 //!   `S`. [`Leadership`] carries this window to the workers; when it closes,
 //!   calls in flight are abandoned (their futures dropped, which cancels the
@@ -47,6 +47,19 @@
 //! freeze in the microseconds between the window check and the write to the
 //! socket. CSI has no fencing token; the margin is the defence.
 //!
+//! # The clock: `CLOCK_BOOTTIME`
+//! Every decision about time above (the window's end, whether a call may
+//! start, the hold after a CREATE, the observed expiry) reads
+//! `CLOCK_BOOTTIME` ([`BootClock`]), not the monotonic clock of
+//! `tokio::time::Instant` (client-go's `time.Now()` monotonic reading),
+//! which stops while the machine is suspended: a leader resumed after a
+//! suspend longer than its window would otherwise find the window still
+//! open. Tokio's timers only say when to read the clock again; a call in
+//! flight across a suspend is abandoned within [`RESUME_CHECK`] of the
+//! resume. The clock is injectable ([`Elector::with_clock`]): the tests run
+//! replicas whose clocks run fast or slow and show where the margin holds
+//! (a rate ratio below `lease_duration / window_length`) and where it cannot.
+//!
 //! # Beyond upstream
 //! - A standby watches the Lease and tries the moment it is released, and
 //!   schedules its next try for the instant the observed lease expires, so a
@@ -70,12 +83,14 @@
 //!
 //! # Layout
 //! - `settings`: [`Settings`] and client-go's checks on their timing.
+//! - `clock`: the [`Clock`] the window is timed by ([`BootClock`]).
 //! - `window`: the leadership [`Window`] and [`Leadership`], the driver calls made under it.
 //! - `elector`: the [`Elector`] state machine (acquire, renew, release).
 //! - `lease_api`: the [`LeaseApi`] it drives and [`KubeLeases`] on the API server.
 //! - `health`: the `/healthz/leader-election` check ([`Health`]).
 //! - `metrics`: the leader-election [`Metrics`].
 
+mod clock;
 mod elector;
 mod health;
 mod lease_api;
@@ -83,6 +98,9 @@ mod metrics;
 mod settings;
 mod window;
 
+#[cfg(test)]
+pub use clock::TokioClock;
+pub use clock::{sleep_until, BootClock, Clock, Stamp, RESUME_CHECK};
 pub use elector::Elector;
 pub use health::{Health, HEALTH_TOLERANCE};
 pub use lease_api::{KubeLeases, LeaseApi};

@@ -130,7 +130,12 @@ fn settings(identity: &str) -> Settings {
 }
 
 fn elector(api: &Arc<FakeLeases>, identity: &str) -> Elector<Arc<FakeLeases>> {
-    Elector::new(Arc::clone(api), settings(identity), None)
+    on_tokio_time(Elector::new(Arc::clone(api), settings(identity), None))
+}
+
+/// `elector` timed by tokio's (paused) clock.
+fn on_tokio_time<A: LeaseApi>(elector: Elector<A>) -> Elector<A> {
+    elector.with_clock(Arc::new(TokioClock))
 }
 
 fn never() -> stream::Pending<()> {
@@ -385,7 +390,7 @@ async fn a_sub_second_lease_is_written_as_one_second_not_zero() {
     fast.lease_duration = Duration::from_millis(500);
     fast.renew_deadline = Duration::from_millis(400);
     fast.retry_period = Duration::from_millis(100);
-    let mut a = Elector::new(Arc::clone(&api), fast, None);
+    let mut a = on_tokio_time(Elector::new(Arc::clone(&api), fast, None));
     a.acquire(never()).await;
     assert_eq!(lease_seconds(&api), Some(1));
     // A standby therefore waits for it instead of taking it at once.
@@ -406,7 +411,7 @@ async fn the_window_is_timed_from_the_start_of_the_renewal_not_its_answer() {
     assert_eq!(started.elapsed(), Duration::from_secs(6));
     assert_eq!(
         leadership.window(),
-        Window::Until(started + window_length(Duration::from_secs(10)))
+        Window::Until(TokioClock::stamp(started) + window_length(Duration::from_secs(10)))
     );
     assert!(leadership.may_start());
 }
@@ -517,14 +522,14 @@ async fn a_partitioned_leader_stops_lease_duration_minus_renew_deadline_before_a
         cut: Arc::new(AtomicBool::new(false)),
     };
     let start = Instant::now();
-    let mut a = Elector::new(api_a, settings("a"), None);
+    let mut a = on_tokio_time(Elector::new(api_a, settings("a"), None));
     a.acquire(never()).await;
     let leadership = a.leadership();
     let a_task = tokio::spawn(async move {
         a.renew_until_lost().await;
         Instant::now()
     });
-    let mut b = Elector::new(api_b, settings("b"), None);
+    let mut b = on_tokio_time(Elector::new(api_b, settings("b"), None));
     let b_task = tokio::spawn(async move {
         b.acquire(never()).await;
         Instant::now()
@@ -647,4 +652,56 @@ async fn a_created_lease_opens_no_window_before_a_hidden_leaders_has_closed() {
     );
     assert!(c_window.may_start());
     assert!(!a_window.may_start(), "a's window closed before c's opened");
+}
+
+/// Tokio's clock plus time spent suspended: what `CLOCK_BOOTTIME` reads
+/// when tokio's (monotonic) timers do not see a suspend.
+#[derive(Debug, Default)]
+struct SuspendingClock {
+    suspended_ms: AtomicU32,
+}
+
+impl Clock for SuspendingClock {
+    fn now(&self) -> Stamp {
+        TokioClock.now() + Duration::from_millis(self.suspended_ms.load(Ordering::SeqCst).into())
+    }
+}
+
+/// A suspend of 20 s (> the window) while a call is in flight: on resume no
+/// call starts, and the call in flight is abandoned within `RESUME_CHECK`,
+/// although tokio's timer for the window's end is still 9 s away.
+#[tokio::test(start_paused = true)]
+async fn after_a_suspend_past_the_window_no_call_starts_and_the_call_in_flight_is_abandoned() {
+    let api = Arc::new(FakeLeases::released());
+    let clock = Arc::new(SuspendingClock::default());
+    let mut a = Elector::new(Arc::clone(&api), settings("a"), None).with_clock(clock.clone());
+    a.acquire(never()).await;
+    let leadership = a.leadership();
+    assert!(leadership.may_start());
+    let in_flight = tokio::spawn({
+        let leadership = leadership.clone();
+        async move {
+            let outcome = leadership
+                .call(tokio::time::sleep(Duration::from_secs(3600)))
+                .await;
+            (outcome, Instant::now())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(leadership.in_flight(), 1);
+    // The machine sleeps 20 s: the boot clock counts them, tokio's does not.
+    clock.suspended_ms.store(20_000, Ordering::SeqCst);
+    let resumed = Instant::now();
+    assert!(
+        !leadership.may_start(),
+        "the window ended during the suspend"
+    );
+    let (outcome, abandoned_at) = in_flight.await.expect("the call's task");
+    assert_eq!(outcome, Err(NotLeading));
+    assert!(
+        abandoned_at - resumed <= RESUME_CHECK,
+        "abandoned {:?} after the resume",
+        abandoned_at - resumed
+    );
+    assert_eq!(leadership.abandoned(), 1);
 }

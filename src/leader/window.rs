@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio::time::Instant;
+
+use super::clock::{self, BootClock, Clock, Stamp};
 
 /// How much earlier than `renew_deadline` the window closes: time for the
 /// cancellation of an abandoned call to reach the driver.
@@ -27,15 +28,16 @@ pub fn window_length(renew_deadline: Duration) -> Duration {
 pub enum Window {
     /// Not leading.
     Closed,
-    /// Leading until this instant (last successful renewal's start + renew deadline).
-    Until(Instant),
+    /// Leading until this reading of the window's clock (last successful
+    /// renewal's start + [`window_length`]).
+    Until(Stamp),
     /// No leader election: always.
     Unbounded,
 }
 
 impl Window {
     /// Whether a call may start at `now`.
-    pub fn is_open(&self, now: Instant) -> bool {
+    pub fn is_open(&self, now: Stamp) -> bool {
         match self {
             Self::Closed => false,
             Self::Until(end) => now < *end,
@@ -60,6 +62,8 @@ pub struct NotLeading;
 pub struct Leadership {
     pub(super) window: watch::Receiver<Window>,
     pub(super) calls: Arc<CallCounts>,
+    /// The clock the window is timed by (the elector's).
+    pub(super) clock: Arc<dyn Clock>,
 }
 
 #[derive(Default, Debug)]
@@ -104,16 +108,24 @@ impl Leadership {
         Self {
             window,
             calls: Arc::default(),
+            clock: Arc::new(BootClock),
         }
     }
 
-    /// A window that follows `window` (tests: open and close it at will).
+    /// A window that follows `window` (tests: open and close it at will),
+    /// timed by tokio's clock ([`clock::TokioClock`]).
     #[cfg(test)]
     pub fn following(window: watch::Receiver<Window>) -> Self {
         Self {
             window,
             calls: Arc::default(),
+            clock: Arc::new(clock::TokioClock),
         }
+    }
+
+    /// Now, on the window's clock.
+    pub fn now(&self) -> Stamp {
+        self.clock.now()
     }
 
     /// The window now.
@@ -123,7 +135,7 @@ impl Leadership {
 
     /// Whether a driver call may start now.
     pub fn may_start(&self) -> bool {
-        self.window().is_open(Instant::now())
+        self.window().is_open(self.clock.now())
     }
 
     /// Driver calls running now.
@@ -175,15 +187,15 @@ impl Leadership {
             match current {
                 Window::Closed => return,
                 Window::Until(end) => {
-                    if Instant::now() >= end {
+                    if self.clock.now() >= end {
                         return;
                     }
                     tokio::select! {
-                        () = tokio::time::sleep_until(end) => {}
+                        () = clock::sleep_until(self.clock.as_ref(), end) => {}
                         changed = window.changed() => {
                             if changed.is_err() {
                                 // No more renewals: the window ends as it stands.
-                                tokio::time::sleep_until(end).await;
+                                clock::sleep_until(self.clock.as_ref(), end).await;
                                 return;
                             }
                         }

@@ -253,7 +253,9 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_call_in_flight_is_abandoned_when_the_window_closes() {
-        let (tx, rx) = watch::channel(Window::Until(Instant::now() + Duration::from_secs(60)));
+        let (tx, rx) = watch::channel(Window::Until(
+            crate::leader::TokioClock::stamp(Instant::now()) + Duration::from_secs(60),
+        ));
         let fenced = FencedDriver::new(Arc::new(Hanging), Leadership::following(rx));
         let closing = async {
             tokio::time::sleep(Duration::from_secs(1)).await;
@@ -317,7 +319,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn inside_the_window_calls_go_through_and_a_read_past_its_end_counts_for_nothing() {
-        let end = Instant::now() + Duration::from_secs(10);
+        let end = crate::leader::TokioClock::stamp(Instant::now()) + Duration::from_secs(10);
         let (driver, fenced, tx) = fenced(Window::Until(end));
         driver.push_page(Ok(VolumePage::default()));
         let read = fenced.read(|d| d.list_volumes(0, String::new())).await;
