@@ -72,6 +72,8 @@ pub struct Settings {
     pub settle_after_deadline: bool,
     /// `--unpublish-not-found-node-gone`.
     pub node_gone_detached: bool,
+    /// `--fencing-token-metadata`: every driver call carries the leadership epoch.
+    pub fencing_token: bool,
     /// `--schedule-per-node`: nodes take turns, pacing, hand-offs, settling
     /// (false: upstream's first-queued, first-served order, failures the
     /// VA's own, and no per-node cap).
@@ -222,10 +224,15 @@ pub async fn run(
         default_fs_type: settings.default_fs_type.clone(),
         api: Arc::new(KubeApi::new(clients)),
         stores,
-        driver: if settings.schedule_per_node {
-            FencedDriver::new(csi, leadership).with_pacer(pacer)
-        } else {
-            FencedDriver::new(csi, leadership)
+        driver: {
+            let mut driver = FencedDriver::new(csi, leadership);
+            if settings.schedule_per_node {
+                driver = driver.with_pacer(pacer);
+            }
+            if settings.fencing_token {
+                driver = driver.with_fencing_token();
+            }
+            driver
         },
         error_codes: settings.error_codes,
         node_gone_detached: settings.node_gone_detached,

@@ -2,7 +2,7 @@
 //! the Lease writes that open and extend the leadership window.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, PoisonError};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -16,7 +16,7 @@ use super::health::Health;
 use super::lease_api::LeaseApi;
 use super::metrics::{Metrics, METRIC_NAME_LABEL};
 use super::settings::{lease_duration_seconds, Settings, JITTER_FACTOR};
-use super::window::{window_length, CallCounts, Leadership, Window};
+use super::window::{window_length, CallCounts, Epoch, Leadership, Window};
 
 /// What a successful Lease write proves about who led before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +43,8 @@ pub struct Elector<A> {
     /// What every decision about time reads (the window, the hold after a
     /// CREATE, the observed expiry): `CLOCK_BOOTTIME` ([`BootClock`]).
     clock: Arc<dyn Clock>,
+    /// The epoch the workers' driver calls carry (see [`Epoch`]).
+    epoch: Arc<RwLock<Option<Epoch>>>,
     health: Health,
     metrics: Option<Metrics>,
     /// The leadership window the workers check.
@@ -76,6 +78,7 @@ impl<A: LeaseApi> Elector<A> {
             window: watch::Sender::new(Window::Closed),
             calls: Arc::default(),
             clock: Arc::new(BootClock),
+            epoch: Arc::default(),
         }
     }
 
@@ -105,6 +108,7 @@ impl<A: LeaseApi> Elector<A> {
             window: self.window.subscribe(),
             calls: Arc::clone(&self.calls),
             clock: Arc::clone(&self.clock),
+            epoch: Arc::clone(&self.epoch),
         }
     }
 
@@ -412,8 +416,15 @@ impl<A: LeaseApi> Elector<A> {
             spec: None,
         };
         let now = MicroTime(Timestamp::now());
+        // The epoch stays monotonic across a deletion when this replica saw
+        // the Lease before: one above the last observed.
+        let transitions = self
+            .observed
+            .as_ref()
+            .and_then(|(l, _)| l.spec.as_ref()?.lease_transitions)
+            .map_or(0, |t| t.saturating_add(1));
         self.api
-            .create(&self.desired(fresh, Some(now), Some(0)))
+            .create(&self.desired(fresh, Some(now), Some(transitions)))
             .await
     }
 
@@ -469,6 +480,23 @@ impl<A: LeaseApi> Elector<A> {
             return true;
         }
         self.opens_at = None;
+        // The epoch first, then the window: a call that sees the window open carries it.
+        let number = self
+            .observed
+            .as_ref()
+            .and_then(|(l, _)| l.spec.as_ref()?.lease_transitions)
+            .and_then(|t| u64::try_from(t).ok())
+            .unwrap_or(0);
+        let epoch = Epoch {
+            number,
+            holder: self.settings.identity.clone(),
+        };
+        {
+            let mut current = self.epoch.write().unwrap_or_else(PoisonError::into_inner);
+            if current.as_ref() != Some(&epoch) {
+                *current = Some(epoch);
+            }
+        }
         let end = started + window_length(self.settings.renew_deadline);
         self.window.send_if_modified(|window| match window {
             Window::Until(current) if *current >= end => false,

@@ -108,7 +108,7 @@ pub use metrics::Metrics;
 pub use settings::{
     lease_duration_seconds, validate_timing, InvalidTiming, Settings, JITTER_FACTOR,
 };
-pub use window::{cancel_allowance, window_length, Leadership, NotLeading, Window};
+pub use window::{cancel_allowance, window_length, Epoch, Leadership, NotLeading, Window};
 
 #[cfg(test)]
 mod proptests;

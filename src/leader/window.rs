@@ -3,9 +3,10 @@
 //! renewal ([`window_length`]). Why it is shorter than the lease: the
 //! `leader` module doc.
 
+use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -46,6 +47,25 @@ impl Window {
     }
 }
 
+/// A leadership epoch: the Lease's `leaseTransitions` when this replica took
+/// it, and the holder. Sent to the driver with `--fencing-token-metadata`
+/// (`csi::EPOCH_HEADER`) as `<number>/<holder>`: each takeover writes a
+/// higher number, so a driver that remembers the highest number it acted
+/// for can refuse a call from an earlier leader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Epoch {
+    /// `leaseTransitions` of the Lease write that made this replica holder.
+    pub number: u64,
+    /// The holder identity.
+    pub holder: String,
+}
+
+impl fmt::Display for Epoch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.number, self.holder)
+    }
+}
+
 /// A driver call was not started, or was abandoned, because this replica's
 /// leadership window closed. Retriable (by the next leader); never written on
 /// an object.
@@ -64,6 +84,8 @@ pub struct Leadership {
     pub(super) calls: Arc<CallCounts>,
     /// The clock the window is timed by (the elector's).
     pub(super) clock: Arc<dyn Clock>,
+    /// The epoch of the current (or last) leadership; set before its window opens.
+    pub(super) epoch: Arc<RwLock<Option<Epoch>>>,
 }
 
 #[derive(Default, Debug)]
@@ -109,6 +131,7 @@ impl Leadership {
             window,
             calls: Arc::default(),
             clock: Arc::new(BootClock),
+            epoch: Arc::default(),
         }
     }
 
@@ -120,7 +143,23 @@ impl Leadership {
             window,
             calls: Arc::default(),
             clock: Arc::new(clock::TokioClock),
+            epoch: Arc::default(),
         }
+    }
+
+    /// Tests: this leadership's epoch is `epoch`.
+    #[cfg(test)]
+    pub fn with_epoch(self, epoch: Epoch) -> Self {
+        *self.epoch.write().unwrap_or_else(PoisonError::into_inner) = Some(epoch);
+        self
+    }
+
+    /// The epoch of this replica's leadership (`None`: never led, or no election).
+    pub fn epoch(&self) -> Option<Epoch> {
+        self.epoch
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Now, on the window's clock.

@@ -1,0 +1,84 @@
+//! `--enforce-epoch`: the attacher's fencing token (`x-csi-attacher-epoch`,
+//! sent with its `--fencing-token-metadata`), enforced as a driver that
+//! adopts the extension would (docs/mock-driver.md, docs/contract.md).
+
+use std::sync::{Mutex, PoisonError};
+
+use csi_attacher::csi::EPOCH_HEADER;
+use serde_json::{Map, Value};
+use tonic::Status;
+
+/// The fencing token of `--enforce-epoch`: the highest epoch number
+/// (`x-csi-attacher-epoch: <number>/<holder>`) any Controller call acted
+/// for. A call with a lower number is refused with FAILED_PRECONDITION when
+/// it would act (after its fault's delay or hang: a call that arrived in
+/// time but acts after a newer leader's is refused too). A call without the
+/// header is not fenced.
+#[derive(Debug, Default)]
+pub struct Epochs {
+    highest: Mutex<Option<u64>>,
+}
+
+impl Epochs {
+    /// Admits a call of epoch `number` now (raising the highest), or refuses it.
+    pub fn admit(&self, number: u64) -> Result<(), Status> {
+        let mut highest = self.highest.lock().unwrap_or_else(PoisonError::into_inner);
+        match *highest {
+            Some(seen) if number < seen => Err(Status::failed_precondition(format!(
+                "stale leadership epoch {number}: a call of epoch {seen} has acted ({EPOCH_HEADER})"
+            ))),
+            _ => {
+                *highest = Some(number);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The epoch header of `metadata` (as sent), if any.
+pub fn epoch_of(metadata: &tonic::metadata::MetadataMap) -> Option<String> {
+    metadata
+        .get(EPOCH_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+/// The number of an epoch header (`<number>/<holder>`); `None`: unreadable.
+pub fn epoch_number(epoch: &str) -> Option<u64> {
+    epoch.split('/').next()?.parse().ok()
+}
+
+/// The call's epoch header in its ledger entry (`epoch`), when it has one.
+pub fn with_epoch(fields: &mut Map<String, Value>, epoch: Option<String>) {
+    if let Some(epoch) = epoch {
+        fields.insert("epoch".into(), epoch.into());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lower_epoch_is_refused_once_a_higher_one_acted_and_an_equal_one_is_not() {
+        let epochs = Epochs::default();
+        assert!(epochs.admit(3).is_ok(), "the first epoch");
+        assert!(epochs.admit(3).is_ok(), "the same leader again");
+        let stale = epochs.admit(2).expect_err("an earlier leader");
+        assert_eq!(stale.code(), tonic::Code::FailedPrecondition);
+        assert!(
+            stale.message().contains("stale leadership epoch 2"),
+            "{stale:?}"
+        );
+        assert!(epochs.admit(4).is_ok(), "a later leader");
+        assert!(epochs.admit(3).is_err(), "the previous one, now stale");
+    }
+
+    #[test]
+    fn the_number_is_read_before_the_first_slash() {
+        assert_eq!(epoch_number("7/replica-a"), Some(7));
+        assert_eq!(epoch_number("12/a/b"), Some(12));
+        assert_eq!(epoch_number("x/replica-a"), None);
+        assert_eq!(epoch_number(""), None);
+    }
+}
