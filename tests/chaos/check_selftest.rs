@@ -31,6 +31,9 @@ fn call(method: &str, caller: usize, volume: &str, node: &str, start: f64, end: 
         end: t(end),
         abandoned: None,
         incarnation: 0,
+        epoch: None,
+        fenced: false,
+        acted: None,
     }
 }
 
@@ -289,7 +292,7 @@ fn i4_reports_overlaps_and_calls_outside_the_window() {
     h.calls.push(call(PUB, 0, "vol-b", "node-2-id", 24.0, 24.1));
     only(&check(&h), "I4");
     // A call received as the replica resumed from a SIGSTOP inside its
-    // leadership: exempt, and counted.
+    // leadership: no longer exempt (the fencing token closes it, below).
     let mut h = clean();
     h.windows.push(window(
         "leader-sigstop-past-lease",
@@ -299,9 +302,97 @@ fn i4_reports_overlaps_and_calls_outside_the_window() {
     ));
     h.calls
         .push(call(PUB, 0, "vol-b", "node-2-id", 24.2, 24.21));
+    only(&check(&h), "I4");
+    assert!(check(&h).exempt.is_empty());
+}
+
+/// `clean()` with the fencing token: replica-0's calls carry epoch 0, and
+/// replica-1 leads from 26 s (epoch 1) and lists the volumes at 27 s.
+fn fenced() -> History {
+    let mut h = clean();
+    for c in &mut h.calls {
+        c.epoch = Some(0);
+    }
+    h.audit.push(lease("update", "replica-1", 26.0));
+    h.audit.extend(renewals("replica-1", 26.5, 30.0));
+    h.calls.push(Call {
+        epoch: Some(1),
+        ..call("ListVolumes", 1, "", "", 27.0, 27.05)
+    });
+    h
+}
+
+#[test]
+fn i4_with_the_fencing_token_counts_refusals_and_reports_epochs_out_of_order() {
+    let f = check(&fenced());
+    assert!(f.of("I4").is_empty(), "{f:#?}");
+    // replica-0's late Publish, received after it resumed, refused by the fence.
+    let mut h = fenced();
+    h.calls.push(Call {
+        epoch: Some(0),
+        fenced: true,
+        code: "FailedPrecondition".into(),
+        ..call(PUB, 0, "vol-b", "node-2-id", 27.5, 27.51)
+    });
+    let f = check(&h);
+    assert!(f.of("I4").is_empty(), "a refused call did nothing: {f:#?}");
+    assert!(
+        f.measured
+            .iter()
+            .any(|(what, n)| what.contains("refused by the driver's fence") && n == "1"),
+        "{f:#?}"
+    );
+    // The same call accepted after epoch 1 acted: the fence failed.
+    let mut h = fenced();
+    h.calls.push(Call {
+        epoch: Some(0),
+        ..call(PUB, 0, "vol-b", "node-2-id", 27.5, 27.51)
+    });
+    only(&check(&h), "I4");
+    // Accepted before any epoch-1 call acted (received at 24.2 s, after
+    // replica-0's window): ordered inside its leadership, counted, no violation.
+    let mut h = fenced();
+    h.calls.push(Call {
+        epoch: Some(0),
+        ..call(PUB, 0, "vol-b", "node-2-id", 24.2, 24.21)
+    });
     let f = check(&h);
     assert!(f.of("I4").is_empty(), "{f:#?}");
-    assert_eq!(f.exempt.len(), 1, "{f:#?}");
+    assert!(
+        f.measured
+            .iter()
+            .any(|(what, n)| what.contains("acted before any newer epoch") && n == "1"),
+        "{f:#?}"
+    );
+    // Received before epoch 1's call but acting (passing the fence) after it.
+    let mut h = fenced();
+    h.calls.push(Call {
+        epoch: Some(0),
+        acted: Some(t(27.2)),
+        ..call(PUB, 0, "vol-b", "node-2-id", 24.2, 27.21)
+    });
+    only(&check(&h), "I4");
+    // Passed the fence after epoch 1 acted but failed in the driver: not
+    // in the fence's order of OK calls, still outside its leadership.
+    let mut h = fenced();
+    h.calls.push(Call {
+        epoch: Some(0),
+        code: "Internal".into(),
+        ..call(PUB, 0, "vol-b", "node-2-id", 27.5, 27.51)
+    });
+    only(&check(&h), "I4");
+    // One replica's epochs going backwards inside its own leadership (no
+    // overlap, no call outside a term): only the fence's order shows it.
+    let mut h = fenced();
+    h.calls.push(Call {
+        epoch: Some(2),
+        ..call("ListVolumes", 0, "", "", 12.0, 12.05)
+    });
+    only(&check(&h), "I4");
+    // A call without an epoch while the replicas send it.
+    let mut h = fenced();
+    h.calls.push(call("ListVolumes", 1, "", "", 28.0, 28.05));
+    only(&check(&h), "I4");
 }
 
 #[test]

@@ -3,6 +3,7 @@
 //! adopts the extension would (docs/mock-driver.md, docs/contract.md).
 
 use std::sync::{Mutex, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use csi_attacher::csi::EPOCH_HEADER;
 use serde_json::{Map, Value};
@@ -20,8 +21,10 @@ pub struct Epochs {
 }
 
 impl Epochs {
-    /// Admits a call of epoch `number` now (raising the highest), or refuses it.
-    pub fn admit(&self, number: u64) -> Result<(), Status> {
+    /// Admits a call of epoch `number` now (raising the highest), or refuses
+    /// it. Admitted: when, in Unix nanoseconds, read under the lock, so the
+    /// admissions' times are in the order the fence saw them.
+    pub fn admit(&self, number: u64) -> Result<u64, Status> {
         let mut highest = self.highest.lock().unwrap_or_else(PoisonError::into_inner);
         match *highest {
             Some(seen) if number < seen => Err(Status::failed_precondition(format!(
@@ -29,7 +32,10 @@ impl Epochs {
             ))),
             _ => {
                 *highest = Some(number);
-                Ok(())
+                Ok(SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+                    .unwrap_or_default())
             }
         }
     }

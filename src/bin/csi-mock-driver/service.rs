@@ -144,10 +144,17 @@ impl Driver {
                 "unreadable {EPOCH_HEADER}: {epoch:?}"
             ))),
         };
-        if admitted.is_err() {
-            fields.insert("fenced".into(), true.into());
+        match admitted {
+            // When it passed the fence: the order the fence saw, for the chaos checker.
+            Ok(at) => {
+                fields.insert("acted_unix_nanos".into(), at.into());
+                Ok(())
+            }
+            Err(status) => {
+                fields.insert("fenced".into(), true.into());
+                Err(status)
+            }
         }
-        admitted
     }
 }
 
