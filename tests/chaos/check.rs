@@ -947,6 +947,8 @@ pub fn i8(h: &History, f: &mut Findings) {
     let mut calls: Vec<(usize, &Call)> = h
         .calls
         .iter()
+        // A call the driver's fence refused did nothing.
+        .filter(|c| !c.fenced)
         .filter_map(|c| {
             let identity = format!("replica-{}", c.caller);
             terms
