@@ -213,7 +213,7 @@ async fn a_leader_whose_lease_is_taken_exits_1() {
             .filter(|h| h == "replica-x")
     })
     .await;
-    // It created the Lease, so it holds it a renew deadline before it acts;
+    // It created the Lease, so it holds it a lease duration before it acts;
     // wait until it acts (a Lease taken during that hold only makes it a
     // standby again: it never led).
     support::eventually("replica-x acts", Duration::from_secs(20), || {

@@ -456,22 +456,25 @@ impl<A: LeaseApi> Elector<A> {
     fn record_success(&mut self, written: Lease, started: Stamp, since: Since) -> bool {
         let now = self.now();
         self.observed = Some((written, now));
-        let hold_until = now + self.settings.renew_deadline;
+        let hold_until = now + self.settings.lease_duration;
         if since == Since::Unknown
             && !self.window.borrow().is_open(started)
             && self.opens_at.is_none_or(|opens| opens < hold_until)
         {
             // The Lease may have been deleted (and this one created) under a
             // leader that does not know yet and keeps calling the driver until
-            // its window ends: at most `renew_deadline` after its last renewal,
-            // which the API server applied before the deletion, so before this
-            // write, so before now. Our window opens no sooner than that.
+            // its window ends: `window_length(renew_deadline)` on its clock
+            // after its last renewal, which the API server applied before the
+            // deletion, so before this write, so before now. Our window opens
+            // a lease duration later on our clock: the margin a takeover has,
+            // so the hold absorbs the same clock-rate differences
+            // (`proptests.rs`); a renew deadline absorbed only 2 %.
             // client-go leads at once.
             self.opens_at = Some(hold_until);
             tracing::info!(
                 lease = %self.settings.name,
-                acting_in = ?self.settings.renew_deadline,
-                "Leading on a lease that may have been re-created; holding it a renew deadline before acting, in case a leader that missed the deletion is still acting"
+                acting_in = ?self.settings.lease_duration,
+                "Leading on a lease that may have been re-created; holding it a lease duration before acting, in case a leader that missed the deletion is still acting"
             );
         }
         if self.opens_at.is_some_and(|opens| now < opens) {

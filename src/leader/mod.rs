@@ -68,14 +68,16 @@
 //!   takeover does not wait for a jittered retry period.
 //! - A replica that starts leading on a Lease it CREATEd (or that names it
 //!   without being its own last write: a create whose answer was lost) holds
-//!   it, renewing, for `renew_deadline` before its window opens: the Lease
+//!   it, renewing, for `lease_duration` before its window opens: the Lease
 //!   may have been deleted under a leader that does not know yet, whose
-//!   window ends within `renew_deadline` of its last renewal, which came
-//!   before the deletion. Taking over an existing Lease after its observed
-//!   expiry, or renewing our own last write, proves there was none. The
-//!   cost: the very first replica of a fresh installation acts
-//!   `renew_deadline` (10 s by default) after start; later starts find the
-//!   Lease in place (a release leaves it, holder `""`).
+//!   window ends within `renew_deadline` (on its clock) of its last
+//!   renewal, which came before the deletion; a lease duration on ours is
+//!   the margin a takeover has, against the same clock-rate differences.
+//!   Taking over an existing Lease after its observed expiry, or renewing
+//!   our own last write, proves there was none. The cost: the very first
+//!   replica of a fresh installation acts `lease_duration` (15 s by
+//!   default) after start; later starts find the Lease in place (a release
+//!   leaves it, holder `""`).
 //! - On SIGTERM the leader releases the Lease (holder `""`) unless
 //!   `--feature-gates=ReleaseLeaderElectionOnExit=false`, and only when no
 //!   driver call it made can still be running (see [`Leadership::abandoned`]).

@@ -692,3 +692,34 @@ fn a_suspend_is_counted_by_the_window_and_the_clock_that_misses_it_overlaps() {
         "a window timed by a clock that misses the suspend: {monotonic:?}"
     );
 }
+
+/// The Lease deleted under a frozen leader whose clock runs slow (0.7x,
+/// inside the lease-to-window ratio); a replica that never saw the Lease
+/// creates it and holds it before acting. Its hold must absorb the same
+/// clock rates the takeover does.
+#[test]
+fn a_created_lease_s_hold_absorbs_clock_rates_inside_the_ratio() {
+    let case = Case {
+        timing: Timing {
+            lease: ms(15_000),
+            renew: ms(10_000),
+            retry: ms(2_000),
+        },
+        plan: vec![Call {
+            request: ms(5),
+            response: ms(5),
+            fate: Fate::Delivered,
+        }],
+        freezes: vec![vec![(ms(20_050), ms(40_000))], Vec::new()],
+        starts: vec![Duration::ZERO, ms(20_100)],
+        deletions: vec![ms(20_100)],
+        released_lease: true,
+        clocks: vec![rate(0.7), rate(1.0)],
+    };
+    let open = simulate(&case);
+    assert!(
+        !open[0].is_empty() && !open[1].is_empty(),
+        "both led: {open:?}"
+    );
+    assert_eq!(overlap(&open), None);
+}

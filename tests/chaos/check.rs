@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::faults::Window;
 use crate::workload::Instance;
-use crate::world::{Call, Exit, FINALIZER, RENEW_DEADLINE};
+use crate::world::{Call, Exit, FINALIZER, LEASE_DURATION, RENEW_DEADLINE};
 
 /// `2026-11-26T11:40:53.123456Z` → Unix nanoseconds.
 pub fn parse_time(text: &str) -> Option<i128> {
@@ -154,8 +154,8 @@ pub struct Term {
     pub identity: String,
     /// The write that made it holder (API server's receive time).
     pub acquired: i128,
-    /// When its window may first open: at once, or a renew deadline after a
-    /// CREATE (`src/leader.rs` holds a Lease it created).
+    /// When its window may first open: at once, or a lease duration after a
+    /// CREATE (`src/leader/` holds a Lease it created).
     pub opens: i128,
     pub last_renewal: i128,
 }
@@ -242,7 +242,7 @@ pub fn terms(audit: &[Value], lease: &str) -> Vec<Term> {
                     identity,
                     acquired: at,
                     opens: if verb == "create" {
-                        at + nanos(RENEW_DEADLINE)
+                        at + nanos(LEASE_DURATION)
                     } else {
                         at
                     },

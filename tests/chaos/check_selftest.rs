@@ -79,7 +79,7 @@ fn window(kind: &str, start: f64, end: f64, note: &str) -> Window {
 }
 
 /// A run that passes every check: replica-0 leads from a CREATE at 0 s
-/// (window opens at 2 s) and renews every 0.5 s to 20 s; VA `va-a` is
+/// (window opens at 3 s) and renews every 0.5 s to 20 s; VA `va-a` is
 /// published at 3 s, marked attached, deleted, unpublished at 9 s and its
 /// finalizer removed after that.
 fn clean() -> History {
@@ -143,7 +143,7 @@ fn terms_split_at_a_gap_and_hold_after_a_create() {
     audit.extend(renewals("replica-0", 9.0, 10.0)); // 4 s gap: a new term
     let terms = check::terms(&audit, "L");
     assert_eq!(terms.len(), 2, "{terms:?}");
-    assert_eq!(terms[0].opens, t(2.0));
+    assert_eq!(terms[0].opens, t(3.0));
     assert_eq!(terms[0].calls_until(), t(5.0) + 1_800_000_000);
     assert_eq!(terms[1].acquired, t(9.0));
     assert_eq!(terms[1].opens, t(9.0));
@@ -273,7 +273,7 @@ fn i4_reports_overlaps_and_calls_outside_the_window() {
     });
     h.calls.push(call(PUB, 0, "vol-b", "node-2-id", 15.0, 15.1));
     only(&check(&h), "I4");
-    // A call during the hold after a CREATE (window opens at 2 s).
+    // A call during the hold after a CREATE (window opens at 3 s).
     let mut h = clean();
     h.calls.push(call(PUB, 0, "vol-b", "node-2-id", 1.0, 1.1));
     only(&check(&h), "I4");
