@@ -168,7 +168,7 @@ pub struct Config {
           action = ArgAction::Set)]
     pub settle_after_deadline: bool,
 
-    /// Not in upstream: send the leadership epoch (the Lease's leaseTransitions and holder) as gRPC metadata x-csi-attacher-epoch on every ControllerPublish, ControllerUnpublish and ListVolumes, for a driver that refuses calls from an earlier leader. Needs --leader-election.
+    /// Not in upstream: send the leadership epoch (a number from the Lease, higher for every new leader, and the holder) as gRPC metadata x-csi-attacher-epoch on every ControllerPublish, ControllerUnpublish and ListVolumes, for a driver that refuses calls from an earlier leader. Needs --leader-election.
     #[arg(long, require_equals = true, default_value = "false", value_parser = bool_flag,
           action = ArgAction::Set)]
     pub fencing_token_metadata: bool,

@@ -50,7 +50,7 @@ fn cap_log(mut text: String, max: Option<usize>) -> String {
 }
 
 /// The gRPC metadata key of the leadership epoch (`--fencing-token-metadata`):
-/// `<leaseTransitions>/<holder identity>`, the holder percent-encoded where
+/// `<number>/<holder identity>` (`leader::Epoch`), the holder percent-encoded where
 /// it is not visible ASCII. An extension of ours, not CSI's: a driver that
 /// adopts it remembers the highest number it acted for and refuses a call
 /// with a lower one (`docs/contract.md#fencing-token`).

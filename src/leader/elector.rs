@@ -484,20 +484,14 @@ impl<A: LeaseApi> Elector<A> {
         }
         self.opens_at = None;
         // The epoch first, then the window: a call that sees the window open carries it.
-        let number = self
+        let epoch = self
             .observed
             .as_ref()
-            .and_then(|(l, _)| l.spec.as_ref()?.lease_transitions)
-            .and_then(|t| u64::try_from(t).ok())
-            .unwrap_or(0);
-        let epoch = Epoch {
-            number,
-            holder: self.settings.identity.clone(),
-        };
+            .map(|(lease, _)| Epoch::of(lease, &self.settings.identity));
         {
             let mut current = self.epoch.write().unwrap_or_else(PoisonError::into_inner);
-            if current.as_ref() != Some(&epoch) {
-                *current = Some(epoch);
+            if *current != epoch {
+                *current = epoch;
             }
         }
         let end = started + window_length(self.settings.renew_deadline);

@@ -63,8 +63,13 @@ impl LeaseApi for Arc<FakeLeases> {
             return Err(api_error(409, "AlreadyExists"));
         }
         let mut written = lease.clone();
-        written.metadata.resource_version =
-            Some(self.version.fetch_add(1, Ordering::SeqCst).to_string());
+        let version = self.version.fetch_add(1, Ordering::SeqCst);
+        written.metadata.resource_version = Some(version.to_string());
+        // The API server's clock: a later create, a later second.
+        written.metadata.creation_timestamp =
+            k8s_openapi::jiff::Timestamp::from_second(1_800_000_000 + i64::from(version))
+                .ok()
+                .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time);
         *current = Some(written.clone());
         Ok(written)
     }
@@ -734,4 +739,12 @@ async fn each_leader_s_epoch_is_above_the_one_before_it_even_across_a_deletion()
     let third = c_window.epoch().expect("c's epoch");
     assert!(third.number > second.number, "{second} then {third}");
     assert_eq!(third.to_string(), format!("{}/c", third.number));
+    // Deleted again; d, which never saw it, creates it (leaseTransitions 0):
+    // its creationTimestamp is later.
+    *api.lease.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    let mut d = elector(&api, "d");
+    let d_window = d.leadership();
+    d.acquire(never()).await;
+    let fourth = d_window.epoch().expect("d's epoch");
+    assert!(fourth.number > third.number, "{third} then {fourth}");
 }

@@ -47,17 +47,49 @@ impl Window {
     }
 }
 
-/// A leadership epoch: the Lease's `leaseTransitions` when this replica took
-/// it, and the holder. Sent to the driver with `--fencing-token-metadata`
-/// (`csi::EPOCH_HEADER`) as `<number>/<holder>`: each takeover writes a
-/// higher number, so a driver that remembers the highest number it acted
-/// for can refuse a call from an earlier leader.
+/// A leadership epoch: a number from the Lease this replica leads on, and
+/// the holder. Sent to the driver with `--fencing-token-metadata`
+/// (`csi::EPOCH_HEADER`) as `<number>/<holder>`: a later leader's number is
+/// higher, so a driver that remembers the highest number it acted for can
+/// refuse a call from an earlier leader.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Epoch {
-    /// `leaseTransitions` of the Lease write that made this replica holder.
+    /// The Lease's `creationTimestamp` (Unix seconds, the API server's
+    /// clock) × [`Epoch::TRANSITIONS`] + its `leaseTransitions`: every
+    /// takeover raises `leaseTransitions`, and a Lease deleted and created
+    /// again, even by a replica that never saw the old one (which starts
+    /// `leaseTransitions` at 0), has a later `creationTimestamp`.
     pub number: u64,
     /// The holder identity.
     pub holder: String,
+}
+
+impl Epoch {
+    /// `leaseTransitions` counts below this (one takeover a second for 11 days).
+    pub const TRANSITIONS: u64 = 1_000_000;
+
+    /// The epoch of `holder` leading on `lease` (as written).
+    pub fn of(lease: &k8s_openapi::api::coordination::v1::Lease, holder: &str) -> Self {
+        let created = lease
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .and_then(|t| u64::try_from(t.0.as_second()).ok())
+            .unwrap_or(0);
+        let transitions = lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.lease_transitions)
+            .and_then(|t| u64::try_from(t).ok())
+            .unwrap_or(0)
+            .min(Self::TRANSITIONS - 1);
+        Self {
+            number: created
+                .saturating_mul(Self::TRANSITIONS)
+                .saturating_add(transitions),
+            holder: holder.to_string(),
+        }
+    }
 }
 
 impl fmt::Display for Epoch {

@@ -2,6 +2,7 @@
 //! sent with its `--fencing-token-metadata`), enforced as a driver that
 //! adopts the extension would (docs/mock-driver.md, docs/contract.md).
 
+use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -14,13 +15,53 @@ use tonic::Status;
 /// for. A call with a lower number is refused with FAILED_PRECONDITION when
 /// it would act (after its fault's delay or hang: a call that arrived in
 /// time but acts after a newer leader's is refused too). A call without the
-/// header is not fenced.
+/// header is not fenced. The highest number is kept in a file (with
+/// `--state-file`: the state file's path with the extension `.epoch`),
+/// written as it rises, so that a
+/// restarted driver still refuses what it refused before, as a real one
+/// must: its memory of the epoch is part of what it has done.
 #[derive(Debug, Default)]
 pub struct Epochs {
     highest: Mutex<Option<u64>>,
+    file: Option<PathBuf>,
 }
 
 impl Epochs {
+    /// Remembers the highest epoch in `file` (read now when it exists).
+    pub fn open(file: Option<PathBuf>) -> std::io::Result<Self> {
+        let highest = match &file {
+            Some(path) => match std::fs::read_to_string(path) {
+                Ok(text) => Some(
+                    text.trim()
+                        .parse()
+                        .map_err(|e| std::io::Error::other(format!("{}: {e}", path.display())))?,
+                ),
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
+                Err(err) => return Err(err),
+            },
+            None => None,
+        };
+        Ok(Self {
+            highest: Mutex::new(highest),
+            file,
+        })
+    }
+
+    /// Writes `number` to the file (a new file renamed over the old one).
+    fn save(&self, number: u64) {
+        if let Some(path) = &self.file {
+            let fresh = path.with_extension("epoch.new");
+            let saved = std::fs::write(&fresh, number.to_string())
+                .and_then(|()| std::fs::rename(&fresh, path));
+            if let Err(err) = saved {
+                eprintln!(
+                    "csi-mock-driver: cannot save the epoch to {}: {err}",
+                    path.display()
+                );
+            }
+        }
+    }
+
     /// Admits a call of epoch `number` now (raising the highest), or refuses
     /// it. Admitted: when, in Unix nanoseconds, read under the lock, so the
     /// admissions' times are in the order the fence saw them.
@@ -30,8 +71,11 @@ impl Epochs {
             Some(seen) if number < seen => Err(Status::failed_precondition(format!(
                 "stale leadership epoch {number}: a call of epoch {seen} has acted ({EPOCH_HEADER})"
             ))),
-            _ => {
-                *highest = Some(number);
+            seen => {
+                if seen != Some(number) {
+                    *highest = Some(number);
+                    self.save(number);
+                }
                 Ok(SystemTime::now()
                     .duration_since(UNIX_EPOCH)
                     .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
@@ -78,6 +122,22 @@ mod tests {
         );
         assert!(epochs.admit(4).is_ok(), "a later leader");
         assert!(epochs.admit(3).is_err(), "the previous one, now stale");
+    }
+
+    #[test]
+    fn a_restarted_driver_remembers_the_highest_epoch() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("state.json.epoch");
+        let epochs = Epochs::open(Some(file.clone())).expect("open");
+        assert!(epochs.admit(5).is_ok());
+        assert!(epochs.admit(9).is_ok());
+        drop(epochs);
+        let restarted = Epochs::open(Some(file)).expect("reopen");
+        assert!(
+            restarted.admit(5).is_err(),
+            "refused before the restart, refused after"
+        );
+        assert!(restarted.admit(9).is_ok());
     }
 
     #[test]

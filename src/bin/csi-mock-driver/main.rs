@@ -95,7 +95,8 @@ struct Args {
     serialize_volumes: bool,
     /// Enforce the attacher's fencing token (x-csi-attacher-epoch, sent with
     /// --fencing-token-metadata): refuse with FAILED_PRECONDITION a Controller
-    /// call whose epoch is lower than one a call has acted for.
+    /// call whose epoch is lower than one a call has acted for. With
+    /// --state-file the highest epoch is kept in <state-file with extension .epoch>.
     #[arg(long)]
     enforce_epoch: bool,
     /// Behave as a real cloud driver under load: a built-in profile (aws-ebs,
@@ -218,7 +219,15 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         repeat_list_token: args.repeat_list_token,
         pending: args.serialize_volumes.then(Default::default),
         cloud,
-        epochs: args.enforce_epoch.then(Default::default),
+        epochs: if args.enforce_epoch {
+            let file = args
+                .state_file
+                .as_ref()
+                .map(|state| state.with_extension("epoch"));
+            Some(crate::fencing::Epochs::open(file)?)
+        } else {
+            None
+        },
     });
 
     let admin = serve_admin(args.admin_addr, &driver).await?;
