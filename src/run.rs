@@ -95,6 +95,9 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
         config.leader_election_identity.clone()
     };
     let elector = elector(&config, &info.name, &identity, election_client, &metrics)?;
+    if config.fencing_token_metadata && elector.is_none() {
+        tracing::warn!("--fencing-token-metadata has no epoch to send without --leader-election: driver calls carry no x-csi-attacher-epoch");
+    }
     serve_http(&config, &metrics, &readiness, elector.as_ref()).await?;
 
     // Capabilities decide the handler (upstream steps 10-11).
@@ -184,6 +187,7 @@ fn note_ignored_flags(config: &Config) {
         schedule_per_node: _,
         adaptive_concurrency: _,
         settle_after_deadline: _,
+        fencing_token_metadata: _,
         unpublish_not_found_node_gone: _,
         default_fstype: _,
         kube_api_qps: _,
@@ -346,6 +350,7 @@ fn controller_settings(
         schedule_per_node: config.schedule_per_node,
         adaptive_concurrency: config.adaptive_concurrency,
         settle_after_deadline: config.settle_after_deadline,
+        fencing_token: config.fencing_token_metadata,
         node_gone_detached: config.unpublish_not_found_node_gone,
         backoff: Backoff {
             start: config.retry_interval_start,

@@ -528,7 +528,12 @@ async fn run(seed: u64, fault_count: usize, size: &str) -> Result<String> {
     }
     writeln!(
         out,
-        "- I4 exemptions (a call received as its caller resumed from a SIGSTOP inside its leadership): {}",
+        "- fencing token: {} (without it a call received as its caller resumed from a SIGSTOP is no longer exempt)",
+        if world::fencing() { "on, enforced by the driver" } else { "off" }
+    )?;
+    writeln!(
+        out,
+        "- exemptions (by a documented limit): {}",
         findings.exempt.len()
     )?;
     for (_, what) in findings.exempt.iter().take(20) {

@@ -213,7 +213,7 @@ async fn a_leader_whose_lease_is_taken_exits_1() {
             .filter(|h| h == "replica-x")
     })
     .await;
-    // It created the Lease, so it holds it a renew deadline before it acts;
+    // It created the Lease, so it holds it a lease duration before it acts;
     // wait until it acts (a Lease taken during that hold only makes it a
     // standby again: it never led).
     support::eventually("replica-x acts", Duration::from_secs(20), || {
@@ -258,11 +258,16 @@ async fn a_leader_whose_lease_is_taken_exits_1() {
 /// Starts an attacher named `name` on its own driver `mock` (so the driver's
 /// ledger is this replica's), logging to `<dir>/<name>.log`.
 fn start_on(env: &Env, mock: &MockDriver, dir: &Path, name: &str, extra: &[&str]) -> Replica {
+    start_at(env, &mock.address(), dir, name, extra)
+}
+
+/// [`start_on`] on the driver socket `address`.
+fn start_at(env: &Env, address: &str, dir: &Path, name: &str, extra: &[&str]) -> Replica {
     let log_path = dir.join(format!("{name}.log"));
     let log = std::fs::File::create(&log_path).expect("attacher log");
     let mut command = Command::new(env!("CARGO_BIN_EXE_csi-attacher"));
     command
-        .arg(format!("--csi-address={}", mock.address()))
+        .arg(format!("--csi-address={address}"))
         .arg(format!("--kubeconfig={}", env.cp.kubeconfig.display()))
         .arg(format!(
             "--termination-log-path={}",
@@ -457,6 +462,190 @@ async fn a_leader_frozen_past_its_lease_calls_its_driver_no_more_when_resumed() 
         "replica-b attached the volume"
     );
     drop(b);
+}
+
+/// The gap the fencing token closes, played out: two replicas on one driver
+/// that enforces the epoch (`--enforce-epoch`), each on a socket of its own
+/// (the ledger's `caller`: 0 is replica-a, 1 replica-b). replica-a's Publish
+/// hangs in the driver; replica-a is killed (the driver finishes abandoned
+/// calls, as a cloud operation outlives its caller); replica-b takes over and
+/// lists the volumes; then the hang ends and replica-a's call acts, after a
+/// call of the newer leader. `token`: both replicas run with
+/// `--fencing-token-metadata`. Returns the driver's ledger.
+async fn a_dead_leaders_call_acts_late(token: bool) -> Vec<serde_json::Value> {
+    let env = Env::without_attacher(&[]).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let leases: Api<Lease> = Api::namespaced(env.client.clone(), "default");
+    let lease_name = format!("external-attacher-leader-{}", env.driver.replace('.', "-"));
+    let b_socket = dir.path().join("b.sock");
+    let mock = MockDriver::start(&[
+        &format!("--name={}", env.driver),
+        &format!("--endpoint={}", b_socket.display()),
+        "--enforce-epoch",
+        "--finish-abandoned-calls",
+        "--ledger-events",
+    ])
+    .expect("mock");
+    mock.set_fault("ControllerPublishVolume", serde_json::json!({"hang": true}))
+        .await;
+    let mut flags = vec!["--reconcile-sync=1s"];
+    if token {
+        flags.push("--fencing-token-metadata=true");
+    }
+    let node = unique("node");
+    env.create_node(&node).await;
+
+    let mut a = start_at(&env, &mock.address(), dir.path(), "replica-a", &flags);
+    support::eventually("replica-a leads", Duration::from_secs(30), || async {
+        holder(&leases, &lease_name)
+            .await
+            .filter(|h| h == "replica-a")
+    })
+    .await;
+    let pv_name = unique("pv");
+    env.create_pv(pv(&pv_name, &env.driver).build()).await;
+    let va_name = unique("va");
+    env.create_va(va(&va_name, &env.driver, &node).pv(&pv_name).build())
+        .await;
+    // replica-a's Publish has reached the driver (its `start` line) and hangs there.
+    support::eventually(
+        "replica-a's Publish in the driver",
+        Duration::from_secs(20),
+        || {
+            let lines = std::fs::read_to_string(&mock.ledger_path).unwrap_or_default();
+            async move {
+                lines
+                    .lines()
+                    .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                    .any(|e| {
+                        e["event"] == "start"
+                            && e["method"] == "ControllerPublishVolume"
+                            && e["caller"] == 0
+                    })
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    a.process.signal(libc::SIGKILL);
+    let _ = a.process.wait();
+
+    let b = start_at(
+        &env,
+        &b_socket.display().to_string(),
+        dir.path(),
+        "replica-b",
+        &flags,
+    );
+    support::eventually(
+        "replica-b lists the volumes",
+        Duration::from_secs(30),
+        || async {
+            mock.ledger()
+                .await
+                .iter()
+                .any(|e| e["method"] == "ListVolumes" && e["caller"] == 1 && e["code"] == "OK")
+                .then_some(())
+        },
+    )
+    .await;
+    // The hang ends: replica-a's call, still running in the driver, acts now.
+    mock.clear_fault("ControllerPublishVolume").await;
+    support::eventually(
+        "replica-a's Publish ends",
+        Duration::from_secs(20),
+        || async {
+            mock.ledger()
+                .await
+                .iter()
+                .any(|e| e["method"] == "ControllerPublishVolume" && e["caller"] == 0)
+                .then_some(())
+        },
+    )
+    .await;
+    let ledger = mock.ledger().await;
+    drop(b);
+    ledger
+}
+
+/// When a ledger entry's call acted (or was refused): its end, in Unix nanoseconds.
+fn acted_at(entry: &serde_json::Value) -> f64 {
+    entry["time_unix_nanos"].as_f64().unwrap_or_default()
+        + entry["duration_ms"].as_f64().unwrap_or_default() * 1e6
+}
+
+/// The old leader's (caller 0) calls that acted after a call of the newer
+/// leader (caller 1) had acted: what a fencing token must refuse.
+fn stale_acts(ledger: &[serde_json::Value]) -> Vec<serde_json::Value> {
+    let Some(newer) = ledger
+        .iter()
+        .filter(|e| {
+            e["caller"] == 1 && e["code"] == "OK" && STATE_CALLS.iter().any(|m| e["method"] == *m)
+        })
+        .map(acted_at)
+        .reduce(f64::min)
+    else {
+        return Vec::new();
+    };
+    ledger
+        .iter()
+        .filter(|e| e["caller"] == 0 && e["code"] == "OK" && acted_at(e) > newer)
+        .cloned()
+        .collect()
+}
+
+#[tokio::test]
+async fn with_the_fencing_token_a_dead_leaders_late_call_is_refused_by_the_driver() {
+    let ledger = a_dead_leaders_call_acts_late(true).await;
+    assert_eq!(
+        stale_acts(&ledger),
+        Vec::<serde_json::Value>::new(),
+        "{ledger:#?}"
+    );
+    let stale = ledger
+        .iter()
+        .find(|e| e["method"] == "ControllerPublishVolume" && e["caller"] == 0)
+        .expect("replica-a's Publish in the ledger");
+    assert_eq!(stale["code"], "FailedPrecondition", "{stale}");
+    assert_eq!(stale["fenced"], true, "{stale}");
+    // Every call carried its leader's epoch, and replica-b's is the higher.
+    let epoch = |caller: u64| -> Vec<u64> {
+        ledger
+            .iter()
+            .filter(|e| e["caller"] == caller && STATE_CALLS.iter().any(|m| e["method"] == *m))
+            .map(|e| {
+                let epoch = e["epoch"].as_str().unwrap_or_default();
+                let (number, holder) = epoch.split_once('/').unwrap_or_default();
+                let name = if caller == 0 {
+                    "replica-a"
+                } else {
+                    "replica-b"
+                };
+                assert_eq!(holder, name, "{e}");
+                number.parse().unwrap_or(u64::MAX)
+            })
+            .collect()
+    };
+    let (a, b) = (epoch(0), epoch(1));
+    assert!(!a.is_empty() && !b.is_empty(), "{ledger:#?}");
+    assert!(
+        a.iter().max() < b.iter().min(),
+        "replica-a's epochs {a:?}, replica-b's {b:?}"
+    );
+}
+
+/// The control: without the token the same late call acts after the newer
+/// leader's calls (the scenario does produce the gap the token closes).
+#[tokio::test]
+async fn without_the_fencing_token_a_dead_leaders_late_call_acts_after_the_new_leaders() {
+    let ledger = a_dead_leaders_call_acts_late(false).await;
+    let stale = stale_acts(&ledger);
+    assert_eq!(stale.len(), 1, "{ledger:#?}");
+    assert_eq!(stale[0]["method"], "ControllerPublishVolume");
+    assert!(
+        ledger.iter().all(|e| e.get("epoch").is_none()),
+        "no header sent"
+    );
 }
 
 /// A kubeconfig for a server that is never reached: timing is checked first.

@@ -153,7 +153,7 @@ async fn scenario(
     let env = Env::without_attacher(&[]).await;
     let (kubeconfig, user) = apply(&env, docs, without).await;
     // Short leader-election timings: a replica that creates the Lease holds
-    // it a renew deadline before it acts, and every step must fit the bound.
+    // it a lease duration before it acts, and every step must fit the bound.
     let args = [
         "--leader-election",
         "--leader-election-namespace=default",

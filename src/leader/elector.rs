@@ -2,7 +2,7 @@
 //! the Lease writes that open and extend the leadership window.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, PoisonError};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -10,13 +10,13 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use tokio::sync::watch;
-use tokio::time::Instant;
 
+use super::clock::{self, BootClock, Clock, Stamp};
 use super::health::Health;
 use super::lease_api::LeaseApi;
 use super::metrics::{Metrics, METRIC_NAME_LABEL};
 use super::settings::{lease_duration_seconds, Settings, JITTER_FACTOR};
-use super::window::{window_length, CallCounts, Leadership, Window};
+use super::window::{window_length, CallCounts, Epoch, Leadership, Window};
 
 /// What a successful Lease write proves about who led before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,10 +36,15 @@ pub struct Elector<A> {
     api: A,
     settings: Settings,
     /// The Lease as last seen (or written) and when we saw it change.
-    observed: Option<(Lease, Instant)>,
+    observed: Option<(Lease, Stamp)>,
     /// After this replica CREATEd the Lease: when its window may first open
     /// (see [`Elector::acquire`]).
-    opens_at: Option<Instant>,
+    opens_at: Option<Stamp>,
+    /// What every decision about time reads (the window, the hold after a
+    /// CREATE, the observed expiry): `CLOCK_BOOTTIME` ([`BootClock`]).
+    clock: Arc<dyn Clock>,
+    /// The epoch the workers' driver calls carry (see [`Epoch`]).
+    epoch: Arc<RwLock<Option<Epoch>>>,
     health: Health,
     metrics: Option<Metrics>,
     /// The leadership window the workers check.
@@ -72,7 +77,29 @@ impl<A: LeaseApi> Elector<A> {
             metrics,
             window: watch::Sender::new(Window::Closed),
             calls: Arc::default(),
+            clock: Arc::new(BootClock),
+            epoch: Arc::default(),
         }
+    }
+
+    /// Times the window (and every other decision) by `clock` instead of
+    /// `CLOCK_BOOTTIME` (tests: a paused clock, a clock running fast or slow).
+    /// Before the first [`Elector::leadership`].
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Now, on the elector's clock.
+    fn now(&self) -> Stamp {
+        self.clock.now()
+    }
+
+    /// Sleeps until the elector's clock reads `at` (one tokio timer: the
+    /// callers read the clock again when it fires).
+    async fn sleep_until(&self, at: Stamp) {
+        let left = at.saturating_duration_since(self.now());
+        tokio::time::sleep(self.clock.timer(left)).await;
     }
 
     /// The leadership window for the workers (closed until this replica leads).
@@ -80,11 +107,13 @@ impl<A: LeaseApi> Elector<A> {
         Leadership {
             window: self.window.subscribe(),
             calls: Arc::clone(&self.calls),
+            clock: Arc::clone(&self.clock),
+            epoch: Arc::clone(&self.epoch),
         }
     }
 
     /// When the current leadership window ends (`None`: not leading).
-    pub fn window_end(&self) -> Option<Instant> {
+    pub fn window_end(&self) -> Option<Stamp> {
         match *self.window.borrow() {
             Window::Until(end) => Some(end),
             Window::Closed | Window::Unbounded => None,
@@ -114,13 +143,13 @@ impl<A: LeaseApi> Elector<A> {
         tracing::info!(lease = %self.settings.name, identity = %self.settings.identity, "Attempting to acquire leader lease");
         loop {
             if self.try_acquire_or_renew().await {
-                let now = Instant::now();
+                let now = self.now();
                 match self.opens_at.filter(|opens| *opens > now) {
                     // Created, not taken over: hold it, renewing, until a leader
                     // that missed the deletion has surely left its window.
                     Some(opens) => {
                         let next = opens.min(now + self.settings.retry_period);
-                        tokio::time::sleep_until(next).await;
+                        self.sleep_until(next).await;
                         continue;
                     }
                     None => {
@@ -129,13 +158,13 @@ impl<A: LeaseApi> Elector<A> {
                     }
                 }
             }
-            let mut next = Instant::now() + jittered(self.settings.retry_period);
+            let mut next = self.now() + jittered(self.settings.retry_period);
             if let Some(expiry) = self.observed_expiry() {
                 // Try the moment the holder's lease runs out, not a retry period later.
-                next = next.min(expiry.max(Instant::now()) + Duration::from_millis(10));
+                next = next.min(expiry.max(self.now()) + Duration::from_millis(10));
             }
             tokio::select! {
-                () = tokio::time::sleep_until(next) => {}
+                () = self.sleep_until(next) => {}
                 Some(()) = changed.next() => tracing::trace!("Lease changed"),
             }
         }
@@ -145,19 +174,25 @@ impl<A: LeaseApi> Elector<A> {
     /// leadership window (last successful attempt's start + renew deadline).
     pub async fn renew_until_lost(&mut self) {
         loop {
-            let deadline = self.window_end().unwrap_or_else(Instant::now);
+            let deadline = self.window_end().unwrap_or_else(|| self.now());
             let renewed = loop {
-                if Instant::now() >= deadline {
+                if self.now() >= deadline {
                     break false;
                 }
-                let attempt = tokio::time::timeout_at(deadline, self.try_acquire_or_renew()).await;
-                match attempt {
-                    Ok(true) => break true,
-                    Ok(false) => {
-                        let next = Instant::now() + self.settings.retry_period;
-                        tokio::time::sleep_until(next.min(deadline)).await;
+                let attempt = {
+                    let clock = Arc::clone(&self.clock);
+                    tokio::select! {
+                        renewed = self.try_acquire_or_renew() => Some(renewed),
+                        () = clock::sleep_until(clock.as_ref(), deadline) => None,
                     }
-                    Err(_) => break false,
+                };
+                match attempt {
+                    Some(true) => break true,
+                    Some(false) => {
+                        let next = self.now() + self.settings.retry_period;
+                        self.sleep_until(next.min(deadline)).await;
+                    }
+                    None => break false,
                 }
             };
             if !renewed {
@@ -179,13 +214,13 @@ impl<A: LeaseApi> Elector<A> {
         if !was_leader {
             return false;
         }
-        if self.opens_at.is_some_and(|opens| Instant::now() < opens) {
+        if self.opens_at.is_some_and(|opens| self.now() < opens) {
             // Still holding a Lease that may have been re-created under a
             // leader that is still acting: a released Lease is taken at once,
             // so leave it to expire instead.
             tracing::info!(
                 lease = %self.settings.name,
-                expires_in = ?self.observed_expiry().map(|e| e.saturating_duration_since(Instant::now())),
+                expires_in = ?self.observed_expiry().map(|e| e.saturating_duration_since(self.now())),
                 "Not releasing the leader lease: it was taken less than a renew deadline ago and may have been deleted under a leader still acting; the lease is left to expire"
             );
             return false;
@@ -197,7 +232,7 @@ impl<A: LeaseApi> Elector<A> {
                 lease = %self.settings.name,
                 in_flight,
                 abandoned,
-                expires_in = ?self.observed_expiry().map(|e| e.saturating_duration_since(Instant::now())),
+                expires_in = ?self.observed_expiry().map(|e| e.saturating_duration_since(self.now())),
                 "Not releasing the leader lease: driver calls were abandoned before they returned and may still be running in the driver; the lease is left to expire"
             );
             return false;
@@ -218,7 +253,7 @@ impl<A: LeaseApi> Elector<A> {
         match self.api.replace(&lease).await {
             Ok(written) => {
                 tracing::info!(lease = %self.settings.name, "Released leader lease");
-                self.observed = Some((written, Instant::now()));
+                self.observed = Some((written, self.now()));
                 true
             }
             Err(err) => {
@@ -232,7 +267,7 @@ impl<A: LeaseApi> Elector<A> {
     pub(super) async fn try_acquire_or_renew(&mut self) -> bool {
         // Whatever this attempt writes, the API server writes it after now:
         // the leadership window is timed from here.
-        let started = Instant::now();
+        let started = self.now();
         // 1. Fast path: we lead and our cached lease is valid: replace it as is.
         if let Some(renewed) = self.renew_fast(started).await {
             return renewed;
@@ -248,18 +283,18 @@ impl<A: LeaseApi> Elector<A> {
             .as_ref()
             .is_none_or(|(seen, _)| seen.spec != current.spec);
         if changed {
-            self.observed = Some((current.clone(), Instant::now()));
+            self.observed = Some((current.clone(), self.now()));
         }
         let held_by_other = current
             .spec
             .as_ref()
             .and_then(|s| s.holder_identity.as_deref())
             .is_some_and(|h| !h.is_empty());
-        if held_by_other && self.is_valid(Instant::now()) && !self.is_leader() {
+        if held_by_other && self.is_valid(self.now()) && !self.is_leader() {
             tracing::debug!(
                 holder = ?self.holder(),
                 changed,
-                expires_in = ?self.observed_expiry().map(|e| e.saturating_duration_since(Instant::now())),
+                expires_in = ?self.observed_expiry().map(|e| e.saturating_duration_since(self.now())),
                 "Lease is held by another replica"
             );
             return false;
@@ -306,7 +341,7 @@ impl<A: LeaseApi> Elector<A> {
 
     /// Step 1 of an attempt: while leading with a valid cached lease, replace
     /// it as is. `None`: not tried, or failed (the slow path follows).
-    async fn renew_fast(&mut self, started: Instant) -> Option<bool> {
+    async fn renew_fast(&mut self, started: Stamp) -> Option<bool> {
         if !(self.is_leader() && self.is_valid(started)) {
             return None;
         }
@@ -331,7 +366,7 @@ impl<A: LeaseApi> Elector<A> {
     /// lost create race is followed by one more GET, so that the winner's
     /// lease is observed now, not a retry period later). `Err`: the
     /// attempt's result, decided here.
-    async fn get_or_create(&mut self, started: Instant) -> Result<Lease, bool> {
+    async fn get_or_create(&mut self, started: Stamp) -> Result<Lease, bool> {
         let mut current = self.api.get().await;
         if let Ok(None) = current {
             // Deleted while another replica held it: that leader's window may
@@ -341,11 +376,11 @@ impl<A: LeaseApi> Elector<A> {
             let held_by_other = self
                 .holder()
                 .is_some_and(|h| !h.is_empty() && h != self.settings.identity);
-            if !self.is_leader() && held_by_other && self.is_valid(Instant::now()) {
+            if !self.is_leader() && held_by_other && self.is_valid(self.now()) {
                 tracing::info!(
                     lease = %self.settings.name,
                     holder = ?self.holder(),
-                    expires_in = ?self.observed_expiry().map(|e| e.saturating_duration_since(Instant::now())),
+                    expires_in = ?self.observed_expiry().map(|e| e.saturating_duration_since(self.now())),
                     "Lease deleted while held by another replica; waiting out its last observed renewal before creating it"
                 );
                 return Err(false);
@@ -381,8 +416,15 @@ impl<A: LeaseApi> Elector<A> {
             spec: None,
         };
         let now = MicroTime(Timestamp::now());
+        // The epoch stays monotonic across a deletion when this replica saw
+        // the Lease before: one above the last observed.
+        let transitions = self
+            .observed
+            .as_ref()
+            .and_then(|(l, _)| l.spec.as_ref()?.lease_transitions)
+            .map_or(0, |t| t.saturating_add(1));
         self.api
-            .create(&self.desired(fresh, Some(now), Some(0)))
+            .create(&self.desired(fresh, Some(now), Some(transitions)))
             .await
     }
 
@@ -411,33 +453,47 @@ impl<A: LeaseApi> Elector<A> {
 
     /// `started`: when the successful attempt began (before anything it wrote).
     /// `since`: what the write proves about who led before it.
-    fn record_success(&mut self, written: Lease, started: Instant, since: Since) -> bool {
-        let now = Instant::now();
+    fn record_success(&mut self, written: Lease, started: Stamp, since: Since) -> bool {
+        let now = self.now();
         self.observed = Some((written, now));
-        let hold_until = now + self.settings.renew_deadline;
+        let hold_until = now + self.settings.lease_duration;
         if since == Since::Unknown
             && !self.window.borrow().is_open(started)
             && self.opens_at.is_none_or(|opens| opens < hold_until)
         {
             // The Lease may have been deleted (and this one created) under a
             // leader that does not know yet and keeps calling the driver until
-            // its window ends: at most `renew_deadline` after its last renewal,
-            // which the API server applied before the deletion, so before this
-            // write, so before now. Our window opens no sooner than that.
+            // its window ends: `window_length(renew_deadline)` on its clock
+            // after its last renewal, which the API server applied before the
+            // deletion, so before this write, so before now. Our window opens
+            // a lease duration later on our clock: the margin a takeover has,
+            // so the hold absorbs the same clock-rate differences
+            // (`proptests.rs`); a renew deadline absorbed only 2 %.
             // client-go leads at once.
             self.opens_at = Some(hold_until);
             tracing::info!(
                 lease = %self.settings.name,
-                acting_in = ?self.settings.renew_deadline,
-                "Leading on a lease that may have been re-created; holding it a renew deadline before acting, in case a leader that missed the deletion is still acting"
+                acting_in = ?self.settings.lease_duration,
+                "Leading on a lease that may have been re-created; holding it a lease duration before acting, in case a leader that missed the deletion is still acting"
             );
         }
         if self.opens_at.is_some_and(|opens| now < opens) {
             // Leading, not acting yet.
-            self.set_leading(true, Some(now));
+            self.set_leading(true, Some(tokio::time::Instant::now()));
             return true;
         }
         self.opens_at = None;
+        // The epoch first, then the window: a call that sees the window open carries it.
+        let epoch = self
+            .observed
+            .as_ref()
+            .map(|(lease, _)| Epoch::of(lease, &self.settings.identity));
+        {
+            let mut current = self.epoch.write().unwrap_or_else(PoisonError::into_inner);
+            if *current != epoch {
+                *current = epoch;
+            }
+        }
         let end = started + window_length(self.settings.renew_deadline);
         self.window.send_if_modified(|window| match window {
             Window::Until(current) if *current >= end => false,
@@ -446,11 +502,11 @@ impl<A: LeaseApi> Elector<A> {
                 true
             }
         });
-        self.set_leading(true, Some(now));
+        self.set_leading(true, Some(tokio::time::Instant::now()));
         true
     }
 
-    fn set_leading(&self, leading: bool, renewed: Option<Instant>) {
+    fn set_leading(&self, leading: bool, renewed: Option<tokio::time::Instant>) {
         if !leading {
             self.window.send_replace(Window::Closed);
         }
@@ -470,13 +526,13 @@ impl<A: LeaseApi> Elector<A> {
 
     /// When the observed lease expires, by our clock (client-go uses the
     /// local observation time, not the holder's timestamps, against clock skew).
-    pub(super) fn observed_expiry(&self) -> Option<Instant> {
+    pub(super) fn observed_expiry(&self) -> Option<Stamp> {
         let (lease, seen) = self.observed.as_ref()?;
         let seconds = lease.spec.as_ref()?.lease_duration_seconds?;
         Some(*seen + Duration::from_secs(u64::try_from(seconds).unwrap_or(0)))
     }
 
-    fn is_valid(&self, now: Instant) -> bool {
+    fn is_valid(&self, now: Stamp) -> bool {
         self.observed_expiry().is_some_and(|expiry| expiry > now)
     }
 }

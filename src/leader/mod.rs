@@ -17,7 +17,7 @@
 //! other's:
 //! - The **leader** may start a driver call (ControllerPublish/Unpublish,
 //!   ListVolumes) only before `S + renew_deadline`, where `S` is the instant
-//!   (its own monotonic clock) at which it *started* the attempt that last
+//!   (its own boot-time clock, below) at which it *started* the attempt that last
 //!   renewed the Lease successfully: the API server wrote that renewal after
 //!   `S`. [`Leadership`] carries this window to the workers; when it closes,
 //!   calls in flight are abandoned (their futures dropped, which cancels the
@@ -45,7 +45,22 @@
 //! What no client can rule out: a call the driver received inside the window
 //! but keeps running after it (a driver that ignores cancellation), or a
 //! freeze in the microseconds between the window check and the write to the
-//! socket. CSI has no fencing token; the margin is the defence.
+//! socket. CSI has no fencing token; the margin is the defence, and an
+//! opt-in token of ours ([`Epoch`], `--fencing-token-metadata`) lets a
+//! driver that adopts it refuse such a call once a newer leader's has acted.
+//!
+//! # The clock: `CLOCK_BOOTTIME`
+//! Every decision about time above (the window's end, whether a call may
+//! start, the hold after a CREATE, the observed expiry) reads
+//! `CLOCK_BOOTTIME` ([`BootClock`]), not the monotonic clock of
+//! `tokio::time::Instant` (client-go's `time.Now()` monotonic reading),
+//! which stops while the machine is suspended: a leader resumed after a
+//! suspend longer than its window would otherwise find the window still
+//! open. Tokio's timers only say when to read the clock again; a call in
+//! flight across a suspend is abandoned within [`RESUME_CHECK`] of the
+//! resume. The clock is injectable ([`Elector::with_clock`]): the tests run
+//! replicas whose clocks run fast or slow and show where the margin holds
+//! (a rate ratio below `lease_duration / window_length`) and where it cannot.
 //!
 //! # Beyond upstream
 //! - A standby watches the Lease and tries the moment it is released, and
@@ -53,14 +68,16 @@
 //!   takeover does not wait for a jittered retry period.
 //! - A replica that starts leading on a Lease it CREATEd (or that names it
 //!   without being its own last write: a create whose answer was lost) holds
-//!   it, renewing, for `renew_deadline` before its window opens: the Lease
+//!   it, renewing, for `lease_duration` before its window opens: the Lease
 //!   may have been deleted under a leader that does not know yet, whose
-//!   window ends within `renew_deadline` of its last renewal, which came
-//!   before the deletion. Taking over an existing Lease after its observed
-//!   expiry, or renewing our own last write, proves there was none. The
-//!   cost: the very first replica of a fresh installation acts
-//!   `renew_deadline` (10 s by default) after start; later starts find the
-//!   Lease in place (a release leaves it, holder `""`).
+//!   window ends within `renew_deadline` (on its clock) of its last
+//!   renewal, which came before the deletion; a lease duration on ours is
+//!   the margin a takeover has, against the same clock-rate differences.
+//!   Taking over an existing Lease after its observed expiry, or renewing
+//!   our own last write, proves there was none. The cost: the very first
+//!   replica of a fresh installation acts `lease_duration` (15 s by
+//!   default) after start; later starts find the Lease in place (a release
+//!   leaves it, holder `""`).
 //! - On SIGTERM the leader releases the Lease (holder `""`) unless
 //!   `--feature-gates=ReleaseLeaderElectionOnExit=false`, and only when no
 //!   driver call it made can still be running (see [`Leadership::abandoned`]).
@@ -70,12 +87,14 @@
 //!
 //! # Layout
 //! - `settings`: [`Settings`] and client-go's checks on their timing.
+//! - `clock`: the [`Clock`] the window is timed by ([`BootClock`]).
 //! - `window`: the leadership [`Window`] and [`Leadership`], the driver calls made under it.
 //! - `elector`: the [`Elector`] state machine (acquire, renew, release).
 //! - `lease_api`: the [`LeaseApi`] it drives and [`KubeLeases`] on the API server.
 //! - `health`: the `/healthz/leader-election` check ([`Health`]).
 //! - `metrics`: the leader-election [`Metrics`].
 
+mod clock;
 mod elector;
 mod health;
 mod lease_api;
@@ -83,6 +102,9 @@ mod metrics;
 mod settings;
 mod window;
 
+#[cfg(test)]
+pub use clock::TokioClock;
+pub use clock::{sleep_until, BootClock, Clock, Stamp, RESUME_CHECK};
 pub use elector::Elector;
 pub use health::{Health, HEALTH_TOLERANCE};
 pub use lease_api::{KubeLeases, LeaseApi};
@@ -90,7 +112,7 @@ pub use metrics::Metrics;
 pub use settings::{
     lease_duration_seconds, validate_timing, InvalidTiming, Settings, JITTER_FACTOR,
 };
-pub use window::{cancel_allowance, window_length, Leadership, NotLeading, Window};
+pub use window::{cancel_allowance, window_length, Epoch, Leadership, NotLeading, Window};
 
 #[cfg(test)]
 mod proptests;

@@ -10,6 +10,15 @@
 //! network. A frozen replica is one whose task is not polled for a while (a
 //! SIGSTOP); its outstanding requests still reach the server.
 //!
+//! Each replica's clock ([`SimClock`]) may run fast or slow against the true
+//! (tokio) time, and may stand still while its replica is frozen (a
+//! suspend timed by a clock that does not count it: the monotonic clock,
+//! where `CLOCK_BOOTTIME` counts it). The windows are compared on the true
+//! time. Safe: clock rates whose ratio stays below `lease_duration /
+//! window_length(renew_deadline)`; the tests beyond it, and with a clock
+//! that stops in a suspend, are the positive controls: the same check sees
+//! the windows overlap.
+//!
 //! `cargo test` runs a bounded number of cases; `PROPTEST_CASES=2000 cargo
 //! test --lib leader::proptests` runs more.
 
@@ -23,7 +32,7 @@ use proptest::prelude::*;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::{Elector, LeaseApi, Settings, Window};
+use super::{window_length, Clock, Elector, LeaseApi, Settings, Stamp, Window};
 
 /// Cases per `cargo test` run unless `PROPTEST_CASES` says otherwise.
 const DEFAULT_CASES: u32 = 48;
@@ -180,6 +189,95 @@ struct Case {
     deletions: Vec<Duration>,
     /// Whether the Lease exists (released, no holder) before anyone starts.
     released_lease: bool,
+    /// Per replica: its clock's faults (none when missing).
+    clocks: Vec<ClockFault>,
+}
+
+/// How a replica's clock departs from the true time.
+#[derive(Debug, Clone, Copy)]
+struct ClockFault {
+    /// Clock seconds per true second.
+    rate: f64,
+    /// The clock stands still while the replica is frozen (a suspend, timed
+    /// by a clock that does not count it).
+    stops_when_frozen: bool,
+}
+
+impl Default for ClockFault {
+    fn default() -> Self {
+        Self {
+            rate: 1.0,
+            stops_when_frozen: false,
+        }
+    }
+}
+
+/// Where the clocks' stamps start: any reading is above it.
+const ORIGIN: Duration = Duration::from_secs(1_000);
+
+/// A replica's clock in the simulation (see [`ClockFault`]).
+#[derive(Debug)]
+struct SimClock {
+    t0: Instant,
+    fault: ClockFault,
+    /// The replica's freezes as they happen: (from, to) since `t0`.
+    frozen: Vec<(Duration, Duration)>,
+}
+
+impl SimClock {
+    fn new(t0: Instant, fault: ClockFault, freezes: &[(Duration, Duration)]) -> Self {
+        // As `with_freezes` runs them: one after the other.
+        let mut frozen = Vec::new();
+        let mut free_from = Duration::ZERO;
+        for (at, length) in freezes {
+            let from = (*at).max(free_from);
+            free_from = from + *length;
+            frozen.push((from, free_from));
+        }
+        Self { t0, fault, frozen }
+    }
+
+    /// The clock's elapsed time (before the rate) at `true_elapsed`.
+    fn ticking(&self, true_elapsed: Duration) -> Duration {
+        if !self.fault.stops_when_frozen {
+            return true_elapsed;
+        }
+        let stopped: Duration = self
+            .frozen
+            .iter()
+            .map(|(from, to)| true_elapsed.min(*to).saturating_sub(*from))
+            .sum();
+        true_elapsed - stopped
+    }
+
+    /// The true time (since `t0`) at which the clock first reads `stamp`.
+    fn true_time(&self, stamp: Stamp) -> Duration {
+        let ticking = stamp
+            .saturating_duration_since(Stamp::from_origin(ORIGIN))
+            .div_f64(self.fault.rate);
+        if !self.fault.stops_when_frozen {
+            return ticking;
+        }
+        let mut at = ticking;
+        for (from, to) in &self.frozen {
+            if *from < at {
+                at += *to - *from;
+            }
+        }
+        at
+    }
+}
+
+impl Clock for SimClock {
+    fn now(&self) -> Stamp {
+        let elapsed = self.ticking(Instant::now().saturating_duration_since(self.t0));
+        Stamp::from_origin(ORIGIN + elapsed.mul_f64(self.fault.rate))
+    }
+
+    fn timer(&self, wait: Duration) -> Duration {
+        // The machine's timers run at its clock's rate.
+        wait.div_f64(self.fault.rate)
+    }
 }
 
 fn ms(n: u64) -> Duration {
@@ -231,18 +329,42 @@ fn case() -> impl Strategy<Value = Case> {
         prop::collection::vec(prop_oneof![2 => Just(0u64), 1 => 0u64..60_000], 3),
         prop::collection::vec(0u64..100_000, 0..4),
         any::<bool>(),
+        prop::collection::vec(0.0f64..=1.0, 3),
     )
         .prop_map(
-            |(timing, plan, freezes, starts, deletions, released_lease)| Case {
-                timing,
-                plan,
-                starts: starts[..freezes.len()].iter().map(|t| ms(*t)).collect(),
-                freezes,
-                deletions: deletions.into_iter().map(ms).collect(),
-                released_lease,
+            |(timing, plan, freezes, starts, deletions, released_lease, rates)| {
+                // Rates whose ratio stays inside the margin (see `ratio_bound`).
+                let bound = ratio_bound(&timing).powf(SAFE_SHARE);
+                let clocks = rates
+                    .iter()
+                    .map(|u| ClockFault {
+                        rate: bound.powf(u - 0.5),
+                        stops_when_frozen: false,
+                    })
+                    .collect();
+                Case {
+                    timing,
+                    plan,
+                    starts: starts[..freezes.len()].iter().map(|t| ms(*t)).collect(),
+                    freezes,
+                    deletions: deletions.into_iter().map(ms).collect(),
+                    released_lease,
+                    clocks,
+                }
             },
         )
 }
+
+/// The largest ratio of two replicas' clock rates the margin absorbs: a
+/// leader's window lasts `window_length(renew)` on its clock, a standby
+/// waits `lease` on its own from a later instant.
+fn ratio_bound(timing: &Timing) -> f64 {
+    timing.lease.as_secs_f64() / window_length(timing.renew).as_secs_f64()
+}
+
+/// The generated clock rates use this share of the bound (in the exponent):
+/// the rest absorbs the rounding of the conversions to the true time.
+const SAFE_SHARE: f64 = 0.98;
 
 /// Runs `work`, not polling it during each freeze (measured from `t0`).
 async fn with_freezes(
@@ -293,6 +415,7 @@ fn simulate(case: &Case) -> Vec<Vec<(Duration, Duration)>> {
         let t0 = Instant::now();
         let mut tasks = tokio::task::JoinSet::new();
         let mut histories = Vec::new();
+        let mut clocks = Vec::new();
         for (i, freezes) in case.freezes.iter().enumerate() {
             let api = SimApi {
                 server: Arc::clone(&server),
@@ -309,7 +432,13 @@ fn simulate(case: &Case) -> Vec<Vec<(Duration, Duration)>> {
                 retry_period: case.timing.retry,
                 labels: Default::default(),
             };
-            let mut elector = Elector::new(api, settings, None);
+            let clock = Arc::new(SimClock::new(
+                t0,
+                case.clocks.get(i).copied().unwrap_or_default(),
+                freezes,
+            ));
+            clocks.push(Arc::clone(&clock));
+            let mut elector = Elector::new(api, settings, None).with_clock(clock);
             // Every change of the window, at the instant it is made.
             let history = Arc::new(Mutex::new(vec![(t0, Window::Closed)]));
             histories.push(Arc::clone(&history));
@@ -346,15 +475,17 @@ fn simulate(case: &Case) -> Vec<Vec<(Duration, Duration)>> {
         tasks.shutdown().await;
         histories
             .iter()
-            .map(|h| {
+            .zip(&clocks)
+            .map(|(h, clock)| {
                 let h = h.lock().unwrap_or_else(PoisonError::into_inner);
                 let mut open = Vec::new();
                 for (i, (from, window)) in h.iter().enumerate() {
-                    let next_change = h.get(i + 1).map_or(end, |(t, _)| *t);
+                    let next_change = h.get(i + 1).map_or(end, |(t, _)| *t) - t0;
                     if let Window::Until(until) = window {
-                        let to = (*until).min(next_change);
-                        if *from < to {
-                            open.push((*from - t0, to - t0));
+                        // On the true time.
+                        let to = clock.true_time(*until).min(next_change);
+                        if *from - t0 < to {
+                            open.push((*from - t0, to));
                         }
                     }
                 }
@@ -410,6 +541,7 @@ fn without_faults_one_replica_leads_throughout() {
         starts: vec![Duration::ZERO; 2],
         deletions: Vec::new(),
         released_lease: true,
+        clocks: Vec::new(),
     };
     let open = simulate(&case);
     let led: Duration = open.iter().flatten().map(|(from, to)| *to - *from).sum();
@@ -434,6 +566,7 @@ fn a_frozen_leader_is_replaced_without_overlap() {
         starts: vec![Duration::ZERO; 2],
         deletions: Vec::new(),
         released_lease: true,
+        clocks: Vec::new(),
     };
     let open = simulate(&case);
     assert!(!open[0].is_empty() && !open[1].is_empty(), "{open:?}");
@@ -451,4 +584,142 @@ fn a_frozen_leader_is_replaced_without_overlap() {
         "margin {:?}",
         second_start - first_end
     );
+}
+
+/// A leader (replica-0, clock `leader`) frozen from 20 s to 50 s while
+/// replica-1 (clock `standby`, started 1 s later) waits: the intervals
+/// each led, on the true time.
+fn frozen_leader(leader: ClockFault, standby: ClockFault) -> Vec<Vec<(Duration, Duration)>> {
+    let case = Case {
+        timing: Timing {
+            lease: ms(15_000),
+            renew: ms(10_000),
+            retry: ms(2_000),
+        },
+        plan: vec![Call {
+            request: ms(5),
+            response: ms(5),
+            fate: Fate::Delivered,
+        }],
+        freezes: vec![vec![(ms(20_000), ms(30_000))], Vec::new()],
+        starts: vec![Duration::ZERO, ms(1_000)],
+        deletions: Vec::new(),
+        released_lease: true,
+        clocks: vec![leader, standby],
+    };
+    simulate(&case)
+}
+
+/// The first overlap of two replicas' windows, if any.
+fn overlap(open: &[Vec<(Duration, Duration)>]) -> Option<String> {
+    for (a, a_open) in open.iter().enumerate() {
+        for (b, b_open) in open.iter().enumerate().skip(a + 1) {
+            for (a_from, a_to) in a_open {
+                for (b_from, b_to) in b_open {
+                    if a_from < b_to && b_from < a_to {
+                        return Some(format!(
+                            "replica-{a} open {a_from:?}..{a_to:?} and replica-{b} open {b_from:?}..{b_to:?}"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    None
+}
+
+fn rate(rate: f64) -> ClockFault {
+    ClockFault {
+        rate,
+        stops_when_frozen: false,
+    }
+}
+
+/// Clock-rate faults inside the margin (15 s lease / 9.8 s window: a ratio
+/// up to 1.53): a slow leader and a fast standby, each way off, and the
+/// standby still takes over only after the leader's window ended on the
+/// true time.
+#[test]
+fn clock_rates_inside_the_lease_to_window_ratio_keep_the_windows_apart() {
+    for (leader, standby) in [(0.8, 1.2), (1.0, 1.5), (0.66, 1.0), (1.3, 0.7), (2.0, 2.9)] {
+        let open = frozen_leader(rate(leader), rate(standby));
+        assert!(
+            !open[0].is_empty() && !open[1].is_empty(),
+            "both led: {open:?}"
+        );
+        assert_eq!(
+            overlap(&open),
+            None,
+            "leader at {leader}x, standby at {standby}x"
+        );
+    }
+}
+
+/// Positive control: well beyond the ratio (a leader's clock at 0.5x, the
+/// standby's at 1x: 2 > 1.53) the frozen leader's window, 9.8 s on its
+/// clock, lasts 19.6 s of true time, past the standby's takeover (15 s
+/// after it last saw a renewal, which it sees up to a jittered retry
+/// period late: the slack a ratio just past 1.53 still hides in). The
+/// check above sees it: the margin is what protects, and it has a limit.
+#[test]
+fn positive_control_clock_rates_beyond_the_ratio_overlap() {
+    for (leader, standby) in [(0.5, 1.0), (1.0, 2.0)] {
+        let open = frozen_leader(rate(leader), rate(standby));
+        assert!(
+            overlap(&open).is_some(),
+            "leader at {leader}x, standby at {standby}x: no overlap seen in {open:?}"
+        );
+    }
+}
+
+/// A suspend (the leader frozen 30 s): on a clock that counts it
+/// (`CLOCK_BOOTTIME`) the window ends on time; on one that stands still
+/// during it (the monotonic clock: the positive control) the resumed leader
+/// finds its window open while the standby leads.
+#[test]
+fn a_suspend_is_counted_by_the_window_and_the_clock_that_misses_it_overlaps() {
+    let boottime = frozen_leader(ClockFault::default(), ClockFault::default());
+    assert_eq!(overlap(&boottime), None);
+    let monotonic = frozen_leader(
+        ClockFault {
+            rate: 1.0,
+            stops_when_frozen: true,
+        },
+        ClockFault::default(),
+    );
+    assert!(
+        overlap(&monotonic).is_some(),
+        "a window timed by a clock that misses the suspend: {monotonic:?}"
+    );
+}
+
+/// The Lease deleted under a frozen leader whose clock runs slow (0.7x,
+/// inside the lease-to-window ratio); a replica that never saw the Lease
+/// creates it and holds it before acting. Its hold must absorb the same
+/// clock rates the takeover does.
+#[test]
+fn a_created_lease_s_hold_absorbs_clock_rates_inside_the_ratio() {
+    let case = Case {
+        timing: Timing {
+            lease: ms(15_000),
+            renew: ms(10_000),
+            retry: ms(2_000),
+        },
+        plan: vec![Call {
+            request: ms(5),
+            response: ms(5),
+            fate: Fate::Delivered,
+        }],
+        freezes: vec![vec![(ms(20_050), ms(40_000))], Vec::new()],
+        starts: vec![Duration::ZERO, ms(20_100)],
+        deletions: vec![ms(20_100)],
+        released_lease: true,
+        clocks: vec![rate(0.7), rate(1.0)],
+    };
+    let open = simulate(&case);
+    assert!(
+        !open[0].is_empty() && !open[1].is_empty(),
+        "both led: {open:?}"
+    );
+    assert_eq!(overlap(&open), None);
 }

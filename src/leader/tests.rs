@@ -63,8 +63,13 @@ impl LeaseApi for Arc<FakeLeases> {
             return Err(api_error(409, "AlreadyExists"));
         }
         let mut written = lease.clone();
-        written.metadata.resource_version =
-            Some(self.version.fetch_add(1, Ordering::SeqCst).to_string());
+        let version = self.version.fetch_add(1, Ordering::SeqCst);
+        written.metadata.resource_version = Some(version.to_string());
+        // The API server's clock: a later create, a later second.
+        written.metadata.creation_timestamp =
+            k8s_openapi::jiff::Timestamp::from_second(1_800_000_000 + i64::from(version))
+                .ok()
+                .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time);
         *current = Some(written.clone());
         Ok(written)
     }
@@ -130,7 +135,12 @@ fn settings(identity: &str) -> Settings {
 }
 
 fn elector(api: &Arc<FakeLeases>, identity: &str) -> Elector<Arc<FakeLeases>> {
-    Elector::new(Arc::clone(api), settings(identity), None)
+    on_tokio_time(Elector::new(Arc::clone(api), settings(identity), None))
+}
+
+/// `elector` timed by tokio's (paused) clock.
+fn on_tokio_time<A: LeaseApi>(elector: Elector<A>) -> Elector<A> {
+    elector.with_clock(Arc::new(TokioClock))
 }
 
 fn never() -> stream::Pending<()> {
@@ -145,11 +155,11 @@ async fn the_first_candidate_creates_the_lease_and_leads() {
     a.acquire(never()).await;
     assert!(a.is_leader());
     assert!(a.health().is_leading());
-    // It created the Lease, so it held it a renew deadline before acting (the
+    // It created the Lease, so it held it a lease duration before acting (the
     // Lease might have been deleted under a leader still acting), no longer.
     let waited = started.elapsed();
     assert!(
-        waited >= Duration::from_secs(10) && waited < Duration::from_secs(11),
+        waited >= Duration::from_secs(15) && waited < Duration::from_secs(16),
         "{waited:?}"
     );
     assert_eq!(api.holder().as_deref(), Some("a"));
@@ -385,7 +395,7 @@ async fn a_sub_second_lease_is_written_as_one_second_not_zero() {
     fast.lease_duration = Duration::from_millis(500);
     fast.renew_deadline = Duration::from_millis(400);
     fast.retry_period = Duration::from_millis(100);
-    let mut a = Elector::new(Arc::clone(&api), fast, None);
+    let mut a = on_tokio_time(Elector::new(Arc::clone(&api), fast, None));
     a.acquire(never()).await;
     assert_eq!(lease_seconds(&api), Some(1));
     // A standby therefore waits for it instead of taking it at once.
@@ -406,7 +416,7 @@ async fn the_window_is_timed_from_the_start_of_the_renewal_not_its_answer() {
     assert_eq!(started.elapsed(), Duration::from_secs(6));
     assert_eq!(
         leadership.window(),
-        Window::Until(started + window_length(Duration::from_secs(10)))
+        Window::Until(TokioClock::stamp(started) + window_length(Duration::from_secs(10)))
     );
     assert!(leadership.may_start());
 }
@@ -517,14 +527,14 @@ async fn a_partitioned_leader_stops_lease_duration_minus_renew_deadline_before_a
         cut: Arc::new(AtomicBool::new(false)),
     };
     let start = Instant::now();
-    let mut a = Elector::new(api_a, settings("a"), None);
+    let mut a = on_tokio_time(Elector::new(api_a, settings("a"), None));
     a.acquire(never()).await;
     let leadership = a.leadership();
     let a_task = tokio::spawn(async move {
         a.renew_until_lost().await;
         Instant::now()
     });
-    let mut b = Elector::new(api_b, settings("b"), None);
+    let mut b = on_tokio_time(Elector::new(api_b, settings("b"), None));
     let b_task = tokio::spawn(async move {
         b.acquire(never()).await;
         Instant::now()
@@ -622,7 +632,7 @@ async fn a_deleted_lease_is_not_recreated_by_a_standby_before_the_observed_one_e
 }
 
 /// The Lease deleted while `a` leads, and `c` starts afterwards: `c` creates
-/// it, but its window opens only a renew deadline later, when `a`'s (last
+/// it, but its window opens only a lease duration later, after `a`'s (last
 /// renewal + renew deadline) has closed. Before this, `c` acted at once and
 /// both called the driver (chaos seed 20261127, I4).
 #[tokio::test(start_paused = true)]
@@ -642,9 +652,99 @@ async fn a_created_lease_opens_no_window_before_a_hidden_leaders_has_closed() {
     c.acquire(never()).await;
     let waited = created.elapsed();
     assert!(
-        waited >= Duration::from_secs(10) && waited < Duration::from_secs(11),
+        waited >= Duration::from_secs(15) && waited < Duration::from_secs(16),
         "{waited:?}"
     );
     assert!(c_window.may_start());
     assert!(!a_window.may_start(), "a's window closed before c's opened");
+}
+
+/// Tokio's clock plus time spent suspended: what `CLOCK_BOOTTIME` reads
+/// when tokio's (monotonic) timers do not see a suspend.
+#[derive(Debug, Default)]
+struct SuspendingClock {
+    suspended_ms: AtomicU32,
+}
+
+impl Clock for SuspendingClock {
+    fn now(&self) -> Stamp {
+        TokioClock.now() + Duration::from_millis(self.suspended_ms.load(Ordering::SeqCst).into())
+    }
+}
+
+/// A suspend of 20 s (> the window) while a call is in flight: on resume no
+/// call starts, and the call in flight is abandoned within `RESUME_CHECK`,
+/// although tokio's timer for the window's end is still 9 s away.
+#[tokio::test(start_paused = true)]
+async fn after_a_suspend_past_the_window_no_call_starts_and_the_call_in_flight_is_abandoned() {
+    let api = Arc::new(FakeLeases::released());
+    let clock = Arc::new(SuspendingClock::default());
+    let mut a = Elector::new(Arc::clone(&api), settings("a"), None).with_clock(clock.clone());
+    a.acquire(never()).await;
+    let leadership = a.leadership();
+    assert!(leadership.may_start());
+    let in_flight = tokio::spawn({
+        let leadership = leadership.clone();
+        async move {
+            let outcome = leadership
+                .call(tokio::time::sleep(Duration::from_secs(3600)))
+                .await;
+            (outcome, Instant::now())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(leadership.in_flight(), 1);
+    // The machine sleeps 20 s: the boot clock counts them, tokio's does not.
+    clock.suspended_ms.store(20_000, Ordering::SeqCst);
+    let resumed = Instant::now();
+    assert!(
+        !leadership.may_start(),
+        "the window ended during the suspend"
+    );
+    let (outcome, abandoned_at) = in_flight.await.expect("the call's task");
+    assert_eq!(outcome, Err(NotLeading));
+    assert!(
+        abandoned_at - resumed <= RESUME_CHECK,
+        "abandoned {:?} after the resume",
+        abandoned_at - resumed
+    );
+    assert_eq!(leadership.abandoned(), 1);
+}
+
+/// The epoch the calls carry: the Lease's `leaseTransitions` when the window
+/// opened, higher with every takeover, and higher again after a deletion
+/// when the creator had seen the Lease.
+#[tokio::test(start_paused = true)]
+async fn each_leader_s_epoch_is_above_the_one_before_it_even_across_a_deletion() {
+    let api = Arc::new(FakeLeases::released());
+    let mut a = elector(&api, "a");
+    let a_window = a.leadership();
+    assert_eq!(a_window.epoch(), None, "not leading yet");
+    a.acquire(never()).await;
+    let first = a_window.epoch().expect("a's epoch");
+    assert_eq!(first.holder, "a");
+    // a dies without releasing; b takes over after the lease.
+    let mut b = elector(&api, "b");
+    let b_window = b.leadership();
+    b.acquire(never()).await;
+    let second = b_window.epoch().expect("b's epoch");
+    assert_eq!(second.holder, "b");
+    assert!(second.number > first.number, "{first} then {second}");
+    // The Lease is deleted under b; c, which saw b's Lease, re-creates it.
+    let mut c = elector(&api, "c");
+    let c_window = c.leadership();
+    assert!(!c.try_acquire_or_renew().await, "b holds it");
+    *api.lease.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    c.acquire(never()).await;
+    let third = c_window.epoch().expect("c's epoch");
+    assert!(third.number > second.number, "{second} then {third}");
+    assert_eq!(third.to_string(), format!("{}/c", third.number));
+    // Deleted again; d, which never saw it, creates it (leaseTransitions 0):
+    // its creationTimestamp is later.
+    *api.lease.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    let mut d = elector(&api, "d");
+    let d_window = d.leadership();
+    d.acquire(never()).await;
+    let fourth = d_window.epoch().expect("d's epoch");
+    assert!(fourth.number > third.number, "{third} then {fourth}");
 }

@@ -3,13 +3,15 @@
 //! renewal ([`window_length`]). Why it is shorter than the lease: the
 //! `leader` module doc.
 
+use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio::time::Instant;
+
+use super::clock::{self, BootClock, Clock, Stamp};
 
 /// How much earlier than `renew_deadline` the window closes: time for the
 /// cancellation of an abandoned call to reach the driver.
@@ -27,20 +29,72 @@ pub fn window_length(renew_deadline: Duration) -> Duration {
 pub enum Window {
     /// Not leading.
     Closed,
-    /// Leading until this instant (last successful renewal's start + renew deadline).
-    Until(Instant),
+    /// Leading until this reading of the window's clock (last successful
+    /// renewal's start + [`window_length`]).
+    Until(Stamp),
     /// No leader election: always.
     Unbounded,
 }
 
 impl Window {
     /// Whether a call may start at `now`.
-    pub fn is_open(&self, now: Instant) -> bool {
+    pub fn is_open(&self, now: Stamp) -> bool {
         match self {
             Self::Closed => false,
             Self::Until(end) => now < *end,
             Self::Unbounded => true,
         }
+    }
+}
+
+/// A leadership epoch: a number from the Lease this replica leads on, and
+/// the holder. Sent to the driver with `--fencing-token-metadata`
+/// (`csi::EPOCH_HEADER`) as `<number>/<holder>`: a later leader's number is
+/// higher, so a driver that remembers the highest number it acted for can
+/// refuse a call from an earlier leader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Epoch {
+    /// The Lease's `creationTimestamp` (Unix seconds, the API server's
+    /// clock) × [`Epoch::TRANSITIONS`] + its `leaseTransitions`: every
+    /// takeover raises `leaseTransitions`, and a Lease deleted and created
+    /// again, even by a replica that never saw the old one (which starts
+    /// `leaseTransitions` at 0), has a later `creationTimestamp`.
+    pub number: u64,
+    /// The holder identity.
+    pub holder: String,
+}
+
+impl Epoch {
+    /// `leaseTransitions` counts below this (one takeover a second for 11 days).
+    pub const TRANSITIONS: u64 = 1_000_000;
+
+    /// The epoch of `holder` leading on `lease` (as written).
+    pub fn of(lease: &k8s_openapi::api::coordination::v1::Lease, holder: &str) -> Self {
+        let created = lease
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .and_then(|t| u64::try_from(t.0.as_second()).ok())
+            .unwrap_or(0);
+        let transitions = lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.lease_transitions)
+            .and_then(|t| u64::try_from(t).ok())
+            .unwrap_or(0)
+            .min(Self::TRANSITIONS - 1);
+        Self {
+            number: created
+                .saturating_mul(Self::TRANSITIONS)
+                .saturating_add(transitions),
+            holder: holder.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for Epoch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.number, self.holder)
     }
 }
 
@@ -60,6 +114,10 @@ pub struct NotLeading;
 pub struct Leadership {
     pub(super) window: watch::Receiver<Window>,
     pub(super) calls: Arc<CallCounts>,
+    /// The clock the window is timed by (the elector's).
+    pub(super) clock: Arc<dyn Clock>,
+    /// The epoch of the current (or last) leadership; set before its window opens.
+    pub(super) epoch: Arc<RwLock<Option<Epoch>>>,
 }
 
 #[derive(Default, Debug)]
@@ -104,16 +162,41 @@ impl Leadership {
         Self {
             window,
             calls: Arc::default(),
+            clock: Arc::new(BootClock),
+            epoch: Arc::default(),
         }
     }
 
-    /// A window that follows `window` (tests: open and close it at will).
+    /// A window that follows `window` (tests: open and close it at will),
+    /// timed by tokio's clock ([`clock::TokioClock`]).
     #[cfg(test)]
     pub fn following(window: watch::Receiver<Window>) -> Self {
         Self {
             window,
             calls: Arc::default(),
+            clock: Arc::new(clock::TokioClock),
+            epoch: Arc::default(),
         }
+    }
+
+    /// Tests: this leadership's epoch is `epoch`.
+    #[cfg(test)]
+    pub fn with_epoch(self, epoch: Epoch) -> Self {
+        *self.epoch.write().unwrap_or_else(PoisonError::into_inner) = Some(epoch);
+        self
+    }
+
+    /// The epoch of this replica's leadership (`None`: never led, or no election).
+    pub fn epoch(&self) -> Option<Epoch> {
+        self.epoch
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Now, on the window's clock.
+    pub fn now(&self) -> Stamp {
+        self.clock.now()
     }
 
     /// The window now.
@@ -123,7 +206,7 @@ impl Leadership {
 
     /// Whether a driver call may start now.
     pub fn may_start(&self) -> bool {
-        self.window().is_open(Instant::now())
+        self.window().is_open(self.clock.now())
     }
 
     /// Driver calls running now.
@@ -175,15 +258,15 @@ impl Leadership {
             match current {
                 Window::Closed => return,
                 Window::Until(end) => {
-                    if Instant::now() >= end {
+                    if self.clock.now() >= end {
                         return;
                     }
                     tokio::select! {
-                        () = tokio::time::sleep_until(end) => {}
+                        () = clock::sleep_until(self.clock.as_ref(), end) => {}
                         changed = window.changed() => {
                             if changed.is_err() {
                                 // No more renewals: the window ends as it stands.
-                                tokio::time::sleep_until(end).await;
+                                clock::sleep_until(self.clock.as_ref(), end).await;
                                 return;
                             }
                         }

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::faults::Window;
 use crate::workload::Instance;
-use crate::world::{Call, Exit, FINALIZER, RENEW_DEADLINE};
+use crate::world::{Call, Exit, FINALIZER, LEASE_DURATION, RENEW_DEADLINE};
 
 /// `2026-11-26T11:40:53.123456Z` → Unix nanoseconds.
 pub fn parse_time(text: &str) -> Option<i128> {
@@ -154,8 +154,8 @@ pub struct Term {
     pub identity: String,
     /// The write that made it holder (API server's receive time).
     pub acquired: i128,
-    /// When its window may first open: at once, or a renew deadline after a
-    /// CREATE (`src/leader.rs` holds a Lease it created).
+    /// When its window may first open: at once, or a lease duration after a
+    /// CREATE (`src/leader/` holds a Lease it created).
     pub opens: i128,
     pub last_renewal: i128,
 }
@@ -242,7 +242,7 @@ pub fn terms(audit: &[Value], lease: &str) -> Vec<Term> {
                     identity,
                     acquired: at,
                     opens: if verb == "create" {
-                        at + nanos(RENEW_DEADLINE)
+                        at + nanos(LEASE_DURATION)
                     } else {
                         at
                     },
@@ -519,44 +519,90 @@ pub fn i3(h: &History, f: &mut Findings) {
     }
 }
 
-/// The call was received by the driver as its caller resumed from a SIGSTOP
-/// taken inside its leadership (`src/leader.rs`' documented fencing limit:
-/// the call had passed its window check before the freeze).
-///
-/// The fault's window opens before it looks the leader up (up to 5 s while
-/// no replica holds the Lease), so the SIGSTOP itself is timed from the
-/// window's end: `replica-N stopped <ms> ms` ends with the SIGCONT.
-fn frozen_in_flight(h: &History, terms: &[Term], call: &Call) -> bool {
-    let identity = format!("replica-{}", call.caller);
-    let prefix = format!("{identity} stopped ");
-    h.windows.iter().any(|w| {
-        let Some(ms) = w
-            .note
-            .strip_prefix(&prefix)
-            .and_then(|rest| rest.strip_suffix(" ms"))
-            .and_then(|ms| ms.parse::<i128>().ok())
-        else {
-            return false;
-        };
-        let stopped = w.end - ms * 1_000_000;
-        w.kind == "leader-sigstop-past-lease"
-            && call.start >= stopped
-            && call.start <= w.end + SECOND
-            && terms
-                .iter()
-                .any(|t| t.identity == identity && t.acquired <= stopped && stopped <= t.until())
+/// With the fencing token (calls carry epochs): accepted calls that acted
+/// after a call of a higher epoch had acted, which the driver's fence must
+/// have refused (the order is the fence's: `acted_at`). One violation each.
+fn epochs_out_of_order(calls: &[&Call], f: &mut Findings) {
+    let mut acted: Vec<&&Call> = calls
+        .iter()
+        .filter(|c| c.code == "OK" && c.epoch.is_some())
+        .collect();
+    acted.sort_by_key(|c| c.acted_at());
+    let mut highest: Option<&Call> = None;
+    let mut late = 0;
+    for call in acted {
+        match highest {
+            Some(top) if call.epoch < top.epoch => {
+                late += 1;
+                if late <= 20 {
+                    f.violation(
+                        "I4",
+                        format!(
+                            "replica-{} {} {} of epoch {:?} acted at {}, after replica-{} {} of epoch {:?} at {}: the fence should have refused it",
+                            call.caller, call.method, call.volume, call.epoch, secs(call.acted_at()),
+                            top.caller, top.method, top.epoch, secs(top.acted_at())
+                        ),
+                    );
+                }
+            }
+            Some(top) if call.epoch <= top.epoch => {}
+            _ => highest = Some(call),
+        }
+    }
+}
+
+/// With the fencing token: whether `call` acted before any call of a higher
+/// epoch did, so it is ordered as if it had run inside its caller's leadership.
+fn before_any_later_epoch(calls: &[&Call], call: &Call) -> bool {
+    let Some(epoch) = call.epoch else {
+        return false;
+    };
+    !calls.iter().any(|other| {
+        other.code == "OK"
+            && other.epoch.is_some_and(|e| e > epoch)
+            && other.acted_at() <= call.acted_at()
     })
 }
 
 pub fn i4(h: &History, f: &mut Findings) {
-    let mut calls: Vec<&Call> = h.calls.iter().collect();
+    // The fencing token is on when calls carry epochs; then every one must.
+    let fencing = h.calls.iter().any(|c| c.epoch.is_some());
+    // A call the driver's fence refused did nothing: evidence, not a call.
+    let refused = h.calls.iter().filter(|c| c.fenced).count();
+    if fencing {
+        f.measured.push((
+            "I4 stale-epoch calls refused by the driver's fence".into(),
+            refused.to_string(),
+        ));
+        let unfenced: Vec<&Call> = h
+            .calls
+            .iter()
+            .filter(|c| c.epoch.is_none() && c.code != crate::world::UNRECORDED)
+            .collect();
+        for call in unfenced.iter().take(20) {
+            f.violation(
+                "I4",
+                format!(
+                    "replica-{} {} {} at {} carried no epoch although the replicas send it",
+                    call.caller,
+                    call.method,
+                    call.volume,
+                    secs(call.start)
+                ),
+            );
+        }
+    }
+    let mut calls: Vec<&Call> = h.calls.iter().filter(|c| !c.fenced).collect();
     calls.sort_by_key(|c| c.start);
+    epochs_out_of_order(&calls, f);
     // Overlaps between different callers (sweep, keeping the latest-ending call per caller).
     let mut open: BTreeMap<usize, &Call> = BTreeMap::new();
     let mut overlaps = 0;
     for call in &calls {
         for (caller, other) in &open {
-            if *caller != call.caller && other.caller_end() > call.start {
+            // Two epochs' calls: the fence orders them (checked above).
+            let ordered = matches!((call.epoch, other.epoch), (Some(a), Some(b)) if a != b);
+            if *caller != call.caller && other.caller_end() > call.start && !ordered {
                 overlaps += 1;
                 if overlaps <= 20 {
                     f.violation(
@@ -586,6 +632,7 @@ pub fn i4(h: &History, f: &mut Findings) {
     }
     let terms = terms(&h.audit, &h.lease);
     let mut outside = 0;
+    let mut ordered_late = 0;
     for call in &calls {
         let identity = format!("replica-{}", call.caller);
         if terms
@@ -594,19 +641,13 @@ pub fn i4(h: &History, f: &mut Findings) {
         {
             continue;
         }
-        // Counted, not a violation: only the margin protects against it, and
-        // the overlap check above still holds it to that.
-        if frozen_in_flight(h, &terms, call) {
-            f.exempt.push((
-                "I4".into(),
-                format!(
-                    "replica-{} {} {} received at {}, as the replica resumed from a SIGSTOP taken inside its leadership (the documented fencing limit)",
-                    call.caller,
-                    call.method,
-                    call.volume,
-                    secs(call.start)
-                ),
-            ));
+        // With the fencing token, a late call (e.g. received as its caller
+        // resumed from a SIGSTOP taken inside its leadership) that acted before
+        // any newer leader's call is ordered inside its caller's leadership;
+        // one after it was refused (or is a violation above). Counted.
+        // Without the token nothing exempts it (the window alone cannot).
+        if fencing && before_any_later_epoch(&calls, call) {
+            ordered_late += 1;
             continue;
         }
         outside += 1;
@@ -643,6 +684,12 @@ pub fn i4(h: &History, f: &mut Findings) {
             "I4",
             format!("{outside} calls outside their caller's leadership in all (first 20 shown)"),
         );
+    }
+    if fencing {
+        f.measured.push((
+            "I4 calls outside their caller's leadership that acted before any newer epoch's".into(),
+            ordered_late.to_string(),
+        ));
     }
 }
 
@@ -901,6 +948,8 @@ pub fn i8(h: &History, f: &mut Findings) {
     let mut calls: Vec<(usize, &Call)> = h
         .calls
         .iter()
+        // A call the driver's fence refused did nothing.
+        .filter(|c| !c.fenced)
         .filter_map(|c| {
             let identity = format!("replica-{}", c.caller);
             terms

@@ -31,6 +31,9 @@ fn call(method: &str, caller: usize, volume: &str, node: &str, start: f64, end: 
         end: t(end),
         abandoned: None,
         incarnation: 0,
+        epoch: None,
+        fenced: false,
+        acted: None,
     }
 }
 
@@ -76,7 +79,7 @@ fn window(kind: &str, start: f64, end: f64, note: &str) -> Window {
 }
 
 /// A run that passes every check: replica-0 leads from a CREATE at 0 s
-/// (window opens at 2 s) and renews every 0.5 s to 20 s; VA `va-a` is
+/// (window opens at 3 s) and renews every 0.5 s to 20 s; VA `va-a` is
 /// published at 3 s, marked attached, deleted, unpublished at 9 s and its
 /// finalizer removed after that.
 fn clean() -> History {
@@ -140,7 +143,7 @@ fn terms_split_at_a_gap_and_hold_after_a_create() {
     audit.extend(renewals("replica-0", 9.0, 10.0)); // 4 s gap: a new term
     let terms = check::terms(&audit, "L");
     assert_eq!(terms.len(), 2, "{terms:?}");
-    assert_eq!(terms[0].opens, t(2.0));
+    assert_eq!(terms[0].opens, t(3.0));
     assert_eq!(terms[0].calls_until(), t(5.0) + 1_800_000_000);
     assert_eq!(terms[1].acquired, t(9.0));
     assert_eq!(terms[1].opens, t(9.0));
@@ -270,7 +273,7 @@ fn i4_reports_overlaps_and_calls_outside_the_window() {
     });
     h.calls.push(call(PUB, 0, "vol-b", "node-2-id", 15.0, 15.1));
     only(&check(&h), "I4");
-    // A call during the hold after a CREATE (window opens at 2 s).
+    // A call during the hold after a CREATE (window opens at 3 s).
     let mut h = clean();
     h.calls.push(call(PUB, 0, "vol-b", "node-2-id", 1.0, 1.1));
     only(&check(&h), "I4");
@@ -289,7 +292,7 @@ fn i4_reports_overlaps_and_calls_outside_the_window() {
     h.calls.push(call(PUB, 0, "vol-b", "node-2-id", 24.0, 24.1));
     only(&check(&h), "I4");
     // A call received as the replica resumed from a SIGSTOP inside its
-    // leadership: exempt, and counted.
+    // leadership: no longer exempt (the fencing token closes it, below).
     let mut h = clean();
     h.windows.push(window(
         "leader-sigstop-past-lease",
@@ -299,34 +302,96 @@ fn i4_reports_overlaps_and_calls_outside_the_window() {
     ));
     h.calls
         .push(call(PUB, 0, "vol-b", "node-2-id", 24.2, 24.21));
-    let f = check(&h);
-    assert!(f.of("I4").is_empty(), "{f:#?}");
-    assert_eq!(f.exempt.len(), 1, "{f:#?}");
-    // The fault looked the leader up for 3 s (the Lease was another's): its
-    // window opened before the term did, the SIGSTOP (timed from the end)
-    // came inside it. Still exempt.
+    only(&check(&h), "I4");
+    assert!(check(&h).exempt.is_empty());
+}
+
+/// `clean()` with the fencing token: replica-0's calls carry epoch 0, and
+/// replica-1 leads from 26 s (epoch 1) and lists the volumes at 27 s.
+fn fenced() -> History {
     let mut h = clean();
-    let mut audit = vec![lease("create", "replica-1", 0.0)];
-    audit.extend(renewals("replica-1", 0.5, 3.0));
-    audit.push(lease("update", "replica-0", 21.0));
-    audit.extend(renewals("replica-0", 21.01, 21.05));
-    h.audit.retain(|e| e["objectRef"]["resource"] != "leases");
-    h.audit.extend(audit);
-    h.windows.push(window(
-        "leader-sigstop-past-lease",
-        18.0,
-        26.0,
-        "replica-0 stopped 4900 ms",
-    ));
-    h.calls.retain(|c| c.start > t(20.0));
-    h.calls
-        .push(call(PUB, 0, "vol-b", "node-2-id", 26.1, 26.11));
+    for c in &mut h.calls {
+        c.epoch = Some(0);
+    }
+    h.audit.push(lease("update", "replica-1", 26.0));
+    h.audit.extend(renewals("replica-1", 26.5, 30.0));
+    h.calls.push(Call {
+        epoch: Some(1),
+        ..call("ListVolumes", 1, "", "", 27.0, 27.05)
+    });
+    h
+}
+
+#[test]
+fn i4_with_the_fencing_token_counts_refusals_and_reports_epochs_out_of_order() {
+    let f = check(&fenced());
+    assert!(f.of("I4").is_empty(), "{f:#?}");
+    // replica-0's late Publish, received after it resumed, refused by the fence.
+    let mut h = fenced();
+    h.calls.push(Call {
+        epoch: Some(0),
+        fenced: true,
+        code: "FailedPrecondition".into(),
+        ..call(PUB, 0, "vol-b", "node-2-id", 27.5, 27.51)
+    });
+    let f = check(&h);
+    assert!(f.of("I4").is_empty(), "a refused call did nothing: {f:#?}");
+    assert!(
+        f.measured
+            .iter()
+            .any(|(what, n)| what.contains("refused by the driver's fence") && n == "1"),
+        "{f:#?}"
+    );
+    // The same call accepted after epoch 1 acted: the fence failed.
+    let mut h = fenced();
+    h.calls.push(Call {
+        epoch: Some(0),
+        ..call(PUB, 0, "vol-b", "node-2-id", 27.5, 27.51)
+    });
+    only(&check(&h), "I4");
+    // Accepted before any epoch-1 call acted (received at 24.2 s, after
+    // replica-0's window): ordered inside its leadership, counted, no violation.
+    let mut h = fenced();
+    h.calls.push(Call {
+        epoch: Some(0),
+        ..call(PUB, 0, "vol-b", "node-2-id", 24.2, 24.21)
+    });
     let f = check(&h);
     assert!(f.of("I4").is_empty(), "{f:#?}");
-    assert_eq!(f.exempt.len(), 1, "{f:#?}");
-    // Timed from the window's start instead, the stop would fall before the
-    // term: not exempt. (A stop of 7.9 s puts it there.)
-    h.windows.last_mut().unwrap().note = "replica-0 stopped 7900 ms".into();
+    assert!(
+        f.measured
+            .iter()
+            .any(|(what, n)| what.contains("acted before any newer epoch") && n == "1"),
+        "{f:#?}"
+    );
+    // Received before epoch 1's call but acting (passing the fence) after it.
+    let mut h = fenced();
+    h.calls.push(Call {
+        epoch: Some(0),
+        acted: Some(t(27.2)),
+        ..call(PUB, 0, "vol-b", "node-2-id", 24.2, 27.21)
+    });
+    only(&check(&h), "I4");
+    // Passed the fence after epoch 1 acted but failed in the driver: not
+    // in the fence's order of OK calls, still outside its leadership.
+    let mut h = fenced();
+    h.calls.push(Call {
+        epoch: Some(0),
+        code: "Internal".into(),
+        ..call(PUB, 0, "vol-b", "node-2-id", 27.5, 27.51)
+    });
+    only(&check(&h), "I4");
+    // One replica's epochs going backwards inside its own leadership (no
+    // overlap, no call outside a term): only the fence's order shows it.
+    let mut h = fenced();
+    h.calls.push(Call {
+        epoch: Some(2),
+        ..call("ListVolumes", 0, "", "", 12.0, 12.05)
+    });
+    only(&check(&h), "I4");
+    // A call without an epoch while the replicas send it.
+    let mut h = fenced();
+    h.calls.push(call("ListVolumes", 1, "", "", 28.0, 28.05));
     only(&check(&h), "I4");
 }
 

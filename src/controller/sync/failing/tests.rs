@@ -205,8 +205,9 @@ async fn a_va_gone_from_a_re_list_and_a_va_failing_in_the_other_lane_are_counted
 
 #[tokio::test(start_paused = true)]
 async fn losing_the_leadership_resets_the_gauge_and_nothing_counts_after() {
-    let (window, follows) =
-        watch::channel(Window::Until(Instant::now() + Duration::from_secs(3600)));
+    let (window, follows) = watch::channel(Window::Until(
+        crate::leader::TokioClock::stamp(Instant::now()) + Duration::from_secs(3600),
+    ));
     let w = World::attachable(testing::va(json!({})), testing::pv(json!({})));
     for _ in 0..5 {
         w.driver.fail("publish", Code::Internal, "disk busy");
