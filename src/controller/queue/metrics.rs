@@ -61,7 +61,7 @@ impl QueueFamilies {
             limit: self.limit.clone(),
             limit_changes: ["attach", "detach"]
                 .iter()
-                .map(|lane| {
+                .map(|&lane| {
                     ["latency", "throttled", "unavailable", "deadline"]
                         .map(|reason| self.limit_changes.with_label_values(&[lane, reason]))
                 })
