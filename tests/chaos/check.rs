@@ -325,11 +325,16 @@ pub fn i1(h: &History, f: &mut Findings) {
             continue; // not deleted, or still deleting (I2's business)
         }
         let node_ok = |id: &str| node_of_id(id).as_deref() == Some(inst.node.as_str());
+        // A Publish the driver's fence refused (a stale epoch) did nothing:
+        // the last Publish that could have acted is the one to undo.
         let Some(last) = h
             .calls
             .iter()
             .filter(|c| {
-                c.method == "ControllerPublishVolume" && c.volume == inst.handle && node_ok(&c.node)
+                c.method == "ControllerPublishVolume"
+                    && !c.fenced
+                    && c.volume == inst.handle
+                    && node_ok(&c.node)
             })
             .max_by_key(|c| c.end)
         else {

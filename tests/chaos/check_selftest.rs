@@ -216,6 +216,25 @@ fn i1_reports_a_missing_or_early_unpublish_and_missing_evidence() {
         ..call(PUB, 0, "vol-a", "node-1-id", 4.0, 9.05)
     });
     only(&check(&h), "I1");
+    // A stale leader's Publish the driver's fence refused after the
+    // Unpublish (the CI run at 9831282): it did nothing, nothing to undo.
+    let refused = || Call {
+        epoch: Some(0),
+        fenced: true,
+        code: "FailedPrecondition".into(),
+        ..call(PUB, 1, "vol-a", "node-1-id", 9.5, 9.51)
+    };
+    let mut h = clean();
+    h.calls.push(refused());
+    assert!(check(&h).of("I1").is_empty(), "{:#?}", check(&h));
+    // The same call not refused by a fence (it failed in the driver, and
+    // may have acted): still the last Publish to undo.
+    let mut h = clean();
+    h.calls.push(Call {
+        fenced: false,
+        ..refused()
+    });
+    only(&check(&h), "I1");
 }
 
 #[test]
