@@ -164,10 +164,18 @@ async fn scenario(
         "--retry-interval-max=1s",
     ];
     let env = env.with_attacher(&kubeconfig, &args);
-    // A standby watches the Lease (its list and watch verbs).
+    // A standby watches the Lease (its list and watch verbs). It lists its
+    // caches in pages (the leader streams them: a streaming list needs only
+    // `watch`), so `list` on VAs, PVs and CSINodes, which the fallback
+    // from a refused streaming list needs, is used too.
     let _standby = extras.fallbacks.then(|| {
         let args = [&args[..], &["--leader-election-identity=standby"]].concat();
-        env.spawn_attacher("standby", &kubeconfig, &args)
+        env.spawn_attacher_with_env(
+            "standby",
+            &kubeconfig,
+            &args,
+            &[("KUBE_FEATURE_WatchListClient", "false")],
+        )
     });
     let node = unique("node");
     let pv_name = unique("pv");

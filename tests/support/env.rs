@@ -64,7 +64,12 @@ impl Env {
 
     /// Starts only a mock driver called `driver` (use unique names per binary).
     pub async fn named_without_attacher(driver: &str, mock_args: &[&str]) -> Self {
-        let cp = controlplane::shared();
+        Self::on(controlplane::shared(), driver, mock_args).await
+    }
+
+    /// Starts only a mock driver called `driver`, on the control plane `cp`
+    /// (one a test started with options of its own).
+    pub async fn on(cp: &'static ControlPlane, driver: &str, mock_args: &[&str]) -> Self {
         let client = cp.client().await;
         let driver = driver.to_string();
         let name_flag = format!("--name={driver}");

@@ -1,12 +1,15 @@
 //! Watches → caches → work queues (upstream external-attacher v4.12's event handlers).
 //!
-//! Each watch runs with kube-runtime's default backoff. Events are trimmed and
+//! Each watch starts with a streaming list where the API server serves one
+//! (paginated LISTs otherwise, see [`initial`]) and is retried as
+//! [`WatchBackoff`] says. Events are trimmed and
 //! filtered before they reach a cache; enqueue decisions compare the new
 //! object with the cached one. Keys seen during a (re-)list are enqueued only
 //! after the list is complete and in the cache, so a worker never reads a
 //! cache that lags behind the event that woke it.
 
 pub mod backoff;
+pub mod initial;
 
 use std::sync::Arc;
 
@@ -15,7 +18,7 @@ use k8s_openapi::api::storage::v1::CSINode;
 use kube::api::Api;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher::Event;
 use kube::runtime::WatchStreamExt;
 
 use crate::controller::flows::pv_finalizer::needs_finalizer_check;
@@ -200,15 +203,16 @@ where
         .boxed()
 }
 
-/// A watch of every `kind` object, retried as [`WatchBackoff`] says;
-/// failures are logged and the watch goes on.
+/// A watch of every `kind` object, listed as [`initial::InitialList::from_env`]
+/// says and retried as [`WatchBackoff`] says; failures are logged and the
+/// watch goes on.
 fn watch_raw<K>(api: Api<K>, kind: &'static str) -> futures::stream::BoxStream<'static, Event<K>>
 where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
 {
     let backoff = WatchBackoff::default();
     let failures = backoff.observer();
-    watcher::watcher(api, watcher::Config::default())
+    initial::watcher(api, initial::InitialList::from_env(), kind)
         .inspect_err(move |err| failures.record(err))
         .backoff(backoff)
         .filter_map(move |event| async move {

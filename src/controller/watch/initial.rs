@@ -1,0 +1,284 @@
+//! How a watch gets the objects that exist when it starts: a streaming list
+//! where the API server serves one, a paginated, consistent LIST where it
+//! does not.
+//!
+//! A streaming list (KEP-3157, `sendInitialEvents=true`) is a watch whose
+//! first events are the current objects, ended by a bookmark annotated
+//! `k8s.io/initial-events-end`; the API server sends them from its watch
+//! cache one by one, where a LIST builds the whole page in memory. Upstream
+//! v4.12 (client-go v0.36, gate `WatchListClient` on by default since 1.35)
+//! streams its informers' lists, and so do we. The facts matched here:
+//!
+//! - the kill switch is client-go's: `KUBE_FEATURE_WatchListClient=false` in
+//!   the environment (a Go `strconv.ParseBool` value; anything else is
+//!   ignored with a warning, as client-go ignores it);
+//! - kube-apiserver 1.34 and later serve streaming lists by default (gate
+//!   `WatchList`, beta and on since 1.34). One started with
+//!   `--feature-gates=WatchList=false` refuses the watch with 422 Invalid
+//!   ("sendInitialEvents is forbidden for watch unless the WatchList feature
+//!   gate is enabled"), and servers before 1.27 refuse its
+//!   `resourceVersionMatch` the same way;
+//! - client-go falls back to a LIST when a streaming attempt fails.
+//!
+//! Here a refusal (422, or 400) switches that watch to paginated LISTs (500
+//! objects a page, no `resourceVersion`: consistent reads) for the life of
+//! the process, logged once. So do two streaming attempts in a row that end
+//! before the end bookmark (a server, or something between, that ignores
+//! the parameter would never send it); one such attempt is a dropped
+//! connection and is retried as a stream. Any other error is retried as it
+//! was before, with the watch's backoff.
+
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use kube::api::Api;
+use kube::runtime::watcher::{self, Event};
+
+/// The environment variable client-go reads for its `WatchListClient` gate.
+pub const WATCH_LIST_ENV: &str = "KUBE_FEATURE_WatchListClient";
+
+/// How a watch lists what exists when it starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InitialList {
+    /// A streaming list, falling back to pages where it is refused.
+    Streaming,
+    /// Paginated, consistent LISTs only.
+    Paginated,
+}
+
+impl InitialList {
+    /// The mode `KUBE_FEATURE_WatchListClient` asks for (streaming when
+    /// unset), and a warning to log when its value is not a Go boolean.
+    pub fn from_env_value(value: Option<&str>) -> (Self, Option<String>) {
+        let Some(value) = value else {
+            return (Self::Streaming, None);
+        };
+        match parse_go_bool(value) {
+            Some(true) => (Self::Streaming, None),
+            Some(false) => (Self::Paginated, None),
+            None => (
+                Self::Streaming,
+                Some(format!(
+                    "{WATCH_LIST_ENV}={value:?} is not a boolean; ignored (streaming lists stay on)"
+                )),
+            ),
+        }
+    }
+
+    /// The mode this process's environment asks for, read once.
+    pub fn from_env() -> Self {
+        static MODE: std::sync::OnceLock<InitialList> = std::sync::OnceLock::new();
+        *MODE.get_or_init(|| {
+            let value = std::env::var(WATCH_LIST_ENV).ok();
+            let (mode, warning) = Self::from_env_value(value.as_deref());
+            if let Some(warning) = warning {
+                tracing::warn!("{warning}");
+            }
+            mode
+        })
+    }
+
+    /// kube-runtime's watcher configuration for this mode.
+    pub fn config(self) -> watcher::Config {
+        let config = watcher::Config::default();
+        match self {
+            Self::Streaming => config.streaming_lists(),
+            // kube-runtime's defaults: 500 objects a page, `ListSemantic::MostRecent`
+            // (no resourceVersion, so every page is a consistent read).
+            Self::Paginated => config,
+        }
+    }
+}
+
+/// Go's `strconv.ParseBool`.
+fn parse_go_bool(value: &str) -> Option<bool> {
+    match value {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// Whether `err` is the API server refusing a streaming list (not a
+/// failure to retry).
+pub fn is_refusal(err: &watcher::Error) -> bool {
+    matches!(
+        err,
+        watcher::Error::WatchStartFailed(kube::Error::Api(status))
+            if status.code == 422 || status.code == 400
+    )
+}
+
+/// What one streaming attempt has shown so far.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Attempts {
+    /// An attempt has started (its `Init` seen) and not ended (`InitDone`).
+    open: bool,
+    /// Attempts in a row that ended before their end bookmark.
+    unfinished: u32,
+}
+
+/// What [`Attempts::observe`] decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Go on streaming.
+    Stream,
+    /// List in pages from now on, for this reason.
+    FallBack(&'static str),
+}
+
+impl Attempts {
+    /// Notes one item of a streaming watcher.
+    pub fn observe<K>(&mut self, item: &Result<Event<K>, watcher::Error>) -> Verdict {
+        match item {
+            Err(err) if is_refusal(err) => {
+                return Verdict::FallBack("the API server refuses streaming lists");
+            }
+            Ok(Event::Init) => {
+                if self.open {
+                    self.unfinished += 1;
+                }
+                self.open = true;
+                if self.unfinished >= 2 {
+                    return Verdict::FallBack(
+                        "two streaming lists in a row ended before their end bookmark",
+                    );
+                }
+            }
+            Ok(Event::InitDone) => {
+                self.open = false;
+                self.unfinished = 0;
+            }
+            _ => {}
+        }
+        Verdict::Stream
+    }
+}
+
+/// kube-runtime's watcher in `mode`: in [`InitialList::Streaming`], switched
+/// to paginated lists when the API server refuses streaming ones (module
+/// docs). A stream that switches ends its open attempt with the paginated
+/// watcher's own `Init`, so consumers see one re-list.
+pub fn watcher<K>(
+    api: Api<K>,
+    mode: InitialList,
+    kind: &'static str,
+) -> BoxStream<'static, Result<Event<K>, watcher::Error>>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    let inner = watcher::watcher(api.clone(), mode.config()).boxed();
+    if mode == InitialList::Paginated {
+        return inner;
+    }
+    let state = (inner, Some(Attempts::default()), api);
+    futures::stream::unfold(state, move |(mut inner, mut attempts, api)| async move {
+        loop {
+            let item = inner.next().await?;
+            if let Some(seen) = attempts.as_mut() {
+                if let Verdict::FallBack(reason) = seen.observe(&item) {
+                    match &item {
+                        Err(err) => tracing::info!(
+                            kind,
+                            reason,
+                            error = %crate::kube_client::error_chain(err),
+                            "listing in pages from now on"
+                        ),
+                        Ok(_) => tracing::warn!(kind, reason, "listing in pages from now on"),
+                    }
+                    inner = watcher::watcher(api.clone(), InitialList::Paginated.config()).boxed();
+                    attempts = None;
+                    continue;
+                }
+            }
+            return Some((item, (inner, attempts, api)));
+        }
+    })
+    .boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::Status;
+
+    fn api_error(code: u16) -> watcher::Error {
+        watcher::Error::WatchStartFailed(kube::Error::Api(Box::new(Status::failure(
+            "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+            "Invalid",
+        ).with_code(code))))
+    }
+
+    #[test]
+    fn the_environment_switches_streaming_off_as_client_go_reads_it() {
+        assert_eq!(InitialList::from_env_value(None).0, InitialList::Streaming);
+        for on in ["1", "t", "T", "TRUE", "true", "True"] {
+            assert_eq!(
+                InitialList::from_env_value(Some(on)),
+                (InitialList::Streaming, None)
+            );
+        }
+        for off in ["0", "f", "F", "FALSE", "false", "False"] {
+            assert_eq!(
+                InitialList::from_env_value(Some(off)),
+                (InitialList::Paginated, None)
+            );
+        }
+        for bad in ["", "no", "off", "tRUE", " false"] {
+            let (mode, warning) = InitialList::from_env_value(Some(bad));
+            assert_eq!(mode, InitialList::Streaming, "{bad:?}");
+            assert!(
+                warning.is_some_and(|w| w.contains(WATCH_LIST_ENV)),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn paginated_lists_are_consistent_pages_of_500() {
+        let config = InitialList::Paginated.config();
+        assert_eq!(
+            config.initial_list_strategy,
+            watcher::InitialListStrategy::ListWatch
+        );
+        assert_eq!(config.page_size, Some(500));
+        assert_eq!(config.list_semantic, watcher::ListSemantic::MostRecent);
+        assert_eq!(
+            InitialList::Streaming.config().initial_list_strategy,
+            watcher::InitialListStrategy::StreamingList
+        );
+    }
+
+    #[test]
+    fn a_refused_stream_falls_back_and_other_failures_do_not() {
+        assert!(is_refusal(&api_error(422)));
+        assert!(is_refusal(&api_error(400)));
+        for code in [403, 410, 429, 500, 503] {
+            assert!(!is_refusal(&api_error(code)), "{code}");
+        }
+        let mut attempts = Attempts::default();
+        let item: Result<Event<()>, _> = Err(api_error(503));
+        assert_eq!(attempts.observe(&item), Verdict::Stream);
+        let item: Result<Event<()>, _> = Err(api_error(422));
+        assert!(matches!(attempts.observe(&item), Verdict::FallBack(_)));
+    }
+
+    #[test]
+    fn two_unfinished_attempts_in_a_row_fall_back_and_one_does_not() {
+        let mut attempts = Attempts::default();
+        let init: Result<Event<()>, watcher::Error> = Ok(Event::Init);
+        let done: Result<Event<()>, watcher::Error> = Ok(Event::InitDone);
+        assert_eq!(attempts.observe(&init), Verdict::Stream);
+        assert_eq!(
+            attempts.observe(&init),
+            Verdict::Stream,
+            "one dropped stream"
+        );
+        assert_eq!(attempts.observe(&done), Verdict::Stream);
+        // Finished attempts reset the count.
+        assert_eq!(attempts.observe(&init), Verdict::Stream);
+        assert_eq!(attempts.observe(&done), Verdict::Stream);
+        assert_eq!(attempts.observe(&init), Verdict::Stream);
+        assert_eq!(attempts.observe(&init), Verdict::Stream);
+        assert!(matches!(attempts.observe(&init), Verdict::FallBack(_)));
+    }
+}
