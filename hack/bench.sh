@@ -13,6 +13,9 @@
 #                                 --ours-binary wrapper, runs ours under a profiler); P8 then runs
 #                                 ours and ours FIFO (--schedule-per-node=false)
 #   hack/bench.sh --charts-only   redraw the SVG charts from bench/results.json (or --out DIR's), running nothing
+#   hack/bench.sh --wire-format [--pvs N] [--reps R] [--out DIR]
+#                                 JSON against protobuf for a list of N PVs (benches/wire_format.rs):
+#                                 the API server's CPU, bytes, our decode → DIR/wire-format.md
 #
 # Every run also writes its charts (throughput, cpu, failover, latency,
 # latency-load .svg; p8-<profile>.svg) next to results.md.
@@ -26,6 +29,12 @@ fi
 
 CSI_ATTACHER_TOOLS_BIN=$(bash hack/build-controlplane.sh | tail -n1)
 export CSI_ATTACHER_TOOLS_BIN
+
+# Wire formats: a benchmark of its own (release build).
+if [[ "${1:-}" == --wire-format ]]; then
+  shift
+  exec cargo bench --locked --bench wire_format -- "$@"
+fi
 
 # Smoke: the harness in the test profile (the tests' build), no release build.
 [[ " $* " == *" --smoke "* ]] && exec cargo test --locked --bench attacher -- "$@"
