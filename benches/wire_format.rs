@@ -15,6 +15,11 @@
 //! - the API server's CPU seconds (its `/proc/<pid>/stat` utime + stime)
 //!   while it serves the list, from the client's first byte asked to its
 //!   last byte read (the list runs alone: nothing else talks to it);
+//! - the API server's peak RSS growth while it serves (`VmHWM` reset through
+//!   `/proc/<pid>/clear_refs` before, read after), the cost streaming lists
+//!   exist to cut, and what its Go heap allocated meanwhile (its
+//!   `go_memstats_alloc_bytes_total`, read before and after: steadier than
+//!   the peak, which a heap kept from an earlier list hides);
 //! - the bytes of the response body;
 //! - **our decode**: this process's thread CPU to turn those same bytes into
 //!   the views our PV cache keeps. JSON goes through our own decoder
@@ -95,6 +100,10 @@ enum Way {
 struct Fetched {
     bodies: Vec<Vec<u8>>,
     server_cpu: f64,
+    /// The API server's peak RSS while it served, over its RSS before, MiB.
+    server_peak: f64,
+    /// What the API server's Go heap allocated while it served, MiB.
+    server_alloc: f64,
     wall: f64,
 }
 
@@ -184,6 +193,43 @@ fn cpu_seconds(pid: u32) -> Result<f64> {
     Ok(ticks / hz)
 }
 
+/// Resets `pid`'s peak RSS (`VmHWM`) to its current RSS, which it returns
+/// (KiB): writing 5 to `/proc/<pid>/clear_refs` (proc(5)).
+fn reset_peak(pid: u32) -> Result<u64> {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5")?;
+    status_kib(pid, "VmRSS:")
+}
+
+/// The API server's `go_memstats_alloc_bytes_total`: bytes its Go heap has
+/// allocated so far.
+async fn go_allocated(client: &kube::Client) -> Result<f64> {
+    let request = http::Request::get("/metrics").body(Vec::new())?;
+    let text = client.request_text(request).await?;
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("go_memstats_alloc_bytes_total "))
+        .context("no go_memstats_alloc_bytes_total")?;
+    Ok(line
+        .split_whitespace()
+        .nth(1)
+        .context("no value")?
+        .parse()?)
+}
+
+/// A `/proc/<pid>/status` field in KiB.
+fn status_kib(pid: u32, field: &str) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .with_context(|| format!("no {field}"))?;
+    Ok(line
+        .split_whitespace()
+        .nth(1)
+        .context("no value")?
+        .parse()?)
+}
+
 /// This thread's CPU seconds.
 fn thread_cpu() -> f64 {
     let mut ts = libc::timespec {
@@ -201,7 +247,9 @@ async fn fetch(client: &kube::Client, pid: u32, format: Format, way: Way) -> Res
         (Format::Protobuf, Way::Pages) => PROTOBUF,
         (Format::Protobuf, Way::Stream) => PROTOBUF_STREAM,
     };
+    let alloc0 = go_allocated(client).await?;
     let started = Instant::now();
+    let rss0 = reset_peak(pid)?;
     let cpu0 = cpu_seconds(pid)?;
     let mut bodies = Vec::new();
     match way {
@@ -228,10 +276,15 @@ async fn fetch(client: &kube::Client, pid: u32, format: Format, way: Way) -> Res
         }
     }
     let server_cpu = cpu_seconds(pid)? - cpu0;
+    let server_peak = status_kib(pid, "VmHWM:")?.saturating_sub(rss0) as f64 / 1024.0;
+    let wall = started.elapsed().as_secs_f64();
+    let server_alloc = (go_allocated(client).await? - alloc0) / (1024.0 * 1024.0);
     Ok(Fetched {
         bodies,
         server_cpu,
-        wall: started.elapsed().as_secs_f64(),
+        server_peak,
+        server_alloc,
+        wall,
     })
 }
 
@@ -549,6 +602,8 @@ struct Row {
     format: Format,
     way: Way,
     server_cpu: Vec<f64>,
+    server_peak: Vec<f64>,
+    server_alloc: Vec<f64>,
     bytes: Vec<f64>,
     decode: Vec<f64>,
     wall: Vec<f64>,
@@ -560,6 +615,8 @@ impl Row {
             format,
             way,
             server_cpu: Vec::new(),
+            server_peak: Vec::new(),
+            server_alloc: Vec::new(),
             bytes: Vec::new(),
             decode: Vec::new(),
             wall: Vec::new(),
@@ -568,6 +625,8 @@ impl Row {
 
     fn add(&mut self, fetched: &Fetched, decode: f64) {
         self.server_cpu.push(fetched.server_cpu);
+        self.server_peak.push(fetched.server_peak);
+        self.server_alloc.push(fetched.server_alloc);
         self.bytes
             .push(fetched.bodies.iter().map(Vec::len).sum::<usize>() as f64);
         self.decode.push(decode);
@@ -596,13 +655,13 @@ fn report(args: &Args, rows: &[Row], minor: u32) -> String {
         "# Wire formats: JSON against protobuf for a list of {} PVs\n\n\
          kube-apiserver 1.{minor} (the tests' control plane, `tests/support/controlplane.rs`), one client, nothing else running on \
          it; {} rounds, medians (range). Command: `hack/bench.sh --wire-format --pvs {} --reps {}`.\n\n\
-         | way | format | API server CPU s | bytes | our decode CPU s | wall s |\n\
-         |---|---|---|---|---|---|\n",
+         | way | format | API server CPU s | API server peak RSS growth MiB | API server Go allocation MiB | bytes | our decode CPU s | wall s |\n\
+         |---|---|---|---|---|---|---|---|\n",
         args.pvs, args.reps, args.pvs, args.reps
     );
     for row in rows {
         out.push_str(&format!(
-            "| {} | {} | {:.3} ({}) | {:.0} | {:.3} ({}) | {:.3} |\n",
+            "| {} | {} | {:.3} ({}) | {:.1} ({}) | {:.0} | {:.0} | {:.3} ({}) | {:.3} |\n",
             match row.way {
                 Way::Pages => "pages of 500",
                 Way::Stream => "streaming list",
@@ -613,6 +672,9 @@ fn report(args: &Args, rows: &[Row], minor: u32) -> String {
             },
             median(&row.server_cpu),
             spread(&row.server_cpu),
+            median(&row.server_peak),
+            spread(&row.server_peak),
+            median(&row.server_alloc),
             median(&row.bytes),
             median(&row.decode),
             spread(&row.decode),
