@@ -288,7 +288,8 @@ async fn fetch(client: &kube::Client, pid: u32, format: Format, way: Way) -> Res
     })
 }
 
-async fn get(client: &kube::Client, uri: &str, accept: &str) -> Result<Vec<u8>> {
+/// The body of a successful GET of `uri` asking for `accept`.
+async fn body_of(client: &kube::Client, uri: &str, accept: &str) -> Result<kube::client::Body> {
     let request = http::Request::get(uri)
         .header(http::header::ACCEPT, accept)
         .body(Vec::new())?;
@@ -296,20 +297,18 @@ async fn get(client: &kube::Client, uri: &str, accept: &str) -> Result<Vec<u8>> 
     if !response.status().is_success() {
         bail!("GET {uri}: {}", response.status());
     }
-    Ok(response.into_body().collect().await?.to_bytes().to_vec())
+    Ok(response.into_body())
+}
+
+async fn get(client: &kube::Client, uri: &str, accept: &str) -> Result<Vec<u8>> {
+    let body = body_of(client, uri, accept).await?;
+    Ok(body.collect().await?.to_bytes().to_vec())
 }
 
 /// The body of a streaming list up to (and with) its end bookmark; the
 /// stream is dropped there.
 async fn stream_until_end(client: &kube::Client, uri: &str, accept: &str) -> Result<Vec<u8>> {
-    let request = http::Request::get(uri)
-        .header(http::header::ACCEPT, accept)
-        .body(Vec::new())?;
-    let response = client.send(request.map(kube::client::Body::from)).await?;
-    if !response.status().is_success() {
-        bail!("GET {uri}: {}", response.status());
-    }
-    let mut body = response.into_body();
+    let mut body = body_of(client, uri, accept).await?;
     let mut bytes = Vec::new();
     let mut searched: usize = 0;
     while let Some(frame) = body.frame().await {
