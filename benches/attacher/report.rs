@@ -644,5 +644,50 @@ mod tests {
         assert!(md.ends_with(&table));
         // Nothing measured, no table.
         assert_eq!(growth_table(&Results::default(), SMOKE.growth), "");
+        assert_eq!(cost_tables(&Results::default(), &SMOKE), "");
+    }
+
+    #[test]
+    fn cost_tables_per_thousand_and_per_phase() {
+        let mut results = Results::default();
+        let api = cost::per_thousand(Proc::ApiServer);
+        results.record(&api, Side::Upstream, 6.0);
+        results.record(&api, Side::Ours, 3.0);
+        results.record(
+            &cost::workload_per_thousand(Proc::ApiServer),
+            Side::ApiServer,
+            1.5,
+        );
+        let n = SMOKE.cost.foreign_pvs[0];
+        let cpu = cost::figure(Phase::StartUp, n, CostFigure::ApiServerCpu);
+        results.record(&cpu, Side::Upstream, 2.0);
+        results.record(&cpu, Side::Ours, 1.0);
+        let lists = cost::figure(Phase::StartUp, n, CostFigure::PvLists);
+        results.record(&lists, Side::Upstream, 0.0);
+        results.record(&lists, Side::Ours, 1.0);
+        // Within the idle rate's noise: no ratio.
+        let relist = cost::figure(Phase::Relist, n, CostFigure::ApiServerCpu);
+        results.record(&relist, Side::Upstream, -0.004);
+        results.record(&relist, Side::Ours, 0.05);
+        results.note(APISERVER_FLAGS, "--v=1".into());
+        let md = markdown(&results, &SMOKE, true, "test");
+        // Not in the main table.
+        assert!(!md.contains(&format!("| {} |", api.name)), "{md}");
+        assert!(
+            md.contains("| kube-apiserver | 6.000 | 3.000 | 2.00× | 1.500 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| start-up among 200 PVs, 80 VAs of another driver | 2.000 / 1.000 (2.00×) |  |  |  |  | 0.000 / 1.000 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| re-list among 200 PVs, 80 VAs of another driver | -0.004 / 0.050 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("kube-apiserver's flags in this run: `--v=1`"),
+            "{md}"
+        );
     }
 }
