@@ -12,6 +12,7 @@ use anyhow::{Context, Result};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
+use crate::metric::catalogue::cost::{self, Figure as CostFigure, Phase, Proc};
 use crate::metric::catalogue::growth::Curve;
 use crate::metric::catalogue::{p1, p2, p4, p5, p7};
 use crate::metric::{Better, Metric, Side};
@@ -50,9 +51,51 @@ impl Chart {
     }
 }
 
+/// The groups of a cost chart: `figure` at start-up and re-list, each size.
+fn cost_groups(figure: CostFigure) -> Vec<(String, Metric)> {
+    FULL.cost
+        .foreign_pvs
+        .iter()
+        .flat_map(|&n| {
+            Phase::ALL.map(|phase| {
+                (
+                    format!("{}, {}k PVs", phase.label(), n / 1000),
+                    cost::figure(phase, n, figure),
+                )
+            })
+        })
+        .collect()
+}
+
 fn charts() -> Vec<Chart> {
     use p4::{Span, PERCENTILES};
     vec![
+        Chart {
+            file: "cost-cpu.svg",
+            title: "kube-apiserver and etcd CPU per 1,000 attach+detach, the workload's share subtracted",
+            unit: "CPU seconds",
+            groups: Proc::ALL
+                .map(|proc| (proc.label().to_owned(), cost::per_thousand(proc)))
+                .into(),
+        },
+        Chart {
+            file: "cost-startup-cpu.svg",
+            title: "kube-apiserver CPU at the attacher's start-up and re-list",
+            unit: "CPU seconds",
+            groups: cost_groups(CostFigure::ApiServerCpu),
+        },
+        Chart {
+            file: "cost-startup-memory.svg",
+            title: "kube-apiserver peak memory growth at start-up and re-list",
+            unit: "MiB",
+            groups: cost_groups(CostFigure::PeakMemoryGrowth),
+        },
+        Chart {
+            file: "cost-startup-bytes.svg",
+            title: "Sent to the attacher at start-up and re-list",
+            unit: "MiB",
+            groups: cost_groups(CostFigure::BytesToAttacher),
+        },
         Chart {
             file: "throughput.svg",
             title: "P1 throughput, 2,000 VAs over 100 nodes",
@@ -531,6 +574,10 @@ mod tests {
             }
         }
         let titles: Vec<String> = charts().iter().map(Chart::title).collect();
+        let titles: Vec<&String> = titles
+            .iter()
+            .filter(|t| !t.contains("start-up") && !t.contains("attach+detach"))
+            .collect();
         assert_eq!(
             titles[0],
             "P1 throughput, 2,000 VAs over 100 nodes (higher is better)"

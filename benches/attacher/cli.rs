@@ -61,6 +61,8 @@ pub enum Key {
     Floor,
     /// What users wait for: scale-up, drain, node failure, noisy neighbour under each driver profile.
     P8,
+    /// What the attacher costs the API server and etcd: CPU per 1,000 attach+detach, start-up and re-list among foreign objects.
+    Cost,
     /// P8 with the aws-ebs profile only.
     #[value(name = "p8-aws-ebs")]
     P8AwsEbs,
@@ -175,8 +177,8 @@ mod tests {
         assert!(cli.wants(&[Key::Limit]));
         assert!(!cli.wants(&[Key::P1]));
         assert!(!cli.wants(&[Key::P5]));
-        let cli = parse(&["--only", "p1-workers,p4-load,p7,growth"]).unwrap();
-        for key in [Key::P1Workers, Key::P4Load, Key::P7, Key::Growth] {
+        let cli = parse(&["--only", "p1-workers,p4-load,p7,growth,cost"]).unwrap();
+        for key in [Key::P1Workers, Key::P4Load, Key::P7, Key::Growth, Key::Cost] {
             assert!(cli.wants(&[key]), "{key:?}");
         }
         assert!(!cli.wants(&[Key::P1, Key::P4]));

@@ -128,6 +128,14 @@ impl Harness {
             .record(metric, side, value);
     }
 
+    /// A fact of the run for results.md.
+    pub fn note(&self, key: &str, value: String) {
+        self.results
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .note(key, value);
+    }
+
     /// One round's samples of the distribution `name` (P8's charts).
     pub fn record_samples(&self, name: &str, side: impl Into<Side>, cap: f64, samples: Vec<f64>) {
         self.results
@@ -183,6 +191,33 @@ impl Harness {
         args: &[String],
         hostname: Option<&str>,
     ) -> Result<Attacher> {
+        let kubeconfig = self.cp.kubeconfig.clone();
+        self.spawn_with(which, name, csi_address, &kubeconfig, args, hostname)
+    }
+
+    /// [`Harness::spawn`] with another kubeconfig than the admin one (the
+    /// cost scenario's, which reaches the API server through a proxy).
+    pub fn spawn_via(
+        &self,
+        which: Which,
+        name: &str,
+        kubeconfig: &std::path::Path,
+        extra: &[String],
+    ) -> Result<Attacher> {
+        let mut args = vec!["--timeout=15s".to_owned(), "--worker-threads=10".to_owned()];
+        args.extend_from_slice(extra);
+        self.spawn_with(which, name, &self.mock.address(), kubeconfig, &args, None)
+    }
+
+    fn spawn_with(
+        &self,
+        which: Which,
+        name: &str,
+        csi_address: &str,
+        kubeconfig: &std::path::Path,
+        args: &[String],
+        hostname: Option<&str>,
+    ) -> Result<Attacher> {
         let floor = std::env::current_exe()?;
         let (binary, first, last) = match which {
             Which::Upstream => (&self.upstream, None, None),
@@ -205,7 +240,7 @@ impl Harness {
         command
             .args(first)
             .arg(format!("--csi-address={csi_address}"))
-            .arg(format!("--kubeconfig={}", self.cp.kubeconfig.display()))
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
             .arg(format!("--http-endpoint=127.0.0.1:{port}"))
             .args(args)
             .args(last)

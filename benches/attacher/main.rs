@@ -34,6 +34,7 @@ mod p8_charts;
 mod plan;
 mod process;
 mod procstat;
+mod proxy;
 mod report;
 mod scenarios;
 mod sizes;
@@ -104,6 +105,38 @@ async fn bench() -> Result<()> {
                 took(&format!("{} {}", scenario.title(), which.name()), t);
             }
         }
+    }
+    // Before P3: its objects of another driver are its own, created and
+    // removed here, so P3 and the growth curves find theirs as before.
+    let cost = Scenario::Cost;
+    if cli.wants(cost.keys()) {
+        for round in 1..=sizes.rounds {
+            eprintln!("{} per 1,000 attach+detach, round {round}", cost.title());
+            let t = Instant::now();
+            scenarios::cost_cycles(&h, both).await?;
+            took(&format!("{} per 1,000 attach+detach", cost.title()), t);
+        }
+        for &foreign in sizes.cost.foreign_pvs {
+            eprintln!("Cost: objects of another driver up to {foreign} PVs");
+            let t = Instant::now();
+            scenarios::prepare_cost(&h, foreign).await?;
+            took("Cost: objects of another driver", t);
+            for round in 1..=sizes.rounds {
+                for &which in both {
+                    let what = format!(
+                        "Cost: start-up and re-list, {foreign} foreign PVs, {}",
+                        which.name()
+                    );
+                    eprintln!("{what} round {round}");
+                    let t = Instant::now();
+                    scenarios::cost_startup(&h, which, foreign).await?;
+                    took(&what, t);
+                }
+            }
+        }
+        let t = Instant::now();
+        scenarios::remove_cost_foreign(&h).await?;
+        took("Cost: objects of another driver removed", t);
     }
     let p3 = Scenario::P3Memory;
     if cli.wants(p3.keys()) {

@@ -357,6 +357,111 @@ pub mod catalogue {
         }
     }
 
+    pub mod cost {
+        use super::Metric;
+
+        /// What every cost metric's name starts with (its tables are apart).
+        pub const PREFIX: &str = "Cost: ";
+
+        /// Whose CPU.
+        #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+        pub enum Proc {
+            ApiServer,
+            Etcd,
+        }
+
+        impl Proc {
+            pub const ALL: [Proc; 2] = [Proc::ApiServer, Proc::Etcd];
+
+            pub fn label(self) -> &'static str {
+                match self {
+                    Proc::ApiServer => "kube-apiserver",
+                    Proc::Etcd => "etcd",
+                }
+            }
+        }
+
+        /// CPU of `proc` per 1,000 attach+detach, the workload's share and
+        /// the idle rate subtracted.
+        pub fn per_thousand(proc: Proc) -> Metric {
+            Metric::lower(format!(
+                "{PREFIX}{} CPU s per 1,000 attach+detach (workload and idle subtracted)",
+                proc.label()
+            ))
+        }
+
+        /// The workload alone: the same VA creates and deletes, no attacher
+        /// (recorded as the API server's side).
+        pub fn workload_per_thousand(proc: Proc) -> Metric {
+            Metric::lower(format!(
+                "{PREFIX}{} CPU s per 1,000 VA create+delete, the workload alone (idle subtracted)",
+                proc.label()
+            ))
+        }
+
+        /// The attacher's initial list and watch, or its re-list after its
+        /// watches expired.
+        #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+        pub enum Phase {
+            StartUp,
+            Relist,
+        }
+
+        impl Phase {
+            pub const ALL: [Phase; 2] = [Phase::StartUp, Phase::Relist];
+
+            pub fn label(self) -> &'static str {
+                match self {
+                    Phase::StartUp => "start-up",
+                    Phase::Relist => "re-list",
+                }
+            }
+        }
+
+        /// What is measured of a start-up or re-list.
+        #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+        pub enum Figure {
+            ApiServerCpu,
+            EtcdCpu,
+            PeakMemoryGrowth,
+            BytesToAttacher,
+            FirstAttach,
+            PvLists,
+        }
+
+        impl Figure {
+            pub const ALL: [Figure; 6] = [
+                Figure::ApiServerCpu,
+                Figure::EtcdCpu,
+                Figure::PeakMemoryGrowth,
+                Figure::BytesToAttacher,
+                Figure::FirstAttach,
+                Figure::PvLists,
+            ];
+
+            /// Its column in results.md.
+            pub fn label(self) -> &'static str {
+                match self {
+                    Figure::ApiServerCpu => "kube-apiserver CPU s",
+                    Figure::EtcdCpu => "etcd CPU s",
+                    Figure::PeakMemoryGrowth => "kube-apiserver peak memory growth MiB",
+                    Figure::BytesToAttacher => "MiB sent to the attacher",
+                    Figure::FirstAttach => "s to the first attach",
+                    Figure::PvLists => "PV LIST requests",
+                }
+            }
+        }
+
+        /// "Cost: start-up among 10000 foreign PVs: kube-apiserver CPU s".
+        pub fn figure(phase: Phase, foreign_pvs: usize, figure: Figure) -> Metric {
+            Metric::lower(format!(
+                "{PREFIX}{} among {foreign_pvs} foreign PVs: {}",
+                phase.label(),
+                figure.label()
+            ))
+        }
+    }
+
     pub mod p6 {
         use super::Metric;
 
@@ -416,9 +521,22 @@ pub struct Distribution {
 /// Every metric measured in a run, by name (the order of results.md), and
 /// the distributions the charts draw.
 #[derive(Clone, Debug, Default)]
-pub struct Results(BTreeMap<String, Series>, BTreeMap<String, Distribution>);
+pub struct Results(
+    BTreeMap<String, Series>,
+    BTreeMap<String, Distribution>,
+    BTreeMap<String, String>,
+);
 
 impl Results {
+    /// A fact of the run results.md states (e.g. the API server's flags).
+    pub fn note(&mut self, key: &str, value: String) {
+        self.2.insert(key.to_owned(), value);
+    }
+
+    pub fn notes(&self) -> &BTreeMap<String, String> {
+        &self.2
+    }
+
     /// One round's samples of the distribution `name` for `side`.
     pub fn record_samples(&mut self, name: &str, side: Side, cap: f64, samples: Vec<f64>) {
         self.1
@@ -531,6 +649,20 @@ mod tests {
             p4::latency_ms(p4::Span::PublishToAttached, 99, "1 in flight").name,
             "P4 Publish reply→attached p99 ms (1 in flight)"
         );
+    }
+
+    #[test]
+    fn cost_metrics_are_lower_is_better_and_prefixed() {
+        for proc in cost::Proc::ALL {
+            assert!(cost::per_thousand(proc).name.starts_with(cost::PREFIX));
+            assert_eq!(cost::workload_per_thousand(proc).better, Better::Lower);
+        }
+        let m = cost::figure(cost::Phase::Relist, 100_000, cost::Figure::FirstAttach);
+        assert_eq!(
+            m.name,
+            "Cost: re-list among 100000 foreign PVs: s to the first attach"
+        );
+        assert_eq!(m.better, Better::Lower);
     }
 
     #[test]

@@ -28,7 +28,7 @@ static RESTARTED: Mutex<Option<Guard>> = Mutex::new(None);
 
 /// The live (not zombie) child of this process whose command name starts
 /// with `comm` (the kernel keeps 15 characters of it).
-fn child(comm: &str) -> Result<u32> {
+pub fn child(comm: &str) -> Result<u32> {
     let me = std::process::id();
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc")? {
@@ -132,11 +132,26 @@ pub async fn restart_apiserver(
         }
     }
     tokio::time::sleep(down).await;
+    // Its port may stay taken a moment after it is gone (sockets closing):
+    // starting before it is free fails with "address already in use".
+    if let Some(port) = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--secure-port="))
+        .and_then(|p| p.parse::<u16>().ok())
+    {
+        let until = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
+            if Instant::now() > until {
+                bail!("port {port} of kube-apiserver still taken 60 s after SIGKILL");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(&log)?;
-    writeln!(file, "--- restarted by the benchmark (P7) ---")?;
+    writeln!(file, "--- restarted by the benchmark (P7, cost) ---")?;
     let mut command = Command::new(&exe);
     command.args(&args).stdout(file.try_clone()?).stderr(file);
     let guard = Guard(Some(

@@ -36,6 +36,9 @@ pub enum Scenario {
     /// P8: what users wait for, per driver profile (after the rounds, with
     /// rounds of its own; upstream and ours at the same time).
     P8,
+    /// What the attachers cost the API server and etcd (after the rounds,
+    /// before P3; upstream, then ours, never at once).
+    Cost,
 }
 
 impl Scenario {
@@ -76,6 +79,7 @@ impl Scenario {
                 Key::P8GcePd,
                 Key::P8SerialPerNode,
             ],
+            Scenario::Cost => &[Key::Cost],
         }
     }
 
@@ -94,6 +98,7 @@ impl Scenario {
             Scenario::Growth => "Growth",
             Scenario::Floor => "Floor attacher",
             Scenario::P8 => "P8",
+            Scenario::Cost => "Cost",
         }
     }
 
@@ -115,7 +120,12 @@ mod tests {
     fn every_key_selects_a_scenario() {
         let all: Vec<Scenario> = Scenario::ROUND
             .into_iter()
-            .chain([Scenario::P3Memory, Scenario::Growth, Scenario::P8])
+            .chain([
+                Scenario::P3Memory,
+                Scenario::Growth,
+                Scenario::P8,
+                Scenario::Cost,
+            ])
             .collect();
         for key in [
             Key::Limit,
@@ -135,6 +145,7 @@ mod tests {
             Key::P8AzureDisk,
             Key::P8GcePd,
             Key::P8SerialPerNode,
+            Key::Cost,
         ] {
             assert!(
                 all.iter().any(|s| s.keys().contains(&key)),
@@ -149,6 +160,7 @@ mod tests {
         // Growth and P8 run after the rounds, not in them.
         assert!(!Scenario::ROUND.contains(&Scenario::Growth));
         assert!(!Scenario::ROUND.contains(&Scenario::P8));
+        assert!(!Scenario::ROUND.contains(&Scenario::Cost));
         for (key, _) in Key::P8_PROFILES {
             assert!(Scenario::P8.keys().contains(&key), "{key:?}");
         }

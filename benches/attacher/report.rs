@@ -6,6 +6,7 @@ use std::path::Path;
 use anyhow::Result;
 use serde_json::json;
 
+use crate::metric::catalogue::cost::{self, Figure as CostFigure, Phase, Proc};
 use crate::metric::catalogue::growth::Curve;
 use crate::metric::catalogue::p8 as p8_metric;
 use crate::metric::{Results, Side};
@@ -25,6 +26,7 @@ pub fn write(results: &Results, sizes: &Sizes, smoke: bool, out: &Path) -> Resul
         "machine": machine,
         "results": results.to_json(),
         "distributions": results.distributions_json(),
+        "notes": results.notes(),
     });
     std::fs::write(
         out.join("results.json"),
@@ -89,7 +91,10 @@ pub fn markdown(results: &Results, sizes: &Sizes, smoke: bool, machine: &str) ->
     let summary = |values: Option<&[f64]>| values.and_then(|v| Summary::of(v.iter().copied()));
     for (metric, series) in results.iter() {
         // The growth curves and P8 have tables of their own.
-        if metric.starts_with(GROWTH_PREFIX) || metric.starts_with(p8_metric::PREFIX) {
+        if metric.starts_with(GROWTH_PREFIX)
+            || metric.starts_with(p8_metric::PREFIX)
+            || metric.starts_with(cost::PREFIX)
+        {
             continue;
         }
         let reference = [
@@ -126,6 +131,7 @@ pub fn markdown(results: &Results, sizes: &Sizes, smoke: bool, machine: &str) ->
     }
     md.push_str("\n\"ours better by\": ours ÷ upstream for rates (higher is better), upstream ÷ ours for times, writes, CPU and memory (lower is better).\n");
     md.push_str(&growth_table(results, sizes.growth));
+    md.push_str(&cost_tables(results, sizes));
     md.push_str(&p8_tables(results, sizes));
     md
 }
@@ -351,6 +357,130 @@ pub fn growth_table(results: &Results, steps: &[GrowthSize]) -> String {
     md
 }
 
+/// The key of the note that holds kube-apiserver's flags.
+pub const APISERVER_FLAGS: &str = "kube-apiserver flags";
+
+/// A cell of the cost tables: "upstream / ours (ratio)" medians.
+fn cost_cell(results: &Results, metric: &crate::metric::Metric, ratio: bool) -> String {
+    let Some((_, series)) = results.iter().find(|(name, _)| *name == metric.name) else {
+        return String::new();
+    };
+    let of = |side| {
+        series
+            .side(side)
+            .and_then(|v| Summary::of(v.iter().copied()))
+    };
+    let (up, ours) = (of(Side::Upstream), of(Side::Ours));
+    // No ratio of a value at or below zero (a figure within the idle rate's noise).
+    let r = if ratio {
+        up.zip(ours)
+            .filter(|(u, o)| u.median > 0.0 && o.median > 0.0)
+            .and_then(|(u, o)| metric.better.ours_better_by(u.median, o.median))
+            .map(|r| format!(" ({r:.2}×)"))
+            .unwrap_or_default()
+    } else {
+        String::new()
+    };
+    format!("{} / {}{r}", median(up), median(ours))
+}
+
+/// results.md's cost section: CPU per 1,000 attach+detach, then start-up and
+/// re-list per size; nothing when the cost scenario did not run.
+pub fn cost_tables(results: &Results, sizes: &Sizes) -> String {
+    if !results
+        .iter()
+        .any(|(name, _)| name.starts_with(cost::PREFIX))
+    {
+        return String::new();
+    }
+    let mut md = format!(
+        "\n## What the attachers cost the API server and etcd\n\nUpstream, then ours, never at once; \
+         medians of {} round(s), upstream / ours (ratio: ours better by). CPU: kube-apiserver's and \
+         etcd's own utime + stime (`/proc/<pid>/stat`), less their idle rate (measured over 2 s just \
+         before) × the window. Per 1,000 attach+detach: {} VAs created at once (QPS 10,000), all \
+         attached, deleted, all gone; the workload alone (the same creates, deletes and watch, no \
+         attacher, so no finalizer) is subtracted.\n\n| CPU s per 1,000 attach+detach | upstream | ours | \
+         ours better by | the workload alone |\n|---|---|---|---|---|\n",
+        sizes.rounds, sizes.cost.cycles
+    );
+    for proc in Proc::ALL {
+        let metric = cost::per_thousand(proc);
+        let series = results
+            .iter()
+            .find(|(n, _)| *n == metric.name)
+            .map(|(_, s)| s);
+        let of = |side| {
+            series
+                .and_then(|s| s.side(side))
+                .and_then(|v| Summary::of(v.iter().copied()))
+        };
+        let (up, ours) = (of(Side::Upstream), of(Side::Ours));
+        let ratio = up
+            .zip(ours)
+            .and_then(|(u, o)| metric.better.ours_better_by(u.median, o.median))
+            .map(|r| format!("{r:.2}×"))
+            .unwrap_or_default();
+        let workload = results
+            .iter()
+            .find(|(n, _)| *n == cost::workload_per_thousand(proc).name)
+            .and_then(|(_, s)| s.side(Side::ApiServer))
+            .and_then(|v| Summary::of(v.iter().copied()));
+        md.push_str(&format!(
+            "| {} | {} | {} | {ratio} | {} |\n",
+            proc.label(),
+            median(up),
+            median(ours),
+            median(workload)
+        ));
+    }
+    md.push_str(
+        "\nStart-up: kube-apiserver restarted (the same fresh API server for both), one VA of ours \
+         waiting, the attacher started through a byte-counting TCP proxy; the window ends when that VA \
+         is attached and no byte passed the proxy for 1 s. Re-list: the proxy cuts the attacher off, a \
+         VA of ours is created, kube-apiserver is restarted and settles, the proxy lets the attacher \
+         through again: its watches resume from revisions older than the new watch cache (410 Gone) \
+         and it lists again. Peak memory growth: kube-apiserver's `VmHWM` (reset through `clear_refs` \
+         at the window's start) less its `VmRSS` then. MiB sent: TLS bytes from the API server to the \
+         attacher. PV LIST requests: the API server's own count (0: the attacher streamed its lists, \
+         `sendInitialEvents=true`; more: paginated LISTs).\n\n| phase |",
+    );
+    for figure in CostFigure::ALL {
+        md.push_str(&format!(" {} |", figure.label()));
+    }
+    md.push_str("\n|---|");
+    md.push_str(&"---|".repeat(CostFigure::ALL.len()));
+    md.push('\n');
+    for &foreign in sizes.cost.foreign_pvs {
+        for phase in Phase::ALL {
+            let cells: Vec<String> = CostFigure::ALL
+                .iter()
+                .map(|&f| {
+                    cost_cell(
+                        results,
+                        &cost::figure(phase, foreign, f),
+                        f != CostFigure::PvLists,
+                    )
+                })
+                .collect();
+            if cells.iter().all(String::is_empty) {
+                continue;
+            }
+            md.push_str(&format!(
+                "| {} among {foreign} PVs, {} VAs of another driver | {} |\n",
+                phase.label(),
+                crate::sizes::CostSizes::foreign_vas(foreign),
+                cells.join(" | ")
+            ));
+        }
+    }
+    if let Some(flags) = results.notes().get(APISERVER_FLAGS) {
+        md.push_str(&format!(
+            "\nkube-apiserver's flags in this run: `{flags}`\n"
+        ));
+    }
+    md
+}
+
 /// "N CPUs (model), M GiB" of this machine.
 pub fn machine() -> String {
     let cpus = std::thread::available_parallelism()
@@ -514,5 +644,50 @@ mod tests {
         assert!(md.ends_with(&table));
         // Nothing measured, no table.
         assert_eq!(growth_table(&Results::default(), SMOKE.growth), "");
+        assert_eq!(cost_tables(&Results::default(), &SMOKE), "");
+    }
+
+    #[test]
+    fn cost_tables_per_thousand_and_per_phase() {
+        let mut results = Results::default();
+        let api = cost::per_thousand(Proc::ApiServer);
+        results.record(&api, Side::Upstream, 6.0);
+        results.record(&api, Side::Ours, 3.0);
+        results.record(
+            &cost::workload_per_thousand(Proc::ApiServer),
+            Side::ApiServer,
+            1.5,
+        );
+        let n = SMOKE.cost.foreign_pvs[0];
+        let cpu = cost::figure(Phase::StartUp, n, CostFigure::ApiServerCpu);
+        results.record(&cpu, Side::Upstream, 2.0);
+        results.record(&cpu, Side::Ours, 1.0);
+        let lists = cost::figure(Phase::StartUp, n, CostFigure::PvLists);
+        results.record(&lists, Side::Upstream, 0.0);
+        results.record(&lists, Side::Ours, 1.0);
+        // Within the idle rate's noise: no ratio.
+        let relist = cost::figure(Phase::Relist, n, CostFigure::ApiServerCpu);
+        results.record(&relist, Side::Upstream, -0.004);
+        results.record(&relist, Side::Ours, 0.05);
+        results.note(APISERVER_FLAGS, "--v=1".into());
+        let md = markdown(&results, &SMOKE, true, "test");
+        // Not in the main table.
+        assert!(!md.contains(&format!("| {} |", api.name)), "{md}");
+        assert!(
+            md.contains("| kube-apiserver | 6.000 | 3.000 | 2.00× | 1.500 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| start-up among 200 PVs, 80 VAs of another driver | 2.000 / 1.000 (2.00×) |  |  |  |  | 0.000 / 1.000 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| re-list among 200 PVs, 80 VAs of another driver | -0.004 / 0.050 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("kube-apiserver's flags in this run: `--v=1`"),
+            "{md}"
+        );
     }
 }

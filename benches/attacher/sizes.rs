@@ -55,6 +55,25 @@ pub struct Sizes {
     pub growth: &'static [GrowthSize],
     /// P8: what users wait for.
     pub p8: P8Sizes,
+    /// What the attachers cost the API server and etcd (`scenarios/cost.rs`).
+    pub cost: CostSizes,
+}
+
+/// The cost scenario's sizes.
+#[derive(Clone, Copy, Debug)]
+pub struct CostSizes {
+    /// VAs attached and detached in one burst (QPS 10,000) for the CPU per 1,000.
+    pub cycles: usize,
+    /// The start-up and re-list steps: PVs of another driver, smallest first
+    /// (and [`CostSizes::foreign_vas`] VAs of it).
+    pub foreign_pvs: &'static [usize],
+}
+
+impl CostSizes {
+    /// The other driver's VAs beside `foreign_pvs` of its PVs: 40 %.
+    pub fn foreign_vas(foreign_pvs: usize) -> usize {
+        foreign_pvs * 2 / 5
+    }
 }
 
 /// P8's runs (`scenarios/p8.rs`): nodes and volumes of each case, the cap
@@ -142,6 +161,10 @@ pub const FULL: Sizes = Sizes {
         cap: Duration::from_secs(600),
         time_scale: None,
     },
+    cost: CostSizes {
+        cycles: 2000,
+        foreign_pvs: &[10_000, 50_000, 100_000],
+    },
 };
 
 pub const SMOKE: Sizes = Sizes {
@@ -193,6 +216,10 @@ pub const SMOKE: Sizes = Sizes {
         cap: Duration::from_secs(60),
         time_scale: Some(0.02),
     },
+    cost: CostSizes {
+        cycles: 20,
+        foreign_pvs: &[200],
+    },
 };
 
 /// API writes one attach costs the attacher's client when the PV lacks its
@@ -227,6 +254,7 @@ impl Sizes {
             "p7_outages": self.p7_outages, "p7_down_s": self.p7_down.as_secs_f64(),
             "growth": self.growth.iter().map(|g| json!({"vas": g.vas, "foreign_pvs": g.foreign_pvs, "foreign_vas": g.foreign_vas})).collect::<Vec<_>>(),
             "p8": self.p8.to_json(),
+            "cost": {"cycles": self.cost.cycles, "foreign_pvs": self.cost.foreign_pvs},
         })
     }
 
@@ -313,11 +341,15 @@ mod tests {
                 assert!(pair[0].foreign_pvs <= pair[1].foreign_pvs);
                 assert!(pair[0].foreign_vas <= pair[1].foreign_vas);
             }
+            for pair in sizes.cost.foreign_pvs.windows(2) {
+                assert!(pair[0] < pair[1]);
+            }
             // Foreign VAs each name a foreign PV.
             for g in sizes.growth {
                 assert!(g.foreign_vas <= g.foreign_pvs);
             }
         }
         assert_eq!(FULL.growth[0].label(), "1000 VAs, 10000 foreign PVs");
+        assert_eq!(CostSizes::foreign_vas(100_000), 40_000);
     }
 }

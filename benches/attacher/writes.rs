@@ -37,6 +37,23 @@ pub fn count(metrics: &str) -> f64 {
     total
 }
 
+/// The requests of `verb` on `resource` counted in `metrics` (the API
+/// server's Prometheus text), every code and scope summed.
+pub fn requests(metrics: &str, verb: &str, resource: &str) -> f64 {
+    let verb = format!("verb=\"{verb}\"");
+    let resource = format!("resource=\"{resource}\"");
+    metrics
+        .lines()
+        .filter_map(|line| line.strip_prefix("apiserver_request_total{"))
+        .filter_map(|rest| rest.rsplit_once("} "))
+        .filter(|(labels, _)| {
+            let labels: Vec<&str> = labels.split(',').collect();
+            labels.contains(&verb.as_str()) && labels.contains(&resource.as_str())
+        })
+        .filter_map(|(_, value)| value.trim().parse::<f64>().ok())
+        .sum()
+}
+
 // Also compiled into the benchmark, which cargo builds with cfg(test) but no
 // test harness: there the #[test]s are dropped (they run in attacher_units).
 #[cfg(test)]
@@ -58,5 +75,17 @@ apiserver_request_total{code="200",resource="pods",subresource="",verb="WATCH"} 
 "#;
         assert_eq!(count(text), 30.0 + 5.0 + 7.0 + 2.0);
         assert_eq!(count(""), 0.0);
+    }
+
+    #[test]
+    fn requests_sum_every_code_of_a_verb_and_resource() {
+        let text = r#"apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="persistentvolumes",scope="cluster",subresource="",verb="LIST",version="v1"} 200
+apiserver_request_total{code="410",component="apiserver",dry_run="",group="",resource="persistentvolumes",scope="cluster",subresource="",verb="LIST",version="v1"} 1
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="persistentvolumes",scope="cluster",subresource="",verb="WATCH",version="v1"} 3
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="storage.k8s.io",resource="volumeattachments",scope="cluster",subresource="",verb="LIST",version="v1"} 9
+"#;
+        assert_eq!(requests(text, "LIST", "persistentvolumes"), 201.0);
+        assert_eq!(requests(text, "WATCH", "persistentvolumes"), 3.0);
+        assert_eq!(requests(text, "LIST", "csinodes"), 0.0);
     }
 }

@@ -1,5 +1,6 @@
 //! The code of each scenario of [`crate::plan::Scenario`].
 
+mod cost;
 mod floor;
 mod growth;
 mod limit;
@@ -36,6 +37,7 @@ pub async fn run(scenario: Scenario, h: &Harness, which: Which) -> Result<()> {
         Scenario::P7Recovery => p7::run(h, which).await,
         Scenario::Growth => bail!("the growth curves run by size: scenarios::growth_step"),
         Scenario::P8 => bail!("P8 runs its attachers at once: scenarios::p8_round"),
+        Scenario::Cost => bail!("the cost scenario runs by phase: scenarios::cost_*"),
     }
 }
 
@@ -62,4 +64,25 @@ pub async fn p8_round(
     round: usize,
 ) -> Result<()> {
     p8::run(h, profiles, sides, round).await
+}
+
+/// One round of the cost per 1,000 attach+detach: the workload alone, then
+/// each of `sides`, one after the other.
+pub async fn cost_cycles(h: &Harness, sides: &[Which]) -> Result<()> {
+    cost::cycles(h, sides).await
+}
+
+/// The cost scenario's objects of another driver: `foreign_pvs` PVs, 40 % as many VAs.
+pub async fn prepare_cost(h: &Harness, foreign_pvs: usize) -> Result<()> {
+    cost::prepare(h, foreign_pvs).await
+}
+
+/// Start-up and re-list of `which` among them.
+pub async fn cost_startup(h: &Harness, which: Which, foreign_pvs: usize) -> Result<()> {
+    cost::startup(h, which, foreign_pvs).await
+}
+
+/// Removes the cost scenario's objects of another driver.
+pub async fn remove_cost_foreign(h: &Harness) -> Result<()> {
+    cost::remove_foreign(h).await
 }

@@ -10,7 +10,7 @@ use crate::metric::catalogue::p3;
 use crate::process::Which;
 
 /// The driver of the objects the attacher must skip.
-const OTHER_DRIVER: &str = "other.csi.example.com";
+pub const OTHER_DRIVER: &str = "other.csi.example.com";
 
 /// The other driver's PVs and VAs; they stay for the rest of the run.
 pub async fn foreign_objects(h: &Harness) -> Result<()> {
