@@ -26,11 +26,10 @@ async fn calls(env: &Env, method: &str) -> Vec<Value> {
 }
 
 /// Six 1-second attaches of one node, then one of another, through one
-/// attach slot (two workers: the detach lane keeps the other): where the
-/// other node's Publish came among those seven Publish calls, and all of
-/// them.
+/// slot (one worker): where the other node's Publish came among those seven
+/// Publish calls, and all of them.
 async fn small_after_big(extra: &[&str]) -> (Option<usize>, Vec<String>) {
-    let mut args = vec!["--worker-threads=2"];
+    let mut args = vec!["--worker-threads=1"];
     args.extend_from_slice(extra);
     let env = Env::start(&[], &args).await;
     let (big, small) = (unique("big"), unique("small"));
@@ -86,6 +85,40 @@ async fn a_nodes_backlog_does_not_keep_another_nodes_attach_behind_it() {
 async fn schedule_per_node_false_keeps_upstreams_first_queued_first_served() {
     let (at, order) = small_after_big(&["--schedule-per-node=false"]).await;
     assert_eq!(at, Some(6), "{order:?}");
+}
+
+#[tokio::test]
+async fn a_pure_attach_burst_uses_every_worker() {
+    // --worker-threads=10 and nothing to detach: ten Publish calls at once,
+    // as upstream's ten workers (the idle detach lane keeps no slot).
+    let env = Env::start(&[], &["--worker-threads=10"]).await;
+    let node = unique("node");
+    env.create_node(&node).await;
+    let mut pvs = Vec::new();
+    for _ in 0..20 {
+        let volume = pv(&unique("pv"), &env.driver);
+        pvs.push(volume.name());
+        env.create_pv(volume.build()).await;
+    }
+    // The caches hold the node and the PVs before the burst (see above).
+    let canary = env.volume_on(&node).await;
+    env.wait_attached(&canary).await;
+    env.mock
+        .set_fault("ControllerPublishVolume", json!({"delay_ms": 1500}))
+        .await;
+    let mut names = Vec::new();
+    for pv_name in &pvs {
+        let name = unique("va");
+        env.create_va(va(&name, &env.driver, &node).pv(pv_name).build())
+            .await;
+        names.push(name);
+    }
+    for name in &names {
+        env.wait_attached(name).await;
+    }
+    let ledger = env.mock.ledger().await;
+    let peak = peak_concurrency(&ledger, &["ControllerPublishVolume"]);
+    assert_eq!(peak, 10, "Publish calls at once, of 10 workers");
 }
 
 #[tokio::test]
@@ -239,8 +272,9 @@ async fn a_detached_volume_goes_at_once_to_the_va_waiting_for_it() {
 
 #[tokio::test]
 async fn a_deleted_nodes_detaches_go_before_routine_ones() {
-    // The detach lane runs one Unpublish at a time, each taking 700 ms.
-    let env = Env::start(&[], &["--worker-threads=2"]).await;
+    // One slot: the detach lane runs one Unpublish at a time, each taking
+    // 700 ms.
+    let env = Env::start(&[], &["--worker-threads=1"]).await;
     let (live, dead) = (unique("live"), unique("dead"));
     env.create_node(&live).await;
     env.create_node(&dead).await;

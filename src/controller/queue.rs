@@ -24,11 +24,13 @@
 //! operations), and each lane keeps a reserved share of it that the other
 //! lanes cannot take: a storm in one lane still leaves room for the others.
 //!
-//! A lane with no key waiting lends its reserve but one slot: a burst in one
-//! lane uses every slot but one per idle lane (99 of 100, where upstream
-//! runs 100), and the idle lane's next key still starts at once. Once keys wait
-//! in it, the lane claims its whole reserve again: slots freed from then on
-//! go to it first, until it has its share.
+//! The ceiling is work-conserving: a lane with no key waiting keeps only the
+//! slots of its running keys and lends the rest of its reserve, so a burst in
+//! one lane uses every slot (10 of 10, as upstream). Once a key waits in it,
+//! the lane claims its whole reserve again: slots freed from then on go to it
+//! first, until it has its share. So an attach arriving in a detach storm
+//! that holds every slot waits for the first detach to finish (one driver
+//! call), never behind the storm's backlog.
 //!
 //! # Fair across nodes
 //! With a placer ([`WorkQueue::with_placer`]), a lane's waiting keys are
@@ -840,37 +842,37 @@ mod tests {
     }
 
     #[test]
-    fn a_lane_with_nothing_waiting_lends_its_reserve_but_one_slot() {
+    fn a_lane_with_nothing_waiting_lends_its_whole_reserve() {
         let hundred = Concurrency::with_reserved_tenth(100, 2);
         let idle_detach = [5, 0];
         assert!(hundred.admits(0, &[90, 0], &idle_detach), "lent");
-        assert!(hundred.admits(0, &[98, 0], &idle_detach));
         assert!(
-            !hundred.admits(0, &[99, 0], &idle_detach),
-            "the idle lane keeps one slot for its next key"
+            hundred.admits(0, &[99, 0], &idle_detach),
+            "the idle lane keeps no free slot"
         );
-        assert!(hundred.admits(1, &[99, 0], &[5, 1]), "which starts at once");
+        assert!(!hundred.admits(0, &[100, 0], &idle_detach), "total reached");
         assert!(
             !hundred.admits(0, &[90, 0], &[5, 1]),
             "a lane with keys waiting claims its whole reserve"
         );
+        assert!(hundred.admits(1, &[90, 0], &[5, 1]), "which it then takes");
         assert!(
-            !hundred.admits(0, &[93, 6], &idle_detach),
-            "and keeps the slots it runs, and one more"
+            !hundred.admits(0, &[94, 6], &idle_detach),
+            "an idle lane keeps the slots it runs"
         );
-        assert!(hundred.admits(0, &[92, 6], &idle_detach));
+        assert!(hundred.admits(0, &[93, 6], &idle_detach));
         assert!(
-            hundred.admits(0, &[88, 11], &idle_detach),
-            "beyond its reserve, it keeps no free slot"
+            hundred.admits(0, &[88, 11], &[5, 1]),
+            "beyond its reserve, a waiting lane keeps no free slot"
         );
-        // Ten workers reserve one slot a lane: nothing to lend.
         let ten = Concurrency::with_reserved_tenth(10, 2);
-        assert!(!ten.admits(0, &[9, 0], &[3, 0]));
-        assert_eq!(hundred.lent_when_drained(1, 0), 9);
-        assert_eq!(hundred.lent_when_drained(1, 4), 5);
-        assert_eq!(hundred.lent_when_drained(1, 9), 0);
+        assert!(ten.admits(0, &[9, 0], &[3, 0]), "ten of ten");
+        assert!(!ten.admits(0, &[9, 0], &[3, 1]), "but the tenth is owed");
+        assert_eq!(hundred.lent_when_drained(1, 0), 10);
+        assert_eq!(hundred.lent_when_drained(1, 4), 6);
+        assert_eq!(hundred.lent_when_drained(1, 10), 0);
         assert_eq!(hundred.lent_when_drained(1, 12), 0);
-        assert_eq!(ten.lent_when_drained(1, 0), 0);
+        assert_eq!(ten.lent_when_drained(1, 0), 1);
     }
 
     #[tokio::test(start_paused = true)]
@@ -883,21 +885,23 @@ mod tests {
         while let Some(key) = next(&q, 0).await {
             attaching.push(key);
         }
-        assert_eq!(attaching.len(), 99, "all but the idle lane's one slot");
+        assert_eq!(attaching.len(), 100, "every slot, the idle lane's too");
         q.add("d0", l(1));
         q.add("d1", l(1));
-        assert_eq!(next(&q, 1).await.as_deref(), Some("d0"), "kept slot");
         assert_eq!(next(&q, 1).await, None, "the ceiling is full");
         // Freed slots go to the lane with keys waiting, up to its reserve.
         q.done(&attaching[0]);
         assert_eq!(next(&q, 0).await, None, "not to the borrowing lane");
+        assert_eq!(next(&q, 1).await.as_deref(), Some("d0"));
+        q.done(&attaching[1]);
+        assert_eq!(next(&q, 0).await, None);
         assert_eq!(next(&q, 1).await.as_deref(), Some("d1"));
         // Its last key gone, the detach lane lends again: a waiting attach
-        // worker is woken for a slot freed meanwhile. Three are freed: d2
-        // takes one, the drained detach lane keeps one, the attach worker
-        // gets the third.
+        // worker is woken for a slot freed meanwhile. Two are freed: d2
+        // takes one, the attach worker gets the other (the drained detach
+        // lane keeps none).
         q.add("d2", l(1));
-        for key in &attaching[1..4] {
+        for key in &attaching[2..4] {
             q.done(key);
         }
         let waiter = {
@@ -910,7 +914,33 @@ mod tests {
             .await
             .expect("the attach worker is woken when the detach lane drains")
             .expect("join");
-        assert_eq!(woken.as_deref(), Some("a99"));
+        assert_eq!(woken.as_deref(), Some("a100"));
+        assert_eq!(next(&q, 0).await, None, "the ceiling is full again");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_single_lane_burst_uses_every_slot() {
+        // --worker-threads=10 and a pure attach burst: all ten run, as
+        // upstream's ten workers do (the idle detach lane keeps none).
+        let q = capped(10);
+        for i in 0..30 {
+            q.add(&format!("a{i}"), l(0));
+        }
+        let mut attaching = Vec::new();
+        while let Some(key) = next(&q, 0).await {
+            attaching.push(key);
+        }
+        assert_eq!(
+            attaching.len(),
+            10,
+            "every slot, none kept for the idle lane"
+        );
+        // A detach arriving now waits for the first slot freed, which is its.
+        q.add("d0", l(1));
+        assert_eq!(next(&q, 1).await, None, "the ceiling is full");
+        q.done(&attaching[0]);
+        assert_eq!(next(&q, 0).await, None, "the freed slot is the detach's");
+        assert_eq!(next(&q, 1).await.as_deref(), Some("d0"));
     }
 
     fn capped(total: usize) -> Arc<WorkQueue<Lane>> {
