@@ -28,9 +28,8 @@
 //! slots of its running keys and lends the rest of its reserve, so a burst in
 //! one lane uses every slot (10 of 10, as upstream). Once a key waits in it,
 //! the lane claims its whole reserve again: slots freed from then on go to it
-//! first, until it has its share. So an attach arriving in a detach storm
-//! that holds every slot waits for the first detach to finish (one driver
-//! call), never behind the storm's backlog.
+//! first, until it has its share: an attach arriving in a detach storm that
+//! holds every slot waits for one detach to finish, not for the storm.
 //!
 //! # Fair across nodes
 //! With a placer ([`WorkQueue::with_placer`]), a lane's waiting keys are
@@ -363,16 +362,21 @@ impl<L: QueueLane> WorkQueue<L> {
         }
     }
 
-    /// Whether node `group` is held in `lane`.
-    #[cfg(test)]
-    pub fn is_held(&self, lane: L, group: &str) -> bool {
-        self.lock().groups.held(lane.index(), group)
-    }
-
-    /// Keys of node `group` in flight, all lanes.
-    #[cfg(test)]
-    pub fn node_in_flight(&self, group: &str) -> usize {
-        self.lock().groups.in_flight(group)
+    /// Asks the placer again where `key`, waiting in `lane`, waits: now urgent
+    /// (a failed node's detach), it moves ahead of the nodes' turns; whether it moved.
+    pub fn place_again(&self, key: &str, lane: L) -> bool {
+        let (Some(place), lane) = (&self.placer, lane.index()) else {
+            return false;
+        };
+        let mut state = self.lock();
+        if state.queued.get(key).is_none_or(|(l, _)| *l != lane) {
+            return false;
+        }
+        let moved = state.lanes[lane].promote(key, place(key, lane));
+        if moved {
+            self.lane_ready[lane].notify_one();
+        }
+        moved
     }
 
     /// How many times `key` failed since it was last forgotten.
@@ -606,6 +610,18 @@ mod tests {
     /// The lane at `index` of the queue's lane type.
     fn l<L: QueueLane>(index: usize) -> L {
         L::ALL[index]
+    }
+
+    impl<L: QueueLane> WorkQueue<L> {
+        /// Whether node `group` is held in `lane`.
+        pub(crate) fn is_held(&self, lane: L, group: &str) -> bool {
+            self.lock().groups.held(lane.index(), group)
+        }
+
+        /// Keys of node `group` in flight, all lanes.
+        pub(crate) fn node_in_flight(&self, group: &str) -> usize {
+            self.lock().groups.in_flight(group)
+        }
     }
 
     /// A two-lane queue (tests of one lane use the first).
@@ -1123,6 +1139,37 @@ mod tests {
             Some("n1-c"),
             "released: no limit"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_placed_again_as_urgent_goes_before_the_nodes_turns() {
+        let urgent = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let placer: Placer = {
+            let urgent = Arc::clone(&urgent);
+            Box::new(move |key, _| Placement {
+                group: Arc::from(key.split_once('-').map_or(key, |(node, _)| node)),
+                urgent: key.starts_with("down") && urgent.load(std::sync::atomic::Ordering::SeqCst),
+            })
+        };
+        let q = Arc::new(WorkQueue::<Lane>::new("test", BACKOFF, None).with_placer(placer));
+        for key in ["a-0", "b-0", "c-0", "down-0", "down-1"] {
+            q.add(key, l(1));
+        }
+        assert!(!q.place_again("down-1", l(1)), "not urgent yet");
+        urgent.store(true, std::sync::atomic::Ordering::SeqCst);
+        assert!(q.place_again("down-1", l(1)));
+        assert!(!q.place_again("down-1", l(1)), "urgent already");
+        assert!(!q.place_again("down-1", l(0)), "not waiting in that lane");
+        assert!(!q.place_again("gone-0", l(1)), "not waiting");
+        let mut order = Vec::new();
+        while let Some(key) = next(&q, 1).await {
+            order.push(key);
+        }
+        assert_eq!(order, ["down-1", "a-0", "b-0", "c-0", "down-0"]);
+        // Without a placer nothing moves.
+        let plain = queue();
+        plain.add("down-0", l(1));
+        assert!(!plain.place_again("down-0", l(1)));
     }
 
     #[tokio::test(start_paused = true)]

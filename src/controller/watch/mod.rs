@@ -7,6 +7,7 @@
 //! cache that lags behind the event that woke it.
 
 pub mod backoff;
+pub mod nodes;
 
 use std::sync::Arc;
 
