@@ -4,7 +4,9 @@
 //! election, and without any one of its rules that scenario does not complete;
 //! the opt-in `rbac-secrets.yaml` and `rbac-events.yaml` add publish secrets
 //! and failure Events; and every verb the three files grant shows up in the
-//! API server's audit log of one run (no unused verb).
+//! API server's audit log of one run (no unused verb). `rbac-nodes.yaml`
+//! lets `--watch-node-taints` list and watch Nodes; refused, the attacher
+//! says so once and works on.
 
 use crate::support;
 
@@ -451,6 +453,83 @@ async fn the_opt_in_files_add_secrets_and_events_and_every_granted_verb_is_used(
     assert!(
         unused.is_empty(),
         "granted but never used in a run that exercises every path: {unused:?}"
+    );
+}
+
+/// Requests of `user` on `nodes` with `verb`, decided `decision` (`allow`
+/// or `forbid`), from the audit log (a watch has a stage when it starts and
+/// one when it ends: requests are counted by audit ID).
+fn node_requests(user: &str, verb: &str, decision: &str) -> usize {
+    support::controlplane::shared()
+        .audit_events()
+        .iter()
+        .filter(|e| {
+            e["user"]["username"] == user
+                && e["objectRef"]["resource"] == "nodes"
+                && e["verb"] == verb
+                && e["annotations"]["authorization.k8s.io/decision"] == decision
+        })
+        .filter_map(|e| e["auditID"].as_str().map(str::to_owned))
+        .collect::<std::collections::HashSet<_>>()
+        .len()
+}
+
+#[tokio::test]
+async fn watch_node_taints_lists_and_watches_nodes_with_rbac_nodes_and_works_on_without() {
+    const FORBIDDEN: &str = "listing Nodes is forbidden";
+    let base = manifest("rbac.yaml");
+    let with_nodes: Vec<Value> = [&base[..], &manifest("rbac-nodes.yaml")[..]].concat();
+    let bound = Duration::from_secs(15);
+    // Granted: the Node watch runs.
+    let env = Env::without_attacher(&[]).await;
+    let (kubeconfig, user) = apply(&env, &with_nodes, None).await;
+    let env = env.with_attacher(&kubeconfig, &["--watch-node-taints"]);
+    let node = unique("node");
+    env.create_node(&node).await;
+    let name = env.volume_on(&node).await;
+    env.wait_attached(&name).await;
+    support::eventually("a Node list and watch allowed", bound, || async {
+        (node_requests(&user, "list", "allow") >= 1 && node_requests(&user, "watch", "allow") >= 1)
+            .then_some(())
+    })
+    .await;
+    assert!(!env.logs().contains(FORBIDDEN), "{}", env.logs());
+
+    // Refused: one error line, one refused list, no watch; attach and detach go on.
+    let env = Env::without_attacher(&[]).await;
+    let (kubeconfig, user) = apply(&env, &base, None).await;
+    let env = env.with_attacher(&kubeconfig, &["--watch-node-taints"]);
+    let node = unique("node");
+    env.create_node(&node).await;
+    let name = env.volume_on(&node).await;
+    env.wait_attached(&name).await;
+    env.delete_va(&name).await;
+    env.wait_gone(&name).await;
+    support::eventually("the error line", bound, || async {
+        env.logs().contains(FORBIDDEN).then_some(())
+    })
+    .await;
+    support::eventually("the refused list in the audit log", bound, || async {
+        (node_requests(&user, "list", "forbid") >= 1).then_some(())
+    })
+    .await;
+    let logs = env.logs();
+    let lines: Vec<&str> = logs.lines().filter(|l| l.contains(FORBIDDEN)).collect();
+    assert_eq!(lines.len(), 1, "{logs}");
+    assert!(
+        lines[0].starts_with('E'),
+        "at error level (klog E): {}",
+        lines[0]
+    );
+    assert_eq!(
+        node_requests(&user, "list", "forbid"),
+        1,
+        "the list is not retried"
+    );
+    assert_eq!(
+        node_requests(&user, "watch", "forbid"),
+        0,
+        "no watch is tried"
     );
 }
 

@@ -104,10 +104,18 @@ async fn a_detach_storm_does_not_delay_a_new_attach() {
         .await;
     env.wait_attached(&va_name).await;
     let took = started.elapsed();
+    let unpublished = env.mock.calls("ControllerUnpublishVolume").await.len();
     println!("attach during a {STORM}-VA detach storm took {took:?}");
+    // The ceiling is work-conserving: the storm holds all ten slots, and the
+    // attach takes the first one freed (one 2 s Unpublish at most), not a
+    // place behind the storm's backlog (STORM / 10 × 2 s = 40 s).
     assert!(
-        took < Duration::from_secs(1),
+        took < Duration::from_secs(3),
         "attach waited behind detaches: {took:?}"
+    );
+    assert!(
+        unpublished < STORM / 2,
+        "the storm was over ({unpublished} Unpublish calls): it proved nothing"
     );
     env.mock.clear_faults().await;
 }
@@ -184,9 +192,10 @@ async fn a_thousand_vas_attach_and_detach_leaving_no_finalizer() {
 }
 
 #[tokio::test]
-async fn a_burst_in_one_lane_uses_all_slots_but_one_and_the_other_lane_still_starts_at_once() {
+async fn a_burst_in_one_lane_uses_every_slot_and_the_other_lane_gets_the_first_one_freed() {
     // 20 workers: each lane reserves 2. With nothing to detach, the attach
-    // lane borrows the detach lane's reserve but one slot.
+    // lane borrows the detach lane's whole reserve (work-conserving); once a
+    // detach waits, the first slot freed is its.
     const BURST: usize = 30;
     let env = Env::start(&[], &["--worker-threads=20"]).await;
     let node = unique("node");
@@ -215,8 +224,8 @@ async fn a_burst_in_one_lane_uses_all_slots_but_one_and_the_other_lane_still_sta
     env.mock.clear_faults().await;
 
     let ledger = &env.mock.ledger().await[calls_before..];
-    // The detach started in the slot kept for it, before the first of the
-    // slow Publishes ended.
+    // The detach started in the first slot freed, when the first of the
+    // slow Publishes ended, not after the burst's backlog (3 s later).
     let first_end = ledger
         .iter()
         .filter(|c| c["method"] == "ControllerPublishVolume")
@@ -229,13 +238,13 @@ async fn a_burst_in_one_lane_uses_all_slots_but_one_and_the_other_lane_still_sta
         .expect("the old VA was unpublished");
     let (started, _) = call_span(unpublish);
     assert!(
-        started < first_end,
-        "the Unpublish waited for a Publish to end ({} ms after it)",
-        (started - first_end) / 1_000_000
+        started < first_end + 1_000_000_000,
+        "the Unpublish waited past the first freed slot ({} ms after it)",
+        started.saturating_sub(first_end) / 1_000_000
     );
     let peak = peak_concurrency(ledger, &["ControllerPublishVolume"]);
     println!("peak concurrent Publish with --worker-threads=20 and nothing to detach: {peak}");
-    assert_eq!(peak, 19, "all slots but the idle detach lane's one");
+    assert_eq!(peak, 20, "every slot, the idle detach lane's too");
 }
 
 #[tokio::test]

@@ -2,7 +2,8 @@
 //! driver calls"), against the real API server and csi-mock-driver: nodes
 //! take turns in a lane, `--max-inflight-per-node` caps a node, a node whose
 //! driver answers ResourceExhausted is paced, a detached volume is handed to
-//! the VA waiting for it, and a failed node's detaches go first.
+//! the VA waiting for it, and a failed node's detaches go first (its CSINode
+//! gone, or, with `--watch-node-taints`, its Node tainted out-of-service).
 
 use std::time::Duration;
 
@@ -26,11 +27,10 @@ async fn calls(env: &Env, method: &str) -> Vec<Value> {
 }
 
 /// Six 1-second attaches of one node, then one of another, through one
-/// attach slot (two workers: the detach lane keeps the other): where the
-/// other node's Publish came among those seven Publish calls, and all of
-/// them.
+/// slot (one worker): where the other node's Publish came among those seven
+/// Publish calls, and all of them.
 async fn small_after_big(extra: &[&str]) -> (Option<usize>, Vec<String>) {
-    let mut args = vec!["--worker-threads=2"];
+    let mut args = vec!["--worker-threads=1"];
     args.extend_from_slice(extra);
     let env = Env::start(&[], &args).await;
     let (big, small) = (unique("big"), unique("small"));
@@ -86,6 +86,40 @@ async fn a_nodes_backlog_does_not_keep_another_nodes_attach_behind_it() {
 async fn schedule_per_node_false_keeps_upstreams_first_queued_first_served() {
     let (at, order) = small_after_big(&["--schedule-per-node=false"]).await;
     assert_eq!(at, Some(6), "{order:?}");
+}
+
+#[tokio::test]
+async fn a_pure_attach_burst_uses_every_worker() {
+    // --worker-threads=10 and nothing to detach: ten Publish calls at once,
+    // as upstream's ten workers (the idle detach lane keeps no slot).
+    let env = Env::start(&[], &["--worker-threads=10"]).await;
+    let node = unique("node");
+    env.create_node(&node).await;
+    let mut pvs = Vec::new();
+    for _ in 0..20 {
+        let volume = pv(&unique("pv"), &env.driver);
+        pvs.push(volume.name());
+        env.create_pv(volume.build()).await;
+    }
+    // The caches hold the node and the PVs before the burst (see above).
+    let canary = env.volume_on(&node).await;
+    env.wait_attached(&canary).await;
+    env.mock
+        .set_fault("ControllerPublishVolume", json!({"delay_ms": 1500}))
+        .await;
+    let mut names = Vec::new();
+    for pv_name in &pvs {
+        let name = unique("va");
+        env.create_va(va(&name, &env.driver, &node).pv(pv_name).build())
+            .await;
+        names.push(name);
+    }
+    for name in &names {
+        env.wait_attached(name).await;
+    }
+    let ledger = env.mock.ledger().await;
+    let peak = peak_concurrency(&ledger, &["ControllerPublishVolume"]);
+    assert_eq!(peak, 10, "Publish calls at once, of 10 workers");
 }
 
 #[tokio::test]
@@ -239,8 +273,9 @@ async fn a_detached_volume_goes_at_once_to_the_va_waiting_for_it() {
 
 #[tokio::test]
 async fn a_deleted_nodes_detaches_go_before_routine_ones() {
-    // The detach lane runs one Unpublish at a time, each taking 700 ms.
-    let env = Env::start(&[], &["--worker-threads=2"]).await;
+    // One slot: the detach lane runs one Unpublish at a time, each taking
+    // 700 ms.
+    let env = Env::start(&[], &["--worker-threads=1"]).await;
     let (live, dead) = (unique("live"), unique("dead"));
     env.create_node(&live).await;
     env.create_node(&dead).await;
@@ -277,6 +312,84 @@ async fn a_deleted_nodes_detaches_go_before_routine_ones() {
         at.is_some_and(|i| i <= 1),
         "the deleted node's Unpublish was call {at:?} of {order:?}"
     );
+}
+
+/// Four routine detaches, then one of a node that is shut down for good,
+/// through one slot: the out-of-service taint is put on the second
+/// node once its detach waits (the first routine Unpublish has ended).
+/// Where that node's Unpublish came among the five, and all of them.
+async fn out_of_service_after_routine(extra: &[&str]) -> (Option<usize>, Vec<String>) {
+    use k8s_openapi::api::core::v1::Node;
+    use kube::api::{Patch, PatchParams};
+    let mut args = vec!["--worker-threads=1"];
+    args.extend_from_slice(extra);
+    let env = Env::start(&[], &args).await;
+    // Routine detaches of four nodes: as nodes take turns, a fifth node's
+    // detach queued after them would go last.
+    let live: Vec<String> = (0..4).map(|_| unique("live")).collect();
+    let down = unique("down");
+    for node in live.iter().chain([&down]) {
+        env.create_node(node).await;
+    }
+    let nodes: kube::Api<Node> = kube::Api::all(env.client.clone());
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": down}})).expect("a Node");
+    nodes
+        .create(&Default::default(), &node)
+        .await
+        .expect("create Node");
+    let mut routine = Vec::new();
+    for node in &live {
+        routine.push(env.volume_on(node).await);
+    }
+    let failed = env.volume_on(&down).await;
+    for name in routine.iter().chain([&failed]) {
+        env.wait_attached(name).await;
+    }
+    env.mock
+        .set_fault("ControllerUnpublishVolume", json!({"delay_ms": 1000}))
+        .await;
+    for name in routine.iter().chain([&failed]) {
+        env.delete_va(name).await;
+    }
+    // One Unpublish has ended: the second runs, the other three wait.
+    crate::support::eventually(
+        "the first Unpublish to end",
+        Duration::from_secs(20),
+        || async { (!env.mock.calls("ControllerUnpublishVolume").await.is_empty()).then_some(()) },
+    )
+    .await;
+    let taint = json!({"spec": {"taints": [{
+        "key": "node.kubernetes.io/out-of-service",
+        "value": "nodeshutdown",
+        "effect": "NoExecute"
+    }]}});
+    nodes
+        .patch(&down, &PatchParams::default(), &Patch::Merge(&taint))
+        .await
+        .expect("taint the Node");
+    for name in routine.iter().chain([&failed]) {
+        env.wait_gone(name).await;
+    }
+    let order: Vec<String> = calls(&env, "ControllerUnpublishVolume")
+        .await
+        .iter()
+        .map(|c| c["node_id"].as_str().unwrap_or_default().to_string())
+        .collect();
+    (order.iter().position(|n| *n == id(&down)), order)
+}
+
+#[tokio::test]
+async fn an_out_of_service_nodes_detach_goes_before_routine_ones_with_watch_node_taints() {
+    let (at, order) = out_of_service_after_routine(&["--watch-node-taints"]).await;
+    // Deleted last, it would be Unpublished last (index 4); moved ahead when
+    // the taint came, it is the next after the one or two that had started.
+    assert!(matches!(at, Some(1 | 2)), "{at:?} of {order:?}");
+}
+
+#[tokio::test]
+async fn without_watch_node_taints_the_out_of_service_taint_changes_nothing() {
+    let (at, order) = out_of_service_after_routine(&[]).await;
+    assert_eq!(at, Some(4), "{order:?}");
 }
 
 #[tokio::test]

@@ -166,6 +166,11 @@ pub struct Config {
           action = ArgAction::Set)]
     pub unpublish_not_found_node_gone: bool,
 
+    /// Not in upstream: watch Nodes (needs list and watch on nodes) so that the detaches of a Node tainted node.kubernetes.io/out-of-service go ahead of other detaches. Needs --schedule-per-node.
+    #[arg(long, require_equals = true, default_value = "false", value_parser = bool_flag,
+          action = ArgAction::Set)]
+    pub watch_node_taints: bool,
+
     /// Not in upstream: adapt each lane's driver calls at once (at most --worker-threads) to their latency and to overload answers (Unavailable, DeadlineExceeded, throttling texts). Needs --schedule-per-node.
     #[arg(long, require_equals = true, default_value = "false", value_parser = bool_flag,
           action = ArgAction::Set)]

@@ -24,11 +24,12 @@
 //! operations), and each lane keeps a reserved share of it that the other
 //! lanes cannot take: a storm in one lane still leaves room for the others.
 //!
-//! A lane with no key waiting lends its reserve but one slot: a burst in one
-//! lane uses every slot but one per idle lane (99 of 100, where upstream
-//! runs 100), and the idle lane's next key still starts at once. Once keys wait
-//! in it, the lane claims its whole reserve again: slots freed from then on
-//! go to it first, until it has its share.
+//! The ceiling is work-conserving: a lane with no key waiting keeps only the
+//! slots of its running keys and lends the rest of its reserve, so a burst in
+//! one lane uses every slot (10 of 10, as upstream). Once a key waits in it,
+//! the lane claims its whole reserve again: slots freed from then on go to it
+//! first, until it has its share: an attach arriving in a detach storm that
+//! holds every slot waits for one detach to finish, not for the storm.
 //!
 //! # Fair across nodes
 //! With a placer ([`WorkQueue::with_placer`]), a lane's waiting keys are
@@ -361,16 +362,21 @@ impl<L: QueueLane> WorkQueue<L> {
         }
     }
 
-    /// Whether node `group` is held in `lane`.
-    #[cfg(test)]
-    pub fn is_held(&self, lane: L, group: &str) -> bool {
-        self.lock().groups.held(lane.index(), group)
-    }
-
-    /// Keys of node `group` in flight, all lanes.
-    #[cfg(test)]
-    pub fn node_in_flight(&self, group: &str) -> usize {
-        self.lock().groups.in_flight(group)
+    /// Asks the placer again where `key`, waiting in `lane`, waits: now urgent
+    /// (a failed node's detach), it moves ahead of the nodes' turns; whether it moved.
+    pub fn place_again(&self, key: &str, lane: L) -> bool {
+        let (Some(place), lane) = (&self.placer, lane.index()) else {
+            return false;
+        };
+        let mut state = self.lock();
+        if state.queued.get(key).is_none_or(|(l, _)| *l != lane) {
+            return false;
+        }
+        let moved = state.lanes[lane].promote(key, place(key, lane));
+        if moved {
+            self.lane_ready[lane].notify_one();
+        }
+        moved
     }
 
     /// How many times `key` failed since it was last forgotten.
@@ -604,6 +610,18 @@ mod tests {
     /// The lane at `index` of the queue's lane type.
     fn l<L: QueueLane>(index: usize) -> L {
         L::ALL[index]
+    }
+
+    impl<L: QueueLane> WorkQueue<L> {
+        /// Whether node `group` is held in `lane`.
+        pub(crate) fn is_held(&self, lane: L, group: &str) -> bool {
+            self.lock().groups.held(lane.index(), group)
+        }
+
+        /// Keys of node `group` in flight, all lanes.
+        pub(crate) fn node_in_flight(&self, group: &str) -> usize {
+            self.lock().groups.in_flight(group)
+        }
     }
 
     /// A two-lane queue (tests of one lane use the first).
@@ -840,37 +858,37 @@ mod tests {
     }
 
     #[test]
-    fn a_lane_with_nothing_waiting_lends_its_reserve_but_one_slot() {
+    fn a_lane_with_nothing_waiting_lends_its_whole_reserve() {
         let hundred = Concurrency::with_reserved_tenth(100, 2);
         let idle_detach = [5, 0];
         assert!(hundred.admits(0, &[90, 0], &idle_detach), "lent");
-        assert!(hundred.admits(0, &[98, 0], &idle_detach));
         assert!(
-            !hundred.admits(0, &[99, 0], &idle_detach),
-            "the idle lane keeps one slot for its next key"
+            hundred.admits(0, &[99, 0], &idle_detach),
+            "the idle lane keeps no free slot"
         );
-        assert!(hundred.admits(1, &[99, 0], &[5, 1]), "which starts at once");
+        assert!(!hundred.admits(0, &[100, 0], &idle_detach), "total reached");
         assert!(
             !hundred.admits(0, &[90, 0], &[5, 1]),
             "a lane with keys waiting claims its whole reserve"
         );
+        assert!(hundred.admits(1, &[90, 0], &[5, 1]), "which it then takes");
         assert!(
-            !hundred.admits(0, &[93, 6], &idle_detach),
-            "and keeps the slots it runs, and one more"
+            !hundred.admits(0, &[94, 6], &idle_detach),
+            "an idle lane keeps the slots it runs"
         );
-        assert!(hundred.admits(0, &[92, 6], &idle_detach));
+        assert!(hundred.admits(0, &[93, 6], &idle_detach));
         assert!(
-            hundred.admits(0, &[88, 11], &idle_detach),
-            "beyond its reserve, it keeps no free slot"
+            hundred.admits(0, &[88, 11], &[5, 1]),
+            "beyond its reserve, a waiting lane keeps no free slot"
         );
-        // Ten workers reserve one slot a lane: nothing to lend.
         let ten = Concurrency::with_reserved_tenth(10, 2);
-        assert!(!ten.admits(0, &[9, 0], &[3, 0]));
-        assert_eq!(hundred.lent_when_drained(1, 0), 9);
-        assert_eq!(hundred.lent_when_drained(1, 4), 5);
-        assert_eq!(hundred.lent_when_drained(1, 9), 0);
+        assert!(ten.admits(0, &[9, 0], &[3, 0]), "ten of ten");
+        assert!(!ten.admits(0, &[9, 0], &[3, 1]), "but the tenth is owed");
+        assert_eq!(hundred.lent_when_drained(1, 0), 10);
+        assert_eq!(hundred.lent_when_drained(1, 4), 6);
+        assert_eq!(hundred.lent_when_drained(1, 10), 0);
         assert_eq!(hundred.lent_when_drained(1, 12), 0);
-        assert_eq!(ten.lent_when_drained(1, 0), 0);
+        assert_eq!(ten.lent_when_drained(1, 0), 1);
     }
 
     #[tokio::test(start_paused = true)]
@@ -883,21 +901,23 @@ mod tests {
         while let Some(key) = next(&q, 0).await {
             attaching.push(key);
         }
-        assert_eq!(attaching.len(), 99, "all but the idle lane's one slot");
+        assert_eq!(attaching.len(), 100, "every slot, the idle lane's too");
         q.add("d0", l(1));
         q.add("d1", l(1));
-        assert_eq!(next(&q, 1).await.as_deref(), Some("d0"), "kept slot");
         assert_eq!(next(&q, 1).await, None, "the ceiling is full");
         // Freed slots go to the lane with keys waiting, up to its reserve.
         q.done(&attaching[0]);
         assert_eq!(next(&q, 0).await, None, "not to the borrowing lane");
+        assert_eq!(next(&q, 1).await.as_deref(), Some("d0"));
+        q.done(&attaching[1]);
+        assert_eq!(next(&q, 0).await, None);
         assert_eq!(next(&q, 1).await.as_deref(), Some("d1"));
         // Its last key gone, the detach lane lends again: a waiting attach
-        // worker is woken for a slot freed meanwhile. Three are freed: d2
-        // takes one, the drained detach lane keeps one, the attach worker
-        // gets the third.
+        // worker is woken for a slot freed meanwhile. Two are freed: d2
+        // takes one, the attach worker gets the other (the drained detach
+        // lane keeps none).
         q.add("d2", l(1));
-        for key in &attaching[1..4] {
+        for key in &attaching[2..4] {
             q.done(key);
         }
         let waiter = {
@@ -910,7 +930,33 @@ mod tests {
             .await
             .expect("the attach worker is woken when the detach lane drains")
             .expect("join");
-        assert_eq!(woken.as_deref(), Some("a99"));
+        assert_eq!(woken.as_deref(), Some("a100"));
+        assert_eq!(next(&q, 0).await, None, "the ceiling is full again");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_single_lane_burst_uses_every_slot() {
+        // --worker-threads=10 and a pure attach burst: all ten run, as
+        // upstream's ten workers do (the idle detach lane keeps none).
+        let q = capped(10);
+        for i in 0..30 {
+            q.add(&format!("a{i}"), l(0));
+        }
+        let mut attaching = Vec::new();
+        while let Some(key) = next(&q, 0).await {
+            attaching.push(key);
+        }
+        assert_eq!(
+            attaching.len(),
+            10,
+            "every slot, none kept for the idle lane"
+        );
+        // A detach arriving now waits for the first slot freed, which is its.
+        q.add("d0", l(1));
+        assert_eq!(next(&q, 1).await, None, "the ceiling is full");
+        q.done(&attaching[0]);
+        assert_eq!(next(&q, 0).await, None, "the freed slot is the detach's");
+        assert_eq!(next(&q, 1).await.as_deref(), Some("d0"));
     }
 
     fn capped(total: usize) -> Arc<WorkQueue<Lane>> {
@@ -1093,6 +1139,37 @@ mod tests {
             Some("n1-c"),
             "released: no limit"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_placed_again_as_urgent_goes_before_the_nodes_turns() {
+        let urgent = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let placer: Placer = {
+            let urgent = Arc::clone(&urgent);
+            Box::new(move |key, _| Placement {
+                group: Arc::from(key.split_once('-').map_or(key, |(node, _)| node)),
+                urgent: key.starts_with("down") && urgent.load(std::sync::atomic::Ordering::SeqCst),
+            })
+        };
+        let q = Arc::new(WorkQueue::<Lane>::new("test", BACKOFF, None).with_placer(placer));
+        for key in ["a-0", "b-0", "c-0", "down-0", "down-1"] {
+            q.add(key, l(1));
+        }
+        assert!(!q.place_again("down-1", l(1)), "not urgent yet");
+        urgent.store(true, std::sync::atomic::Ordering::SeqCst);
+        assert!(q.place_again("down-1", l(1)));
+        assert!(!q.place_again("down-1", l(1)), "urgent already");
+        assert!(!q.place_again("down-1", l(0)), "not waiting in that lane");
+        assert!(!q.place_again("gone-0", l(1)), "not waiting");
+        let mut order = Vec::new();
+        while let Some(key) = next(&q, 1).await {
+            order.push(key);
+        }
+        assert_eq!(order, ["down-1", "a-0", "b-0", "c-0", "down-0"]);
+        // Without a placer nothing moves.
+        let plain = queue();
+        plain.add("down-0", l(1));
+        assert!(!plain.place_again("down-0", l(1)));
     }
 
     #[tokio::test(start_paused = true)]

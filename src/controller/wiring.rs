@@ -10,12 +10,14 @@ use kube::api::Api;
 use kube::runtime::reflector;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::Store;
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::controller::context::Ctx;
 use crate::controller::events;
 use crate::controller::model::names;
+use crate::controller::model::node::CachedNode;
 use crate::controller::model::store::PvRefs;
 use crate::controller::model::store::Stores;
 use crate::controller::model::CachedPv;
@@ -73,6 +75,9 @@ pub struct Settings {
     pub settle_after_deadline: bool,
     /// `--unpublish-not-found-node-gone`.
     pub node_gone_detached: bool,
+    /// `--watch-node-taints` (with `schedule_per_node`): watch Nodes, and
+    /// detach first the VAs of a Node tainted out-of-service.
+    pub watch_node_taints: bool,
     /// `--fencing-token-metadata`: every driver call carries the leadership epoch.
     pub fencing_token: bool,
     /// `--schedule-per-node`: nodes take turns, pacing, hand-offs, settling
@@ -113,7 +118,12 @@ impl Queues {
     /// as upstream; each VA lane keeps a share of it (see `Concurrency`).
     /// Within a lane the VAs' nodes take turns, a failed node's detaches go
     /// first, and `--max-inflight-per-node` caps each node.
-    fn new(settings: &Settings, metrics: &Metrics, stores: &Stores) -> Self {
+    fn new(
+        settings: &Settings,
+        metrics: &Metrics,
+        stores: &Stores,
+        nodes: &Store<CachedNode>,
+    ) -> Self {
         let mut va = WorkQueue::new(VA_QUEUE, settings.backoff, Some(&metrics.queues))
             .with_concurrency(Concurrency::with_reserved_tenth(
                 settings.workers,
@@ -122,7 +132,7 @@ impl Queues {
             .idle();
         if settings.schedule_per_node {
             va = va
-                .with_placer(placer(stores.clone()))
+                .with_placer(placer(stores.clone(), nodes.clone()))
                 .with_node_cap(settings.max_inflight_per_node);
         }
         let pv = WorkQueue::new(PV_QUEUE, settings.backoff, Some(&metrics.queues)).idle();
@@ -135,16 +145,20 @@ impl Queues {
 
 /// Where a VA waits in its lane: with its node's keys; a detach first when
 /// its node has no CSINode any more (the Node was deleted, and its CSINode
-/// with it), so a failed node's volumes are freed for their new nodes ahead
-/// of routine work.
-fn placer(stores: Stores) -> Placer {
+/// with it) or its Node is tainted out-of-service (`nodes`, filled only with
+/// `--watch-node-taints`), so a failed node's volumes are freed for their
+/// new nodes ahead of routine work.
+fn placer(stores: Stores, nodes: Store<CachedNode>) -> Placer {
     Box::new(move |key, lane| {
         let Some(va) = stores.va(key) else {
             return Placement::none();
         };
         let node = va.node_name();
-        let urgent =
-            lane == Lane::Detach.index() && stores.csinodes.get(&ObjectRef::new(node)).is_none();
+        let urgent = lane == Lane::Detach.index()
+            && (stores.csinodes.get(&ObjectRef::new(node)).is_none()
+                || nodes
+                    .get(&ObjectRef::new(node))
+                    .is_some_and(|n| n.out_of_service()));
         Placement {
             group: Arc::from(node),
             urgent,
@@ -172,7 +186,8 @@ pub async fn run(
     let finalizer = names::finalizer(&settings.driver_name);
     let mut tasks = JoinSet::new();
     let (stores, writers) = caches();
-    let queues = Queues::new(&settings, &metrics, &stores);
+    let nodes = writers.nodes.as_reader();
+    let queues = Queues::new(&settings, &metrics, &stores, &nodes);
     let client = clients.normal.clone();
     let failing = Arc::new(FailingVas::new(&metrics.flows.failing));
     spawn_watches(
@@ -184,6 +199,7 @@ pub async fn run(
         Arc::clone(&failing),
         writers,
         &stores,
+        &metrics,
     );
 
     // Upstream waits for the VA and PV caches only; CSINode lags are retried.
@@ -271,6 +287,8 @@ struct Writers {
     vas: Writer<CachedVa>,
     pvs: Writer<CachedPv>,
     csinodes: Writer<CSINode>,
+    /// Filled only with `--watch-node-taints`.
+    nodes: Writer<CachedNode>,
 }
 
 /// The caches (empty) and their writers.
@@ -288,6 +306,7 @@ fn caches() -> (Stores, Writers) {
         vas: va_writer,
         pvs: pv_writer,
         csinodes: csinode_writer,
+        nodes: reflector::store::<CachedNode>().1,
     };
     (stores, writers)
 }
@@ -303,12 +322,14 @@ fn spawn_watches(
     failing: Arc<FailingVas>,
     writers: Writers,
     stores: &Stores,
+    metrics: &Metrics,
 ) {
     let driver = &settings.driver_name;
     let Writers {
         vas: va_writer,
         pvs: pv_writer,
         csinodes: csinode_writer,
+        nodes: node_writer,
     } = writers;
     let pv_refs = stores.pv_refs.clone();
     tasks.spawn(
@@ -338,6 +359,20 @@ fn spawn_watches(
         tasks.spawn(
             watch::run_csinode_informer(Api::all(client.clone()), csinode_writer)
                 .instrument(tracing::info_span!("watch", resource = "csinodes")),
+        );
+    }
+    if settings.watch_node_taints && !settings.schedule_per_node {
+        tracing::warn!("--watch-node-taints needs --schedule-per-node: Nodes are not watched");
+    } else if settings.watch_node_taints {
+        tasks.spawn(
+            watch::nodes::run_node_informer(
+                Api::all(client.clone()),
+                node_writer,
+                stores.vas.clone(),
+                Arc::clone(&queues.va),
+                metrics.queues.nodes_out_of_service(),
+            )
+            .instrument(tracing::info_span!("watch", resource = "nodes")),
         );
     }
 }

@@ -26,6 +26,8 @@
 //!   `null`-as-default decode and their metadata accessors.
 //! - `pv`: the PersistentVolume view, [`CompactPvSpec`] and [`CachedPv`].
 //! - `va`: the VolumeAttachment view, [`CompactVaStatus`] and [`CachedVa`].
+//! - `node`: the Node view ([`node::CachedNode`]: name and taints), for
+//!   `--watch-node-taints`.
 //! - `lane`: [`Lane`], the flow a VA needs (attach, or detach once deleted).
 //! - `lookup`: how kube-runtime's store names the views ([`Lookup`]).
 //! - `wire`: [`Wire`], the views at the watch boundary.
@@ -37,6 +39,7 @@ mod lane;
 mod lookup;
 mod meta;
 pub mod names;
+pub mod node;
 mod pv;
 pub mod store;
 mod va;

@@ -49,8 +49,8 @@ impl Concurrency {
     ///
     /// A tenth: one slot is all an attach needs to get past a detach storm,
     /// and more keep several attaches from queueing behind one another; a
-    /// lane with nothing waiting lends all of it but one slot (see the module
-    /// docs), so a single-lane burst still uses all but one.
+    /// lane with nothing waiting lends all of it (see the module docs), so a
+    /// single-lane burst uses every slot.
     pub fn with_reserved_tenth(total: usize, lanes: usize) -> Self {
         let share = if lanes > 0 && total >= lanes {
             (total / 10).max(1).min(total / lanes)
@@ -65,16 +65,14 @@ impl Concurrency {
 
     /// The slots lane `lane` holds or keeps from the others, with `in_flight`
     /// of its keys running: all of its reserve while keys wait in it; while
-    /// none do, its running keys and, within its reserve, one free slot for
-    /// its next key.
+    /// none do, only its running keys (work-conserving: an idle lane keeps
+    /// no free slot, so a burst in another lane may use every one).
     pub(super) fn claim(&self, lane: usize, in_flight: usize, waiting: bool) -> usize {
-        let reserved = self.reserved.get(lane).copied().unwrap_or(0);
-        let kept = if waiting {
-            reserved
+        if waiting {
+            in_flight.max(self.reserved.get(lane).copied().unwrap_or(0))
         } else {
-            reserved.min(in_flight + 1)
-        };
-        in_flight.max(kept)
+            in_flight
+        }
     }
 
     /// Whether `lane` may start one more key with `in_flight` keys running

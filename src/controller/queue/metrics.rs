@@ -23,6 +23,7 @@ pub struct QueueFamilies {
     suggested_timeout: GaugeVec,
     limit: IntGaugeVec,
     limit_changes: IntCounterVec,
+    nodes_out_of_service: IntGauge,
 }
 
 impl QueueFamilies {
@@ -46,8 +47,14 @@ impl QueueFamilies {
             nodes_held: register(registry, IntGaugeVec::new(opts("csi_attacher_nodes_held", "Nodes whose new work in a lane is held because the driver answered ResourceExhausted for them (attach lane)."), lane).unwrap_or_else(|_| unreachable())),
             limit: register(registry, IntGaugeVec::new(opts("csi_attacher_concurrency_limit", "Driver calls a lane may run at once, as the adaptive limit (--adaptive-concurrency) sets it."), lane).unwrap_or_else(|_| unreachable())),
             limit_changes: register(registry, IntCounterVec::new(opts("csi_attacher_concurrency_limit_changes_total", "Changes of a lane's adaptive concurrency limit, by reason (latency, throttled, unavailable, deadline)."), &["lane", "reason"]).unwrap_or_else(|_| unreachable())),
+            nodes_out_of_service: register(registry, IntGauge::with_opts(opts("csi_attacher_nodes_out_of_service", "Nodes carrying the node.kubernetes.io/out-of-service taint, as the Node watch (--watch-node-taints) sees them; their detaches go first.")).unwrap_or_else(|_| unreachable())),
             suggested_timeout: register(registry, GaugeVec::new(opts("csi_attacher_suggested_timeout_seconds", "A --timeout that would fit the driver's completed operations, set once calls often end at the deadline (5 of the last 100); 0 until then."), &["operation"]).unwrap_or_else(|_| unreachable())),
         }
+    }
+
+    /// `csi_attacher_nodes_out_of_service`, for the Node watch.
+    pub fn nodes_out_of_service(&self) -> IntGauge {
+        self.nodes_out_of_service.clone()
     }
 
     /// Handles for the VA queue's pacer.

@@ -4,8 +4,10 @@
 //! model after every step:
 //! - a key is never held by two workers (`get` never hands out a held key);
 //! - `get` hands out only keys added since they were last handed out (dedup);
-//! - keys in flight never exceed the ceiling, and the other lanes never take a
-//!   lane's reserved slots;
+//! - keys in flight never exceed the ceiling, and a lane beyond its reserve
+//!   never takes a slot a lane with keys waiting is owed;
+//! - the ceiling is work-conserving: a lane with keys waiting gets one while
+//!   a slot is free and no other lane has keys waiting;
 //! - nothing is lost: once adds stop and every delay has passed, draining the
 //!   lanes processes every key added after it was last taken;
 //! - failure counts follow add-rate-limited and forget;
@@ -121,7 +123,12 @@ async fn advance(q: &WorkQueue<Lane>, model: &mut Model, ms: u64) {
     model.advance(ms);
 }
 
-fn check_ceiling(concurrency: &Concurrency, held: &[(String, usize)]) -> Result<(), TestCaseError> {
+fn check_ceiling(
+    q: &WorkQueue<Lane>,
+    concurrency: &Concurrency,
+    held: &[(String, usize)],
+    taken_by: usize,
+) -> Result<(), TestCaseError> {
     let per_lane: Vec<usize> = (0..LANES)
         .map(|l| held.iter().filter(|(_, hl)| *hl == l).count())
         .collect();
@@ -132,13 +139,25 @@ fn check_ceiling(concurrency: &Concurrency, held: &[(String, usize)]) -> Result<
         total,
         concurrency.total
     );
-    for lane in 0..LANES {
-        // A lane lends its reserve while nothing waits in it, but one slot.
-        let others = total - per_lane[lane];
+    // A lane that took a slot beyond its reserve took none that a lane with
+    // keys waiting was owed: each such lane still has its reserve or the
+    // free slots to reach it.
+    let mine = per_lane[taken_by];
+    if mine > concurrency.reserved[taken_by] {
+        let owed: usize = (0..LANES)
+            .filter(|o| *o != taken_by)
+            .map(|o| {
+                if q.depth(l(o)) > 0 {
+                    per_lane[o].max(concurrency.reserved[o])
+                } else {
+                    per_lane[o]
+                }
+            })
+            .sum();
         prop_assert!(
-            others <= concurrency.total - concurrency.reserved[lane].min(1),
-            "other lanes took lane {}'s last reserved slot: {:?} of {:?}",
-            lane,
+            mine + owed <= concurrency.total,
+            "lane {} took a slot owed to a waiting lane: {:?} of {:?}",
+            taken_by,
             per_lane,
             concurrency
         );
@@ -153,6 +172,14 @@ fn take(
     concurrency: &Concurrency,
 ) -> Result<Option<String>, TestCaseError> {
     let Some(got) = q.get(l(lane)).now_or_never() else {
+        let others_idle = (0..LANES).all(|o| o == lane || q.depth(l(o)) == 0);
+        prop_assert!(
+            !(q.depth(l(lane)) > 0 && others_idle && model.held.len() < concurrency.total),
+            "lane {} has keys waiting, a free slot and no rival, yet got none ({} held of {:?})",
+            lane,
+            model.held.len(),
+            concurrency
+        );
         return Ok(None);
     };
     let key = got
@@ -169,7 +196,7 @@ fn take(
         key
     );
     model.held.push((key.clone(), lane));
-    check_ceiling(concurrency, &model.held)?;
+    check_ceiling(q, concurrency, &model.held, lane)?;
     Ok(Some(key))
 }
 

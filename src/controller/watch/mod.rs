@@ -10,6 +10,7 @@
 
 pub mod backoff;
 pub mod initial;
+pub mod nodes;
 
 use std::sync::Arc;
 
