@@ -34,6 +34,10 @@
 // Measurement tooling: Cargo.toml's deny of unwrap/expect/panic is for the product.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+// The attacher benchmark's /proc readers (it uses all of them; this file not `parse_stat`).
+#[path = "attacher/procstat.rs"]
+#[allow(dead_code)]
+mod procstat;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -181,25 +185,6 @@ fn apiserver_pid(port: u16) -> Result<u32> {
     bail!("no kube-apiserver with {flag}")
 }
 
-/// utime + stime of `pid`, in seconds.
-fn cpu_seconds(pid: u32) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let (_, rest) = stat.rsplit_once(')').context("stat")?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // After the name: state is field 3 of stat(5), utime 14, stime 15.
-    let ticks: f64 = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
-    // SAFETY: sysconf with a valid name.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    Ok(ticks / hz)
-}
-
-/// Resets `pid`'s peak RSS (`VmHWM`) to its current RSS, which it returns
-/// (KiB): writing 5 to `/proc/<pid>/clear_refs` (proc(5)).
-fn reset_peak(pid: u32) -> Result<u64> {
-    std::fs::write(format!("/proc/{pid}/clear_refs"), "5")?;
-    status_kib(pid, "VmRSS:")
-}
-
 /// The API server's `go_memstats_alloc_bytes_total`: bytes its Go heap has
 /// allocated so far.
 async fn go_allocated(client: &kube::Client) -> Result<f64> {
@@ -209,20 +194,6 @@ async fn go_allocated(client: &kube::Client) -> Result<f64> {
         .lines()
         .find(|l| l.starts_with("go_memstats_alloc_bytes_total "))
         .context("no go_memstats_alloc_bytes_total")?;
-    Ok(line
-        .split_whitespace()
-        .nth(1)
-        .context("no value")?
-        .parse()?)
-}
-
-/// A `/proc/<pid>/status` field in KiB.
-fn status_kib(pid: u32, field: &str) -> Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let line = status
-        .lines()
-        .find(|l| l.starts_with(field))
-        .with_context(|| format!("no {field}"))?;
     Ok(line
         .split_whitespace()
         .nth(1)
@@ -249,8 +220,9 @@ async fn fetch(client: &kube::Client, pid: u32, format: Format, way: Way) -> Res
     };
     let alloc0 = go_allocated(client).await?;
     let started = Instant::now();
-    let rss0 = reset_peak(pid)?;
-    let cpu0 = cpu_seconds(pid)?;
+    procstat::reset_peak_rss(pid)?;
+    let rss0 = procstat::status_mib(pid, "VmRSS")?;
+    let cpu0 = procstat::cpu_seconds(pid)?;
     let mut bodies = Vec::new();
     match way {
         Way::Pages => {
@@ -275,8 +247,8 @@ async fn fetch(client: &kube::Client, pid: u32, format: Format, way: Way) -> Res
             bodies.push(stream_until_end(client, uri, accept).await?);
         }
     }
-    let server_cpu = cpu_seconds(pid)? - cpu0;
-    let server_peak = status_kib(pid, "VmHWM:")?.saturating_sub(rss0) as f64 / 1024.0;
+    let server_cpu = procstat::cpu_seconds(pid)? - cpu0;
+    let server_peak = (procstat::status_mib(pid, "VmHWM")? - rss0).max(0.0);
     let wall = started.elapsed().as_secs_f64();
     let server_alloc = (go_allocated(client).await? - alloc0) / (1024.0 * 1024.0);
     Ok(Fetched {
