@@ -33,6 +33,7 @@ mod process;
 mod properties_go;
 mod properties_migration;
 mod properties_pager;
+mod proto_views;
 mod proxy;
 mod rbac;
 mod rbac_manifest;

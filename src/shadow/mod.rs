@@ -174,7 +174,7 @@ pub async fn run(
     );
     follower.rtt = round_trip(&kube).await;
 
-    let mut events = watch::watch(
+    let mut events = watch::watch_proto(
         Api::<crate::controller::model::Wire<CachedVa>>::all(kube.clone()),
         "VolumeAttachment",
     );
@@ -270,7 +270,7 @@ fn spawn_caches(
     csinode_writer: reflector::store::Writer<CSINode>,
 ) {
     let (driver, fin) = (driver.to_string(), fin.to_string());
-    let mut pvs = watch::watch(
+    let mut pvs = watch::watch_proto(
         Api::<crate::controller::model::Wire<CachedPv>>::all(kube.clone()),
         "PersistentVolume",
     );

@@ -31,6 +31,8 @@
 //! - `lane`: [`Lane`], the flow a VA needs (attach, or detach once deleted).
 //! - `lookup`: how kube-runtime's store names the views ([`Lookup`]).
 //! - `wire`: [`Wire`], the views at the watch boundary.
+//! - `proto`: the views decoded from protobuf ([`proto::FromProto`]), the
+//!   form the VA and PV watches ask for.
 //!
 //! [`Deserialize`]: serde::Deserialize
 //! [`Lookup`]: kube::runtime::reflector::Lookup
@@ -40,6 +42,7 @@ mod lookup;
 mod meta;
 pub mod names;
 pub mod node;
+pub mod proto;
 mod pv;
 pub mod store;
 mod va;

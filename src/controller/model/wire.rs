@@ -30,18 +30,24 @@ pub struct Wire<T> {
     pub view: T,
 }
 
-impl<'de, T> Deserialize<'de> for Wire<T>
-where
-    T: Deserialize<'de> + Lookup,
-{
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let view = T::deserialize(deserializer)?;
+impl<T: Lookup> Wire<T> {
+    /// `view` at the watch boundary.
+    pub fn new(view: T) -> Self {
         let meta = ObjectMeta {
             name: Lookup::name(&view).map(Cow::into_owned),
             resource_version: Lookup::resource_version(&view).map(Cow::into_owned),
             ..ObjectMeta::default()
         };
-        Ok(Self { meta, view })
+        Self { meta, view }
+    }
+}
+
+impl<'de, T> Deserialize<'de> for Wire<T>
+where
+    T: Deserialize<'de> + Lookup,
+{
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        T::deserialize(deserializer).map(Self::new)
     }
 }
 

@@ -98,13 +98,13 @@ fn parse_go_bool(value: &str) -> Option<bool> {
     }
 }
 
-/// Whether `err` is the API server refusing a streaming list (not a
-/// failure to retry).
+/// Whether `err` is the API server refusing a streaming list (422, 400) or
+/// the protobuf it is asked for (406, 415): not a failure to retry.
 pub fn is_refusal(err: &watcher::Error) -> bool {
     matches!(
         err,
         watcher::Error::WatchStartFailed(kube::Error::Api(status))
-            if status.code == 422 || status.code == 400
+            if matches!(status.code, 400 | 406 | 415 | 422)
     )
 }
 
@@ -156,8 +156,7 @@ impl Attempts {
 
 /// kube-runtime's watcher in `mode`: in [`InitialList::Streaming`], switched
 /// to paginated lists when the API server refuses streaming ones (module
-/// docs). A stream that switches ends its open attempt with the paginated
-/// watcher's own `Init`, so consumers see one re-list.
+/// docs).
 pub fn watcher<K>(
     api: Api<K>,
     mode: InitialList,
@@ -170,7 +169,47 @@ where
     if mode == InitialList::Paginated {
         return inner;
     }
-    let state = (inner, Some(Attempts::default()), api);
+    with_fallback(inner, api, kind)
+}
+
+/// The protobuf watcher ([`super::proto`]) in [`InitialList::Streaming`],
+/// switched to kube-runtime's paginated lists (in JSON) when the API server
+/// refuses its streaming lists or protobuf (406, 415); kube-runtime's
+/// paginated watcher in [`InitialList::Paginated`].
+pub fn proto_watcher<K>(
+    api: Api<K>,
+    mode: InitialList,
+    kind: &'static str,
+) -> BoxStream<'static, Result<Event<K>, watcher::Error>>
+where
+    K: kube::Resource<DynamicType = ()>
+        + crate::controller::model::proto::FromProto
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + 'static,
+{
+    if mode == InitialList::Paginated {
+        return watcher::watcher(api, mode.config()).boxed();
+    }
+    let inner = super::proto::watcher(kube::Client::from(api.clone()));
+    with_fallback(inner, api, kind)
+}
+
+/// `streaming` until the API server refuses it ([`Attempts`]), then
+/// kube-runtime's paginated watcher of `api`. A stream that switches ends
+/// its open attempt with the paginated watcher's own `Init`, so consumers
+/// see one re-list.
+fn with_fallback<K>(
+    streaming: BoxStream<'static, Result<Event<K>, watcher::Error>>,
+    api: Api<K>,
+    kind: &'static str,
+) -> BoxStream<'static, Result<Event<K>, watcher::Error>>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    let state = (streaming, Some(Attempts::default()), api);
     futures::stream::unfold(state, move |(mut inner, mut attempts, api)| async move {
         loop {
             let item = inner.next().await?;
@@ -252,6 +291,7 @@ mod tests {
     fn a_refused_stream_falls_back_and_other_failures_do_not() {
         assert!(is_refusal(&api_error(422)));
         assert!(is_refusal(&api_error(400)));
+        assert!(is_refusal(&api_error(406)), "protobuf not served");
         for code in [403, 410, 429, 500, 503] {
             assert!(!is_refusal(&api_error(code)), "{code}");
         }

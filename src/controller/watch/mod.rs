@@ -11,6 +11,7 @@
 pub mod backoff;
 pub mod initial;
 pub mod nodes;
+pub mod proto;
 
 use std::sync::Arc;
 
@@ -24,6 +25,7 @@ use kube::runtime::WatchStreamExt;
 
 use crate::controller::flows::pv_finalizer::needs_finalizer_check;
 use crate::controller::model::names::NODE_ID_ANNOTATION;
+use crate::controller::model::proto::FromProto;
 use crate::controller::model::store::PvRefs;
 use crate::controller::model::CachedPv;
 use crate::controller::model::CachedVa;
@@ -49,7 +51,7 @@ pub async fn run_va_informer(
 ) {
     let reader = writer.as_reader();
     let mut listed: Vec<(String, Lane)> = Vec::new();
-    let mut events = watch(api, "VolumeAttachment");
+    let mut events = watch_proto(api, "VolumeAttachment");
     while let Some(event) = events.next().await {
         match event {
             Event::Init => {
@@ -116,7 +118,7 @@ pub async fn run_pv_informer(
     pv_queue: Arc<WorkQueue<PvLane>>,
 ) {
     let mut listed: Vec<String> = Vec::new();
-    let mut events = watch(api, "PersistentVolume");
+    let mut events = watch_proto(api, "PersistentVolume");
     while let Some(event) = events.next().await {
         match event {
             Event::Init => {
@@ -193,7 +195,34 @@ where
         kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
     T: Send + 'static,
 {
-    watch_raw(api, kind)
+    unwrap_views(watch_raw(api, kind))
+}
+
+/// [`watch`] in protobuf ([`proto`]), as upstream's client-go asks for VAs
+/// and PVs: fewer bytes and less of the API server's CPU than JSON. Its
+/// paginated fallback lists in JSON.
+pub fn watch_proto<T>(
+    api: Api<Wire<T>>,
+    kind: &'static str,
+) -> futures::stream::BoxStream<'static, Event<T>>
+where
+    Wire<T>: kube::Resource<DynamicType = ()>
+        + FromProto
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + 'static,
+    T: Send + 'static,
+{
+    let events = initial::proto_watcher(api, initial::InitialList::from_env(), kind);
+    unwrap_views(retried(events, kind))
+}
+
+fn unwrap_views<T: Send + 'static>(
+    events: futures::stream::BoxStream<'static, Event<Wire<T>>>,
+) -> futures::stream::BoxStream<'static, Event<T>> {
+    events
         .map(|event| match event {
             Event::Init => Event::Init,
             Event::InitApply(obj) => Event::InitApply(obj.view),
@@ -211,9 +240,21 @@ fn watch_raw<K>(api: Api<K>, kind: &'static str) -> futures::stream::BoxStream<'
 where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
 {
+    retried(
+        initial::watcher(api, initial::InitialList::from_env(), kind),
+        kind,
+    )
+}
+
+/// `events` retried as [`WatchBackoff`] says; failures are logged and the
+/// watch goes on.
+fn retried<K: Send + 'static>(
+    events: futures::stream::BoxStream<'static, Result<Event<K>, kube::runtime::watcher::Error>>,
+    kind: &'static str,
+) -> futures::stream::BoxStream<'static, Event<K>> {
     let backoff = WatchBackoff::default();
     let failures = backoff.observer();
-    initial::watcher(api, initial::InitialList::from_env(), kind)
+    events
         .inspect_err(move |err| failures.record(err))
         .backoff(backoff)
         .filter_map(move |event| async move {

@@ -1,0 +1,366 @@
+//! A streaming list and watch in protobuf, for the views that decode from it
+//! ([`FromProto`]): the VA and PV watches. Upstream's client-go asks the API
+//! server for protobuf; kube-runtime's watcher reads JSON only, so this is
+//! the same protocol as its streaming watcher, on protobuf frames:
+//!
+//! - a streaming list (`sendInitialEvents=true`, `resourceVersionMatch=
+//!   NotOlderThan`, bookmarks): [`Event::Init`], the objects as
+//!   [`Event::InitApply`], and [`Event::InitDone`] at the bookmark annotated
+//!   `k8s.io/initial-events-end`;
+//! - then the watch's events, resumed from the last resource version seen
+//!   when the server ends it (`timeoutSeconds=290`) or it fails; an `ERROR`
+//!   event 410 (Gone) lists again;
+//! - every failure is an item of the stream, for the caller's backoff, as
+//!   kube-runtime's are, with its error variants (so [`super::initial`]'s
+//!   fallback to paginated lists, and the backoff's observer, read them the
+//!   same way).
+//!
+//! Frames: `Accept: application/vnd.kubernetes.protobuf;stream=watch`; each
+//! frame is a 4-byte big-endian length and a bare `metav1.WatchEvent`, whose
+//! object is in the `k8s\0` envelope. An error answer is a `Status` in
+//! protobuf (or JSON, from something in between that only speaks JSON).
+
+use std::io;
+
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use http_body_util::BodyExt;
+use kube::core::Status;
+use kube::runtime::watcher::{self, Event};
+use prost::Message;
+
+use crate::controller::model::proto::messages;
+use crate::controller::model::proto::{meta_of, unwrap_envelope, FromProto};
+
+/// What the watch asks the API server for.
+pub const ACCEPT: &str = "application/vnd.kubernetes.protobuf;stream=watch";
+
+/// The bookmark annotation that ends a streaming list's initial events.
+const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
+/// The server ends each watch after this long (kube-runtime's and
+/// client-go's bound, below the API server's own cap).
+const TIMEOUT_SECONDS: u32 = 290;
+
+/// No object is anywhere near this (etcd's limit is 1.5 MiB); a longer frame
+/// is a broken stream, not a reason to allocate.
+const MAX_FRAME: usize = 64 << 20;
+
+enum State {
+    /// To list (stream) from scratch.
+    Empty,
+    /// Receiving the initial events.
+    Listing(Frames),
+    /// To watch again from `rv`.
+    Resume(String),
+    /// Watching from `rv`.
+    Watching(Frames, String),
+}
+
+/// The streaming list and watch of every `K`, in protobuf.
+pub fn watcher<K>(client: kube::Client) -> BoxStream<'static, Result<Event<K>, watcher::Error>>
+where
+    K: FromProto + kube::Resource<DynamicType = ()> + Send + 'static,
+{
+    let path = K::url_path(&(), None);
+    futures::stream::unfold(
+        (State::Empty, client, path),
+        |(mut state, client, path)| async move {
+            loop {
+                let (item, next) = step::<K>(state, &client, &path).await;
+                state = next;
+                if let Some(item) = item {
+                    return Some((item, (state, client, path)));
+                }
+            }
+        },
+    )
+    .boxed()
+}
+
+type Step<K> = (Option<Result<Event<K>, watcher::Error>>, State);
+
+async fn step<K>(state: State, client: &kube::Client, path: &str) -> Step<K>
+where
+    K: FromProto + kube::Resource<DynamicType = ()>,
+{
+    match state {
+        State::Empty => {
+            let uri = format!(
+                "{path}?watch=true&timeoutSeconds={TIMEOUT_SECONDS}&allowWatchBookmarks=true\
+                 &sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
+            );
+            match open(client, &uri).await {
+                Ok(frames) => (Some(Ok(Event::Init)), State::Listing(frames)),
+                Err(err) => (
+                    Some(Err(watcher::Error::WatchStartFailed(err))),
+                    State::Empty,
+                ),
+            }
+        }
+        State::Resume(rv) => {
+            let uri = format!(
+                "{path}?watch=true&timeoutSeconds={TIMEOUT_SECONDS}&allowWatchBookmarks=true\
+                 &resourceVersion={}",
+                percent_encoding::utf8_percent_encode(&rv, percent_encoding::NON_ALPHANUMERIC)
+            );
+            match open(client, &uri).await {
+                Ok(frames) => (None, State::Watching(frames, rv)),
+                Err(err) => {
+                    let gone = matches!(&err, kube::Error::Api(s) if s.code == 410);
+                    let next = if gone {
+                        State::Empty
+                    } else {
+                        State::Resume(rv)
+                    };
+                    (Some(Err(watcher::Error::WatchStartFailed(err))), next)
+                }
+            }
+        }
+        State::Listing(mut frames) => match frames.next_event().await {
+            None => (None, State::Empty),
+            Some(Err(err)) => (Some(Err(watcher::Error::WatchFailed(err))), State::Empty),
+            Some(Ok(WatchItem::Object(kind, raw))) => match kind.as_str() {
+                "ADDED" | "MODIFIED" => (
+                    Some(decode::<K>(&raw).map(Event::InitApply)),
+                    State::Listing(frames),
+                ),
+                // None are sent before the end bookmark; kube-runtime skips them too.
+                _ => (None, State::Listing(frames)),
+            },
+            Some(Ok(WatchItem::Bookmark { rv, end })) => match (end, rv) {
+                (true, Some(rv)) => (Some(Ok(Event::InitDone)), State::Watching(frames, rv)),
+                (true, None) => (Some(Err(watcher::Error::NoResourceVersion)), State::Empty),
+                (false, _) => (None, State::Listing(frames)),
+            },
+            Some(Ok(WatchItem::Error(status))) => {
+                let next = if status.code == 410 {
+                    State::Empty
+                } else {
+                    State::Listing(frames)
+                };
+                (Some(Err(watcher::Error::WatchError(status))), next)
+            }
+        },
+        State::Watching(mut frames, rv) => match frames.next_event().await {
+            None => (None, State::Resume(rv)),
+            Some(Err(err)) => (
+                Some(Err(watcher::Error::WatchFailed(err))),
+                State::Resume(rv),
+            ),
+            Some(Ok(WatchItem::Object(kind, raw))) => {
+                let event = decode::<K>(&raw).map(|obj| {
+                    let rv = obj.meta().resource_version.clone();
+                    let event = if kind == "DELETED" {
+                        Event::Delete(obj)
+                    } else {
+                        Event::Apply(obj)
+                    };
+                    (event, rv)
+                });
+                match event {
+                    Ok((event, new_rv)) => (
+                        Some(Ok(event)),
+                        State::Watching(frames, new_rv.unwrap_or(rv)),
+                    ),
+                    Err(err) => (Some(Err(err)), State::Watching(frames, rv)),
+                }
+            }
+            Some(Ok(WatchItem::Bookmark { rv: new_rv, .. })) => {
+                (None, State::Watching(frames, new_rv.unwrap_or(rv)))
+            }
+            Some(Ok(WatchItem::Error(status))) => {
+                let next = if status.code == 410 {
+                    State::Empty
+                } else {
+                    State::Watching(frames, rv)
+                };
+                (Some(Err(watcher::Error::WatchError(status))), next)
+            }
+        },
+    }
+}
+
+fn decode<K: FromProto>(raw: &[u8]) -> Result<K, watcher::Error> {
+    K::from_proto(raw).map_err(|e| watcher::Error::WatchFailed(invalid(e)))
+}
+
+fn invalid(e: impl std::error::Error + Send + Sync + 'static) -> kube::Error {
+    kube::Error::ReadEvents(io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// Starts a watch: its frames, or the API server's answer as an error.
+async fn open(client: &kube::Client, uri: &str) -> Result<Frames, kube::Error> {
+    let request = http::Request::get(uri)
+        .header(http::header::ACCEPT, ACCEPT)
+        .body(kube::client::Body::empty())
+        .map_err(kube::Error::HttpError)?;
+    let response = client.send(request).await?;
+    let status = response.status();
+    if status.is_success() {
+        return Ok(Frames::new(response.into_body()));
+    }
+    let json = response
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    let body = response.into_body().collect().await?.to_bytes();
+    Err(kube::Error::Api(Box::new(error_status(
+        status, json, &body,
+    ))))
+}
+
+/// The `Status` of an error answer; one made from the HTTP status when the
+/// body is not one.
+fn error_status(status: http::StatusCode, json: bool, body: &[u8]) -> Status {
+    let decoded = if json {
+        serde_json::from_slice::<Status>(body).ok()
+    } else {
+        proto_status(body).ok()
+    };
+    let mut decoded = decoded.unwrap_or_else(|| {
+        Status::failure(
+            &String::from_utf8_lossy(body),
+            status.canonical_reason().unwrap_or(""),
+        )
+    });
+    if decoded.code == 0 {
+        decoded.code = status.as_u16();
+    }
+    decoded
+}
+
+fn proto_status(bytes: &[u8]) -> Result<Status, crate::controller::model::proto::ProtoError> {
+    let (_, raw) = unwrap_envelope(bytes)?;
+    let s = messages::Status::decode(raw.as_slice())?;
+    let mut status = Status::failure(
+        s.message.as_deref().unwrap_or_default(),
+        s.reason.as_deref().unwrap_or_default(),
+    )
+    .with_code(u16::try_from(s.code.unwrap_or_default()).unwrap_or_default());
+    if let Some(text) = s.status.filter(|t| !t.is_empty()) {
+        status.status = Some(if text == "Success" {
+            kube::core::response::StatusSummary::Success
+        } else {
+            kube::core::response::StatusSummary::Failure
+        });
+    }
+    Ok(status)
+}
+
+/// One decoded frame.
+#[derive(Debug)]
+enum WatchItem {
+    /// ADDED, MODIFIED or DELETED, and the object's bytes.
+    Object(String, Vec<u8>),
+    /// A bookmark: its resource version, and whether it ends the initial events.
+    Bookmark { rv: Option<String>, end: bool },
+    /// An ERROR event.
+    Error(Box<Status>),
+}
+
+/// The frames of a protobuf watch body.
+struct Frames {
+    body: kube::client::Body,
+    /// Bytes received; those before `start` are read.
+    buf: Vec<u8>,
+    start: usize,
+}
+
+impl Frames {
+    fn new(body: kube::client::Body) -> Self {
+        Self {
+            body,
+            buf: Vec::new(),
+            start: 0,
+        }
+    }
+
+    /// The next event; `None` when the body ends.
+    async fn next_event(&mut self) -> Option<Result<WatchItem, kube::Error>> {
+        loop {
+            match frame_at(&self.buf[self.start..]) {
+                Ok(Some(len)) => {
+                    let frame = &self.buf[self.start + 4..self.start + 4 + len];
+                    let item = parse_event(frame);
+                    self.start += 4 + len;
+                    return Some(item);
+                }
+                Ok(None) => {}
+                Err(err) => return Some(Err(err)),
+            }
+            // Keep only the unread bytes before reading more.
+            self.buf.drain(..self.start);
+            self.start = 0;
+            match self.body.frame().await {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        self.buf.extend_from_slice(&data);
+                    }
+                }
+                Some(Err(err)) => return Some(Err(err)),
+                None if self.buf.is_empty() => return None,
+                None => {
+                    return Some(Err(invalid(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the watch ended inside a frame",
+                    ))))
+                }
+            }
+        }
+    }
+}
+
+/// The length of the whole frame at the start of `bytes`, if it is all there.
+fn frame_at(bytes: &[u8]) -> Result<Option<usize>, kube::Error> {
+    let Some(prefix) = bytes.first_chunk::<4>() else {
+        return Ok(None);
+    };
+    let len = u32::from_be_bytes(*prefix) as usize;
+    if len > MAX_FRAME {
+        return Err(invalid(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a watch frame of {len} bytes"),
+        )));
+    }
+    Ok((bytes.len() >= 4 + len).then_some(len))
+}
+
+fn parse_event(frame: &[u8]) -> Result<WatchItem, kube::Error> {
+    let event = messages::WatchEvent::decode(frame).map_err(invalid)?;
+    let kind = event.r#type.unwrap_or_default();
+    let raw = event.object.and_then(|o| o.raw).unwrap_or_default();
+    let (_, object) = unwrap_envelope(&raw).map_err(invalid)?;
+    match kind.as_str() {
+        "BOOKMARK" => {
+            let meta = meta_of(&object).map_err(invalid)?;
+            let end = meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(INITIAL_EVENTS_END))
+                .is_some_and(|v| v == "true");
+            Ok(WatchItem::Bookmark {
+                rv: meta.resource_version,
+                end,
+            })
+        }
+        "ERROR" => {
+            let s = messages::Status::decode(object.as_slice()).map_err(invalid)?;
+            let status = Status::failure(
+                s.message.as_deref().unwrap_or_default(),
+                s.reason.as_deref().unwrap_or_default(),
+            )
+            .with_code(u16::try_from(s.code.unwrap_or_default()).unwrap_or_default());
+            Ok(WatchItem::Error(Box::new(status)))
+        }
+        "ADDED" | "MODIFIED" | "DELETED" => Ok(WatchItem::Object(kind, object)),
+        other => Err(invalid(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a watch event of type {other:?}"),
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests;
