@@ -166,10 +166,12 @@ fn is_cached(pv: &CachedPv, driver: &str, finalizer: &str) -> bool {
 
 /// Keeps the CSINode cache.
 pub async fn run_csinode_informer(api: Api<CSINode>, mut writer: Writer<CSINode>) {
-    // `managedFields` are dropped on arrival: nothing here reads them, and
-    // they are often the largest part of an object. (VAs and PVs are decoded
-    // without them, see `compact`.)
-    let mut events = watch_raw(api, "CSINode").map(|mut event| {
+    // In protobuf (`proto`), as the VA and PV watches. `managedFields` are
+    // dropped on arrival (the protobuf decode skips them; the JSON pages of
+    // the fallback carry them): nothing here reads them, and they are often
+    // the largest part of an object.
+    let listed = initial::proto_watcher(api, initial::InitialList::from_env(), "CSINode");
+    let mut events = retried(listed, "CSINode").map(|mut event| {
         match &mut event {
             Event::Apply(node) | Event::InitApply(node) | Event::Delete(node) => {
                 node.metadata.managed_fields = None

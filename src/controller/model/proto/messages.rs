@@ -410,3 +410,35 @@ pub struct VolumeError {
     #[prost(int32, optional, tag = "3")]
     pub error_code: Option<i32>,
 }
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct CsiNode {
+    #[prost(message, optional, tag = "1")]
+    pub metadata: Option<ObjectMeta>,
+    #[prost(message, optional, tag = "2")]
+    pub spec: Option<CsiNodeSpec>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct CsiNodeSpec {
+    #[prost(message, repeated, tag = "1")]
+    pub drivers: Vec<CsiNodeDriver>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct CsiNodeDriver {
+    #[prost(string, optional, tag = "1")]
+    pub name: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    pub node_id: Option<String>,
+    #[prost(string, repeated, tag = "3")]
+    pub topology_keys: Vec<String>,
+    #[prost(message, optional, tag = "4")]
+    pub allocatable: Option<VolumeNodeResources>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct VolumeNodeResources {
+    #[prost(int32, optional, tag = "1")]
+    pub count: Option<i32>,
+}

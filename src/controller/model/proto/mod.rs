@@ -62,6 +62,32 @@ impl FromProto for Wire<CachedVa> {
     }
 }
 
+/// A CSINode, `managedFields` left out as the CSINode watch leaves them.
+/// `topologyKeys` is a Go slice without `omitempty`: JSON tells `null` from
+/// `[]`, protobuf does not; an empty one is absent here (nothing reads it).
+impl FromProto for storage::CSINode {
+    fn from_proto(raw: &[u8]) -> Result<Self, ProtoError> {
+        let node = messages::CsiNode::decode(raw)?;
+        let drivers = node.spec.unwrap_or_default().drivers;
+        Ok(storage::CSINode {
+            metadata: object_meta(node.metadata)?,
+            spec: storage::CSINodeSpec {
+                drivers: drivers
+                    .into_iter()
+                    .map(|d| storage::CSINodeDriver {
+                        allocatable: d
+                            .allocatable
+                            .map(|a| storage::VolumeNodeResources { count: a.count }),
+                        name: required(d.name),
+                        node_id: required(d.node_id),
+                        topology_keys: list(d.topology_keys),
+                    })
+                    .collect(),
+            },
+        })
+    }
+}
+
 /// The object inside a Kubernetes protobuf envelope (`k8s\0` magic, then a
 /// `runtime.Unknown`): its kind and its bytes.
 pub fn unwrap_envelope(bytes: &[u8]) -> Result<(String, Vec<u8>), ProtoError> {
