@@ -1,5 +1,5 @@
 //! A streaming list and watch in protobuf, for the views that decode from it
-//! ([`FromProto`]): the VA and PV watches. Upstream's client-go asks the API
+//! ([`FromProto`]): the VA, PV and CSINode watches. Upstream's client-go asks the API
 //! server for protobuf; kube-runtime's watcher reads JSON only, so this is
 //! the same protocol as its streaming watcher, on protobuf frames:
 //!
