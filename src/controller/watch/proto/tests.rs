@@ -99,3 +99,163 @@ fn an_error_answer_keeps_the_api_server_s_status() {
     let status = error_status(http::StatusCode::NOT_ACCEPTABLE, false, b"nope");
     assert_eq!(status.code, 406);
 }
+
+fn pv(name: &str, rv: &str) -> Vec<u8> {
+    m::PersistentVolume {
+        metadata: Some(m::ObjectMeta {
+            name: Some(name.into()),
+            resource_version: Some(rv.into()),
+            ..Default::default()
+        }),
+        spec: Some(m::PersistentVolumeSpec {
+            source: Some(m::PersistentVolumeSource {
+                csi: Some(m::CsiSource {
+                    driver: Some("d".into()),
+                    volume_handle: Some(name.into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        status: None,
+    }
+    .encode_to_vec()
+}
+
+fn framed(events: &[Vec<u8>]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for e in events {
+        body.extend_from_slice(&u32::try_from(e.len()).unwrap().to_be_bytes());
+        body.extend_from_slice(e);
+    }
+    body
+}
+
+/// A client whose API server answers `answers` in order, and the URIs it
+/// was asked.
+fn scripted(
+    answers: Vec<(u16, Vec<u8>)>,
+) -> (kube::Client, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::sync::{Arc, Mutex};
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let answers = Arc::new(Mutex::new(std::collections::VecDeque::from(answers)));
+    let seen = asked.clone();
+    let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+        seen.lock().unwrap().push(request.uri().to_string());
+        let accept = request.headers().get(http::header::ACCEPT).cloned();
+        let next = answers.lock().unwrap().pop_front();
+        async move {
+            assert_eq!(accept.as_ref().and_then(|v| v.to_str().ok()), Some(ACCEPT));
+            let (status, body) = next.unwrap_or((503, Vec::new()));
+            Ok::<_, std::convert::Infallible>(
+                http::Response::builder()
+                    .status(status)
+                    .body(http_body_util::Full::new(hyper::body::Bytes::from(body)))
+                    .unwrap(),
+            )
+        }
+    });
+    (kube::Client::new(service, "default"), asked)
+}
+
+#[tokio::test]
+async fn lists_resumes_relists_after_410_and_reports_a_refusal() {
+    use crate::controller::model::{CachedPv, Wire};
+    let gone = m::Status {
+        code: Some(410),
+        reason: Some("Expired".into()),
+        ..Default::default()
+    };
+    let refused = m::Status {
+        code: Some(422),
+        reason: Some("Invalid".into()),
+        ..Default::default()
+    };
+    let (client, asked) = scripted(vec![
+        (
+            200,
+            framed(&[
+                event("ADDED", pv("a", "5")),
+                event("ADDED", pv("b", "6")),
+                event("BOOKMARK", bookmark("10", true)),
+            ]),
+        ),
+        (
+            200,
+            framed(&[
+                event("MODIFIED", pv("a", "11")),
+                event("BOOKMARK", bookmark("12", false)),
+            ]),
+        ),
+        (
+            200,
+            framed(&[
+                event("DELETED", pv("b", "13")),
+                event("ERROR", gone.encode_to_vec()),
+            ]),
+        ),
+        (422, envelope(refused.encode_to_vec())),
+    ]);
+    let items: Vec<_> = watcher::<Wire<CachedPv>>(client).take(9).collect().await;
+    let seen: Vec<String> = items
+        .iter()
+        .map(|item| match item {
+            Ok(Event::Init) => "Init".to_string(),
+            Ok(Event::InitApply(pv)) => format!("InitApply {}", pv.view.name()),
+            Ok(Event::InitDone) => "InitDone".to_string(),
+            Ok(Event::Apply(pv)) => format!(
+                "Apply {} {}",
+                pv.view.name(),
+                pv.view.resource_version().unwrap_or_default()
+            ),
+            Ok(Event::Delete(pv)) => format!("Delete {}", pv.view.name()),
+            Err(watcher::Error::WatchError(status)) => format!("WatchError {}", status.code),
+            Err(watcher::Error::WatchStartFailed(kube::Error::Api(status))) => {
+                format!("WatchStartFailed {}", status.code)
+            }
+            Err(other) => format!("{other}"),
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            "Init",
+            "InitApply a",
+            "InitApply b",
+            "InitDone",
+            "Apply a 11",
+            "Delete b",
+            "WatchError 410",
+            "WatchStartFailed 422",
+            "WatchStartFailed 503",
+        ]
+    );
+    let asked = asked.lock().unwrap().clone();
+    let list = "watch=true&timeoutSeconds=290&allowWatchBookmarks=true\
+                &sendInitialEvents=true&resourceVersionMatch=NotOlderThan";
+    assert_eq!(asked[0], format!("/api/v1/persistentvolumes?{list}"));
+    // Resumed from the end bookmark's version, then from the last bookmark's.
+    assert!(asked[1].ends_with("&resourceVersion=10"), "{}", asked[1]);
+    assert!(asked[2].ends_with("&resourceVersion=12"), "{}", asked[2]);
+    // The 410 lists again, from scratch.
+    assert_eq!(asked[3], format!("/api/v1/persistentvolumes?{list}"));
+}
+
+#[tokio::test]
+async fn a_stream_cut_inside_a_frame_is_an_error_and_the_list_starts_again() {
+    use crate::controller::model::{CachedPv, Wire};
+    let mut cut = framed(&[event("ADDED", pv("a", "5"))]);
+    cut.truncate(cut.len() - 3);
+    let (client, asked) = scripted(vec![(200, cut), (200, framed(&[]))]);
+    let items: Vec<_> = watcher::<Wire<CachedPv>>(client).take(3).collect().await;
+    assert!(matches!(items[0], Ok(Event::Init)));
+    assert!(
+        matches!(&items[1], Err(watcher::Error::WatchFailed(e)) if e.to_string().contains("inside a frame")),
+        "{:?}",
+        items[1]
+    );
+    // Not resumed: the list had not ended, so it starts over.
+    assert!(matches!(items[2], Ok(Event::Init)));
+    assert!(asked.lock().unwrap()[1].contains("sendInitialEvents=true"));
+}
