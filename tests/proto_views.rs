@@ -379,6 +379,30 @@ async fn csinodes_decode_the_same_from_protobuf_and_json() {
     }
 }
 
+/// The controller's watch client speaks HTTP/2 to the API server (ALPN), its
+/// other clients HTTP/1.1.
+#[tokio::test]
+async fn the_watch_client_speaks_http2_and_the_others_http1() {
+    let cp = controlplane::shared();
+    let config = cp.config_for(&cp.kubeconfig).await.unwrap();
+    let clients = csi_attacher::kube_client::build_prioritized(config, 100.0, 100).unwrap();
+    let version = |client: kube::Client| async move {
+        let request = http::Request::get("/api/v1/persistentvolumes?limit=1")
+            .body(kube::client::Body::empty())
+            .unwrap();
+        client.send(request).await.unwrap().version()
+    };
+    assert_eq!(version(clients.watch.clone()).await, http::Version::HTTP_2);
+    assert_eq!(
+        version(clients.normal.clone()).await,
+        http::Version::HTTP_11
+    );
+    assert_eq!(
+        version(clients.urgent.clone()).await,
+        http::Version::HTTP_11
+    );
+}
+
 /// The protobuf watcher against the API server: the streamed list holds the
 /// PVs as a JSON GET decodes them, then a change is an `Apply` and a
 /// deletion a `Delete`.

@@ -192,7 +192,7 @@ pub async fn run(
     let failing = Arc::new(FailingVas::new(&metrics.flows.failing));
     spawn_watches(
         &mut tasks,
-        &client,
+        &clients.watch,
         &settings,
         &finalizer,
         &queues,

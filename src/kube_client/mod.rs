@@ -178,13 +178,17 @@ pub fn build(config: impl Into<ApiConfig>, qps: f64, burst: i64) -> Result<kube:
 }
 
 /// The controller's clients: one throttle (`--kube-api-qps`/`--kube-api-burst`)
-/// shared by both, `urgent` served first (see the module docs).
+/// shared by all, `urgent` served first (see the module docs).
 #[derive(Clone)]
 pub struct Clients {
-    /// Every request but the urgent ones.
+    /// Every request but the urgent ones and the watches.
     pub normal: kube::Client,
     /// The writes a pod is waiting for.
     pub urgent: kube::Client,
+    /// The watches, over HTTP/2 where the API server speaks it (as
+    /// client-go's): one connection carries them all, and the API server
+    /// packs their events into fewer TLS records.
+    pub watch: kube::Client,
 }
 
 /// [`Clients`] throttled as client-go throttles `--kube-api-qps`/`--kube-api-burst`.
@@ -197,6 +201,7 @@ pub fn build_prioritized(
     let limit = RateLimitLayer::new(qps, burst);
     Ok(Clients {
         urgent: build_with(config.clone(), limit.urgent())?,
+        watch: build_over(config.clone(), limit.clone(), transport::Http::Two)?,
         normal: build_with(config, limit)?,
     })
 }
@@ -208,6 +213,14 @@ pub fn build_unthrottled(config: impl Into<ApiConfig>) -> Result<kube::Client, E
 }
 
 fn build_with(config: ApiConfig, limit: RateLimitLayer) -> Result<kube::Client, Error> {
+    build_over(config, limit, transport::Http::One)
+}
+
+fn build_over(
+    config: ApiConfig,
+    limit: RateLimitLayer,
+    version: transport::Http,
+) -> Result<kube::Client, Error> {
     let ApiConfig {
         mut config,
         request_timeout,
@@ -215,7 +228,7 @@ fn build_with(config: ApiConfig, limit: RateLimitLayer) -> Result<kube::Client, 
     config.default_retry = false;
     // The deadline sits below the throttle: time spent waiting for a token is
     // the client's own pacing, not the server's silence.
-    let client = transport::transport(config)?
+    let client = transport::transport(config, version)?
         .with_layer(&DeadlineLayer::new(request_timeout))
         .with_layer(&limit)
         .build();

@@ -43,7 +43,20 @@ pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
 /// Unanswered probes before the kernel gives the connection up.
 pub const KEEPALIVE_RETRIES: u32 = 3;
 
-pub(super) fn transport(config: kube::Config) -> Result<ClientBuilder<Transport>, Error> {
+/// Which HTTP versions a client's connections offer the API server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Http {
+    /// HTTP/1.1 only: one request per connection at a time (kube's default).
+    One,
+    /// HTTP/2 where the API server agrees (ALPN `h2`, then `http/1.1`), as
+    /// client-go: every request of the client on one connection.
+    Two,
+}
+
+pub(super) fn transport(
+    config: kube::Config,
+    version: Http,
+) -> Result<ClientBuilder<Transport>, Error> {
     let route = proxy::route(
         &config.cluster_url,
         config.proxy_url.as_ref(),
@@ -72,9 +85,12 @@ pub(super) fn transport(config: kube::Config) -> Result<ClientBuilder<Transport>
         config.connect_timeout,
     )
     .map_err(Error::Build)?;
-    let https = config
-        .rustls_https_connector_with_connector(connector)
-        .map_err(Error::Build)?;
+    let https = match version {
+        Http::One => config
+            .rustls_https_connector_with_connector(connector)
+            .map_err(Error::Build)?,
+        Http::Two => https_connector_h2(&config, connector)?,
+    };
     // A plain-http API server behind a proxy gets its requests forwarded,
     // with the proxy's credentials on each (Go's transport does the same).
     let forward_auth = match &route {
@@ -150,6 +166,28 @@ pub(super) fn transport(config: kube::Config) -> Result<ClientBuilder<Transport>
         BoxService::new(service),
         config.default_namespace,
     ))
+}
+
+/// kube's rustls connector (`rustls_https_connector_with_connector`: its TLS
+/// configuration, its `tls-server-name`) offering HTTP/2 as well.
+fn https_connector_h2(
+    config: &kube::Config,
+    connector: proxy::Connector,
+) -> Result<hyper_rustls::HttpsConnector<proxy::Connector>, Error> {
+    let tls = config.rustls_client_config().map_err(Error::Build)?;
+    let mut builder = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http();
+    if let Some(name) = &config.tls_server_name {
+        let name = tokio_rustls::rustls::pki_types::ServerName::try_from(name.clone())
+            .map_err(|e| Error::Build(kube::Error::Service(Box::new(e))))?;
+        builder =
+            builder.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
+    }
+    Ok(builder
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(connector))
 }
 
 #[cfg(test)]
