@@ -31,6 +31,18 @@
 //! the request deadline. Without a client-side limit (a negative
 //! `--kube-api-qps`), neither the order nor this hold applies.
 //!
+//! # HTTP versions
+//! The watches' client ([`Clients::watch`]) offers HTTP/2 (ALPN `h2`, then
+//! `http/1.1`), as client-go does for every request: the VA, PV and CSINode
+//! watches share one connection, and the API server's HTTP/2 writer packs
+//! events queued together into one TLS record where HTTP/1.1 writes each in
+//! its own chunk and record (about one byte per object at a 100,000-PV
+//! start-up, `bench/results.md`, the cluster's cost). The other clients stay
+//! on HTTP/1.1, one request per connection at a time: the priority above
+//! relies on their own connections, and HTTP/2 showed no CPU gain for the
+//! writes (bench/README.md, "HTTP/2 to the API server"). Silence, deadlines
+//! and TCP keepalive apply per stream and per connection as on HTTP/1.1.
+//!
 //! # TCP_NODELAY
 //! Every connection to the API server has TCP_NODELAY set, as Go's net/http
 //! sets it; hyper's connector (and so kube's builder) does not. Without it,
