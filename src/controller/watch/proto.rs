@@ -46,6 +46,9 @@ const TIMEOUT_SECONDS: u32 = 290;
 /// is a broken stream, not a reason to allocate.
 const MAX_FRAME: usize = 64 << 20;
 
+/// The most of an error answer's body read for its `Status`.
+const MAX_ERROR_BODY: usize = 64 << 10;
+
 enum State {
     /// To list (stream) from scratch.
     Empty,
@@ -205,7 +208,12 @@ async fn open(client: &kube::Client, uri: &str) -> Result<Frames, kube::Error> {
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/json"));
-    let body = response.into_body().collect().await?.to_bytes();
+    // An error answer is a Status of a few hundred bytes; more is not read.
+    let body = http_body_util::Limited::new(response.into_body(), MAX_ERROR_BODY)
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
     Err(kube::Error::Api(Box::new(error_status(
         status, json, &body,
     ))))

@@ -259,3 +259,17 @@ async fn a_stream_cut_inside_a_frame_is_an_error_and_the_list_starts_again() {
     assert!(matches!(items[2], Ok(Event::Init)));
     assert!(asked.lock().unwrap()[1].contains("sendInitialEvents=true"));
 }
+
+#[tokio::test]
+async fn an_oversized_error_answer_is_not_read_and_its_http_status_stands() {
+    use crate::controller::model::{CachedPv, Wire};
+    let (client, _) = scripted(vec![(406, vec![b'x'; MAX_ERROR_BODY + 1])]);
+    let items: Vec<_> = watcher::<Wire<CachedPv>>(client).take(1).collect().await;
+    match &items[0] {
+        Err(watcher::Error::WatchStartFailed(kube::Error::Api(status))) => {
+            assert_eq!(status.code, 406);
+            assert!(status.message.is_empty(), "{}", status.message);
+        }
+        other => panic!("{other:?}"),
+    }
+}
