@@ -179,6 +179,20 @@ fn nfs_pv(prefix: &str) -> Value {
     })
 }
 
+/// Removes every finalizer of `name`, so that a deleted object goes.
+async fn release<K>(api: &Api<K>, name: &str)
+where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .expect("release");
+}
+
 async fn create_pvs(client: &kube::Client, objects: &[Value]) {
     let api: Api<PersistentVolume> = Api::all(client.clone());
     for object in objects {
@@ -240,13 +254,7 @@ async fn every_pv_field_decodes_the_same_from_protobuf_and_json() {
     }
 
     // Release the deleted PV's finalizer so it goes.
-    api.patch(
-        &full,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-    )
-    .await
-    .expect("release");
+    release(&api, &full).await;
 }
 
 #[tokio::test]
@@ -329,13 +337,7 @@ async fn every_va_field_decodes_the_same_from_protobuf_and_json() {
     assert_eq!(error.message.as_deref(), Some("quota"));
     assert!(error.time.is_some());
     for name in &names {
-        api.patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        )
-        .await
-        .expect("release");
+        release(&api, name).await;
         api.delete(name, &DeleteParams::default())
             .await
             .expect("delete VA");
@@ -458,13 +460,7 @@ async fn the_protobuf_watch_streams_the_views_a_json_read_decodes() {
         .await
         .expect("delete");
     // The API server's admission gives every PV kubernetes.io/pv-protection.
-    api.patch(
-        changed,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-    )
-    .await
-    .expect("release");
+    release(&api, changed).await;
     let (mut applied, mut deleted) = (false, false);
     while !(applied && deleted) {
         let event = tokio::time::timeout(deadline, events.next())
