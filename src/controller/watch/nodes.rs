@@ -4,16 +4,17 @@
 //! when a Node gains that taint, the detaches of its deleted VAs already
 //! waiting in the detach lane are moved ahead.
 //!
-//! Upstream's RBAC grants nothing on Nodes. So before it watches, the
-//! informer lists one Node: refused (403), it logs an error and ends, and the
-//! attacher goes on without it (a failed node's detaches then go first only
-//! once its CSINode is gone). Any other failure is left to the watch's own
-//! retries.
+//! Upstream's RBAC grants nothing on Nodes. A streamed list needs only
+//! `watch`, the paginated fallback `list` too; so the watch itself is the
+//! probe: refused (403, whichever verb), the informer logs one error and
+//! ends, and the attacher goes on without it (a failed node's detaches then
+//! go first only once its CSINode is gone). Any other failure is left to the
+//! watch's own retries.
 
 use std::sync::Arc;
 
 use futures::StreamExt;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::Event;
@@ -24,7 +25,7 @@ use crate::controller::model::CachedVa;
 use crate::controller::model::Lane;
 use crate::controller::model::Wire;
 use crate::controller::queue::WorkQueue;
-use crate::controller::watch::watch;
+use crate::controller::watch::{initial, retried, unwrap_views};
 
 /// Keeps the Node cache; moves a newly out-of-service Node's detaches ahead.
 /// `out_of_service`: the gauge of Nodes carrying the taint.
@@ -35,19 +36,8 @@ pub async fn run_node_informer(
     va_queue: Arc<WorkQueue<Lane>>,
     out_of_service: IntGauge,
 ) {
-    if let Err(kube::Error::Api(status)) = api.list(&ListParams::default().limit(1)).await {
-        if status.code == 403 {
-            tracing::error!(
-                error = %status.message,
-                "--watch-node-taints: listing Nodes is forbidden; detaches of out-of-service \
-                 Nodes are not moved ahead. Grant list and watch on nodes \
-                 (deploy/kubernetes/rbac-nodes.yaml) and restart"
-            );
-            return;
-        }
-    }
     let reader = writer.as_reader();
-    let mut events = watch(api, "Node");
+    let mut events = watch_until_forbidden(api);
     while let Some(event) = events.next().await {
         match event {
             Event::Init | Event::InitApply(_) => writer.apply_watcher_event(&event),
@@ -91,6 +81,45 @@ pub async fn run_node_informer(
                 writer.apply_watcher_event(&Event::Delete(node));
             }
         }
+    }
+}
+
+/// The Node watch, ended by a 403 (logged once, as an error).
+fn watch_until_forbidden(
+    api: Api<Wire<CachedNode>>,
+) -> futures::stream::BoxStream<'static, Event<CachedNode>> {
+    let events = initial::watcher(api, initial::InitialList::from_env(), "Node")
+        .take_while(|item| {
+            let forbidden = match item {
+                Err(err) => forbidden(err),
+                Ok(_) => None,
+            };
+            if let Some(message) = &forbidden {
+                tracing::error!(
+                    error = %message,
+                    "--watch-node-taints: watching Nodes is forbidden; detaches of out-of-service \
+                     Nodes are not moved ahead. Grant list and watch on nodes \
+                     (deploy/kubernetes/rbac-nodes.yaml) and restart"
+                );
+            }
+            futures::future::ready(forbidden.is_none())
+        })
+        .boxed();
+    unwrap_views(retried(events, "Node"))
+}
+
+/// The API server's message when `err` is a 403.
+fn forbidden(err: &kube::runtime::watcher::Error) -> Option<String> {
+    use kube::runtime::watcher::Error;
+    match err {
+        Error::InitialListFailed(kube::Error::Api(status))
+        | Error::WatchStartFailed(kube::Error::Api(status))
+            if status.code == 403 =>
+        {
+            Some(status.message.clone())
+        }
+        Error::WatchError(status) if status.code == 403 => Some(status.message.clone()),
+        _ => None,
     }
 }
 
