@@ -191,7 +191,7 @@ where
         + 'static,
 {
     if mode == InitialList::Paginated {
-        return watcher::watcher(api, mode.config()).boxed();
+        return watcher(api, mode, kind);
     }
     let inner = super::proto::watcher(kube::Client::from(api.clone()));
     with_fallback(inner, api, kind)

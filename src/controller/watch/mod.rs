@@ -170,8 +170,7 @@ pub async fn run_csinode_informer(api: Api<CSINode>, mut writer: Writer<CSINode>
     // dropped on arrival (the protobuf decode skips them; the JSON pages of
     // the fallback carry them): nothing here reads them, and they are often
     // the largest part of an object.
-    let listed = initial::proto_watcher(api, initial::InitialList::from_env(), "CSINode");
-    let mut events = retried(listed, "CSINode").map(|mut event| {
+    let mut events = watch_raw_proto(api, "CSINode").map(|mut event| {
         match &mut event {
             Event::Apply(node) | Event::InitApply(node) | Event::Delete(node) => {
                 node.metadata.managed_fields = None
@@ -217,8 +216,27 @@ where
         + 'static,
     T: Send + 'static,
 {
-    let events = initial::proto_watcher(api, initial::InitialList::from_env(), kind);
-    unwrap_views(retried(events, kind))
+    unwrap_views(watch_raw_proto(api, kind))
+}
+
+/// [`watch_raw`] in protobuf ([`initial::proto_watcher`]).
+fn watch_raw_proto<K>(
+    api: Api<K>,
+    kind: &'static str,
+) -> futures::stream::BoxStream<'static, Event<K>>
+where
+    K: kube::Resource<DynamicType = ()>
+        + FromProto
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + 'static,
+{
+    retried(
+        initial::proto_watcher(api, initial::InitialList::from_env(), kind),
+        kind,
+    )
 }
 
 fn unwrap_views<T: Send + 'static>(

@@ -241,7 +241,11 @@ fn error_status(status: http::StatusCode, json: bool, body: &[u8]) -> Status {
 
 fn proto_status(bytes: &[u8]) -> Result<Status, crate::controller::model::proto::ProtoError> {
     let (_, raw) = unwrap_envelope(bytes)?;
-    let s = messages::Status::decode(raw.as_slice())?;
+    Ok(status_of(messages::Status::decode(raw.as_slice())?))
+}
+
+/// kube's `Status` of a protobuf one (an error answer's, or an `ERROR` event's).
+fn status_of(s: messages::Status) -> Status {
     let mut status = Status::failure(
         s.message.as_deref().unwrap_or_default(),
         s.reason.as_deref().unwrap_or_default(),
@@ -254,7 +258,7 @@ fn proto_status(bytes: &[u8]) -> Result<Status, crate::controller::model::proto:
             kube::core::response::StatusSummary::Failure
         });
     }
-    Ok(status)
+    status
 }
 
 /// One decoded frame.
@@ -354,13 +358,8 @@ fn parse_event(frame: &[u8]) -> Result<WatchItem, kube::Error> {
             })
         }
         "ERROR" => {
-            let s = messages::Status::decode(object.as_slice()).map_err(invalid)?;
-            let status = Status::failure(
-                s.message.as_deref().unwrap_or_default(),
-                s.reason.as_deref().unwrap_or_default(),
-            )
-            .with_code(u16::try_from(s.code.unwrap_or_default()).unwrap_or_default());
-            Ok(WatchItem::Error(Box::new(status)))
+            let status = messages::Status::decode(object.as_slice()).map_err(invalid)?;
+            Ok(WatchItem::Error(Box::new(status_of(status))))
         }
         "ADDED" | "MODIFIED" | "DELETED" => Ok(WatchItem::Object(kind, object)),
         other => Err(invalid(io::Error::new(
