@@ -1173,12 +1173,22 @@ pub fn i10(h: &History, f: &mut Findings) {
 /// How soon a replica must notice that its connections are dead.
 pub const HALF_OPEN_NOTICED: i128 = 60 * SECOND;
 
+/// Whether a `watch-half-open` fault found none of the replica's connections
+/// open (its note counts the connections that vanished).
+fn no_connection_vanished(note: &str) -> bool {
+    note.contains("(0 of them)")
+}
+
 /// I11: a replica whose connections vanished without a FIN or RST (the
 /// `watch-half-open` fault) notices within [`HALF_OPEN_NOTICED`]: its log says
 /// a watch failed. TCP keepalive on API-server connections is what notices;
 /// a watch's own silence bound (90 s) would be too late.
 pub fn i11(h: &History, f: &mut Findings) {
     for w in h.windows.iter().filter(|w| w.kind == "watch-half-open") {
+        if no_connection_vanished(&w.note) {
+            // Nothing to notice (skipped by `evidence`).
+            continue;
+        }
         let Some(replica) = target(&w.note) else {
             f.skipped
                 .push(("I11".into(), format!("no replica named in {:?}", w.note)));
@@ -1425,6 +1435,13 @@ pub fn fault_evidence(h: &History, terms: &[Term], w: &Window) -> Result<String,
         }
         "fd-limit-and-idle-flood" => {
             need(note.contains("(prlimit 0)"), "prlimit failed")?;
+            Ok(note.to_string())
+        }
+        "watch-half-open" => {
+            need(
+                !no_connection_vanished(note),
+                "no connection of the replica was open",
+            )?;
             Ok(note.to_string())
         }
         // The suite's own signals and proxy modes: nothing can miss.

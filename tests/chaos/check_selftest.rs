@@ -614,7 +614,18 @@ fn i10_reports_a_ledger_that_does_not_replay_to_the_driver_state() {
 
 #[test]
 fn i11_reports_half_open_connections_noticed_late_or_never() {
-    let note = "replica-0's connections vanished without a FIN or RST; a watch failed after 65s";
+    let note = "replica-0's connections vanished without a FIN or RST (3 of them); a watch failed after 65s";
+    // None of its connections open: nothing to notice, and no evidence.
+    let mut h = clean();
+    let none = note.replace("(3 of them)", "(0 of them)");
+    h.windows.push(window("watch-half-open", 5.0, 70.0, &none));
+    let f = check(&h);
+    assert!(f.of("I11").is_empty(), "{f:#?}");
+    assert!(
+        f.skipped.iter().any(|(kind, why)| kind == "watch-half-open"
+            && why.contains("no connection of the replica was open")),
+        "{f:#?}"
+    );
     let mut h = clean();
     h.windows.push(window("watch-half-open", 5.0, 70.0, note));
     only(&check(&h), "I11");

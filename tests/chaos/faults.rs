@@ -167,7 +167,9 @@ impl Injector {
                         .unwrap_or_default()
                 };
                 let before = failures();
+                let vanished_before = replica.proxy.vanished();
                 replica.proxy.set(Mode::HalfOpen);
+                replica.proxy.vanish_open();
                 pause(200).await;
                 replica.proxy.set(Mode::Pass);
                 let t0 = tokio::time::Instant::now();
@@ -176,7 +178,8 @@ impl Injector {
                 }
                 (
                     format!(
-                        "replica-{leader}'s connections vanished without a FIN or RST; a watch failed after {:?}",
+                        "replica-{leader}'s connections vanished without a FIN or RST ({} of them); a watch failed after {:?}",
+                        replica.proxy.vanished() - vanished_before,
                         t0.elapsed()
                     ),
                     false,

@@ -13,6 +13,8 @@
 
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -34,6 +36,11 @@ pub enum Mode {
 pub struct Proxy {
     pub addr: SocketAddr,
     mode: watch::Sender<Mode>,
+    /// Bumped by [`Proxy::vanish_open`]: every connection accepted before
+    /// the bump vanishes when its task next runs, however late that is.
+    vanish: watch::Sender<u64>,
+    /// Connections vanished so far.
+    vanished: Arc<AtomicUsize>,
 }
 
 impl Proxy {
@@ -42,22 +49,63 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let (mode, _) = watch::channel(Mode::Pass);
-        let rx = mode.subscribe();
+        let (vanish, _) = watch::channel(0);
+        let vanished = Arc::new(AtomicUsize::new(0));
+        let rx = Signals {
+            mode: mode.subscribe(),
+            vanish: vanish.subscribe(),
+            vanished: vanished.clone(),
+        };
         tokio::spawn(accept_loop(listener, upstream, rx));
-        Ok(Self { addr, mode })
+        Ok(Self {
+            addr,
+            mode,
+            vanish,
+            vanished,
+        })
     }
 
     pub fn set(&self, mode: Mode) {
         self.mode.send_replace(mode);
     }
+
+    /// Makes every connection open now vanish (see [`vanish`]), even one
+    /// whose task does not run until the mode has changed back; the
+    /// half-open mode ([`Mode::HalfOpen`]) covers the connections accepted
+    /// while it lasts.
+    pub fn vanish_open(&self) {
+        self.vanish.send_modify(|n| *n += 1);
+    }
+
+    /// How many connections have vanished so far (either way).
+    pub fn vanished(&self) -> usize {
+        self.vanished.load(Ordering::SeqCst)
+    }
 }
 
-async fn accept_loop(listener: TcpListener, upstream: SocketAddr, rx: watch::Receiver<Mode>) {
+/// What a connection's task listens to.
+#[derive(Clone)]
+struct Signals {
+    mode: watch::Receiver<Mode>,
+    vanish: watch::Receiver<u64>,
+    vanished: Arc<AtomicUsize>,
+}
+
+impl Signals {
+    fn vanish(&self, stream: TcpStream) {
+        self.vanished.fetch_add(1, Ordering::SeqCst);
+        vanish(stream);
+    }
+}
+
+async fn accept_loop(listener: TcpListener, upstream: SocketAddr, mut rx: Signals) {
     loop {
         let Ok((client, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
+        // Accepted now: only a later vanish_open concerns this connection.
+        rx.vanish.borrow_and_update();
         let rx = rx.clone();
         tokio::spawn(async move {
             let _ = connection(client, upstream, rx).await;
@@ -115,18 +163,24 @@ async fn through_blackhole(rx: &mut watch::Receiver<Mode>) -> Option<Mode> {
 async fn connection(
     mut client: TcpStream,
     upstream: SocketAddr,
-    mut rx: watch::Receiver<Mode>,
+    signals: Signals,
 ) -> std::io::Result<()> {
+    let mut rx = signals.mode.clone();
+    let mut vanishing = signals.vanish.clone();
     match through_blackhole(&mut rx).await {
         Some(Mode::Reset) | None => {
             reset(&client);
             return Ok(());
         }
         Some(Mode::HalfOpen) => {
-            vanish(client);
+            signals.vanish(client);
             return Ok(());
         }
         _ => {}
+    }
+    if vanishing.has_changed().unwrap_or(false) {
+        signals.vanish(client);
+        return Ok(());
     }
     let mut server = match TcpStream::connect(upstream).await {
         Ok(s) => s,
@@ -141,12 +195,18 @@ async fn connection(
     let mut down = vec![0u8; 64 * 1024];
     loop {
         tokio::select! {
+            // First, so that a task run late vanishes before it forwards.
+            biased;
+            Ok(()) = vanishing.changed() => {
+                signals.vanish(client);
+                return Ok(());
+            }
             read = client.read(&mut up) => {
                 let n = read?;
                 if n == 0 { return Ok(()); }
                 match forward_mode(&mut rx).await {
                     Some(Mode::Reset) | None => { reset(&client); reset(&server); return Ok(()); }
-                    Some(Mode::HalfOpen) => { vanish(client); return Ok(()); }
+                    Some(Mode::HalfOpen) => { signals.vanish(client); return Ok(()); }
                     Some(Mode::Delay(ms)) => tokio::time::sleep(Duration::from_millis(ms)).await,
                     _ => {}
                 }
@@ -159,7 +219,7 @@ async fn connection(
                     Some(Mode::Reset) | Some(Mode::LoseReplies) | None => {
                         reset(&client); reset(&server); return Ok(());
                     }
-                    Some(Mode::HalfOpen) => { vanish(client); return Ok(()); }
+                    Some(Mode::HalfOpen) => { signals.vanish(client); return Ok(()); }
                     Some(Mode::Delay(ms)) => tokio::time::sleep(Duration::from_millis(ms)).await,
                     _ => {}
                 }
@@ -170,7 +230,7 @@ async fn connection(
                     reset(&client); reset(&server); return Ok(());
                 }
                 if *rx.borrow() == Mode::HalfOpen {
-                    vanish(client);
+                    signals.vanish(client);
                     return Ok(());
                 }
             }
@@ -181,4 +241,55 @@ async fn connection(
 /// The mode to forward one chunk under (waits out a black hole).
 async fn forward_mode(rx: &mut watch::Receiver<Mode>) -> Option<Mode> {
     through_blackhole(rx).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An upstream that echoes every byte back.
+    async fn echo() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let (mut r, mut w) = s.split();
+                    let _ = tokio::io::copy(&mut r, &mut w).await;
+                });
+            }
+        });
+        addr
+    }
+
+    async fn round_trip(s: &mut TcpStream) -> std::io::Result<()> {
+        s.write_all(b"ping").await?;
+        let mut buf = [0u8; 4];
+        tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut buf))
+            .await
+            .map_err(|_| std::io::Error::other("no echo within 5 s"))??;
+        Ok(())
+    }
+
+    /// A connection open at `vanish_open` vanishes even though the mode
+    /// never leaves `Pass` (as for a task that runs only after the half-open
+    /// mode has ended); one opened after it is forwarded.
+    #[tokio::test]
+    async fn vanish_open_takes_every_open_connection_whenever_its_task_runs() {
+        let proxy = Proxy::start(echo().await).await.unwrap();
+        let mut open = TcpStream::connect(proxy.addr).await.unwrap();
+        round_trip(&mut open).await.unwrap();
+        proxy.vanish_open();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while proxy.vanished() == 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(proxy.vanished(), 1);
+        // Silently: the first thing it sends is answered with a reset.
+        let err = round_trip(&mut open).await.unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::ConnectionReset, "{err}");
+        let mut later = TcpStream::connect(proxy.addr).await.unwrap();
+        round_trip(&mut later).await.unwrap();
+        assert_eq!(proxy.vanished(), 1);
+    }
 }
