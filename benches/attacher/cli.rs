@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Parser, ValueEnum};
 
-use crate::p8::Profile;
+use crate::p8::{Case, Flags, Profile};
 use crate::sizes::{Sizes, FULL, SMOKE};
 
 /// Benchmarks csi-attacher-rs against the upstream Go csi-attacher, side by side.
@@ -29,6 +29,12 @@ pub struct Cli {
     /// Redraw the charts from <out>/results.json, running nothing.
     #[arg(long)]
     pub charts_only: bool,
+    /// P8 runs only these cases (comma-separated keys: up, drain, gone, oos, noisy) [default: all].
+    #[arg(long, value_name = "CASES", value_delimiter = ',', value_parser = parse_case)]
+    p8_cases: Option<Vec<Case>>,
+    /// P8 runs only this flag set: chart (the driver's chart's) or defaults (upstream's) [default: the size's].
+    #[arg(long, value_name = "FLAGS", value_parser = parse_flags)]
+    p8_flags: Option<Flags>,
     /// Another binary (or a profiling wrapper) to run as ours [default: this build's csi-attacher].
     #[arg(long, value_name = "PATH", env = "CSI_ATTACHER_BENCH_OURS")]
     pub ours_binary: Option<PathBuf>,
@@ -88,12 +94,41 @@ impl Key {
     ];
 }
 
+fn parse_case(key: &str) -> Result<Case, String> {
+    Case::ALL
+        .into_iter()
+        .find(|c| c.key() == key)
+        .ok_or_else(|| format!("not a P8 case: {key} (up, drain, gone, oos, noisy)"))
+}
+
+fn parse_flags(key: &str) -> Result<Flags, String> {
+    match key {
+        "chart" => Ok(Flags::Chart),
+        "defaults" => Ok(Flags::Defaults),
+        _ => Err(format!("not a P8 flag set: {key} (chart, defaults)")),
+    }
+}
+
 impl Cli {
     pub fn sizes(&self) -> Sizes {
         let mut sizes = if self.smoke { SMOKE } else { FULL };
         if let Some(rounds) = self.rounds {
             sizes.rounds = rounds;
             sizes.p8.rounds = rounds;
+        }
+        if let Some(flags) = self.p8_flags {
+            sizes.p8.flags = match flags {
+                Flags::Chart => &[Flags::Chart],
+                Flags::Defaults => &[Flags::Defaults],
+            };
+        }
+        if let Some(cases) = &self.p8_cases {
+            // Once per process: the sizes are 'static.
+            let chosen: Vec<Case> = Case::ALL
+                .into_iter()
+                .filter(|c| cases.contains(c))
+                .collect();
+            sizes.p8.cases = Box::leak(chosen.into_boxed_slice());
         }
         sizes
     }
@@ -182,6 +217,24 @@ mod tests {
             assert!(cli.wants(&[key]), "{key:?}");
         }
         assert!(!cli.wants(&[Key::P1, Key::P4]));
+    }
+
+    #[test]
+    fn p8_cases_and_flags_narrow_the_runs() {
+        let sizes = parse(&[]).unwrap().sizes();
+        assert_eq!(sizes.p8.cases, Case::ALL);
+        assert_eq!(sizes.p8.flags, Flags::ALL);
+        let sizes = parse(&["--p8-cases", "noisy,up", "--p8-flags", "chart"])
+            .unwrap()
+            .sizes();
+        assert_eq!(sizes.p8.cases, [Case::ScaleUp, Case::NoisyNeighbour]);
+        assert_eq!(sizes.p8.flags, [Flags::Chart]);
+        assert_eq!(
+            parse(&["--p8-flags", "defaults"]).unwrap().sizes().p8.flags,
+            [Flags::Defaults]
+        );
+        assert!(parse(&["--p8-cases", "sideways"]).is_err());
+        assert!(parse(&["--p8-flags", "both"]).is_err());
     }
 
     #[test]

@@ -114,6 +114,14 @@ impl Harness {
     }
 
     /// A name for the objects of one run of `scenario`, unique in this process.
+    /// Copies `file` beside the attachers' logs as `name` (kept after the
+    /// run, as they are); a failure is only reported.
+    pub fn keep_beside_logs(&self, file: &std::path::Path, name: &str) {
+        if let Err(e) = std::fs::copy(file, self.logs.join(name)) {
+            eprintln!("bench: could not keep {}: {e}", file.display());
+        }
+    }
+
     pub fn next_run(&self, scenario: &str) -> String {
         let n = self.run.fetch_add(1, Ordering::Relaxed);
         format!("{scenario}-{n}")

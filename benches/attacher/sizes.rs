@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::p8::{Flags, Profile};
+use crate::p8::{Case, Flags, Profile};
 
 /// One step of the growth curves: our VAs attached and detached among PVs and
 /// VAs of another driver.
@@ -87,6 +87,8 @@ pub struct P8Sizes {
     pub profiles: &'static [Profile],
     /// The flag sets each profile runs at.
     pub flags: &'static [Flags],
+    /// The cases each profile runs, in [`Case::ALL`]'s order.
+    pub cases: &'static [Case],
     /// Scale-up: new nodes × volumes each.
     pub scale_nodes: usize,
     pub scale_per_node: usize,
@@ -149,6 +151,7 @@ pub const FULL: Sizes = Sizes {
         rounds: 1,
         profiles: &Profile::ALL,
         flags: &Flags::ALL,
+        cases: &Case::ALL,
         scale_nodes: 40,
         scale_per_node: 10,
         drain_nodes: 10,
@@ -204,6 +207,7 @@ pub const SMOKE: Sizes = Sizes {
         // at their charts' flags only (the harness is the same at upstream's).
         profiles: &Profile::ALL,
         flags: &[Flags::Chart],
+        cases: &Case::ALL,
         scale_nodes: 2,
         scale_per_node: 2,
         drain_nodes: 2,

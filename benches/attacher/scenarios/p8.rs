@@ -63,8 +63,11 @@ pub async fn run(h: &Harness, profiles: &[Profile], sides: &[Which], round: usiz
 
 async fn lane(h: &Harness, profile: Profile, sides: &[Which], round: usize) -> Result<()> {
     let cap = h.sizes.p8.cap.as_secs_f64();
-    for (f, &flags) in h.sizes.p8.flags.iter().enumerate() {
-        for (c, case) in Case::ALL.into_iter().enumerate() {
+    for &flags in h.sizes.p8.flags {
+        for &case in h.sizes.p8.cases {
+            // Indices in the full lists: a narrowed run draws the same seeds.
+            let f = Flags::ALL.iter().position(|&x| x == flags).unwrap_or(0);
+            let c = Case::ALL.iter().position(|&x| x == case).unwrap_or(0);
             let label = run_label(profile, case, flags);
             eprintln!("{label}: {}", flags.args(profile).join(" "));
             let t = Instant::now();
@@ -133,6 +136,11 @@ async fn track(
         which,
     };
     let result = t.go(flags.args(profile), case).await;
+    // The driver's ledger beside the attacher's log: every call of the run.
+    h.keep_beside_logs(
+        &t.mock.ledger_path,
+        &format!("{}-{}.ledger.jsonl", which.name(), t.run),
+    );
     let cleanup = t.cleanup().await;
     let observed = result.with_context(|| format!("{}, {}", t.run, which.name()))?;
     cleanup?;
