@@ -489,7 +489,7 @@ fn node_id(ctx: &Ctx, node: &str) -> Result<String> {
 }
 
 /// A gRPC channel over the driver's Unix socket.
-async fn csi_channel(address: &str) -> Result<Channel> {
+pub(crate) async fn csi_channel(address: &str) -> Result<Channel> {
     let path = csi_attacher::csi::parse_address(address)?;
     let channel = Endpoint::try_from("http://[::]:50051")?
         .connect_with_connector(tower::service_fn(move |_| {

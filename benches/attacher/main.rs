@@ -31,6 +31,7 @@ mod metric;
 mod outage;
 mod p8;
 mod p8_charts;
+mod p8_floor;
 mod plan;
 mod process;
 mod procstat;
@@ -170,15 +171,15 @@ async fn bench() -> Result<()> {
             }
         }
     }
-    // P8: rounds of its own, every profile at once, its three sides at once:
-    // upstream, ours, and ours with per-node scheduling off (--ours-only:
-    // the two of ours).
+    // P8: rounds of its own, every profile at once, its sides at once:
+    // upstream, ours, ours with per-node scheduling off (--ours-only: the
+    // two of ours), and the floor (the driver calls alone).
     let p8 = Scenario::P8;
     let profiles = cli.p8_profiles();
     let p8_sides: &[Which] = if cli.ours_only {
-        &[Which::Ours, Which::OursFifo]
+        &[Which::Ours, Which::OursFifo, Which::Floor]
     } else {
-        &[Which::Upstream, Which::Ours, Which::OursFifo]
+        &[Which::Upstream, Which::Ours, Which::OursFifo, Which::Floor]
     };
     if cli.wants(p8.keys()) && !profiles.is_empty() {
         for round in 1..=sizes.p8.rounds {

@@ -100,6 +100,18 @@ impl Profile {
             .map_or(usize::MAX, |n| n as usize)
     }
 
+    /// How many attaches and detaches a node runs at once (its
+    /// `node.max_operations`); `None` when the profile sets no limit (0).
+    pub fn node_operations(self) -> Option<usize> {
+        let profile: toml::Table = toml::from_str(self.toml()).unwrap_or_default();
+        profile
+            .get("node")
+            .and_then(|n| n.get("max_operations"))
+            .and_then(toml::Value::as_integer)
+            .filter(|&n| n > 0)
+            .map(|n| n as usize)
+    }
+
     /// `wanted` volumes per node, at most the node's limit: the scheduler
     /// places no more pods with volumes on a node than its CSINode allows.
     pub fn per_node(self, wanted: usize) -> usize {
@@ -256,7 +268,7 @@ impl Figure {
             Figure::P99 => format!("{} p99 s", case.span()),
             Figure::Max => format!("{} max s", case.span()),
             Figure::AllAttached => "all attached s".into(),
-            Figure::CallsPerAttach => "Publish calls per successful attach".into(),
+            Figure::CallsPerAttach => "Publish calls per volume attached".into(),
             Figure::AttachErrors => "attachError changes".into(),
             Figure::NotAttached => "VAs not attached within the cap".into(),
         }
@@ -313,27 +325,30 @@ impl Observed {
             Figure::P99 => percentile(&mut times, 99.0),
             Figure::Max => percentile(&mut times, 100.0),
             Figure::AllAttached => self.all.unwrap_or(cap),
-            Figure::CallsPerAttach => self.calls.per_success(),
+            Figure::CallsPerAttach => self.calls.per_attach(),
             Figure::AttachErrors => self.attach_errors as f64,
             Figure::NotAttached => self.not_attached as f64,
         }
     }
 }
 
-/// ControllerPublishVolume calls in a ledger, and how many succeeded.
+/// ControllerPublishVolume calls in a ledger, and how many attaches they made.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CallCount {
     pub calls: usize,
-    pub ok: usize,
+    /// Distinct (volume, node) pairs with a successful call: the attaches.
+    /// A second successful Publish of a volume already attached to its node
+    /// (an attacher that publishes twice) is a call, not another attach.
+    pub attached: usize,
 }
 
 impl CallCount {
-    /// Calls per successful one; NaN when none succeeded.
-    pub fn per_success(self) -> f64 {
-        if self.ok == 0 {
+    /// Calls per attach (1 when no call was wasted); NaN when none attached.
+    pub fn per_attach(self) -> f64 {
+        if self.attached == 0 {
             f64::NAN
         } else {
-            self.calls as f64 / self.ok as f64
+            self.calls as f64 / self.attached as f64
         }
     }
 }
@@ -343,7 +358,8 @@ impl CallCount {
 /// (unix seconds). Event lines (`start`, `abandoned`) are not calls; a call
 /// its client abandoned is (code `Canceled`).
 pub fn publish_calls(ledger: &str, volume_prefix: &str, since: f64) -> CallCount {
-    let mut count = CallCount::default();
+    let mut calls = 0;
+    let mut attached = HashSet::new();
     for entry in lines(ledger) {
         if entry.get("event").is_some()
             || entry["method"] != "ControllerPublishVolume"
@@ -357,12 +373,15 @@ pub fn publish_calls(ledger: &str, volume_prefix: &str, since: f64) -> CallCount
         if received < since {
             continue;
         }
-        count.calls += 1;
+        calls += 1;
         if entry["code"] == "OK" {
-            count.ok += 1;
+            attached.insert((entry["volume_id"].to_string(), entry["node_id"].to_string()));
         }
     }
-    count
+    CallCount {
+        calls,
+        attached: attached.len(),
+    }
 }
 
 /// Calls of a ledger written with `--ledger-events` that started and have
@@ -481,6 +500,10 @@ mod tests {
         assert_eq!(Profile::AzureDisk.per_node(10), 8);
         assert_eq!(Profile::SerialPerNode.per_node(20), 15);
         assert_eq!(Profile::GcePd.per_node(20), 20);
+        assert_eq!(Profile::AwsEbs.node_operations(), None);
+        assert_eq!(Profile::AzureDisk.node_operations(), None);
+        assert_eq!(Profile::GcePd.node_operations(), Some(32));
+        assert_eq!(Profile::SerialPerNode.node_operations(), Some(1));
     }
 
     #[test]
@@ -505,7 +528,10 @@ mod tests {
             times: vec![Some(1.0), Some(2.0), None, Some(3.0)],
             all: None,
             not_attached: 5,
-            calls: CallCount { calls: 6, ok: 3 },
+            calls: CallCount {
+                calls: 6,
+                attached: 3,
+            },
             attach_errors: 2,
         };
         let cap = 60.0;
@@ -537,6 +563,8 @@ mod tests {
             r#"{"method":"ControllerPublishVolume","volume_id":"handle-r-pv-0","node_id":"n","code":"Canceled","time_unix_nanos":1001000000000}"#,
             r#"{"method":"ControllerPublishVolume","volume_id":"handle-r-pv-0","node_id":"n","code":"OK","time_unix_nanos":1002000000000}"#,
             r#"{"method":"ControllerPublishVolume","volume_id":"handle-r-pv-1","node_id":"n","code":"OK","time_unix_nanos":1002000000000}"#,
+            // Published again where it is attached: a call, not an attach.
+            r#"{"method":"ControllerPublishVolume","volume_id":"handle-r-pv-1","node_id":"n","code":"OK","time_unix_nanos":1002500000000}"#,
             // Another run's volume, another method, a line cut short.
             r#"{"method":"ControllerPublishVolume","volume_id":"handle-s-pv-1","node_id":"n","code":"OK","time_unix_nanos":1002000000000}"#,
             r#"{"method":"ControllerUnpublishVolume","volume_id":"handle-r-pv-1","node_id":"n","code":"OK","time_unix_nanos":1003000000000}"#,
@@ -544,9 +572,15 @@ mod tests {
         ]
         .join("\n");
         let count = publish_calls(&ledger, "handle-r-pv-", 1000.0);
-        assert_eq!(count, CallCount { calls: 4, ok: 2 });
-        assert_eq!(count.per_success(), 2.0);
-        assert_eq!(publish_calls(&ledger, "handle-r-pv-", 0.0).calls, 5);
+        assert_eq!(
+            count,
+            CallCount {
+                calls: 5,
+                attached: 2
+            }
+        );
+        assert_eq!(count.per_attach(), 2.5);
+        assert_eq!(publish_calls(&ledger, "handle-r-pv-", 0.0).calls, 6);
     }
 
     #[test]

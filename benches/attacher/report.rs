@@ -138,7 +138,7 @@ pub fn markdown(results: &Results, sizes: &Sizes, smoke: bool, machine: &str) ->
 
 /// A P8 metric's summary per side: upstream, ours, ours FIFO
 /// (`--schedule-per-node=false`).
-type P8Sides = [Option<Summary>; 3];
+type P8Sides = [Option<Summary>; 4];
 
 /// The summaries of P8's metrics per side.
 fn p8_medians(results: &Results) -> BTreeMap<&str, P8Sides> {
@@ -151,17 +151,24 @@ fn p8_medians(results: &Results) -> BTreeMap<&str, P8Sides> {
                     .side(side)
                     .and_then(|v| Summary::of(v.iter().copied()))
             };
-            (name, [Side::Upstream, Side::Ours, Side::OursFifo].map(of))
+            (
+                name,
+                [Side::Upstream, Side::Ours, Side::OursFifo, Side::Floor].map(of),
+            )
         })
         .collect()
 }
 
 /// A P8 cell: "upstream / ours / ours FIFO" medians; "upstream / ours" when
-/// ours FIFO has no value (results from before it ran).
-fn p8_cell([up, ours, fifo]: P8Sides) -> String {
+/// ours FIFO has no value (results from before it ran); then the floor's,
+/// where it has one ("· floor 12.3").
+fn p8_cell([up, ours, fifo, floor]: P8Sides) -> String {
     let mut cell = format!("{} / {}", median(up), median(ours));
     if fifo.is_some() {
         cell.push_str(&format!(" / {}", median(fifo)));
+    }
+    if floor.is_some() {
+        cell.push_str(&format!(" · floor {}", median(floor)));
     }
     cell
 }
@@ -182,11 +189,13 @@ pub fn p8_tables(results: &Results, sizes: &Sizes) -> String {
          and its own nodes; the profiles' runs at the same time too. Sizes: {}. Cells: upstream / \
          ours / ours FIFO (median of {} round(s)): ours against ours FIFO is what per-node \
          scheduling does, the rest being the same binary; a cell of two values (upstream / ours) \
-         has no ours FIFO run. Times in seconds; a VA \
+         has no ours FIFO run; \"· floor\" is the floor's time, where it ran (\"P8 against its \
+         floor\" below). Times in seconds; a VA \
          not attached within the cap counts as the cap, so a cell at the cap, and every percentile \
          and \"all attached\" of a run with VAs not attached, is a lower bound (\"not attached\" \
          says how many). Publish calls / attach: ControllerPublishVolume calls (the mock driver's \
-         ledger) ÷ the successful ones, from the run's start; attachError changes: new \
+         ledger) ÷ the volumes attached (a second successful Publish of a volume where it is \
+         attached is a wasted call, not an attach), from the run's start; attachError changes: new \
          `status.attachError` values a watch saw. Volumes per node are at most the profile's \
          attachment limit (the scheduler places no more), except on the noisy neighbour's big node; \
          the noisy neighbour's run ends when the small nodes' VAs are attached and the big node is \
@@ -250,7 +259,71 @@ pub fn p8_tables(results: &Results, sizes: &Sizes) -> String {
             }
         }
     }
+    md.push_str(&p8_goals(&medians));
     md
+}
+
+/// The issue's P8 goals, p99 against upstream's: ⅓ for the noisy
+/// neighbour's small nodes, ½ for the rest.
+fn p8_goal_share(case: Case) -> f64 {
+    match case {
+        Case::NoisyNeighbour => 1.0 / 3.0,
+        _ => 0.5,
+    }
+}
+
+/// results.md's P8 goals: per profile, case and flag set, the p99 goal (a
+/// share of upstream's), ours' p99 and the floor's, and whether ours meets
+/// it, or the floor itself is above it (no attacher can meet it on this
+/// driver at these flags); nothing without a floor.
+fn p8_goals(medians: &BTreeMap<&str, P8Sides>) -> String {
+    let mut rows = String::new();
+    for profile in Profile::ALL {
+        for case in Case::ALL {
+            for flags in Flags::ALL {
+                let metric = p8_metric::figure(profile, case, flags, Figure::P99);
+                let Some(&[Some(up), Some(ours), _, Some(floor)]) =
+                    medians.get(metric.name.as_str())
+                else {
+                    continue;
+                };
+                let share = p8_goal_share(case);
+                let goal = up.median * share;
+                let verdict = if ours.median <= goal {
+                    "met"
+                } else if floor.median > goal {
+                    "beyond the floor"
+                } else {
+                    "not met"
+                };
+                rows.push_str(&format!(
+                    "| {} | {} | {} | {} × {} = {} | {} | {} | {verdict} |\n",
+                    profile.name(),
+                    case.label(),
+                    flags.label(),
+                    if share < 0.4 { "⅓" } else { "½" },
+                    number(up.median),
+                    number(goal),
+                    number(ours.median),
+                    number(floor.median),
+                ));
+            }
+        }
+    }
+    if rows.is_empty() {
+        return rows;
+    }
+    format!(
+        "\n### P8 against its floor\n\nThe goals: p99 at most ½ of upstream's (⅓ for the noisy \
+         neighbour's small nodes). The floor: the case's driver calls alone, straight to the \
+         profile's mock driver (same seed, same node IDs and volume handles, so the same \
+         latencies), at the run's `--worker-threads` and `--timeout`, at most the profile's \
+         operations per node in flight, in the case's order, a failed call retried 100 ms later; \
+         a drain's or failure's Unpublish then at once its Publish; the noisy neighbour's small \
+         nodes only. No API server, no VolumeAttachment: no attacher's p99 can be below it on \
+         this driver at these flags. \"beyond the floor\": the floor's own p99 is above the goal.\n\n\
+         | profile | case | flags | goal: p99 at most | ours p99 | floor p99 | |\n|---|---|---|---|---|---|---|\n{rows}"
+    )
 }
 
 /// What every growth metric's name starts with.
@@ -603,7 +676,54 @@ mod tests {
             "{tables}"
         );
         assert!(tables.contains("`--schedule-per-node=false`"), "{tables}");
+        assert!(!tables.contains("### P8 against its floor"), "{tables}");
         assert_eq!(p8_tables(&Results::default(), &SMOKE), "");
+    }
+
+    #[test]
+    fn p8_cells_carry_the_floor_and_the_goals_are_judged_against_it() {
+        use crate::metric::catalogue::p8::figure;
+        use crate::p8::{Case, Figure, Flags, Profile};
+        let mut results = Results::default();
+        let p = Profile::GcePd;
+        // upstream, ours, floor p99; the goal is ½ (⅓ for the noisy neighbour).
+        for (case, flags, up, ours, floor) in [
+            (Case::Drain, Flags::Chart, 30.0, 12.0, 10.0),
+            (Case::Drain, Flags::Defaults, 600.0, 400.0, 100.0),
+            (Case::NoisyNeighbour, Flags::Chart, 90.0, 40.0, 35.0),
+        ] {
+            for fig in [Figure::P50, Figure::P99] {
+                let m = figure(p, case, flags, fig);
+                results.record(&m, Side::Upstream, up);
+                results.record(&m, Side::Ours, ours);
+                results.record(&m, Side::OursFifo, ours);
+                results.record(&m, Side::Floor, floor);
+            }
+        }
+        // Without a floor: no goal row.
+        let m = figure(p, Case::ScaleUp, Flags::Chart, Figure::P99);
+        results.record(&m, Side::Upstream, 100.0);
+        results.record(&m, Side::Ours, 90.0);
+        let tables = p8_tables(&results, &SMOKE);
+        assert!(
+            tables.contains("| 30.000 / 12.000 / 12.000 · floor 10.000 |"),
+            "{tables}"
+        );
+        let goals: Vec<&str> = tables
+            .split("### P8 against its floor")
+            .nth(1)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with("| gce-pd"))
+            .collect();
+        assert_eq!(
+            goals,
+            [
+                "| gce-pd | drain | chart flags | ½ × 30.000 = 15.000 | 12.000 | 10.000 | met |",
+                "| gce-pd | drain | upstream defaults | ½ × 600 = 300 | 400 | 100 | not met |",
+                "| gce-pd | noisy neighbour | chart flags | ⅓ × 90.000 = 30.000 | 40.000 | 35.000 | beyond the floor |",
+            ]
+        );
     }
 
     #[test]

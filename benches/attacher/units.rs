@@ -13,6 +13,7 @@ mod cli;
 mod metric;
 mod p8;
 mod p8_charts;
+mod p8_floor;
 mod plan;
 mod procstat;
 mod report;

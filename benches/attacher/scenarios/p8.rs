@@ -53,6 +53,8 @@ use crate::support::mock::MockDriver;
 use crate::support::objects;
 use crate::tracker::now_unix;
 
+mod floor;
+
 /// One round of P8: every profile of `profiles` at once, each running its
 /// cases and flag sets one after the other, with the attachers of `sides`
 /// at the same time.
@@ -84,14 +86,22 @@ async fn lane(h: &Harness, profile: Profile, sides: &[Which], round: usize) -> R
                     eprintln!("  {label} [{}]: not measured", which.name());
                     continue;
                 };
-                for fig in Figure::ALL {
+                // The floor's times only: its calls, errors and "all
+                // attached" are not an attacher's (see `floor`).
+                let figures: &[Figure] = match which {
+                    Which::Floor => &[Figure::P50, Figure::P99, Figure::Max],
+                    _ => &Figure::ALL,
+                };
+                for &fig in figures {
                     h.record(
                         &figure(profile, case, flags, fig),
                         which,
                         observed.figure(fig, cap),
                     );
                 }
-                h.record_samples(&label, which, cap, observed.capped(cap));
+                if which != Which::Floor {
+                    h.record_samples(&label, which, cap, observed.capped(cap));
+                }
             }
             eprintln!("  ({label}: {:.1} s)", t.elapsed().as_secs_f64());
         }
@@ -238,14 +248,14 @@ impl Track<'_> {
         out
     }
 
-    async fn go(&self, args: Vec<String>, case: Case) -> Result<Option<Observed>> {
+    /// Every node of the case, then the VAs it starts with (`setup`, on the
+    /// nodes that fail or drain), then those it measures.
+    fn layout(&self, case: Case) -> (Vec<String>, Vec<Planned>, Vec<Planned>) {
         let s = self.h.sizes.p8;
         let names = |what: &str, n: usize| -> Vec<String> {
             (0..n).map(|i| self.node(what, i)).collect::<Vec<_>>()
         };
-        // Every node of the case, then the VAs it starts with (`setup`, on
-        // the nodes that fail or drain), then those it measures.
-        let (nodes, setup, measured) = match case {
+        match case {
             Case::ScaleUp => {
                 let nodes = names("n", s.scale_nodes);
                 let vas = self.plan(&nodes, self.profile.per_node(s.scale_per_node), 0, false);
@@ -294,7 +304,14 @@ impl Track<'_> {
                 ));
                 ([big, small].concat(), Vec::new(), vas)
             }
-        };
+        }
+    }
+
+    async fn go(&self, args: Vec<String>, case: Case) -> Result<Option<Observed>> {
+        let (nodes, setup, measured) = self.layout(case);
+        if self.which == Which::Floor {
+            return floor::run(self, case, &args, &setup, &measured).await;
+        }
         // A burst's attacher first attaches one canary VA on a node of its
         // own: it is up and has its caches before the burst. A drain's or a
         // failure's attaches its setup's VAs before anything is measured.

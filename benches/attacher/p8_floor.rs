@@ -1,0 +1,190 @@
+//! P8's floor, its pure parts: the calls, the limits they are made within,
+//! and which to make next ([`crate::scenarios`]' P8 floor runs them; see
+//! there).
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use tokio::time::Instant;
+
+/// One driver call of a volume's chain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Call {
+    Publish { volume: String, node: String },
+    Unpublish { volume: String, node: String },
+}
+
+impl Call {
+    pub fn node(&self) -> &str {
+        match self {
+            Call::Publish { node, .. } | Call::Unpublish { node, .. } => node,
+        }
+    }
+}
+
+/// The run's limits on calls in flight, and each call's deadline.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Limits {
+    pub workers: usize,
+    pub per_node: Option<usize>,
+    pub timeout: Duration,
+}
+
+impl Limits {
+    /// From the attacher's flags (upstream's defaults where they are not
+    /// set) and the profile's per-node operations.
+    pub fn of(args: &[String], per_node: Option<usize>) -> Result<Self> {
+        let flag = |name: &str| {
+            args.iter()
+                .rev()
+                .find_map(|a| a.strip_prefix(name)?.strip_prefix('='))
+        };
+        let workers = flag("--worker-threads")
+            .map(str::parse)
+            .transpose()
+            .context("--worker-threads")?
+            .unwrap_or(10);
+        let timeout = match flag("--timeout") {
+            Some(v) => {
+                let ns = csi_attacher::gofmt::parse::parse_duration(v)
+                    .map_err(anyhow::Error::msg)
+                    .context("--timeout")?;
+                Duration::from_nanos(u64::try_from(ns).context("--timeout")?)
+            }
+            None => Duration::from_secs(15),
+        };
+        Ok(Limits {
+            workers: workers.max(1),
+            per_node: per_node.filter(|&n| n > 0),
+            timeout,
+        })
+    }
+}
+
+/// A chain's next call, and when it may be made.
+pub struct Next {
+    pub chain: usize,
+    pub step: usize,
+    pub not_before: Instant,
+}
+
+/// Which queued calls to make now (indices into `queue`, ascending): in
+/// queue order, those due whose node has room, while workers are free.
+pub fn pick(
+    queue: &VecDeque<Next>,
+    chains: &[Vec<Call>],
+    busy: &HashMap<String, usize>,
+    in_flight: usize,
+    limits: Limits,
+    now: Instant,
+) -> Vec<usize> {
+    let mut free = limits.workers.saturating_sub(in_flight);
+    let mut taken: HashMap<&str, usize> = HashMap::new();
+    let mut picked = Vec::new();
+    for (i, next) in queue.iter().enumerate() {
+        if free == 0 {
+            break;
+        }
+        if next.not_before > now {
+            continue;
+        }
+        let node = chains[next.chain][next.step].node();
+        let on_node = busy.get(node).copied().unwrap_or(0) + taken.get(node).copied().unwrap_or(0);
+        if limits.per_node.is_some_and(|cap| on_node >= cap) {
+            continue;
+        }
+        *taken.entry(node).or_default() += 1;
+        picked.push(i);
+        free -= 1;
+    }
+    picked
+}
+
+// Also compiled into the benchmark, which cargo builds with cfg(test) but no
+// test harness: there the #[test]s are dropped (they run in attacher_units).
+#[cfg(test)]
+#[allow(dead_code)]
+mod tests {
+    use super::*;
+
+    fn publish(volume: &str, node: &str) -> Call {
+        Call::Publish {
+            volume: volume.into(),
+            node: node.into(),
+        }
+    }
+
+    fn queue(chains: &[Vec<Call>], now: Instant) -> VecDeque<Next> {
+        (0..chains.len())
+            .map(|chain| Next {
+                chain,
+                step: 0,
+                not_before: now,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn limits_come_from_the_flags_and_the_profile() {
+        let args: Vec<String> = ["--worker-threads=100", "--timeout=6m", "--kube-api-qps=20"]
+            .map(String::from)
+            .into();
+        let limits = Limits::of(&args, Some(32)).unwrap();
+        assert_eq!(
+            limits,
+            Limits {
+                workers: 100,
+                per_node: Some(32),
+                timeout: Duration::from_secs(360)
+            }
+        );
+        // Upstream's defaults; a profile without a per-node limit (0).
+        let limits = Limits::of(&[], Some(0)).unwrap();
+        assert_eq!(
+            limits,
+            Limits {
+                workers: 10,
+                per_node: None,
+                timeout: Duration::from_secs(15)
+            }
+        );
+        assert!(Limits::of(&["--timeout=soon".into()], None).is_err());
+    }
+
+    #[test]
+    fn picks_in_order_within_workers_and_each_nodes_operations() {
+        let now = Instant::now();
+        let chains = vec![
+            vec![publish("v0", "a")],
+            vec![publish("v1", "a")],
+            vec![publish("v2", "b")],
+            vec![publish("v3", "c")],
+            vec![publish("v4", "d")],
+        ];
+        let q = queue(&chains, now);
+        let limits = Limits {
+            workers: 3,
+            per_node: Some(1),
+            timeout: Duration::from_secs(1),
+        };
+        // One per node: v1 waits behind v0 on node a.
+        assert_eq!(
+            pick(&q, &chains, &HashMap::new(), 0, limits, now),
+            [0, 2, 3]
+        );
+        // A call on b in flight already, one worker taken by it.
+        let busy = HashMap::from([("b".to_owned(), 1)]);
+        assert_eq!(pick(&q, &chains, &busy, 1, limits, now), [0, 3]);
+        // Without a per-node limit, the first three.
+        let open = Limits {
+            per_node: None,
+            ..limits
+        };
+        assert_eq!(pick(&q, &chains, &HashMap::new(), 0, open, now), [0, 1, 2]);
+        // A retry not yet due is passed over.
+        let mut q = q;
+        q[0].not_before = now + Duration::from_secs(1);
+        assert_eq!(pick(&q, &chains, &HashMap::new(), 0, open, now), [1, 2, 3]);
+    }
+}
