@@ -11,8 +11,17 @@ use tokio::time::Instant;
 /// One driver call of a volume's chain.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Call {
-    Publish { volume: String, node: String },
-    Unpublish { volume: String, node: String },
+    /// `fresh_pv`: the PV does not carry the attacher's finalizer yet (a new
+    /// volume's; a moved volume's PV kept it from its first attach).
+    Publish {
+        volume: String,
+        node: String,
+        fresh_pv: bool,
+    },
+    Unpublish {
+        volume: String,
+        node: String,
+    },
 }
 
 impl Call {
@@ -21,14 +30,35 @@ impl Call {
             Call::Publish { node, .. } | Call::Unpublish { node, .. } => node,
         }
     }
+
+    /// The API writes an attacher must make before the call: the VA's
+    /// finalizer (the VA must not go away unseen once the volume may be
+    /// attached), and the PV's when it has none (nor the PV while attached).
+    pub fn writes_before(&self) -> u32 {
+        match self {
+            Call::Publish { fresh_pv, .. } => 1 + u32::from(*fresh_pv),
+            Call::Unpublish { .. } => 0,
+        }
+    }
+
+    /// The API write an attacher must make after the call succeeds, and
+    /// whether it is the urgent one: `attached=true` after Publish (ahead
+    /// of other writes at ours' throttle), the finalizer's removal after
+    /// Unpublish.
+    pub fn write_after_is_urgent(&self) -> bool {
+        matches!(self, Call::Publish { .. })
+    }
 }
 
-/// The run's limits on calls in flight, and each call's deadline.
+/// The run's limits on calls in flight, each call's deadline, and the
+/// client-side throttle on API writes (`--kube-api-qps`, `--kube-api-burst`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Limits {
     pub workers: usize,
     pub per_node: Option<usize>,
     pub timeout: Duration,
+    pub qps: f64,
+    pub burst: i64,
 }
 
 impl Limits {
@@ -54,10 +84,22 @@ impl Limits {
             }
             None => Duration::from_secs(15),
         };
+        let qps = flag("--kube-api-qps")
+            .map(str::parse)
+            .transpose()
+            .context("--kube-api-qps")?
+            .unwrap_or(5.0);
+        let burst = flag("--kube-api-burst")
+            .map(str::parse)
+            .transpose()
+            .context("--kube-api-burst")?
+            .unwrap_or(10);
         Ok(Limits {
             workers: workers.max(1),
             per_node: per_node.filter(|&n| n > 0),
             timeout,
+            qps,
+            burst,
         })
     }
 }
@@ -112,6 +154,7 @@ mod tests {
         Call::Publish {
             volume: volume.into(),
             node: node.into(),
+            fresh_pv: true,
         }
     }
 
@@ -136,7 +179,9 @@ mod tests {
             Limits {
                 workers: 100,
                 per_node: Some(32),
-                timeout: Duration::from_secs(360)
+                timeout: Duration::from_secs(360),
+                qps: 20.0,
+                burst: 10,
             }
         );
         // Upstream's defaults; a profile without a per-node limit (0).
@@ -146,10 +191,32 @@ mod tests {
             Limits {
                 workers: 10,
                 per_node: None,
-                timeout: Duration::from_secs(15)
+                timeout: Duration::from_secs(15),
+                qps: 5.0,
+                burst: 10,
             }
         );
         assert!(Limits::of(&["--timeout=soon".into()], None).is_err());
+        assert!(Limits::of(&["--kube-api-qps=x".into()], None).is_err());
+    }
+
+    #[test]
+    fn the_writes_an_attacher_cannot_skip() {
+        let fresh = publish("v", "n");
+        let moved = Call::Publish {
+            volume: "v".into(),
+            node: "n".into(),
+            fresh_pv: false,
+        };
+        let away = Call::Unpublish {
+            volume: "v".into(),
+            node: "m".into(),
+        };
+        // 3 per attach of a new volume, 2 per moved one, 1 per detach.
+        assert_eq!(fresh.writes_before() + 1, 3);
+        assert_eq!(moved.writes_before() + 1, 2);
+        assert_eq!(away.writes_before() + 1, 1);
+        assert!(fresh.write_after_is_urgent() && !away.write_after_is_urgent());
     }
 
     #[test]
@@ -167,6 +234,8 @@ mod tests {
             workers: 3,
             per_node: Some(1),
             timeout: Duration::from_secs(1),
+            qps: 5.0,
+            burst: 10,
         };
         // One per node: v1 waits behind v0 on node a.
         assert_eq!(
