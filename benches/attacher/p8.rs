@@ -100,16 +100,21 @@ impl Profile {
             .map_or(usize::MAX, |n| n as usize)
     }
 
-    /// How many attaches and detaches a node runs at once (its
-    /// `node.max_operations`); `None` when the profile sets no limit (0).
-    pub fn node_operations(self) -> Option<usize> {
+    /// The cloud API's token bucket where every operation takes a token
+    /// (its `[api]` bucket and refill per second); `None` where there is no
+    /// bucket, or where a node's batch takes one token for many volumes
+    /// (azure-disk's `[batch]`).
+    pub fn call_bucket(self) -> Option<(i64, f64)> {
         let profile: toml::Table = toml::from_str(self.toml()).unwrap_or_default();
-        profile
-            .get("node")
-            .and_then(|n| n.get("max_operations"))
-            .and_then(toml::Value::as_integer)
-            .filter(|&n| n > 0)
-            .map(|n| n as usize)
+        if profile.contains_key("batch") {
+            return None;
+        }
+        let api = profile.get("api")?;
+        let bucket = api.get("bucket").and_then(toml::Value::as_integer)?;
+        let refill = api
+            .get("refill_per_s")
+            .and_then(|v| v.as_float().or_else(|| v.as_integer().map(|i| i as f64)))?;
+        Some((bucket, refill))
     }
 
     /// `wanted` volumes per node, at most the node's limit: the scheduler
@@ -500,10 +505,11 @@ mod tests {
         assert_eq!(Profile::AzureDisk.per_node(10), 8);
         assert_eq!(Profile::SerialPerNode.per_node(20), 15);
         assert_eq!(Profile::GcePd.per_node(20), 20);
-        assert_eq!(Profile::AwsEbs.node_operations(), None);
-        assert_eq!(Profile::AzureDisk.node_operations(), None);
-        assert_eq!(Profile::GcePd.node_operations(), Some(32));
-        assert_eq!(Profile::SerialPerNode.node_operations(), Some(1));
+        assert_eq!(Profile::AwsEbs.call_bucket(), Some((50, 5.0)));
+        assert_eq!(Profile::GcePd.call_bucket(), Some((1500, 25.0)));
+        // A token per VM update (a batch), not per call; no bucket.
+        assert_eq!(Profile::AzureDisk.call_bucket(), None);
+        assert_eq!(Profile::SerialPerNode.call_bucket(), None);
     }
 
     #[test]

@@ -282,15 +282,24 @@ fn p8_goals(medians: &BTreeMap<&str, P8Sides>) -> String {
         for case in Case::ALL {
             for flags in Flags::ALL {
                 let metric = p8_metric::figure(profile, case, flags, Figure::P99);
-                let Some(&[Some(up), Some(ours), _, Some(floor)]) =
+                let Some(&[Some(up), Some(ours), fifo, Some(floor)]) =
                     medians.get(metric.name.as_str())
                 else {
                     continue;
                 };
                 let share = p8_goal_share(case);
                 let goal = up.median * share;
+                // The fastest attacher's time: a floor more than 10 % above
+                // it is no floor there (the driver rewards another order).
+                let fastest = [Some(up), Some(ours), fifo]
+                    .into_iter()
+                    .flatten()
+                    .map(|s| s.median)
+                    .fold(f64::INFINITY, f64::min);
                 let verdict = if ours.median <= goal {
                     "met"
+                } else if floor.median > fastest * 1.1 {
+                    "not met; the floor is above the attachers here"
                 } else if floor.median > goal {
                     "beyond the floor"
                 } else {
@@ -317,14 +326,17 @@ fn p8_goals(medians: &BTreeMap<&str, P8Sides>) -> String {
         "\n### P8 against its floor\n\nThe goals: p99 at most ½ of upstream's (⅓ for the noisy \
          neighbour's small nodes). The floor: the case's driver calls alone, straight to the \
          profile's mock driver (same seed, same node IDs and volume handles, so the same \
-         latencies), at the run's `--worker-threads` and `--timeout`, at most the profile's \
-         operations per node in flight, in the case's order, a failed call retried 100 ms later; \
+         latencies), at the run's `--worker-threads` and `--timeout` (no limit per node), in \
+         the case's order, a failed call retried 100 ms later; \
          a drain's or failure's Unpublish then at once its Publish; the noisy neighbour's small \
          nodes only; and the API writes no attacher can skip (the VA's finalizer and a new PV's \
          before Publish, `attached=true` after it, the finalizer's removal after Unpublish) \
-         taking their tokens from ours' throttle at the run's `--kube-api-qps` and \
+         taking their tokens one at a time, in order, from ours' throttle at the run's `--kube-api-qps` and \
          `--kube-api-burst`, but made in no time. No API server, no VolumeAttachment: no \
-         attacher's p99 can be below it on this driver at these flags. \"beyond the floor\": the floor's own p99 is above the goal.\n\n\
+         attacher's p99 can be below it on this driver at these flags, unless the driver rewards \
+         another order (one round: ±10 % is noise). \"beyond the floor\": the floor's own p99 is \
+         above the goal and at most 10 % above the fastest attacher's; where it is further above, \
+         it is no floor there and the row says so.\n\n\
          | profile | case | flags | goal: p99 at most | ours p99 | floor p99 | |\n|---|---|---|---|---|---|---|\n{rows}"
     )
 }
@@ -694,6 +706,7 @@ mod tests {
             (Case::Drain, Flags::Chart, 30.0, 12.0, 10.0),
             (Case::Drain, Flags::Defaults, 600.0, 400.0, 100.0),
             (Case::NoisyNeighbour, Flags::Chart, 90.0, 40.0, 35.0),
+            (Case::ScaleUp, Flags::Defaults, 50.0, 50.0, 60.0),
         ] {
             for fig in [Figure::P50, Figure::P99] {
                 let m = figure(p, case, flags, fig);
@@ -722,6 +735,7 @@ mod tests {
         assert_eq!(
             goals,
             [
+                "| gce-pd | scale-up | upstream defaults | ½ × 50.000 = 25.000 | 50.000 | 60.000 | not met; the floor is above the attachers here |",
                 "| gce-pd | drain | chart flags | ½ × 30.000 = 15.000 | 12.000 | 10.000 | met |",
                 "| gce-pd | drain | upstream defaults | ½ × 600 = 300 | 400 | 100 | not met |",
                 "| gce-pd | noisy neighbour | chart flags | ⅓ × 90.000 = 30.000 | 40.000 | 35.000 | beyond the floor |",

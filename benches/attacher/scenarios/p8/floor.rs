@@ -7,17 +7,23 @@
 //! How the calls are made is the best order we know for the case, within
 //! the run's own limits:
 //!
-//! - at most `--worker-threads` calls in flight (the drop-in ceiling);
-//! - at most the profile's `node.max_operations` in flight per node (the
-//!   driver serializes the rest or refuses them), none beyond;
-//! - each call with the run's `--timeout` as its deadline;
-//! - the API writes no attacher can skip, through ours' client-side
-//!   throttle at the run's `--kube-api-qps` and `--kube-api-burst` (the
-//!   token bucket client-go has too, its bucket full at the start): before
-//!   a Publish the VA's finalizer and, for a new volume, the PV's; after it
-//!   `attached=true` (urgent, ahead of the others); after an Unpublish the
-//!   finalizer's removal. The writes themselves take no time, and waiting
-//!   for their tokens holds no worker; a retry writes nothing;
+//! - at most `--worker-threads` calls in flight (the drop-in ceiling), and
+//!   no limit per node: a driver that serializes a node queues the calls
+//!   itself, and one whose operations outlive an abandoned call lets the
+//!   next start while the cloud goes on with the first;
+//! - each call with the run's `--timeout` as its deadline, and where every
+//!   cloud operation takes a token of the cloud's API bucket (aws-ebs,
+//!   gce-pd), paced to that bucket (its size, its refill): a call the
+//!   cloud would throttle waits for its token instead, so no call spends
+//!   the bucket on retries or backs off past a refill;
+//! - the API writes no attacher can skip, one token at a time from ours'
+//!   client-side throttle at the run's `--kube-api-qps` and
+//!   `--kube-api-burst` (client-go's token bucket, full at the start), in
+//!   the chains' order, urgent ones first: before a Publish the VA's
+//!   finalizer and, for a new volume, the PV's; after it `attached=true`
+//!   (urgent); after an Unpublish the finalizer's removal. The writes
+//!   themselves take no time, waiting for their tokens holds no worker, and
+//!   a retry writes nothing;
 //! - the calls in the case's order (a scale-up's nodes take turns); a failed
 //!   call is retried 100 ms later, ahead of calls not yet made;
 //! - a drain or a failure: each volume's Unpublish from the old node, then
@@ -30,12 +36,13 @@
 //! theirs takes. Its times span from the case's start (the burst, the failure
 //! or the first Unpublish) to each Publish's success and its write.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::time::Duration;
 
 use anyhow::Result;
-use tokio::task::JoinSet;
+use tokio::sync::mpsc;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 use tonic::transport::Channel;
 use tower::{Layer, ServiceExt};
@@ -67,10 +74,16 @@ pub(super) async fn run(
     setup: &[Planned],
     measured: &[Planned],
 ) -> Result<Option<Observed>> {
-    let limits = Limits::of(args, t.profile.node_operations())?;
+    let limits = Limits::of(args)?;
     let cap = t.h.sizes.p8.cap;
     let csi = ControllerClient::new(crate::floor::csi_channel(&t.mock.address()).await?);
-    let caller = Caller { csi, limits };
+    // The cloud's bucket, at the mock driver's time scale.
+    let scale = t.h.sizes.p8.time_scale.unwrap_or(1.0);
+    let cloud = t
+        .profile
+        .call_bucket()
+        .map(|(bucket, refill)| RateLimitLayer::new(refill / scale, bucket));
+    let caller = Caller { csi, limits, cloud };
     let publish = |p: &Planned, fresh_pv: bool| Call::Publish {
         volume: t.volume_handle(&p.pv),
         node: t.node_id(&p.node),
@@ -146,19 +159,16 @@ struct Done {
 struct Caller {
     csi: ControllerClient<Channel>,
     limits: Limits,
+    /// The cloud's API bucket the calls are paced to, if it has one per call.
+    cloud: Option<RateLimitLayer>,
 }
 
-/// What a task of [`Caller::run`] reports.
+/// What the floor's tasks report.
 enum Event {
     /// A step's writes before its call are done: it may be made.
     Ready { chain: usize, step: usize },
     /// A call ended.
-    Called {
-        chain: usize,
-        step: usize,
-        node: String,
-        ok: bool,
-    },
+    Called { chain: usize, step: usize, ok: bool },
     /// A step's write after its call is done.
     Written { chain: usize, step: usize },
 }
@@ -166,33 +176,84 @@ enum Event {
 /// Far enough ahead to mean "not before its writes are done".
 const NOT_YET: Duration = Duration::from_secs(365 * 86_400);
 
+/// The API writes, one token at a time, in the order asked (urgent ones
+/// first), each reported with its event once its token is taken.
+struct Writer {
+    urgent: mpsc::UnboundedSender<Option<Event>>,
+    normal: mpsc::UnboundedSender<Option<Event>>,
+    /// Where a step with no write before its call is ready at once.
+    events: mpsc::UnboundedSender<Event>,
+}
+
+impl Writer {
+    fn start(limits: Limits, events: mpsc::UnboundedSender<Event>) -> (Self, JoinHandle<()>) {
+        let (urgent, mut urgent_rx) = mpsc::unbounded_channel::<Option<Event>>();
+        let (normal, mut normal_rx) = mpsc::unbounded_channel::<Option<Event>>();
+        let bucket = RateLimitLayer::new(limits.qps, limits.burst);
+        let ready = events.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let job = tokio::select! {
+                    biased;
+                    Some(job) = urgent_rx.recv() => job,
+                    Some(job) = normal_rx.recv() => job,
+                    else => break,
+                };
+                token(&bucket).await;
+                if let Some(event) = job {
+                    let _ = events.send(event);
+                }
+            }
+        });
+        (
+            Writer {
+                urgent,
+                normal,
+                events: ready,
+            },
+            task,
+        )
+    }
+
+    /// `count` writes before `step`'s call; then it is ready.
+    fn before(&self, count: u32, chain: usize, step: usize) {
+        let ready = Event::Ready { chain, step };
+        if count == 0 {
+            let _ = self.events.send(ready);
+            return;
+        }
+        for _ in 1..count {
+            let _ = self.normal.send(None);
+        }
+        let _ = self.normal.send(Some(ready));
+    }
+
+    /// The write after `step`'s call.
+    fn after(&self, urgent: bool, chain: usize, step: usize) {
+        let queue = if urgent { &self.urgent } else { &self.normal };
+        let _ = queue.send(Some(Event::Written { chain, step }));
+    }
+}
+
 impl Caller {
     /// Makes each chain's calls in order, the chains in `chains`' order,
     /// within the limits, until every chain is done or `until`.
     async fn run(&self, chains: Vec<Vec<Call>>, until: Instant) -> Vec<Done> {
-        let normal = RateLimitLayer::new(self.limits.qps, self.limits.burst);
-        let urgent = normal.urgent();
+        let (events, mut events_rx) = mpsc::unbounded_channel();
+        let (writer, writing) = Writer::start(self.limits, events.clone());
         let mut done = vec![Done::default(); chains.len()];
         let mut queue: VecDeque<Next> = VecDeque::new();
-        let mut busy: HashMap<String, usize> = HashMap::new();
         let mut in_flight = 0;
-        let mut tasks = JoinSet::new();
+        let mut calls = JoinSet::new();
         // Each first step waits for its writes, in the chains' order.
-        for (chain, calls) in chains.iter().enumerate() {
-            if let Some(call) = calls.first() {
+        for (chain, first) in chains.iter().enumerate() {
+            if let Some(call) = first.first() {
                 queue.push_back(Next {
                     chain,
                     step: 0,
                     not_before: Instant::now() + NOT_YET,
                 });
-                let writes = call.writes_before();
-                let normal = normal.clone();
-                tasks.spawn(async move {
-                    for _ in 0..writes {
-                        write(&normal).await;
-                    }
-                    Event::Ready { chain, step: 0 }
-                });
+                writer.before(call.writes_before(), chain, 0);
             }
         }
         let mut left = queue.len();
@@ -201,30 +262,29 @@ impl Caller {
             if now >= until {
                 break;
             }
-            let free = Limits {
-                workers: self.limits.workers.saturating_sub(in_flight),
-                ..self.limits
-            };
-            let picked = pick(&queue, &chains, &busy, 0, free, now);
+            let picked = pick(&queue, self.limits.workers.saturating_sub(in_flight), now);
             for index in picked.into_iter().rev() {
                 let Some(next) = queue.remove(index) else {
                     continue;
                 };
                 let call = chains[next.chain][next.step].clone();
-                *busy.entry(call.node().to_owned()).or_default() += 1;
                 in_flight += 1;
-                let (csi, timeout) = (self.csi.clone(), self.limits.timeout);
-                tasks.spawn(async move {
+                let (csi, timeout, events) =
+                    (self.csi.clone(), self.limits.timeout, events.clone());
+                let cloud = self.cloud.clone();
+                calls.spawn(async move {
+                    if let Some(bucket) = &cloud {
+                        token(bucket).await;
+                    }
                     let ok = make(csi, &call, timeout).await;
-                    Event::Called {
+                    let _ = events.send(Event::Called {
                         chain: next.chain,
                         step: next.step,
-                        node: call.node().to_owned(),
                         ok,
-                    }
+                    });
                 });
             }
-            // The next wake-up: a task's event, a retry falling due, the cap.
+            // The next wake-up: an event, a retry falling due, the cap.
             let due = queue
                 .iter()
                 .map(|n| n.not_before)
@@ -233,7 +293,7 @@ impl Caller {
                 .unwrap_or(until)
                 .min(until);
             let event = tokio::select! {
-                Some(Ok(event)) = tasks.join_next() => event,
+                Some(event) = events_rx.recv() => event,
                 () = tokio::time::sleep_until(due) => continue,
             };
             match event {
@@ -245,26 +305,10 @@ impl Caller {
                         next.not_before = Instant::now();
                     }
                 }
-                Event::Called {
-                    chain,
-                    step,
-                    node,
-                    ok,
-                } => {
+                Event::Called { chain, step, ok } => {
                     in_flight -= 1;
-                    if let Some(n) = busy.get_mut(&node) {
-                        *n = n.saturating_sub(1);
-                    }
                     if ok {
-                        let bucket = if chains[chain][step].write_after_is_urgent() {
-                            urgent.clone()
-                        } else {
-                            normal.clone()
-                        };
-                        tasks.spawn(async move {
-                            write(&bucket).await;
-                            Event::Written { chain, step }
-                        });
+                        writer.after(chains[chain][step].write_after_is_urgent(), chain, step);
                     } else {
                         // Again 100 ms later, ahead of the rest; its writes
                         // before are made.
@@ -287,29 +331,20 @@ impl Caller {
                         step: step + 1,
                         not_before: Instant::now() + NOT_YET,
                     });
-                    let writes = call.writes_before();
-                    let normal = normal.clone();
-                    tasks.spawn(async move {
-                        for _ in 0..writes {
-                            write(&normal).await;
-                        }
-                        Event::Ready {
-                            chain,
-                            step: step + 1,
-                        }
-                    });
+                    writer.before(call.writes_before(), chain, step + 1);
                 }
             }
         }
-        tasks.abort_all();
+        calls.abort_all();
+        writing.abort();
         done
     }
 }
 
-/// One API write's token from `bucket` (the write itself is not made).
-async fn write(bucket: &RateLimitLayer) {
-    let token = bucket.layer(tower::service_fn(|()| async { Ok::<_, Infallible>(()) }));
-    let _ = token.oneshot(()).await;
+/// One token of `bucket`.
+async fn token(bucket: &RateLimitLayer) {
+    let service = bucket.layer(tower::service_fn(|()| async { Ok::<_, Infallible>(()) }));
+    let _ = service.oneshot(()).await;
 }
 
 /// Makes one call; whether it succeeded.
