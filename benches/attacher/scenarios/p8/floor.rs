@@ -1,8 +1,12 @@
 //! P8's floor: the driver calls of a case alone, made straight to the
 //! profile's mock driver, with no API server, no VolumeAttachments and no
 //! attacher. Whatever an attacher does, it makes these calls on this driver
-//! and waits for them; the time the calls alone take is the floor under its
-//! time to attached (as the floor attacher is under P1's rate).
+//! and waits for them, and the writes below through its throttle; the time
+//! they alone take is a floor under its time to attached (as the floor
+//! attacher is under P1's rate), measured, not proven: a driver that queues
+//! or throttles can reward an order other than this one, so a floor more
+//! than one round's noise above an attacher's time is no floor there
+//! (results.md says so per row).
 //!
 //! How the calls are made is the best order we know for the case, within
 //! the run's own limits:
@@ -111,8 +115,8 @@ pub(super) async fn run(
             .map(|p| vec![publish(p, true)])
             .collect(),
         Case::Drain | Case::NodeDeleted | Case::OutOfService => {
-            if case == Case::NodeDeleted {
-                t.delete_instance(&setup[0].node).await?;
+            if let (Case::NodeDeleted, Some(failed)) = (case, setup.first()) {
+                t.delete_instance(&failed.node).await?;
             }
             setup
                 .iter()
