@@ -145,7 +145,7 @@ pub(super) async fn run(
         times,
         all,
         not_attached,
-        // Not recorded: the floor retries at once, as no attacher should.
+        // Not recorded: the floor retries every 100 ms, as no attacher should.
         calls: CallCount::default(),
         attach_errors: done.iter().map(|d| d.failures).sum(),
     }))
