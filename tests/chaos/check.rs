@@ -463,6 +463,21 @@ pub fn i2(h: &History, f: &mut Findings) {
     }
 }
 
+/// A live VA's volume handle and node: from the workload's instance of it
+/// (same name and uid), else from the VA's spec and its PV.
+fn volume_and_node(h: &History, va: &Value) -> Option<(String, String)> {
+    let name = va["metadata"]["name"].as_str().unwrap_or_default();
+    let uid = va["metadata"]["uid"].as_str().unwrap_or_default();
+    if let Some(inst) = h.instances.iter().find(|i| i.name == name && i.uid == uid) {
+        return Some((inst.handle.clone(), inst.node.clone()));
+    }
+    let pv = va["spec"]["source"]["persistentVolumeName"].as_str()?;
+    let handle = h.pvs.iter().find(|p| p["metadata"]["name"] == pv)?["spec"]["csi"]["volumeHandle"]
+        .as_str()?;
+    let node = va["spec"]["nodeName"].as_str()?;
+    Some((handle.to_string(), node.to_string()))
+}
+
 pub fn i3(h: &History, f: &mut Findings) {
     // A driver that lost its state is repaired by a reconcile pass: without
     // two whole passes after draining, a difference proves nothing either way.
@@ -488,9 +503,10 @@ pub fn i3(h: &History, f: &mut Findings) {
         if va["status"]["attached"] != true {
             continue;
         }
-        let name = va["metadata"]["name"].as_str().unwrap_or_default();
-        let uid = va["metadata"]["uid"].as_str().unwrap_or_default();
-        let Some(inst) = h.instances.iter().find(|i| i.name == name && i.uid == uid) else {
+        // Its volume and node: the workload's record, or the objects' own
+        // for a VA the workload does not know (created while the answer
+        // and the follow-up GET were both lost; it is live all the same).
+        let Some((handle, node)) = volume_and_node(h, va) else {
             continue;
         };
         // The node ID it was last published to (CSINode may have been re-registered since).
@@ -500,13 +516,13 @@ pub fn i3(h: &History, f: &mut Findings) {
             .filter(|c| {
                 c.method == "ControllerPublishVolume"
                     && c.code == "OK"
-                    && c.volume == inst.handle
-                    && node_of_id(&c.node).as_deref() == Some(inst.node.as_str())
+                    && c.volume == handle
+                    && node_of_id(&c.node).as_deref() == Some(node.as_str())
             })
             .max_by_key(|c| c.end)
             .map(|c| c.node.clone())
-            .unwrap_or_else(|| format!("{}-id", inst.node));
-        expected.insert((inst.handle.clone(), node_id));
+            .unwrap_or_else(|| format!("{node}-id"));
+        expected.insert((handle, node_id));
     }
     for extra in driver.difference(&expected) {
         f.violations.push((

@@ -267,6 +267,22 @@ fn i3_reports_driver_and_objects_disagreeing_and_an_unfinished_wait() {
     // The wait for two reconcile passes timed out: used to pass silently.
     h.after.reconcile_error = Some("pass count stayed at 3".into());
     only(&check(&h), "I3");
+    // A live attached VA the workload does not know (its create's answer
+    // and the GET after it lost): its own spec and PV name what the driver
+    // should have. CI once reported it as a volume published with no VA.
+    let mut h = clean();
+    h.pvs
+        .push(json!({"metadata": {"name": "pv-u"}, "spec": {"csi": {"volumeHandle": "vol-u"}}}));
+    h.live_vas.push(json!({
+        "metadata": {"name": "va-u", "uid": "u-u"},
+        "spec": {"nodeName": "node-3", "source": {"persistentVolumeName": "pv-u"}},
+        "status": {"attached": true},
+    }));
+    h.published = json!({"vol-u": ["node-3-id"]});
+    assert!(check(&h).of("I3").is_empty(), "{:#?}", check(&h));
+    // ... and not published: the driver lacks it.
+    h.published = json!({});
+    only(&check(&h), "I3");
 }
 
 #[test]
