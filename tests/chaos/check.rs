@@ -1197,7 +1197,8 @@ fn no_connection_vanished(note: &str) -> bool {
 
 /// I11: a replica whose connections vanished without a FIN or RST (the
 /// `watch-half-open` fault) notices within [`HALF_OPEN_NOTICED`]: its log says
-/// a watch failed. TCP keepalive on API-server connections is what notices;
+/// a watch failed, or its process exits (leadership lost on a dead Lease
+/// connection: the watches' connections go with it). TCP keepalive on API-server connections is what notices;
 /// a watch's own silence bound (90 s) would be too late.
 pub fn i11(h: &History, f: &mut Findings) {
     for w in h.windows.iter().filter(|w| w.kind == "watch-half-open") {
@@ -1212,25 +1213,42 @@ pub fn i11(h: &History, f: &mut Findings) {
         };
         let name = format!("replica-{replica}");
         let log_name = format!("{name} log");
-        let noticed = h
+        let within = |t: &i128| *t >= w.start && *t <= w.start + HALF_OPEN_NOTICED;
+        let watch_failed = h
             .logs
             .iter()
             .filter(|(n, _)| *n == log_name)
             .flat_map(|(_, log)| log.lines())
             .filter(|l| l.contains("watch failed"))
             .filter_map(|l| klog_time(l, w.start))
-            .filter(|t| *t >= w.start && *t <= w.start + HALF_OPEN_NOTICED)
+            .filter(within)
             .min();
-        if let Some(t) = noticed {
+        // A process that exits (its Lease renewal failed on a dead
+        // connection first: leadership lost) leaves no dead connection
+        // behind either; its successor's are new.
+        let exited = h
+            .exits
+            .iter()
+            .filter(|x| x.replica == replica)
+            .map(|x| x.at)
+            .filter(within)
+            .min();
+        let noticed = match (watch_failed, exited) {
+            (Some(t), Some(x)) if x < t => Some((x, "its process exited")),
+            (Some(t), _) => Some((t, "a watch failed")),
+            (None, Some(x)) => Some((x, "its process exited")),
+            (None, None) => None,
+        };
+        if let Some((t, how)) = noticed {
             f.measured.push((
                 format!("{name}: half-open connections noticed after"),
-                format!("{:.1} s", (t - w.start) as f64 / SECOND as f64),
+                format!("{:.1} s ({how})", (t - w.start) as f64 / SECOND as f64),
             ));
         } else {
             f.violation(
                 "I11",
                 format!(
-                    "{name}'s connections vanished at {} and no watch of it failed within {} s",
+                    "{name}'s connections vanished at {} and within {} s no watch of it failed nor did it exit",
                     format_time(w.start),
                     HALF_OPEN_NOTICED / SECOND
                 ),

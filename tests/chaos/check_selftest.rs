@@ -653,6 +653,28 @@ fn i11_reports_half_open_connections_noticed_late_or_never() {
     let soon = "W1127 10:00:21.000000       1 watch.rs:1] watch failed; retrying error=Connection reset by peer\n";
     h.logs.push(("replica-1 log".into(), soon.into()));
     only(&check(&h), "I11");
+    // Its process exited 6 s after (its Lease renewal failed on a dead
+    // connection: leadership lost): noticed, its watches gone with it. CI
+    // once failed here: the replica exited before any watch failed.
+    let mut exited = h.clone();
+    exited.exits.push(Exit {
+        replica: 0,
+        code: Some(1),
+        signal: None,
+        sent: None,
+        at: t(11.0),
+    });
+    let f = check(&exited);
+    assert!(f.of("I11").is_empty(), "{f:#?}");
+    assert!(
+        f.measured
+            .iter()
+            .any(|(what, v)| what.contains("half-open") && v == "6.0 s (its process exited)"),
+        "{f:#?}"
+    );
+    // Another replica's exit is not its.
+    exited.exits[0].replica = 1;
+    only(&check(&exited), "I11");
     // By it, 16 s after: noticed.
     h.logs.push(("replica-0 log".into(), soon.into()));
     let f = check(&h);
@@ -660,7 +682,7 @@ fn i11_reports_half_open_connections_noticed_late_or_never() {
     assert!(
         f.measured
             .iter()
-            .any(|(what, v)| what.contains("half-open") && v == "16.0 s"),
+            .any(|(what, v)| what.contains("half-open") && v == "16.0 s (a watch failed)"),
         "{f:#?}"
     );
 }

@@ -158,12 +158,17 @@ impl Injector {
             "watch-half-open" => {
                 // The leader's connections (its watches among them) vanish on
                 // the far side without a FIN or RST; held until its log says
-                // a watch failed (I11 wants it within 60 s), at most 65 s.
+                // a watch failed or it exited (I11 wants it within 60 s), at
+                // most 65 s.
                 let leader = self.leader().await;
                 let replica = &w.replicas[leader];
+                // A watch failing, or the process exiting (its Lease
+                // renewal failed first: leadership lost), is noticing.
                 let failures = || {
                     std::fs::read_to_string(&replica.log)
-                        .map(|log| log.matches("watch failed").count())
+                        .map(|log| {
+                            log.matches("watch failed").count() + log.matches("\"exiting\"").count()
+                        })
                         .unwrap_or_default()
                 };
                 let before = failures();
@@ -178,7 +183,7 @@ impl Injector {
                 }
                 (
                     format!(
-                        "replica-{leader}'s connections vanished without a FIN or RST ({} of them); a watch failed after {:?}",
+                        "replica-{leader}'s connections vanished without a FIN or RST ({} of them); a watch failed or it exited after {:?}",
                         replica.proxy.vanished() - vanished_before,
                         t0.elapsed()
                     ),
