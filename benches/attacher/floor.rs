@@ -411,15 +411,7 @@ async fn attach_va(ctx: &Ctx, va: &Va) -> Result<()> {
     let request = ControllerPublishVolumeRequest {
         volume_id: csi.volume_handle.clone(),
         node_id: node_id(ctx, &va.spec.node_name)?,
-        volume_capability: Some(VolumeCapability {
-            access_mode: Some(AccessMode {
-                mode: access_mode::Mode::SingleNodeWriter as i32,
-            }),
-            access_type: Some(AccessType::Mount(MountVolume {
-                fs_type: csi.fs_type.clone().unwrap_or_default(),
-                ..Default::default()
-            })),
-        }),
+        volume_capability: Some(mount_capability(csi.fs_type.clone().unwrap_or_default())),
         volume_context: csi.volume_attributes.clone(),
         ..Default::default()
     };
@@ -486,6 +478,20 @@ fn node_id(ctx: &Ctx, node: &str) -> Result<String> {
         .find(|d| d.name == ctx.driver)
         .and_then(|d| d.node_id.clone())
         .context("no node ID")
+}
+
+/// A single-node-writer mount of `fs_type`: the capability the floor
+/// attachers publish with.
+pub(crate) fn mount_capability(fs_type: String) -> VolumeCapability {
+    VolumeCapability {
+        access_mode: Some(AccessMode {
+            mode: access_mode::Mode::SingleNodeWriter as i32,
+        }),
+        access_type: Some(AccessType::Mount(MountVolume {
+            fs_type,
+            ..Default::default()
+        })),
+    }
 }
 
 /// A gRPC channel over the driver's Unix socket.

@@ -52,12 +52,7 @@ use tonic::transport::Channel;
 use tower::{Layer, ServiceExt};
 
 use csi_attacher::csi::proto::controller_client::ControllerClient;
-use csi_attacher::csi::proto::volume_capability::{
-    access_mode, AccessMode, AccessType, MountVolume,
-};
-use csi_attacher::csi::proto::{
-    ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest, VolumeCapability,
-};
+use csi_attacher::csi::proto::{ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest};
 use csi_attacher::kube_client::RateLimitLayer;
 
 use super::{Planned, Track};
@@ -358,12 +353,7 @@ async fn make(mut csi: ControllerClient<Channel>, call: &Call, timeout: Duration
             let mut request = tonic::Request::new(ControllerPublishVolumeRequest {
                 volume_id: volume.clone(),
                 node_id: node.clone(),
-                volume_capability: Some(VolumeCapability {
-                    access_mode: Some(AccessMode {
-                        mode: access_mode::Mode::SingleNodeWriter as i32,
-                    }),
-                    access_type: Some(AccessType::Mount(MountVolume::default())),
-                }),
+                volume_capability: Some(crate::floor::mount_capability(String::new())),
                 ..Default::default()
             });
             request.set_timeout(timeout);
