@@ -5,6 +5,7 @@
 //! the VA waiting for it, and a failed node's detaches go first (its CSINode
 //! gone, or, with `--watch-node-taints`, its Node tainted out-of-service).
 
+use std::io::Write;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -497,4 +498,59 @@ async fn adaptive_concurrency_lowers_the_lanes_limit_after_overload_answers() {
         "{} at once: {burst:?}",
         peak_concurrency(&burst, &["ControllerPublishVolume"])
     );
+}
+
+/// One attach on a driver whose operations take 10 s and go on after the
+/// caller's 1 s deadline, a retry meanwhile answered Aborted ("pending"):
+/// seconds from the first Publish's start to the one that found it done,
+/// and the Aborted answers.
+async fn an_attach_that_outlives_its_deadline(extra: &[&str]) -> (f64, usize) {
+    let mut file = tempfile::NamedTempFile::new().expect("profile file");
+    write!(
+        file,
+        "name = \"slow-10s\"\n\
+         [attach.latency]\nkind = \"fixed\"\nms = 10000\n\
+         [detach.latency]\nkind = \"fixed\"\nms = 100\n\
+         [operation]\noutlives_caller = true\npending = \"fail\"\n\
+         pending_code = \"Aborted\"\npending_message = \"operation pending for {{volume}}\"\n"
+    )
+    .expect("write profile");
+    let profile = format!("--profile-file={}", file.path().display());
+    let mut args = vec!["--timeout=1s", "--retry-interval-start=500ms"];
+    args.extend_from_slice(extra);
+    let env = Env::start(&[&profile], &args).await;
+    let node = unique("node");
+    env.create_node(&node).await;
+    let name = env.volume_on(&node).await;
+    env.wait_attached(&name).await;
+    let publishes = calls(&env, "ControllerPublishVolume").await;
+    let first = publishes.first().map_or(0, |c| call_span(c).0);
+    let ok = publishes
+        .iter()
+        .find(|c| c["code"] == "OK")
+        .map_or(0, |c| call_span(c).0);
+    let aborted = publishes.iter().filter(|c| c["code"] == "Aborted").count();
+    (ok.saturating_sub(first) as f64 / 1e9, aborted)
+}
+
+#[tokio::test]
+async fn an_operation_the_driver_says_still_runs_is_polled_after_the_deadline() {
+    // The operation ends 10 s in; polled every eighth of its time so far
+    // (at least 0.5 s), the VA finds it done by about 11.3 s.
+    let (took, aborted) = an_attach_that_outlives_its_deadline(&[]).await;
+    assert!((10.0..13.0).contains(&took), "found done {took:.1} s in");
+    assert!(
+        (6..=25).contains(&aborted),
+        "{aborted} Aborted answers: polled, within reason"
+    );
+}
+
+#[tokio::test]
+async fn schedule_per_node_false_backs_off_from_an_operation_that_still_runs() {
+    // Upstream's doubling backoff: retries 1.5, 2.5, 4.5, 8.5 s in, then
+    // 16.5 s, 6.5 s after the operation ended.
+    let (took, aborted) =
+        an_attach_that_outlives_its_deadline(&["--schedule-per-node=false"]).await;
+    assert!(took >= 15.0, "found done {took:.1} s in");
+    assert_eq!(aborted, 4);
 }

@@ -156,7 +156,7 @@ pub struct Config {
     #[arg(long, default_value = "0", value_parser = uint_flag)]
     pub max_inflight_per_node: u64,
 
-    /// Not in upstream: schedule driver calls per node (nodes take turns, a failed node's detaches first, ResourceExhausted paces the node, hand-offs, settling after a deadline); false: upstream's first-queued, first-served order.
+    /// Not in upstream: schedule driver calls per node (nodes take turns, a failed node's detaches first, ResourceExhausted paces the node, hand-offs, polling an operation still running after a deadline); false: upstream's first-queued, first-served order.
     #[arg(long, require_equals = true, default_value = "true", value_parser = bool_flag,
           action = ArgAction::Set)]
     pub schedule_per_node: bool,

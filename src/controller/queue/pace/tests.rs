@@ -219,3 +219,45 @@ async fn without_settle_after_deadline_the_retry_keeps_its_backoff() {
     let backoff = Duration::from_secs(1);
     assert_eq!(pacer.retry_delay("n1-a", backoff), backoff);
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_operation_in_doubt_the_driver_says_still_runs_is_polled_not_backed_off() {
+    let (_q, pacer) = paced();
+    // n1-a's call started 15 s ago and ended at its deadline.
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let late = Some((Code::DeadlineExceeded, ""));
+    pacer.finished(Lane::Attach, "n1-a", "n1", started, late);
+    let aborted = Some((Code::Aborted, "operation pending for volume"));
+    let long = Duration::from_secs(32);
+    // In doubt, but the driver has not said it runs: the backoff.
+    assert_eq!(pacer.retry_delay("n1-a", long), long);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    pacer.finished(Lane::Attach, "n1-a", "n1", Instant::now(), aborted);
+    // Now polled after an eighth of the 16 s it has run, never later than
+    // its backoff, never sooner than the backoff's start.
+    assert_eq!(pacer.retry_delay("n1-a", long), Duration::from_secs(2));
+    let short = Duration::from_millis(1500);
+    assert_eq!(pacer.retry_delay("n1-a", short), short);
+    tokio::time::sleep(Duration::from_secs(64)).await;
+    assert_eq!(pacer.retry_delay("n1-a", long), Duration::from_secs(10));
+    // A VA not in doubt answered Aborted (another call's operation) keeps
+    // its backoff.
+    pacer.finished(Lane::Attach, "n1-b", "n1", Instant::now(), aborted);
+    assert_eq!(pacer.retry_delay("n1-b", long), long);
+    // Success ends the doubt.
+    pacer.finished(Lane::Attach, "n1-a", "n1", Instant::now(), None);
+    assert_eq!(pacer.retry_delay("n1-a", long), long);
+}
+
+#[tokio::test(start_paused = true)]
+async fn polling_an_operation_in_doubt_waits_at_least_the_backoffs_start() {
+    let (_q, pacer) = paced();
+    let late = Some((Code::DeadlineExceeded, ""));
+    pacer.finished(Lane::Detach, "n1-a", "n1", Instant::now(), late);
+    let aborted = Some((Code::Aborted, ""));
+    pacer.finished(Lane::Detach, "n1-a", "n1", Instant::now(), aborted);
+    // Run no time yet: the poll is the backoff's start, 1 s.
+    let long = Duration::from_secs(16);
+    assert_eq!(pacer.retry_delay("n1-a", long), BACKOFF.start);
+}
