@@ -2,8 +2,11 @@
 //! driver calls"), against the real API server and csi-mock-driver: nodes
 //! take turns in a lane, `--max-inflight-per-node` caps a node, a node whose
 //! driver answers ResourceExhausted is paced, a detached volume is handed to
-//! the VA waiting for it, and a failed node's detaches go first (its CSINode
-//! gone, or, with `--watch-node-taints`, its Node tainted out-of-service).
+//! the VA waiting for it, a failed node's detaches go first (its CSINode
+//! gone, or, with `--watch-node-taints`, its Node tainted out-of-service),
+//! and, with profile drivers whose operations outlive the caller's deadline,
+//! an operation the driver says still runs is polled and a `--timeout` that
+//! fits is said.
 
 use std::io::Write;
 use std::time::Duration;
@@ -553,4 +556,62 @@ async fn schedule_per_node_false_backs_off_from_an_operation_that_still_runs() {
         an_attach_that_outlives_its_deadline(&["--schedule-per-node=false"]).await;
     assert!(took >= 15.0, "found done {took:.1} s in");
     assert_eq!(aborted, 4);
+}
+
+#[tokio::test]
+async fn calls_that_outlive_the_timeout_are_said_with_a_timeout_that_fits() {
+    // 3 s operations that go on after the caller's 1 s deadline; a retry
+    // waits for the running one (as aws-ebs since v1.36.0).
+    let mut file = tempfile::NamedTempFile::new().expect("profile file");
+    write!(
+        file,
+        "name = \"slow-3s\"\n\
+         [attach.latency]\nkind = \"fixed\"\nms = 3000\n\
+         [detach.latency]\nkind = \"fixed\"\nms = 100\n\
+         [operation]\noutlives_caller = true\npending = \"wait\"\n"
+    )
+    .expect("write profile");
+    let profile = format!("--profile-file={}", file.path().display());
+    let env = Env::start(
+        &[&profile],
+        &["--timeout=1s", "--retry-interval-start=500ms"],
+    )
+    .await;
+    // One operation completes (its retry finds it done, 3 s after the
+    // first call started), then four more calls end at the deadline: 5 of
+    // the last 100.
+    let node = unique("node");
+    env.create_node(&node).await;
+    let first = env.volume_on(&node).await;
+    env.wait_attached(&first).await;
+    let mut names = Vec::new();
+    for _ in 0..4 {
+        names.push(env.volume_on(&node).await);
+    }
+    for name in &names {
+        env.wait_attached(name).await;
+    }
+    let logs = env.logs();
+    let advice = logs
+        .lines()
+        .find(|l| l.contains("Driver calls outlive --timeout"))
+        .unwrap_or_else(|| panic!("no advice: {}", crate::support::env::tail(&logs, 40)));
+    // The p99 of completed operations: 3 s and the retry that found it done
+    // (3.5 s here); the advice a quarter above it, in whole seconds.
+    let field = |name: &str| {
+        let at = advice
+            .find(&format!("{name}=\""))
+            .map(|i| i + name.len() + 2);
+        at.and_then(|i| advice[i..].split('"').next())
+            .and_then(|v| v.trim_end_matches('s').parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {name} in {advice}"))
+    };
+    let (p99, suggested) = (field("slowest_completed_p99"), field("suggested_timeout"));
+    assert!((3.0..5.0).contains(&p99), "{advice}");
+    assert_eq!(suggested, (p99 * 1.25).ceil(), "{advice}");
+    assert!(
+        advice.contains(&format!("a --timeout of {suggested}s would fit")),
+        "{advice}"
+    );
+    assert!(advice.contains("ControllerPublishVolume"), "{advice}");
 }
