@@ -5,24 +5,9 @@
 #
 #   hack/p8-adaptive.sh [hack/bench.sh flags, e.g. --only p8-aws-ebs --out DIR]
 #
-# It runs `hack/bench.sh --ours-only` (P8's sides: ours, and "ours FIFO") with
-# this script as ours' binary: called with P8's third-side flag
-# (--schedule-per-node=false) it runs ours with --adaptive-concurrency instead,
-# so the results' "ours FIFO" column is ours with adaptive concurrency (and
-# per-node scheduling on, as ours ships).
+# The same as `hack/bench.sh --ours-only --p8-third=--adaptive-concurrency ...`:
+# the results' third value is ours with --adaptive-concurrency (per-node
+# scheduling on, as ours ships), and results.md says so.
 set -euo pipefail
-if [[ "${CSI_ATTACHER_P8_ADAPTIVE_BINARY:-}" ]]; then
-  args=()
-  for arg in "$@"; do
-    if [[ "$arg" == --schedule-per-node=false ]]; then
-      args+=(--adaptive-concurrency)
-    else
-      args+=("$arg")
-    fi
-  done
-  exec "$CSI_ATTACHER_P8_ADAPTIVE_BINARY" "${args[@]}"
-fi
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-# The release binary hack/bench.sh builds.
-export CSI_ATTACHER_P8_ADAPTIVE_BINARY="$PWD/target/release/csi-attacher"
-exec env CSI_ATTACHER_BENCH_OURS="$PWD/hack/p8-adaptive.sh" hack/bench.sh --ours-only "$@"
+exec hack/bench.sh --ours-only --p8-third=--adaptive-concurrency "$@"

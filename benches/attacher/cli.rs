@@ -35,6 +35,9 @@ pub struct Cli {
     /// P8 runs only this flag set: chart (the driver's chart's) or defaults (upstream's) [default: the size's].
     #[arg(long, value_name = "FLAGS", value_parser = parse_flags)]
     p8_flags: Option<Flags>,
+    /// P8's third side: ours with these flags (space-separated) after the run's, instead of ours FIFO (`--schedule-per-node=false`): ours with and without them in one run.
+    #[arg(long, value_name = "FLAGS", allow_hyphen_values = true)]
+    pub p8_third: Option<String>,
     /// Another binary (or a profiling wrapper) to run as ours [default: this build's csi-attacher].
     #[arg(long, value_name = "PATH", env = "CSI_ATTACHER_BENCH_OURS")]
     pub ours_binary: Option<PathBuf>,

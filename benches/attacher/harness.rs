@@ -40,6 +40,9 @@ pub struct Harness {
     pub pvs: Api<PersistentVolume>,
     results: Mutex<Results>,
     run: AtomicUsize,
+    /// The flags after the run's of P8's third side ([`Which::OursFifo`]):
+    /// [`SCHEDULE_FIFO`] unless `--p8-third` names others.
+    third: Vec<String>,
     /// PVs and VAs of another driver created so far (P3, growth): they stay.
     pub foreign: Mutex<(usize, usize)>,
 }
@@ -65,7 +68,7 @@ impl Harness {
     /// Starts (or joins) the control plane and the mock driver, and creates
     /// the CSINodes of `sizes.nodes` nodes. `ours`: another binary to run as
     /// ours than this build's.
-    pub async fn start(sizes: Sizes, ours: Option<PathBuf>) -> Result<Self> {
+    pub async fn start(sizes: Sizes, ours: Option<PathBuf>, third: Option<&str>) -> Result<Self> {
         let tools = controlplane::tools_dir()?;
         let upstream = tools.join("csi-attacher-upstream");
         if !upstream.exists() {
@@ -109,6 +112,10 @@ impl Harness {
             logs,
             results: Mutex::new(Results::default()),
             run: AtomicUsize::new(0),
+            third: third.map_or_else(
+                || vec![SCHEDULE_FIFO.to_owned()],
+                |flags| flags.split_whitespace().map(str::to_owned).collect(),
+            ),
             foreign: Mutex::new((0, 0)),
         })
     }
@@ -190,7 +197,8 @@ impl Harness {
 
     /// Starts an attacher on the CSI socket `csi_address` with exactly `args`
     /// beyond `--csi-address`, `--kubeconfig` and `--http-endpoint` (and, for
-    /// [`Which::OursFifo`], ours' binary with [`SCHEDULE_FIFO`] after them).
+    /// [`Which::OursFifo`], ours' binary with the third side's flags after
+    /// them: [`SCHEDULE_FIFO`] unless `--p8-third` names others).
     pub fn spawn_on(
         &self,
         which: Which,
@@ -227,11 +235,11 @@ impl Harness {
         hostname: Option<&str>,
     ) -> Result<Attacher> {
         let floor = std::env::current_exe()?;
-        let (binary, first, last) = match which {
-            Which::Upstream => (&self.upstream, None, None),
-            Which::Ours => (&self.ours, None, None),
-            Which::OursFifo => (&self.ours, None, Some(SCHEDULE_FIFO)),
-            Which::Floor => (&floor, Some(crate::floor::FLAG), None),
+        let (binary, first, last): (_, _, &[String]) = match which {
+            Which::Upstream => (&self.upstream, None, &[]),
+            Which::Ours => (&self.ours, None, &[]),
+            Which::OursFifo => (&self.ours, None, &self.third),
+            Which::Floor => (&floor, Some(crate::floor::FLAG), &[]),
         };
         let port = free_port()?;
         let log = std::fs::File::create(self.logs.join(format!("{}-{name}.log", which.name())))?;

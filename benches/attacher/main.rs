@@ -79,7 +79,10 @@ async fn bench() -> Result<()> {
         return report::write_charts(&out);
     }
     let sizes = cli.sizes();
-    let h = Harness::start(sizes, cli.ours_binary.clone()).await?;
+    let h = Harness::start(sizes, cli.ours_binary.clone(), cli.p8_third.as_deref()).await?;
+    if let Some(flags) = &cli.p8_third {
+        h.note(report::P8_THIRD, flags.clone());
+    }
     // --ours-only is for profiling rounds; results then carry no ratio.
     let both: &[Which] = if cli.ours_only {
         &[Which::Ours]

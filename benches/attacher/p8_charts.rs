@@ -16,6 +16,7 @@ use serde_json::Value;
 use crate::charts::{axis_number, legend_note, legend_y, plot_error, FONT, OURS, UPSTREAM};
 use crate::metric::Side;
 use crate::p8::{cdf_points, run_label, Case, Flags, Profile};
+use crate::report::P8_THIRD;
 
 /// Ours FIFO's colour (its curve is dashed too).
 pub(crate) const OURS_FIFO: RGBColor = RGBColor(0x21, 0x66, 0xac);
@@ -122,6 +123,7 @@ impl Panel {
 /// distributions in `json` (results.json); the files written.
 pub fn write(dir: &Path, json: &Value, subtitle: &str) -> Result<Vec<PathBuf>> {
     let distributions = &json["distributions"];
+    let third = json["notes"][P8_THIRD].as_str();
     let mut written = Vec::new();
     for profile in Profile::ALL {
         let panels: Vec<Panel> = Flags::ALL
@@ -136,7 +138,7 @@ pub fn write(dir: &Path, json: &Value, subtitle: &str) -> Result<Vec<PathBuf>> {
             continue;
         }
         let file = dir.join(file_name(profile));
-        draw(&file, profile, subtitle, &panels)
+        draw(&file, profile, subtitle, &panels, third)
             .with_context(|| format!("drawing {}", file.display()))?;
         written.push(file);
     }
@@ -149,7 +151,14 @@ pub fn file_name(profile: Profile) -> String {
 
 const PANEL: (u32, u32) = (330, 270);
 
-fn draw(file: &Path, profile: Profile, subtitle: &str, panels: &[Panel]) -> Result<()> {
+/// `third`: the flags of P8's third side where they are not ours FIFO's.
+fn draw(
+    file: &Path,
+    profile: Profile,
+    subtitle: &str,
+    panels: &[Panel],
+    third: Option<&str>,
+) -> Result<()> {
     let cols = Case::ALL.len();
     let rows = Flags::ALL.len();
     let (caption_h, legend_h) = (44, 84);
@@ -168,8 +177,9 @@ fn draw(file: &Path, profile: Profile, subtitle: &str, panels: &[Panel]) -> Resu
     ))
     .map_err(plot_error)?;
     let (grid, _) = rest.split_vertically(PANEL.1 * rows as u32);
+    let third_name = third.map_or_else(|| "ours FIFO".to_owned(), |flags| format!("ours {flags}"));
     for (area, panel) in grid.split_evenly((rows, cols)).iter().zip(panels) {
-        draw_panel(area, panel)?;
+        draw_panel(area, panel, &third_name)?;
     }
     // The legend: the sides any panel has.
     let y = legend_y(&root);
@@ -187,13 +197,17 @@ fn draw(file: &Path, profile: Profile, subtitle: &str, panels: &[Panel]) -> Resu
             root.draw(&PathElement::new(sample, style))
         }
         .map_err(plot_error)?;
+        let legend = match (look.side, third) {
+            (Side::OursFifo, Some(flags)) => format!("csi-attacher-rs {flags}"),
+            _ => look.legend.to_owned(),
+        };
         root.draw(&Text::new(
-            look.legend,
+            legend.as_str(),
             (x + 34, y + 1),
             TextStyle::from((FONT, 13).into_font()).pos(Pos::new(HPos::Left, VPos::Center)),
         ))
         .map_err(plot_error)?;
-        x += 34 + 8 * look.legend.chars().count() as i32 + 30;
+        x += 34 + 8 * legend.chars().count() as i32 + 30;
     }
     legend_note(
         &root,
@@ -206,7 +220,12 @@ fn draw(file: &Path, profile: Profile, subtitle: &str, panels: &[Panel]) -> Resu
     Ok(())
 }
 
-fn draw_panel(area: &DrawingArea<SVGBackend, plotters::coord::Shift>, panel: &Panel) -> Result<()> {
+/// `third_name`: what the panel calls P8's third side.
+fn draw_panel(
+    area: &DrawingArea<SVGBackend, plotters::coord::Shift>,
+    panel: &Panel,
+    third_name: &str,
+) -> Result<()> {
     if !panel.measured() {
         area.draw(&Text::new(
             format!("{}: not measured", panel.title),
@@ -240,7 +259,11 @@ fn draw_panel(area: &DrawingArea<SVGBackend, plotters::coord::Shift>, panel: &Pa
     let mut notes = Vec::new();
     for (look, values) in panel.sides() {
         let Some(values) = values else { continue };
-        let (name, color) = (look.name, look.color);
+        let name = match look.side {
+            Side::OursFifo => third_name,
+            _ => look.name,
+        };
+        let color = look.color;
         let points = cdf_points(values, panel.cap);
         let mut path = Vec::with_capacity(points.len() * 2 + 2);
         let mut before = 0.0;
@@ -352,6 +375,20 @@ mod tests {
         assert_eq!(strokes(&hex(OURS)), 2, "the curve and the legend's sample");
         assert_ne!(OURS_FIFO, OURS);
         assert_ne!(OURS_FIFO, UPSTREAM);
+        // A third side of other flags (--p8-third) is named by them.
+        let mut json = json;
+        json["notes"] = json!({ crate::report::P8_THIRD: "--max-inflight-per-node=1" });
+        let written = write(dir.path(), &json, "test machine").unwrap();
+        let svg = std::fs::read_to_string(&written[0]).unwrap().to_lowercase();
+        assert!(!svg.contains("fifo"), "{svg}");
+        assert!(
+            svg.contains("csi-attacher-rs --max-inflight-per-node=1"),
+            "{svg}"
+        );
+        assert!(
+            svg.contains("ours --max-inflight-per-node=1: 1 not attached"),
+            "{svg}"
+        );
     }
 
     /// A colour as the SVG writes it, lower case: "#d95f0e".

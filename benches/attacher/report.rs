@@ -184,8 +184,8 @@ pub fn p8_tables(results: &Results, sizes: &Sizes) -> String {
     let mut md = format!(
         "\n## P8: what users wait for\n\nEach run: upstream, ours, and ours FIFO (ours' binary with \
          `--schedule-per-node=false` after the same flags: per-node scheduling off, so upstream's \
-         first-queued, first-served order, every failure the VA's own, no hand-off or settling after \
-         a deadline) at the same time, each with its own csi-mock-driver of the profile (same seed) \
+         first-queued, first-served order, every failure the VA's own, no hand-off, settling or \
+         polling after a deadline) at the same time, each with its own csi-mock-driver of the profile (same seed) \
          and its own nodes; the profiles' runs at the same time too. Sizes: {}. Cells: upstream / \
          ours / ours FIFO (median of {} round(s)): ours against ours FIFO is what per-node \
          scheduling does, the rest being the same binary; a cell of two values (upstream / ours) \
@@ -199,12 +199,21 @@ pub fn p8_tables(results: &Results, sizes: &Sizes) -> String {
          `status.attachError` values a watch saw. Volumes per node are at most the profile's \
          attachment limit (the scheduler places no more), except on the noisy neighbour's big node; \
          the noisy neighbour's run ends when the small nodes' VAs are attached and the big node is \
-         full.\n\n\
-         | profile | attachments per node | chart flags (upstream defaults: `{}`) |\n|---|---|---|\n",
+         full.\n\n",
         sizes.p8.describe(),
         sizes.p8.rounds,
-        DEFAULTS.join(" "),
     );
+    if let Some(flags) = results.notes().get(P8_THIRD) {
+        md.push_str(&format!(
+            "**In this run the third value of each cell is not ours FIFO**: it is ours with \
+             `{flags}` after the same flags (per-node scheduling on, as ours ships), so ours \
+             against it is what `{flags}` does (`hack/bench.sh --p8-third`).\n\n"
+        ));
+    }
+    md.push_str(&format!(
+        "| profile | attachments per node | chart flags (upstream defaults: `{}`) |\n|---|---|---|\n",
+        DEFAULTS.join(" "),
+    ));
     for profile in Profile::ALL {
         md.push_str(&format!(
             "| {} | {} | {}: `{}` |\n",
@@ -447,6 +456,8 @@ pub fn growth_table(results: &Results, steps: &[GrowthSize]) -> String {
 
 /// The key of the note that holds kube-apiserver's flags.
 pub const APISERVER_FLAGS: &str = "kube-apiserver flags";
+/// The note of P8's third side's flags, where `--p8-third` set them.
+pub const P8_THIRD: &str = "p8 third side";
 
 /// A cell of the cost tables: "upstream / ours (ratio)" medians.
 fn cost_cell(results: &Results, metric: &crate::metric::Metric, ratio: bool) -> String {
@@ -692,7 +703,18 @@ mod tests {
         );
         assert!(tables.contains("`--schedule-per-node=false`"), "{tables}");
         assert!(!tables.contains("### P8 against its floor"), "{tables}");
+        assert!(!tables.contains("not ours FIFO"), "{tables}");
         assert_eq!(p8_tables(&Results::default(), &SMOKE), "");
+        // With --p8-third, the tables say what the third side was.
+        results.note(P8_THIRD, "--max-inflight-per-node=1".into());
+        let tables = p8_tables(&results, &SMOKE);
+        assert!(
+            tables.contains(
+                "**In this run the third value of each cell is not ours FIFO**: it is ours with \
+                 `--max-inflight-per-node=1` after the same flags"
+            ),
+            "{tables}"
+        );
     }
 
     #[test]
