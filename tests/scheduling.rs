@@ -5,8 +5,9 @@
 //! the VA waiting for it, a failed node's detaches go first (its CSINode
 //! gone, or, with `--watch-node-taints`, its Node tainted out-of-service),
 //! and, with profile drivers whose operations outlive the caller's deadline,
-//! an operation the driver says still runs is polled and a `--timeout` that
-//! fits is said.
+//! an operation the driver says still runs is polled, a `--timeout` that
+//! fits is said, and `--max-inflight-per-node=1` keeps a serializing
+//! driver's calls from timing out in its queue.
 
 use std::io::Write;
 use std::time::Duration;
@@ -614,4 +615,58 @@ async fn calls_that_outlive_the_timeout_are_said_with_a_timeout_that_fits() {
         "{advice}"
     );
     assert!(advice.contains("ControllerPublishVolume"), "{advice}");
+}
+
+/// Five attaches of one node on a driver that runs one 1 s operation per
+/// node at a time, a call waiting for the node's slot until its 2.5 s
+/// deadline (as serial-per-node): the Publish answers, by code.
+async fn a_serial_nodes_burst(extra: &[&str]) -> Vec<String> {
+    let mut file = tempfile::NamedTempFile::new().expect("profile file");
+    write!(
+        file,
+        "name = \"serial-1s\"\n\
+         [attach.latency]\nkind = \"fixed\"\nms = 1000\n\
+         [detach.latency]\nkind = \"fixed\"\nms = 100\n\
+         [node]\nmax_operations = 1\non_busy = \"wait\"\nslot_scope = \"call\"\n\
+         busy_code = \"DeadlineExceeded\"\n\
+         [operation]\noutlives_caller = true\npending = \"fail\"\npending_code = \"Aborted\"\n"
+    )
+    .expect("write profile");
+    let profile = format!("--profile-file={}", file.path().display());
+    let mut args = vec!["--worker-threads=10", "--timeout=2500ms"];
+    args.extend_from_slice(extra);
+    let env = Env::start(&[&profile], &args).await;
+    let node = unique("node");
+    env.create_node(&node).await;
+    let mut names = Vec::new();
+    for _ in 0..5 {
+        names.push(env.volume_on(&node).await);
+    }
+    for name in &names {
+        env.wait_attached(name).await;
+    }
+    calls(&env, "ControllerPublishVolume")
+        .await
+        .iter()
+        .map(|c| c["code"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn max_inflight_per_node_keeps_a_serial_nodes_calls_from_timing_out_in_its_queue() {
+    let codes = a_serial_nodes_burst(&["--max-inflight-per-node=1"]).await;
+    assert_eq!(
+        codes,
+        vec!["OK"; 5],
+        "one call per attach, none at its deadline"
+    );
+}
+
+#[tokio::test]
+async fn without_a_cap_a_serial_nodes_calls_time_out_waiting_for_its_slot() {
+    let codes = a_serial_nodes_burst(&[]).await;
+    assert!(
+        codes.iter().filter(|c| *c != "OK").count() >= 2,
+        "five calls at once, 1 s each, 2.5 s deadline: {codes:?}"
+    );
 }
