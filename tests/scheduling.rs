@@ -550,6 +550,14 @@ async fn an_operation_the_driver_says_still_runs_is_polled_after_the_deadline() 
 }
 
 #[tokio::test]
+async fn poll_pending_after_deadline_false_backs_off_from_an_operation_that_still_runs() {
+    let (took, aborted) =
+        an_attach_that_outlives_its_deadline(&["--poll-pending-after-deadline=false"]).await;
+    assert!(took >= 15.0, "found done {took:.1} s in");
+    assert_eq!(aborted, 4);
+}
+
+#[tokio::test]
 async fn schedule_per_node_false_backs_off_from_an_operation_that_still_runs() {
     // Upstream's doubling backoff: retries 1.5, 2.5, 4.5, 8.5 s in, then
     // 16.5 s, 6.5 s after the operation ended.

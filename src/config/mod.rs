@@ -181,6 +181,11 @@ pub struct Config {
           action = ArgAction::Set)]
     pub settle_after_deadline: bool,
 
+    /// Not in upstream: after a driver call ends at --timeout and a retry is answered Aborted (the operation still runs), retry an eighth of the operation's time so far (at least --retry-interval-start) instead of after the doubling backoff; false: the backoff. Needs --schedule-per-node.
+    #[arg(long, require_equals = true, default_value = "true", value_parser = bool_flag,
+          action = ArgAction::Set)]
+    pub poll_pending_after_deadline: bool,
+
     /// Not in upstream: send the leadership epoch (a number from the Lease, higher for every new leader, and the holder) as gRPC metadata x-csi-attacher-epoch on every ControllerPublish, ControllerUnpublish and ListVolumes, for a driver that refuses calls from an earlier leader. Needs --leader-election.
     #[arg(long, require_equals = true, default_value = "false", value_parser = bool_flag,
           action = ArgAction::Set)]

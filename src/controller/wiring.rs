@@ -73,6 +73,8 @@ pub struct Settings {
     pub adaptive_concurrency: bool,
     /// `--settle-after-deadline` (with `schedule_per_node`).
     pub settle_after_deadline: bool,
+    /// `--poll-pending-after-deadline` (with `schedule_per_node`).
+    pub poll_pending_after_deadline: bool,
     /// `--unpublish-not-found-node-gone`.
     pub node_gone_detached: bool,
     /// `--watch-node-taints` (with `schedule_per_node`): watch Nodes, and
@@ -232,6 +234,9 @@ pub async fn run(
     }
     if settings.settle_after_deadline {
         pacer = pacer.with_settle();
+    }
+    if settings.poll_pending_after_deadline {
+        pacer = pacer.with_poll();
     }
     let pacer = Arc::new(pacer);
     let mut driver = FencedDriver::new(csi, leadership);

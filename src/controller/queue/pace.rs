@@ -19,7 +19,8 @@
 //!   Opt-in: on benchmark P8 it made a serial-per-node cloud's retries wait
 //!   for operations that had never started (its deadline passes while the
 //!   call waits for the node's slot), and no profile gained from it.
-//! - **An operation the driver says still runs is polled, not backed off.**
+//! - **An operation the driver says still runs is polled, not backed off**
+//!   (`--poll-pending-after-deadline`, on by default).
 //!   When a VA whose call ended at the deadline is answered `Aborted` (the
 //!   driver's "an operation is pending for this volume": the one we
 //!   abandoned goes on), its next retry waits an eighth of the time since
@@ -106,6 +107,9 @@ struct PaceState {
     advised: [Option<Instant>; 2],
     /// Whether retries settle after a deadline (`--settle-after-deadline`).
     settle: bool,
+    /// Whether an operation the driver says still runs is polled
+    /// (`--poll-pending-after-deadline`).
+    poll: bool,
     /// The lanes' adaptive limits (`--adaptive-concurrency`), by lane index.
     adaptive: Option<[AdaptiveLimit; 2]>,
 }
@@ -175,6 +179,13 @@ impl Pacer {
     /// settle (see the module docs).
     pub fn with_settle(self) -> Self {
         self.lock().settle = true;
+        self
+    }
+
+    /// Polls an operation in doubt that the driver says still runs (see
+    /// the module docs).
+    pub fn with_poll(self) -> Self {
+        self.lock().poll = true;
         self
     }
 
@@ -308,7 +319,7 @@ impl Pacer {
         let Some(&doubt) = state.uncertain.get(va) else {
             return backoff;
         };
-        if doubt.running {
+        if doubt.running && state.poll {
             let poll = (doubt.first.elapsed() / POLL_SHARE).max(self.backoff.start);
             return backoff.min(poll);
         }

@@ -223,6 +223,7 @@ async fn without_settle_after_deadline_the_retry_keeps_its_backoff() {
 #[tokio::test(start_paused = true)]
 async fn an_operation_in_doubt_the_driver_says_still_runs_is_polled_not_backed_off() {
     let (_q, pacer) = paced();
+    let pacer = pacer.with_poll();
     // n1-a's call started 15 s ago and ended at its deadline.
     let started = Instant::now();
     tokio::time::sleep(Duration::from_secs(15)).await;
@@ -253,6 +254,7 @@ async fn an_operation_in_doubt_the_driver_says_still_runs_is_polled_not_backed_o
 #[tokio::test(start_paused = true)]
 async fn polling_an_operation_in_doubt_waits_at_least_the_backoffs_start() {
     let (_q, pacer) = paced();
+    let pacer = pacer.with_poll();
     let late = Some((Code::DeadlineExceeded, ""));
     pacer.finished(Lane::Detach, "n1-a", "n1", Instant::now(), late);
     let aborted = Some((Code::Aborted, ""));
@@ -260,4 +262,17 @@ async fn polling_an_operation_in_doubt_waits_at_least_the_backoffs_start() {
     // Run no time yet: the poll is the backoff's start, 1 s.
     let long = Duration::from_secs(16);
     assert_eq!(pacer.retry_delay("n1-a", long), BACKOFF.start);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_poll_pending_after_deadline_an_aborted_retry_keeps_its_backoff() {
+    let (_q, pacer) = paced();
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let late = Some((Code::DeadlineExceeded, ""));
+    pacer.finished(Lane::Attach, "n1-a", "n1", started, late);
+    let aborted = Some((Code::Aborted, ""));
+    pacer.finished(Lane::Attach, "n1-a", "n1", Instant::now(), aborted);
+    let long = Duration::from_secs(32);
+    assert_eq!(pacer.retry_delay("n1-a", long), long);
 }
