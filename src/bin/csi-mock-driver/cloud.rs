@@ -15,6 +15,15 @@
 //! task, so a caller's deadline does not stop it: it completes later, and a
 //! new call meanwhile meets it as pending.
 //!
+//! A call whose caller's deadline (its `grpc-timeout`) has passed never
+//! starts a cloud operation, as a Go driver's SDK call returns the context's
+//! error before sending (alibaba-cloud-csi-driver v1.37.1
+//! `pkg/cloud/throttle/throttle.go`: `Throttle` returns `ctx.Err()` before
+//! calling ECS). The server may still poll a call for a moment after its
+//! caller gave up (hyper polls the service before it reads the stream's
+//! reset); without this check such a call took a node's freed slot and
+//! started an operation no caller waited for.
+//!
 //! Deterministic for a seed: every random draw (latency, retry jitter) comes
 //! from a generator seeded by the seed, the operation kind, the volume, the
 //! node and the call's attempt number for that key, so the same calls get the
@@ -113,6 +122,8 @@ pub struct PublishArgs {
     pub node: String,
     pub capability: VolumeCapability,
     pub readonly: bool,
+    /// The caller's deadline (`None`: none).
+    pub deadline: Option<Instant>,
 }
 
 impl Cloud {
@@ -171,8 +182,13 @@ impl Cloud {
         args: PublishArgs,
     ) -> Result<HashMap<String, String>, Status> {
         let key = (args.volume.clone(), args.node.clone());
-        self.serve(Kind::Attach, key, Some((args.capability, args.readonly)))
-            .await?;
+        self.serve(
+            Kind::Attach,
+            key,
+            Some((args.capability, args.readonly)),
+            args.deadline,
+        )
+        .await?;
         // Detached again (the node deleted) between the answer and here: say so.
         self.published()
             .context(&args.volume, &args.node)
@@ -184,10 +200,15 @@ impl Cloud {
             })
     }
 
-    /// ControllerUnpublishVolume.
-    pub async fn unpublish(self: &Arc<Self>, volume: &str, node: &str) -> Result<(), Status> {
-        self.serve(Kind::Detach, (volume.to_string(), node.to_string()), None)
-            .await
+    /// ControllerUnpublishVolume, for a caller with `deadline`.
+    pub async fn unpublish(
+        self: &Arc<Self>,
+        volume: &str,
+        node: &str,
+        deadline: Option<Instant>,
+    ) -> Result<(), Status> {
+        let key = (volume.to_string(), node.to_string());
+        self.serve(Kind::Detach, key, None, deadline).await
     }
 
     async fn serve(
@@ -195,6 +216,7 @@ impl Cloud {
         kind: Kind,
         key: Key,
         attach: Option<(VolumeCapability, bool)>,
+        deadline: Option<Instant>,
     ) -> Result<(), Status> {
         let around = &self.profile.operation;
         let mut serving = None;
@@ -228,12 +250,17 @@ impl Cloud {
             armed: self.profile.backoff.is_some(),
         };
         let result = match self.profile.node.slot_scope {
-            // The driver's lock: taken before its checks, held until it answers.
-            SlotScope::Call => match self.slot(&key.1).await {
-                Ok(_slot) => self.run(kind, &key, attach, attempt).await,
+            // A detach that finds nothing to do answers before the lock.
+            SlotScope::Call if kind == Kind::Detach && self.nothing_to_detach(&key) => {
+                self.run(kind, &key, attach, attempt, deadline).await
+            }
+            // The driver's lock: taken before its checks, held until it
+            // answers; waited for until the caller's deadline.
+            SlotScope::Call => match until(deadline, self.slot(&key.1)).await {
+                Ok(_slot) => self.run(kind, &key, attach, attempt, deadline).await,
                 Err(status) => Err(status),
             },
-            SlotScope::Operation => self.run(kind, &key, attach, attempt).await,
+            SlotScope::Operation => self.run(kind, &key, attach, attempt, deadline).await,
         };
         abandoned.armed = false;
         self.note_outcome(&key, &result);
@@ -287,12 +314,28 @@ impl Cloud {
         }
     }
 
+    /// Whether a detach of `key` has nothing to do: the instance gone, or
+    /// the disk not attached to it and no operation of it pending. The
+    /// driver that takes its lock for the whole call (alibaba-cloud-csi-driver
+    /// v1.37.1 `pkg/disk/cloud.go` `detachDisk`: `findDiskByID`, then
+    /// `IsInstanceAttached` returning nil when the disk is not attached to
+    /// the instance, and only then `slot.Acquire`) answers such a detach
+    /// without waiting for the lock.
+    fn nothing_to_detach(&self, key: &Key) -> bool {
+        let state = self.state();
+        if state.gone.contains(&key.1) {
+            return true;
+        }
+        !state.ops.contains_key(key) && !self.published().contains(&key.0, &key.1)
+    }
+
     async fn run(
         self: &Arc<Self>,
         kind: Kind,
         key: &Key,
         attach: Option<(VolumeCapability, bool)>,
         attempt: u64,
+        deadline: Option<Instant>,
     ) -> Result<(), Status> {
         let node = &self.profile.node;
         let around = &self.profile.operation;
@@ -377,7 +420,7 @@ impl Cloud {
                     ));
                 }
             }
-            return self.operate(kind, key, attach, attempt).await;
+            return self.operate(kind, key, attach, attempt, deadline).await;
         }
         Err(Status::aborted(format!(
             "operation for volume {volume} on node {node_id} kept changing; try again"
@@ -392,6 +435,7 @@ impl Cloud {
         key: &Key,
         attach: Option<(VolumeCapability, bool)>,
         attempt: u64,
+        deadline: Option<Instant>,
     ) -> Result<(), Status> {
         let (tx, rx) = watch::channel(None);
         self.state().ops.insert(
@@ -413,9 +457,13 @@ impl Cloud {
             self.take_token(&mut rng).await?;
         }
         let permit = match self.profile.node.slot_scope {
-            SlotScope::Operation => self.slot(&key.1).await?,
+            SlotScope::Operation => until(deadline, self.slot(&key.1)).await?,
             SlotScope::Call => None,
         };
+        // A caller already gone never reaches the cloud (the module docs).
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(past_deadline());
+        }
         registered.armed = false;
         let cloud = Arc::clone(self);
         let op_key = key.clone();
@@ -705,6 +753,24 @@ impl Drop for AbandonGuard<'_> {
     }
 }
 
+/// `work`'s result, or the context's error once `deadline` passes first.
+async fn until<T>(
+    deadline: Option<Instant>,
+    work: impl std::future::Future<Output = Result<T, Status>>,
+) -> Result<T, Status> {
+    match deadline {
+        Some(d) => tokio::time::timeout_at(d, work)
+            .await
+            .unwrap_or_else(|_| Err(past_deadline())),
+        None => work.await,
+    }
+}
+
+/// What a Go driver's call answers once its context's deadline passed.
+fn past_deadline() -> Status {
+    Status::deadline_exceeded("context deadline exceeded")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -724,6 +790,7 @@ mod tests {
 
     fn args(volume: &str, node: &str) -> PublishArgs {
         PublishArgs {
+            deadline: None,
             volume: volume.into(),
             node: node.into(),
             capability: VolumeCapability {
@@ -834,7 +901,7 @@ mod tests {
             assert_eq!(err.code(), Code::FailedPrecondition);
         }
         tokio::time::sleep(Duration::from_millis(801)).await;
-        cloud.unpublish("x", "vm-a").await.expect("detach");
+        cloud.unpublish("x", "vm-a", None).await.expect("detach");
         cloud
             .publish(args("x", "vm-b"))
             .await
@@ -1014,6 +1081,60 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_call_past_its_deadline_starts_no_operation_even_when_handed_the_slot() {
+        // The call-scoped slot (as serial-per-node) with fixed 10 s operations.
+        let cloud = custom(&format!(
+            "{FIXED}[node]\nmax_operations = 1\non_busy = \"wait\"\nslot_scope = \"call\"\n\
+             [operation]\noutlives_caller = true\n"
+        ));
+        // Polled once more after its caller gave up (hyper polls before it
+        // reads the stream's reset), a call is handed the free slot: it
+        // starts nothing.
+        let mut late = args("b", "n1");
+        late.deadline = Some(Instant::now());
+        let err = cloud.publish(late).await.expect_err("past its deadline");
+        assert_eq!(err.code(), Code::DeadlineExceeded);
+        assert!(!cloud.state().ops.contains_key(&("b".into(), "n1".into())));
+        assert!(
+            cloud.published().context("b", "n1").is_none(),
+            "b never attached"
+        );
+        cloud.publish(args("b", "n1")).await.expect("b in time");
+        // A waiter whose deadline passes while it waits answers then.
+        let holder = spawn_publish(&cloud, "c", "n1");
+        settle().await;
+        let mut short = args("d", "n1");
+        short.deadline = Some(Instant::now() + Duration::from_secs(3));
+        let t = Instant::now();
+        let err = cloud.publish(short).await.expect_err("deadline");
+        assert_eq!(err.code(), Code::DeadlineExceeded);
+        assert_eq!(Instant::now() - t, Duration::from_secs(3));
+        holder.await.expect("join").0.expect("c attached");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn serial_per_node_a_detach_with_nothing_to_do_does_not_wait_for_the_slot() {
+        let cloud = cloud("serial-per-node");
+        // i-1's slot is busy with a long attach.
+        let busy = spawn_publish(&cloud, "d-1", "i-1");
+        settle().await;
+        let t = Instant::now();
+        // Not attached to i-1: answered at once, as alibaba's detachDisk
+        // checks the disk before it takes the slot.
+        cloud
+            .unpublish("d-2", "i-1", None)
+            .await
+            .expect("nothing to detach");
+        assert_eq!(Instant::now(), t, "did not wait for the slot");
+        busy.await.expect("join").0.expect("d-1 attached");
+        // Attached: the detach takes the slot and runs an operation.
+        let t = Instant::now();
+        cloud.unpublish("d-1", "i-1", None).await.expect("detached");
+        assert!(Instant::now() > t);
+        assert!(cloud.published().context("d-1", "i-1").is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn serial_per_node_a_caller_that_gives_up_frees_the_slot_and_a_retry_meets_attaching() {
         let cloud = cloud("serial-per-node");
         assert_eq!(cloud.profile().node.slot_scope, SlotScope::Call);
@@ -1091,10 +1212,13 @@ mod tests {
         let err = cloud.publish(args("w", "i-9")).await.expect_err("gone");
         assert_eq!(err.code(), cloud.profile().node.gone_publish_code.0);
         assert_eq!(cloud.profile().node.gone_unpublish, GoneUnpublish::Ok);
-        cloud.unpublish("v", "i-9").await.expect("detached");
+        cloud.unpublish("v", "i-9", None).await.expect("detached");
         let failing = custom(&format!("{FIXED}[node]\ngone_unpublish = \"NotFound\"\n"));
         failing.remove_node("n");
-        let err = failing.unpublish("v", "n").await.expect_err("NotFound");
+        let err = failing
+            .unpublish("v", "n", None)
+            .await
+            .expect_err("NotFound");
         assert_eq!(err.code(), Code::NotFound);
     }
 

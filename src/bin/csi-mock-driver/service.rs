@@ -261,6 +261,7 @@ impl Controller for Service {
         request: Request<proto::ControllerPublishVolumeRequest>,
     ) -> Result<Response<proto::ControllerPublishVolumeResponse>, Status> {
         let epoch = epoch_of(request.metadata());
+        let deadline = deadline_of(request.metadata());
         let req = request.into_inner();
         let mut fields = Map::from_iter([
             ("volume_id".into(), req.volume_id.clone().into()),
@@ -291,6 +292,7 @@ impl Controller for Service {
                                 node: req.node_id,
                                 capability,
                                 readonly: req.readonly,
+                                deadline,
                             })
                             .await?;
                         Ok(proto::ControllerPublishVolumeResponse { publish_context })
@@ -322,6 +324,7 @@ impl Controller for Service {
         request: Request<proto::ControllerUnpublishVolumeRequest>,
     ) -> Result<Response<proto::ControllerUnpublishVolumeResponse>, Status> {
         let epoch = epoch_of(request.metadata());
+        let deadline = deadline_of(request.metadata());
         let req = request.into_inner();
         let mut fields = Map::from_iter([
             ("volume_id".into(), req.volume_id.clone().into()),
@@ -347,7 +350,9 @@ impl Controller for Service {
                                 "node_id is required (a driver profile detaches from one node)",
                             ));
                         }
-                        cloud.unpublish(&req.volume_id, &req.node_id).await?;
+                        cloud
+                            .unpublish(&req.volume_id, &req.node_id, deadline)
+                            .await?;
                         Ok(proto::ControllerUnpublishVolumeResponse {})
                     },
                 )
@@ -600,4 +605,55 @@ fn raw_response(raw: &RawReply) -> http::Response<tonic::body::Body> {
         http::HeaderValue::from_static("application/grpc"),
     );
     response
+}
+
+/// The caller's deadline from its `grpc-timeout` header (gRPC over HTTP/2:
+/// at most 8 digits and a unit, H M S m u n), from now; `None` without one
+/// or for a value that does not parse.
+fn deadline_of(metadata: &tonic::metadata::MetadataMap) -> Option<tokio::time::Instant> {
+    let text = metadata.get("grpc-timeout")?.to_str().ok()?;
+    let unit = text.chars().last()?;
+    let digits = &text[..text.len() - unit.len_utf8()];
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let value: u64 = digits.parse().ok()?;
+    let timeout = match unit {
+        'H' => std::time::Duration::from_secs(value.checked_mul(3600)?),
+        'M' => std::time::Duration::from_secs(value.checked_mul(60)?),
+        'S' => std::time::Duration::from_secs(value),
+        'm' => std::time::Duration::from_millis(value),
+        'u' => std::time::Duration::from_micros(value),
+        'n' => std::time::Duration::from_nanos(value),
+        _ => return None,
+    };
+    tokio::time::Instant::now().checked_add(timeout)
+}
+
+#[cfg(test)]
+mod deadline_tests {
+    use super::deadline_of;
+    use std::time::Duration;
+    use tonic::metadata::MetadataMap;
+
+    fn timeout(header: &str) -> Option<Duration> {
+        let mut metadata = MetadataMap::new();
+        metadata.insert("grpc-timeout", header.parse().expect("ascii"));
+        let now = tokio::time::Instant::now();
+        deadline_of(&metadata).map(|d| d - now)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn grpc_timeout_headers_give_the_callers_deadline() {
+        assert_eq!(timeout("30000m"), Some(Duration::from_secs(30)));
+        assert_eq!(timeout("15S"), Some(Duration::from_secs(15)));
+        assert_eq!(timeout("2M"), Some(Duration::from_secs(120)));
+        assert_eq!(timeout("1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(timeout("250u"), Some(Duration::from_micros(250)));
+        assert_eq!(timeout("7n"), Some(Duration::from_nanos(7)));
+        for bad in ["", "m", "123456789S", "10x", "-1S", "1.5S"] {
+            assert_eq!(timeout(bad), None, "{bad:?}");
+        }
+        assert_eq!(deadline_of(&MetadataMap::new()), None);
+    }
 }
