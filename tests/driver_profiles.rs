@@ -4,12 +4,12 @@
 //! NotFound and then fast with its backoff, and a bad profile is refused at
 //! start with a clear error.
 
-use std::io::Write;
 use std::process::Command;
 
 use serde_json::Value;
 
 use crate::support::env::{attach_error_message, Env};
+use crate::support::mock::ProfileFile;
 use crate::support::unique;
 
 /// A ledger call's end, in milliseconds since the epoch.
@@ -21,17 +21,14 @@ fn call_end_ms(call: &Value) -> f64 {
 #[tokio::test]
 async fn a_serial_per_node_profile_attaches_one_volume_of_a_node_at_a_time() {
     // Fixed 300 ms operations, one per node, the RPC waiting for the node's slot.
-    let mut file = tempfile::NamedTempFile::new().expect("profile file");
-    write!(
-        file,
+    let file = ProfileFile::new(
         "name = \"serial-300ms\"\n\
          [attach.latency]\nkind = \"fixed\"\nms = 300\n\
          [detach.latency]\nkind = \"fixed\"\nms = 300\n\
          [node]\nmax_operations = 1\non_busy = \"wait\"\nslot_scope = \"call\"\n\
-         [operation]\noutlives_caller = true\n"
-    )
-    .expect("write profile");
-    let profile = format!("--profile-file={}", file.path().display());
+         [operation]\noutlives_caller = true\n",
+    );
+    let profile = file.arg();
     let env = Env::start(&[&profile], &["--worker-threads=10"]).await;
     let node = unique("node");
     env.create_node(&node).await;
@@ -113,14 +110,11 @@ fn a_bad_profile_is_refused_at_start_with_a_clear_error() {
             && stderr.contains("aws-ebs, azure-disk, gce-pd, serial-per-node"),
         "{stderr}"
     );
-    let mut file = tempfile::NamedTempFile::new().expect("profile file");
-    write!(
-        file,
-        "name = \"x\"\n[attach.latency]\nkind = \"fixed\"\nms = 1\n[detach.latency]\nkind = \"fixed\"\nms = 1\n[node]\nmax_attachment = 3\n"
-    )
-    .expect("write");
+    let file = ProfileFile::new(
+        "name = \"x\"\n[attach.latency]\nkind = \"fixed\"\nms = 1\n[detach.latency]\nkind = \"fixed\"\nms = 1\n[node]\nmax_attachment = 3\n",
+    );
     let path = file.path().display().to_string();
-    let (code, stderr) = run(&[&format!("--profile-file={path}")]);
+    let (code, stderr) = run(&[&file.arg()]);
     assert_eq!(code, Some(1));
     assert!(
         stderr.contains(&path) && stderr.contains("max_attachment"),

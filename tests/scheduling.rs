@@ -9,13 +9,12 @@
 //! fits is said, and `--max-inflight-per-node=1` keeps a serializing
 //! driver's calls from timing out in its queue.
 
-use std::io::Write;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use crate::support::env::Env;
-use crate::support::mock::{call_span, peak_concurrency};
+use crate::support::mock::{call_span, peak_concurrency, ProfileFile};
 use crate::support::objects::{pv, va};
 use crate::support::unique;
 
@@ -31,19 +30,13 @@ async fn calls(env: &Env, method: &str) -> Vec<Value> {
     calls
 }
 
-/// Six 1-second attaches of one node, then one of another, through one
-/// slot (one worker): where the other node's Publish came among those seven
-/// Publish calls, and all of them.
-async fn small_after_big(extra: &[&str]) -> (Option<usize>, Vec<String>) {
-    let mut args = vec!["--worker-threads=1"];
-    args.extend_from_slice(extra);
-    let env = Env::start(&[], &args).await;
+/// Nodes "big" and "small" and seven PVs, then a canary attach on "small":
+/// the attacher's caches hold the nodes and PVs, so no attach after it
+/// fails (and waits out a backoff) for an object its cache has not seen.
+async fn big_and_small(env: &Env) -> (String, String, Vec<String>) {
     let (big, small) = (unique("big"), unique("small"));
     env.create_node(&big).await;
     env.create_node(&small).await;
-    // Every PV first, then a canary attach: the attacher's caches hold the
-    // nodes and PVs, so no attach below fails (and waits out a backoff) for
-    // an object its cache has not seen yet.
     let mut pvs = Vec::new();
     for _ in 0..7 {
         let volume = pv(&unique("pv"), &env.driver);
@@ -52,6 +45,17 @@ async fn small_after_big(extra: &[&str]) -> (Option<usize>, Vec<String>) {
     }
     let canary = env.volume_on(&small).await;
     env.wait_attached(&canary).await;
+    (big, small, pvs)
+}
+
+/// Six 1-second attaches of one node, then one of another, through one
+/// slot (one worker): where the other node's Publish came among those seven
+/// Publish calls, and all of them.
+async fn small_after_big(extra: &[&str]) -> (Option<usize>, Vec<String>) {
+    let mut args = vec!["--worker-threads=1"];
+    args.extend_from_slice(extra);
+    let env = Env::start(&[], &args).await;
+    let (big, small, pvs) = big_and_small(&env).await;
     env.mock
         .set_fault("ControllerPublishVolume", json!({"delay_ms": 1000}))
         .await;
@@ -509,17 +513,14 @@ async fn adaptive_concurrency_lowers_the_lanes_limit_after_overload_answers() {
 /// seconds from the first Publish's start to the one that found it done,
 /// and the Aborted answers.
 async fn an_attach_that_outlives_its_deadline(extra: &[&str]) -> (f64, usize) {
-    let mut file = tempfile::NamedTempFile::new().expect("profile file");
-    write!(
-        file,
+    let file = ProfileFile::new(
         "name = \"slow-10s\"\n\
          [attach.latency]\nkind = \"fixed\"\nms = 10000\n\
          [detach.latency]\nkind = \"fixed\"\nms = 100\n\
          [operation]\noutlives_caller = true\npending = \"fail\"\n\
-         pending_code = \"Aborted\"\npending_message = \"operation pending for {{volume}}\"\n"
-    )
-    .expect("write profile");
-    let profile = format!("--profile-file={}", file.path().display());
+         pending_code = \"Aborted\"\npending_message = \"operation pending for {volume}\"\n",
+    );
+    let profile = file.arg();
     let mut args = vec!["--timeout=1s", "--retry-interval-start=500ms"];
     args.extend_from_slice(extra);
     let env = Env::start(&[&profile], &args).await;
@@ -571,16 +572,13 @@ async fn schedule_per_node_false_backs_off_from_an_operation_that_still_runs() {
 async fn calls_that_outlive_the_timeout_are_said_with_a_timeout_that_fits() {
     // 3 s operations that go on after the caller's 1 s deadline; a retry
     // waits for the running one (as aws-ebs since v1.36.0).
-    let mut file = tempfile::NamedTempFile::new().expect("profile file");
-    write!(
-        file,
+    let file = ProfileFile::new(
         "name = \"slow-3s\"\n\
          [attach.latency]\nkind = \"fixed\"\nms = 3000\n\
          [detach.latency]\nkind = \"fixed\"\nms = 100\n\
-         [operation]\noutlives_caller = true\npending = \"wait\"\n"
-    )
-    .expect("write profile");
-    let profile = format!("--profile-file={}", file.path().display());
+         [operation]\noutlives_caller = true\npending = \"wait\"\n",
+    );
+    let profile = file.arg();
     let env = Env::start(
         &[&profile],
         &["--timeout=1s", "--retry-interval-start=500ms"],
@@ -627,26 +625,22 @@ async fn calls_that_outlive_the_timeout_are_said_with_a_timeout_that_fits() {
 
 /// A profile of a driver that runs one 1 s operation per node at a time, a
 /// call waiting for the node's slot until its deadline (as serial-per-node).
-fn serial_one_second_profile() -> tempfile::NamedTempFile {
-    let mut file = tempfile::NamedTempFile::new().expect("profile file");
-    write!(
-        file,
+fn serial_one_second_profile() -> ProfileFile {
+    ProfileFile::new(
         "name = \"serial-1s\"\n\
          [attach.latency]\nkind = \"fixed\"\nms = 1000\n\
          [detach.latency]\nkind = \"fixed\"\nms = 100\n\
          [node]\nmax_operations = 1\non_busy = \"wait\"\nslot_scope = \"call\"\n\
          busy_code = \"DeadlineExceeded\"\n\
-         [operation]\noutlives_caller = true\npending = \"fail\"\npending_code = \"Aborted\"\n"
+         [operation]\noutlives_caller = true\npending = \"fail\"\npending_code = \"Aborted\"\n",
     )
-    .expect("write profile");
-    file
 }
 
 /// Five attaches of one node on [`serial_one_second_profile`]'s driver,
 /// each call's deadline 2.5 s: the Publish answers, by code.
 async fn a_serial_nodes_burst(extra: &[&str]) -> Vec<String> {
     let file = serial_one_second_profile();
-    let profile = format!("--profile-file={}", file.path().display());
+    let profile = file.arg();
     let mut args = vec!["--worker-threads=10", "--timeout=2500ms"];
     args.extend_from_slice(extra);
     let env = Env::start(&[&profile], &args).await;
@@ -690,23 +684,11 @@ async fn without_a_cap_a_serial_nodes_calls_time_out_waiting_for_its_slot() {
 /// the other node's VA's create to its attached.
 async fn another_node_after_a_serial_backlog(extra: &[&str]) -> f64 {
     let file = serial_one_second_profile();
-    let profile = format!("--profile-file={}", file.path().display());
+    let profile = file.arg();
     let mut args = vec!["--worker-threads=2"];
     args.extend_from_slice(extra);
     let env = Env::start(&[&profile], &args).await;
-    let (big, small) = (unique("big"), unique("small"));
-    env.create_node(&big).await;
-    env.create_node(&small).await;
-    // Every PV first, then a canary attach: the caches hold the nodes and
-    // PVs, so no attach below waits out a backoff for an object not seen yet.
-    let mut pvs = Vec::new();
-    for _ in 0..7 {
-        let volume = pv(&unique("pv"), &env.driver);
-        pvs.push(volume.name());
-        env.create_pv(volume.build()).await;
-    }
-    let canary = env.volume_on(&small).await;
-    env.wait_attached(&canary).await;
+    let (big, small, pvs) = big_and_small(&env).await;
     let mut names = Vec::new();
     for pv_name in &pvs[..6] {
         let name = unique("va");

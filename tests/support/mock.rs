@@ -204,3 +204,27 @@ pub fn peak_concurrency(ledger: &[Value], methods: &[&str]) -> usize {
     }
     peak as usize
 }
+
+/// A driver profile written to a file for csi-mock-driver's
+/// `--profile-file` (the file lives as long as this).
+pub struct ProfileFile(tempfile::NamedTempFile);
+
+impl ProfileFile {
+    /// Writes `text` (a profile's TOML).
+    pub fn new(text: &str) -> Self {
+        use std::io::Write;
+        let mut file = tempfile::NamedTempFile::new().expect("profile file");
+        file.write_all(text.as_bytes()).expect("write profile");
+        Self(file)
+    }
+
+    /// Where it is.
+    pub fn path(&self) -> &std::path::Path {
+        self.0.path()
+    }
+
+    /// The csi-mock-driver flag that loads it.
+    pub fn arg(&self) -> String {
+        format!("--profile-file={}", self.path().display())
+    }
+}
