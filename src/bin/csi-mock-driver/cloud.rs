@@ -322,11 +322,11 @@ impl Cloud {
     /// the instance, and only then `slot.Acquire`) answers such a detach
     /// without waiting for the lock.
     fn nothing_to_detach(&self, key: &Key) -> bool {
-        let state = self.state();
-        if state.gone.contains(&key.1) {
-            return true;
-        }
-        !state.ops.contains_key(key) && !self.published().contains(&key.0, &key.1)
+        let (gone, pending) = {
+            let state = self.state();
+            (state.gone.contains(&key.1), state.ops.contains_key(key))
+        };
+        gone || (!pending && !self.published().contains(&key.0, &key.1))
     }
 
     async fn run(

@@ -609,7 +609,8 @@ fn raw_response(raw: &RawReply) -> http::Response<tonic::body::Body> {
 
 /// The caller's deadline from its `grpc-timeout` header (gRPC over HTTP/2:
 /// at most 8 digits and a unit, H M S m u n), from now; `None` without one
-/// or for a value that does not parse.
+/// or for a value that does not parse. (tonic parses the header for its own
+/// server timeout, but does not export the parser.)
 fn deadline_of(metadata: &tonic::metadata::MetadataMap) -> Option<tokio::time::Instant> {
     let text = metadata.get("grpc-timeout")?.to_str().ok()?;
     let unit = text.chars().last()?;
