@@ -24,11 +24,16 @@
 //! reset); without this check such a call took a node's freed slot and
 //! started an operation no caller waited for.
 //!
-//! Deterministic for a seed: every random draw (latency, retry jitter) comes
-//! from a generator seeded by the seed, the operation kind, the volume, the
-//! node and the call's attempt number for that key, so the same calls get the
-//! same durations whatever their interleaving. (The order in which concurrent
-//! calls reach a token bucket or a node slot is the caller's.)
+//! Deterministic for a seed: every random draw comes from a generator seeded
+//! by the seed, the operation kind, the volume, the node and a count for that
+//! key, so the same calls get the same durations whatever their interleaving.
+//! An operation's latency is drawn by the number of operations started for
+//! its key, not by the number of calls: calls that never reach the cloud (a
+//! wait for the node's slot that ended at the caller's deadline, a backoff's
+//! fail-fast answer) do not change it, so two attachers that call a different
+//! number of times meet the same latencies for the same operations. A retry
+//! jitter inside a call is drawn by the call's number. (The order in which
+//! concurrent calls reach a token bucket or a node slot is the caller's.)
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -54,6 +59,13 @@ pub enum Kind {
 /// (volume, node).
 type Key = (String, String);
 
+/// What a generator draws (the module docs: what seeds each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Draw {
+    Latency,
+    Jitter,
+}
+
 /// The outcome of a cloud operation, shared with every call that waits on it.
 type Outcome = Option<Result<(), Status>>;
 
@@ -69,8 +81,11 @@ pub struct Cloud {
 
 #[derive(Default)]
 struct State {
-    /// Calls per (kind, key) so far: the attempt number seeds the generator.
+    /// Calls per (kind, key) so far: the call's number seeds its retry jitter.
     attempts: HashMap<(Kind, Key), u64>,
+    /// Operations started per (kind, key) so far: the operation's number
+    /// seeds its latency.
+    started: HashMap<(Kind, Key), u64>,
     /// Keys of calls the driver is serving now (its duplicate check).
     serving: HashSet<Key>,
     /// Cloud operations not yet completed.
@@ -451,10 +466,10 @@ impl Cloud {
             key: key.clone(),
             armed: true,
         };
-        let mut rng = self.rng(kind, key, attempt);
+        let mut jitter = self.rng(Draw::Jitter, kind, key, attempt);
         let batched = self.profile.batch.is_some();
         if !batched {
-            self.take_token(&mut rng).await?;
+            self.take_token(&mut jitter).await?;
         }
         let permit = match self.profile.node.slot_scope {
             SlotScope::Operation => until(deadline, self.slot(&key.1)).await?,
@@ -465,6 +480,13 @@ impl Cloud {
             return Err(past_deadline());
         }
         registered.armed = false;
+        let number = {
+            let mut state = self.state();
+            let n = state.started.entry((kind, key.clone())).or_default();
+            *n += 1;
+            *n
+        };
+        let mut rng = self.rng(Draw::Latency, kind, key, number);
         let cloud = Arc::clone(self);
         let op_key = key.clone();
         let key = key.clone();
@@ -646,7 +668,12 @@ impl Cloud {
                 queued.queue = rest;
                 (items, kind, run)
             };
-            let mut rng = self.rng(kind, &(String::from("batch"), node_id.clone()), run);
+            let mut rng = self.rng(
+                Draw::Latency,
+                kind,
+                &(String::from("batch"), node_id.clone()),
+                run,
+            );
             let result = self.take_token(&mut rng).await;
             if result.is_ok() {
                 tokio::time::sleep(self.latency(kind, &mut rng)).await;
@@ -688,9 +715,10 @@ impl Cloud {
         latency.sample(rng.f64(), rng.f64()).mul_f64(self.scale)
     }
 
-    /// The generator of one call: seed, kind, key and attempt, FNV-1a mixed
-    /// (std's hasher is not stable across releases).
-    fn rng(&self, kind: Kind, key: &Key, attempt: u64) -> fastrand::Rng {
+    /// The generator of one draw: seed, kind, key and count (the operation's
+    /// number for a latency, the call's for a jitter), FNV-1a mixed (std's
+    /// hasher is not stable across releases).
+    fn rng(&self, draw: Draw, kind: Kind, key: &Key, count: u64) -> fastrand::Rng {
         let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
         let mut mix = |bytes: &[u8]| {
             for b in bytes {
@@ -703,7 +731,10 @@ impl Cloud {
         mix(key.0.as_bytes());
         mix(&[0]);
         mix(key.1.as_bytes());
-        mix(&attempt.to_le_bytes());
+        mix(&count.to_le_bytes());
+        if draw == Draw::Jitter {
+            mix(b"jitter");
+        }
         fastrand::Rng::with_seed(hash)
     }
 }
@@ -1198,6 +1229,28 @@ mod tests {
         }
         assert_eq!(durations(7).await, durations(7).await);
         assert_ne!(durations(7).await, durations(8).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn calls_that_never_reach_the_cloud_do_not_change_an_operations_latency() {
+        // The time an attach of v on n takes on serial-per-node, after
+        // `refused` calls that ended at their deadline before reaching the
+        // cloud.
+        async fn attach_after(refused: usize) -> Duration {
+            let cloud = cloud("serial-per-node");
+            for _ in 0..refused {
+                let mut late = args("v", "n");
+                late.deadline = Some(Instant::now());
+                let err = cloud.publish(late).await.expect_err("past its deadline");
+                assert_eq!(err.code(), Code::DeadlineExceeded);
+            }
+            let t = Instant::now();
+            cloud.publish(args("v", "n")).await.expect("attach");
+            t.elapsed()
+        }
+        let first = attach_after(0).await;
+        assert_eq!(attach_after(1).await, first);
+        assert_eq!(attach_after(3).await, first);
     }
 
     #[tokio::test(start_paused = true)]
