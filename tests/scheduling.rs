@@ -1,13 +1,16 @@
 //! How the attacher schedules driver calls (docs/contract.md, "Scheduling
 //! driver calls"), against the real API server and csi-mock-driver: nodes
-//! take turns in a lane, `--max-inflight-per-node` caps a node, a node whose
-//! driver answers ResourceExhausted is paced, a detached volume is handed to
+//! take turns in a lane and `--max-inflight-per-node` caps a node (the plain
+//! mock with delays); with profile drivers (`--profile-file`: small profiles
+//! built from real drivers' answers, their operations of fixed length), a
+//! node past its attachment limit is paced, a detached volume is handed to
 //! the VA waiting for it, a failed node's detaches go first (its CSINode
 //! gone, or, with `--watch-node-taints`, its Node tainted out-of-service),
-//! and, with profile drivers whose operations outlive the caller's deadline,
-//! an operation the driver says still runs is polled, a `--timeout` that
-//! fits is said, and `--max-inflight-per-node=1` keeps a serializing
-//! driver's calls from timing out in its queue.
+//! `--unpublish-not-found-node-gone` ends a deleted instance's VAs,
+//! `--adaptive-concurrency` lowers the limit after overload answers, an
+//! operation the driver says still runs is polled, a `--timeout` that fits
+//! is said, and `--max-inflight-per-node=1` keeps a serializing driver's
+//! calls from timing out in its queue.
 
 use std::time::Duration;
 
@@ -21,6 +24,16 @@ use crate::support::unique;
 /// The node ID `create_node` gives `node`.
 fn id(node: &str) -> String {
     format!("{node}-id")
+}
+
+/// A profile driver's file: every attach takes `attach_ms`, every detach
+/// `detach_ms`, then `rest` (the profile's other tables).
+fn fixed(name: &str, attach_ms: u64, detach_ms: u64, rest: &str) -> ProfileFile {
+    ProfileFile::new(&format!(
+        "name = \"{name}\"\n\
+         [attach.latency]\nkind = \"fixed\"\nms = {attach_ms}\n\
+         [detach.latency]\nkind = \"fixed\"\nms = {detach_ms}\n{rest}"
+    ))
 }
 
 /// `method`'s calls, in the order they started.
@@ -182,15 +195,24 @@ async fn max_inflight_per_node_caps_one_node_and_not_the_others() {
 
 #[tokio::test]
 async fn a_node_out_of_room_is_paced_while_other_nodes_attach() {
-    // One volume per node; every call takes 100 ms.
+    // aws-ebs's answer past an instance's attachment limit
+    // (ResourceExhausted, AttachmentLimitExceeded), with room for one
+    // volume per node; every operation takes 100 ms.
+    let file = fixed(
+        "ebs-one-per-node",
+        100,
+        100,
+        "[node]\nmax_attachments = 1\nmax_attachments_code = \"ResourceExhausted\"\n\
+         max_attachments_message = 'Attachment limit exceeded for volume \"{volume}\" on node \
+         \"{node}\": limit exceeded: operation error EC2: AttachVolume, api error \
+         AttachmentLimitExceeded'\n",
+    );
+    let profile = file.arg();
     let env = Env::start(
-        &["--max-volumes-per-node=1"],
+        &[&profile],
         &["--worker-threads=10", "--retry-interval-start=1s"],
     )
     .await;
-    env.mock
-        .set_fault("ControllerPublishVolume", json!({"delay_ms": 100}))
-        .await;
     let (full, free) = (unique("full"), unique("free"));
     env.create_node(&full).await;
     env.create_node(&free).await;
@@ -236,9 +258,12 @@ async fn a_node_out_of_room_is_paced_while_other_nodes_attach() {
 
 #[tokio::test]
 async fn a_detached_volume_goes_at_once_to_the_va_waiting_for_it() {
-    // The second node's attach fails while the volume is on the first
-    // (single-node volume); its backoff grows to 8 s.
-    let env = Env::start(&[], &["--retry-interval-start=4s"]).await;
+    // A driver whose attaches and detaches take 300 ms. The second node's
+    // attach fails while the volume is on the first (single-node volume);
+    // its backoff grows to 8 s.
+    let file = fixed("moves", 300, 300, "");
+    let profile = file.arg();
+    let env = Env::start(&[&profile], &["--retry-interval-start=4s"]).await;
     let (old, new) = (unique("node"), unique("node"));
     env.create_node(&old).await;
     env.create_node(&new).await;
@@ -282,9 +307,12 @@ async fn a_detached_volume_goes_at_once_to_the_va_waiting_for_it() {
 
 #[tokio::test]
 async fn a_deleted_nodes_detaches_go_before_routine_ones() {
-    // One slot: the detach lane runs one Unpublish at a time, each taking
-    // 700 ms.
-    let env = Env::start(&[], &["--worker-threads=1"]).await;
+    // One slot: the detach lane runs one Unpublish at a time, each
+    // detach taking 700 ms; a deleted instance's Unpublish answers OK at
+    // once (as aws-ebs's and the profiles').
+    let file = fixed("detach-700ms", 100, 700, "");
+    let profile = file.arg();
+    let env = Env::start(&[&profile], &["--worker-threads=1"]).await;
     let (live, dead) = (unique("live"), unique("dead"));
     env.create_node(&live).await;
     env.create_node(&dead).await;
@@ -296,10 +324,9 @@ async fn a_deleted_nodes_detaches_go_before_routine_ones() {
     for name in routine.iter().chain([&failed]) {
         env.wait_attached(name).await;
     }
-    env.mock
-        .set_fault("ControllerUnpublishVolume", json!({"delay_ms": 700}))
-        .await;
-    // The Node is deleted: its CSINode goes with it (the garbage collector).
+    // The Node is deleted, and its instance: its CSINode goes with it (the
+    // garbage collector).
+    env.mock.delete_instance(&id(&dead)).await;
     env.csinodes
         .delete(&dead, &Default::default())
         .await
@@ -332,7 +359,10 @@ async fn out_of_service_after_routine(extra: &[&str]) -> (Option<usize>, Vec<Str
     use kube::api::{Patch, PatchParams};
     let mut args = vec!["--worker-threads=1"];
     args.extend_from_slice(extra);
-    let env = Env::start(&[], &args).await;
+    // Each detach takes 1 s.
+    let file = fixed("detach-1s", 100, 1000, "");
+    let profile = file.arg();
+    let env = Env::start(&[&profile], &args).await;
     // Routine detaches of four nodes: as nodes take turns, a fifth node's
     // detach queued after them would go last.
     let live: Vec<String> = (0..4).map(|_| unique("live")).collect();
@@ -354,9 +384,6 @@ async fn out_of_service_after_routine(extra: &[&str]) -> (Option<usize>, Vec<Str
     for name in routine.iter().chain([&failed]) {
         env.wait_attached(name).await;
     }
-    env.mock
-        .set_fault("ControllerUnpublishVolume", json!({"delay_ms": 1000}))
-        .await;
     for name in routine.iter().chain([&failed]) {
         env.delete_va(name).await;
     }
@@ -404,7 +431,16 @@ async fn without_watch_node_taints_the_out_of_service_taint_changes_nothing() {
 #[tokio::test]
 async fn unpublish_not_found_for_a_gone_node_counts_as_detached_when_opted_in() {
     use k8s_openapi::api::core::v1::Node;
-    let env = Env::start(&[], &["--unpublish-not-found-node-gone"]).await;
+    // A driver that answers Unpublish from a deleted instance with
+    // NotFound (external-attacher#215).
+    let file = fixed(
+        "gone-not-found",
+        100,
+        100,
+        "[node]\ngone_unpublish = \"NotFound\"\ngone_unpublish_message = \"instance not found\"\n",
+    );
+    let profile = file.arg();
+    let env = Env::start(&[&profile], &["--unpublish-not-found-node-gone"]).await;
     let (gone, present) = (unique("gone"), unique("present"));
     env.create_node(&gone).await;
     env.create_node(&present).await;
@@ -420,12 +456,9 @@ async fn unpublish_not_found_for_a_gone_node_counts_as_detached_when_opted_in() 
     let on_present = env.volume_on(&present).await;
     env.wait_attached(&on_gone).await;
     env.wait_attached(&on_present).await;
-    env.mock
-        .set_fault(
-            "ControllerUnpublishVolume",
-            json!({"code": "NotFound", "message": "instance not found"}),
-        )
-        .await;
+    // The cloud deleted both instances; `present`'s Node object is still there.
+    env.mock.delete_instance(&id(&gone)).await;
+    env.mock.delete_instance(&id(&present)).await;
     env.delete_va(&on_gone).await;
     env.delete_va(&on_present).await;
     env.wait_gone(&on_gone).await;
@@ -452,32 +485,59 @@ async fn unpublish_not_found_for_a_gone_node_counts_as_detached_when_opted_in() 
     env.wait_gone(&on_present).await;
 }
 
-#[tokio::test]
-async fn adaptive_concurrency_lowers_the_lanes_limit_after_overload_answers() {
-    let env = Env::start(
-        &[],
-        &[
-            "--worker-threads=10",
-            "--adaptive-concurrency",
-            "--retry-interval-start=10ms",
-            "--retry-interval-max=10ms",
-        ],
+/// On a driver with gce-pd's answer to a VM's full operation queue
+/// ("Too many pending operations on a resource", rateLimitExceeded), the
+/// queue cut to one operation and 500 ms attaches: a node's 4 s detach
+/// fills its queue while an attach of the node is refused every 100 ms, then
+/// six nodes' attaches come at once. The most of those six Publish calls in
+/// flight at once.
+async fn a_burst_after_a_full_queue(extra: &[&str]) -> usize {
+    let file = fixed(
+        "gce-queue-of-one",
+        500,
+        4000,
+        "[node]\nmax_operations = 1\non_busy = \"fail\"\nbusy_code = \"PermissionDenied\"\n\
+         busy_message = \"Failed to Attach: failed cloud service attach disk call: googleapi: \
+         Error 403: Too many pending operations on a resource., rateLimitExceeded\"\n",
+    );
+    let profile = file.arg();
+    // Retried every 100 ms (the shortest interval the flags take).
+    let mut args = vec![
+        "--worker-threads=10",
+        "--retry-interval-start=100ms",
+        "--retry-interval-max=100ms",
+    ];
+    args.extend_from_slice(extra);
+    let mut env = Env::without_attacher(&[&profile]).await;
+    // The driver calls' start is logged at trace.
+    env.rust_log = Some("info,csi_attacher=debug,csi_attacher::csi=trace".into());
+    let kubeconfig = env.cp.kubeconfig.clone();
+    let env = env.with_attacher(&kubeconfig, &args);
+    let full = unique("full");
+    env.create_node(&full).await;
+    let held = env.volume_on(&full).await;
+    env.wait_attached(&held).await;
+    env.delete_va(&held).await;
+    crate::support::eventually(
+        "the 4 s Unpublish called",
+        Duration::from_secs(20),
+        || async {
+            env.logs()
+                .lines()
+                .any(|l| l.contains("\"GRPC call\"") && l.contains("ControllerUnpublishVolume"))
+                .then_some(())
+        },
     )
     .await;
-    let node = unique("node");
-    env.create_node(&node).await;
-    // 24 overload answers: 10 × 0.9^24 < 1, so the limit is one.
-    env.mock
-        .set_fault(
-            "ControllerPublishVolume",
-            json!({"code": "Unavailable", "message": "cloud busy", "times": 24}),
-        )
-        .await;
-    let first = env.volume_on(&node).await;
-    env.wait_attached(&first).await;
-    env.mock
-        .set_fault("ControllerPublishVolume", json!({"delay_ms": 500}))
-        .await;
+    let refused = env.volume_on(&full).await;
+    env.wait_attached(&refused).await;
+    let busy = calls(&env, "ControllerPublishVolume")
+        .await
+        .iter()
+        .filter(|c| c["code"] == "PermissionDenied")
+        .count();
+    // 10 × 0.9^16 < 2: sixteen overload answers leave a limit of one.
+    assert!(busy >= 16, "{busy} refused while the queue was full");
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
@@ -499,13 +559,21 @@ async fn adaptive_concurrency_lowers_the_lanes_limit_after_overload_answers() {
         .filter(|c| call_span(c).0 >= since)
         .collect();
     assert_eq!(burst.len(), 6, "{burst:?}");
-    // Without the limit all six run at once; it grows back by about its
-    // square root per success, so two at most here.
-    assert!(
-        peak_concurrency(&burst, &["ControllerPublishVolume"]) <= 2,
-        "{} at once: {burst:?}",
-        peak_concurrency(&burst, &["ControllerPublishVolume"])
-    );
+    peak_concurrency(&burst, &["ControllerPublishVolume"])
+}
+
+#[tokio::test]
+async fn adaptive_concurrency_lowers_the_lanes_limit_after_overload_answers() {
+    // The limit grows back by about its square root per success: two at
+    // most here.
+    let peak = a_burst_after_a_full_queue(&["--adaptive-concurrency"]).await;
+    assert!(peak <= 2, "{peak} at once");
+}
+
+#[tokio::test]
+async fn without_adaptive_concurrency_the_burst_takes_every_free_worker() {
+    let peak = a_burst_after_a_full_queue(&[]).await;
+    assert!(peak >= 5, "{peak} at once");
 }
 
 /// One attach on a driver whose operations take 6 s and go on after the
