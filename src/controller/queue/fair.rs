@@ -4,8 +4,11 @@
 //! empty for keys with no node, such as PVs). Within a lane the waiting keys
 //! of each group form a FIFO, and the groups take turns ([`FairFifo`]): one
 //! node's backlog of a hundred attaches cannot keep the next attach of
-//! another node waiting behind all of them. Urgent keys (the detaches of a
-//! failed node) go before every group.
+//! another node waiting behind all of them. The next turn goes to the group
+//! with the fewest keys in flight in the lane, the first in turn among
+//! equals: a node whose keys took every free worker just before another
+//! node's key came does not take the next free worker too. Urgent keys (the
+//! detaches of a failed node) go before every group.
 //!
 //! [`Groups`] counts the keys in flight per group and closes a group to new
 //! work while it is at the per-node cap (`--max-inflight-per-node`, all lanes
@@ -95,49 +98,62 @@ impl FairFifo {
     }
 
     /// Takes the next key: the first live urgent entry whose group is open,
-    /// else the head of the next open group in turn (which then goes to the
-    /// back of the turns). `live(key)`: the entry still waits in this lane;
-    /// `open(group)`: the group may start one more key.
+    /// else the head of the open group with the fewest keys in flight, the
+    /// first in turn among equals (it then goes to the back of the turns).
+    /// `live(key)`: the entry still waits in this lane; `open(group)`: the
+    /// group's keys in flight in this lane when it may start one more,
+    /// `None` when it may not.
     pub fn pop(
         &mut self,
         mut live: impl FnMut(&str) -> bool,
-        mut open: impl FnMut(&Group) -> bool,
+        mut open: impl FnMut(&Group) -> Option<usize>,
     ) -> Option<String> {
         let mut i = 0;
         while let Some((key, group)) = self.urgent.get(i) {
             if !live(key) {
                 self.urgent.remove(i);
-            } else if open(group) {
+            } else if open(group).is_some() {
                 return self.urgent.remove(i).map(|(key, _)| key);
             } else {
                 i += 1;
             }
         }
-        for _ in 0..self.turns.len() {
-            let group = self.turns.pop_front()?;
-            let Some(keys) = self.groups.get_mut(&group) else {
-                continue;
-            };
-            while keys.front().is_some_and(|k| !live(k)) {
-                keys.pop_front();
+        // (position in the turns, keys in flight) of the pick so far.
+        let mut pick: Option<(usize, usize)> = None;
+        let mut i = 0;
+        while let Some(group) = self.turns.get(i) {
+            let keys = self.groups.get_mut(group);
+            if let Some(keys) = keys {
+                while keys.front().is_some_and(|k| !live(k)) {
+                    keys.pop_front();
+                }
+                if !keys.is_empty() {
+                    if let Some(busy) = open(group) {
+                        if pick.is_none_or(|(_, least)| busy < least) {
+                            pick = Some((i, busy));
+                            if busy == 0 {
+                                break;
+                            }
+                        }
+                    }
+                    i += 1;
+                    continue;
+                }
             }
-            if keys.is_empty() {
+            // No live entry left: the group leaves the turns.
+            if let Some(group) = self.turns.remove(i) {
                 self.groups.remove(&group);
-                continue;
             }
-            if !open(&group) {
-                self.turns.push_back(group);
-                continue;
-            }
-            let key = keys.pop_front();
-            if keys.is_empty() {
-                self.groups.remove(&group);
-            } else {
-                self.turns.push_back(group);
-            }
-            return key;
         }
-        None
+        let group = self.turns.remove(pick?.0)?;
+        let keys = self.groups.get_mut(&group)?;
+        let key = keys.pop_front();
+        if keys.is_empty() {
+            self.groups.remove(&group);
+        } else {
+            self.turns.push_back(group);
+        }
+        key
     }
 }
 
@@ -223,6 +239,14 @@ impl Groups {
         }
     }
 
+    /// Keys of `group` in flight in `lane`.
+    pub fn in_lane(&self, lane: usize, group: &Group) -> usize {
+        self.in_flight
+            .get(&(lane, Arc::clone(group)))
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// Keys of `group` in flight, all lanes.
     pub fn in_flight(&self, group: &str) -> usize {
         self.total.get(group).copied().unwrap_or(0)
@@ -274,7 +298,7 @@ mod tests {
 
     fn drain(fifo: &mut FairFifo, open: impl Fn(&Group) -> bool) -> Vec<String> {
         let mut out = Vec::new();
-        while let Some(key) = fifo.pop(|_| true, &open) {
+        while let Some(key) = fifo.pop(|_| true, |g| open(g).then_some(0)) {
             out.push(key);
         }
         out
@@ -293,6 +317,35 @@ mod tests {
             drain(&mut fifo, |_| true),
             ["big-0", "a-0", "b-0", "big-1", "a-1", "big-2", "big-3"]
         );
+    }
+
+    #[test]
+    fn the_group_with_the_fewest_keys_in_flight_goes_first() {
+        let mut fifo = FairFifo::default();
+        for i in 0..3 {
+            fifo.push(format!("big-{i}"), Placement::node("big"));
+        }
+        // big's first two took both workers; then small's key came.
+        let mut in_flight: HashMap<String, usize> = HashMap::new();
+        let take = |fifo: &mut FairFifo, in_flight: &mut HashMap<String, usize>| {
+            let key = fifo.pop(
+                |_| true,
+                |g| Some(in_flight.get(&**g).copied().unwrap_or(0)),
+            );
+            if let Some(key) = &key {
+                let group = key.split('-').next().unwrap_or_default().to_string();
+                *in_flight.entry(group).or_default() += 1;
+            }
+            key
+        };
+        assert_eq!(take(&mut fifo, &mut in_flight).as_deref(), Some("big-0"));
+        assert_eq!(take(&mut fifo, &mut in_flight).as_deref(), Some("big-1"));
+        fifo.push("small-0".into(), Placement::node("small"));
+        // big is first in turn, but has two in flight: small goes first.
+        assert_eq!(take(&mut fifo, &mut in_flight).as_deref(), Some("small-0"));
+        assert_eq!(take(&mut fifo, &mut in_flight).as_deref(), Some("big-2"));
+        assert_eq!(take(&mut fifo, &mut in_flight), None);
+        assert!(fifo.groups.is_empty() && fifo.turns.is_empty());
     }
 
     #[test]
@@ -327,7 +380,7 @@ mod tests {
         // Taken once: its old entry in group b is stale by then.
         let mut taken = HashSet::new();
         let mut order = Vec::new();
-        while let Some(key) = fifo.pop(|k| !taken.contains(k), |_| true) {
+        while let Some(key) = fifo.pop(|k| !taken.contains(k), |_| Some(0)) {
             taken.insert(key.clone());
             order.push(key);
         }
@@ -342,10 +395,10 @@ mod tests {
         fifo.push("z".into(), Placement::node("b"));
         let stale: HashSet<&str> = HashSet::from(["x", "z"]);
         assert_eq!(
-            fifo.pop(|k| !stale.contains(k), |_| true).as_deref(),
+            fifo.pop(|k| !stale.contains(k), |_| Some(0)).as_deref(),
             Some("y")
         );
-        assert_eq!(fifo.pop(|k| !stale.contains(k), |_| true), None);
+        assert_eq!(fifo.pop(|k| !stale.contains(k), |_| Some(0)), None);
         assert!(fifo.groups.is_empty() && fifo.turns.is_empty());
     }
 
