@@ -429,6 +429,16 @@ impl Cloud {
                     .filter(|((_, n), op)| n == node_id && op.kind == Kind::Attach)
                     .count();
                 if self.published().on_node(node_id) + attaching >= node.max_attachments {
+                    // The cloud API's answer to a request (EC2's
+                    // AttachmentLimitExceeded): the request took a token of
+                    // the API's bucket, as every request does (EC2 API
+                    // Reference, "Request throttling": "Each request that
+                    // you make removes one token from the bucket"). With
+                    // `[batch]` the bucket is charged per node update.
+                    if self.profile.batch.is_none() {
+                        let mut jitter = self.rng(Draw::Jitter, kind, key, attempt);
+                        self.take_token(&mut jitter).await?;
+                    }
                     return Err(Status::new(
                         node.max_attachments_code.0,
                         fill(&node.max_attachments_message, volume, node_id),
@@ -1024,6 +1034,21 @@ mod tests {
         attaching.await.expect("join").0.expect("the last one fits");
         // Another node is not limited by this one.
         cloud.publish(args("one-more", "i-2")).await.expect("i-2");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refusal_at_the_attachment_limit_takes_a_token_of_the_api() {
+        let cloud = custom(&format!(
+            "{FIXED}[api]\nbucket = 2\nrefill_per_s = 0.001\non_throttle = \"fail\"\n\
+             throttle_code = \"Internal\"\nthrottle_message = \"RequestLimitExceeded\"\n\
+             [node]\nmax_attachments = 1\nmax_attachments_code = \"ResourceExhausted\"\n"
+        ));
+        cloud.publish(args("a", "n1")).await.expect("token 1");
+        let err = cloud.publish(args("b", "n1")).await.expect_err("full");
+        assert_eq!(err.code(), Code::ResourceExhausted, "token 2");
+        let err = cloud.publish(args("c", "n2")).await.expect_err("no token");
+        assert_eq!(err.code(), Code::Internal);
+        assert_eq!(err.message(), "RequestLimitExceeded");
     }
 
     #[tokio::test(start_paused = true)]
