@@ -101,10 +101,11 @@ impl Profile {
     }
 
     /// The cloud API's token bucket where every operation takes a token
-    /// (its `[api]` bucket and refill per second); `None` where there is no
+    /// (its `[api]` bucket, refill per second, and whether attach and detach
+    /// have one each, `per_kind`); `None` where there is no
     /// bucket, or where a node's batch takes one token for many volumes
     /// (azure-disk's `[batch]`).
-    pub fn call_bucket(self) -> Option<(i64, f64)> {
+    pub fn call_bucket(self) -> Option<(i64, f64, bool)> {
         let profile: toml::Table = toml::from_str(self.toml()).unwrap_or_default();
         if profile.contains_key("batch") {
             return None;
@@ -114,7 +115,11 @@ impl Profile {
         let refill = api
             .get("refill_per_s")
             .and_then(|v| v.as_float().or_else(|| v.as_integer().map(|i| i as f64)))?;
-        Some((bucket, refill))
+        let per_kind = api
+            .get("per_kind")
+            .and_then(toml::Value::as_bool)
+            .unwrap_or(false);
+        Some((bucket, refill, per_kind))
     }
 
     /// `wanted` volumes per node, at most the node's limit: the scheduler
@@ -505,8 +510,8 @@ mod tests {
         assert_eq!(Profile::AzureDisk.per_node(10), 8);
         assert_eq!(Profile::SerialPerNode.per_node(20), 15);
         assert_eq!(Profile::GcePd.per_node(20), 20);
-        assert_eq!(Profile::AwsEbs.call_bucket(), Some((50, 5.0)));
-        assert_eq!(Profile::GcePd.call_bucket(), Some((1500, 25.0)));
+        assert_eq!(Profile::AwsEbs.call_bucket(), Some((50, 5.0, true)));
+        assert_eq!(Profile::GcePd.call_bucket(), Some((1500, 25.0, false)));
         // A token per VM update (a batch), not per call; no bucket.
         assert_eq!(Profile::AzureDisk.call_bucket(), None);
         assert_eq!(Profile::SerialPerNode.call_bucket(), None);

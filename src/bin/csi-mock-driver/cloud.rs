@@ -94,7 +94,9 @@ struct State {
     /// Instances the cloud no longer has.
     gone: HashSet<String>,
     slots: HashMap<String, Arc<Semaphore>>,
-    bucket: Option<Bucket>,
+    /// The API's token buckets: one (index 0) unless `api.per_kind`, then
+    /// attach's (0) and detach's (1).
+    buckets: Vec<Bucket>,
     batches: HashMap<String, NodeBatch>,
     /// Batches run per node (seeds the batch's latency).
     batch_runs: HashMap<String, u64>,
@@ -143,17 +145,28 @@ pub struct PublishArgs {
 
 impl Cloud {
     pub fn new(profile: Profile, seed: u64, scale: f64, published: Arc<Mutex<Published>>) -> Self {
-        let bucket = profile.api.as_ref().map(|api| Bucket {
-            tokens: f64::from(api.bucket),
-            at: Instant::now(),
-        });
+        let buckets = profile
+            .api
+            .as_ref()
+            .map(|api| {
+                let full = || Bucket {
+                    tokens: f64::from(api.bucket),
+                    at: Instant::now(),
+                };
+                if api.per_kind {
+                    vec![full(), full()]
+                } else {
+                    vec![full()]
+                }
+            })
+            .unwrap_or_default();
         Self {
             profile,
             scale,
             seed,
             published,
             state: Mutex::new(State {
-                bucket,
+                buckets,
                 ..State::default()
             }),
         }
@@ -437,7 +450,7 @@ impl Cloud {
                     // `[batch]` the bucket is charged per node update.
                     if self.profile.batch.is_none() {
                         let mut jitter = self.rng(Draw::Jitter, kind, key, attempt);
-                        self.take_token(&mut jitter).await?;
+                        self.take_token(kind, &mut jitter).await?;
                     }
                     return Err(Status::new(
                         node.max_attachments_code.0,
@@ -479,7 +492,7 @@ impl Cloud {
         let mut jitter = self.rng(Draw::Jitter, kind, key, attempt);
         let batched = self.profile.batch.is_some();
         if !batched {
-            self.take_token(&mut jitter).await?;
+            self.take_token(kind, &mut jitter).await?;
         }
         let permit = match self.profile.node.slot_scope {
             SlotScope::Operation => until(deadline, self.slot(&key.1)).await?,
@@ -563,13 +576,13 @@ impl Cloud {
     }
 
     /// One token of the API's bucket, retried inside the call or failed.
-    async fn take_token(&self, rng: &mut fastrand::Rng) -> Result<(), Status> {
+    async fn take_token(&self, kind: Kind, rng: &mut fastrand::Rng) -> Result<(), Status> {
         let Some(api) = &self.profile.api else {
             return Ok(());
         };
         let mut attempt = 0u32;
         loop {
-            if self.try_token() {
+            if self.try_token(kind) {
                 return Ok(());
             }
             attempt += 1;
@@ -587,12 +600,17 @@ impl Cloud {
         }
     }
 
-    fn try_token(&self) -> bool {
+    /// One token of the bucket `kind`'s calls take, if it has one.
+    fn try_token(&self, kind: Kind) -> bool {
         let Some(api) = &self.profile.api else {
             return true;
         };
         let mut state = self.state();
-        let Some(bucket) = state.bucket.as_mut() else {
+        let index = match kind {
+            Kind::Detach if api.per_kind => 1,
+            _ => 0,
+        };
+        let Some(bucket) = state.buckets.get_mut(index) else {
             return true;
         };
         let now = Instant::now();
@@ -684,7 +702,7 @@ impl Cloud {
                 &(String::from("batch"), node_id.clone()),
                 run,
             );
-            let result = self.take_token(&mut rng).await;
+            let result = self.take_token(kind, &mut rng).await;
             if result.is_ok() {
                 tokio::time::sleep(self.latency(kind, &mut rng)).await;
             }
@@ -1034,6 +1052,21 @@ mod tests {
         attaching.await.expect("join").0.expect("the last one fits");
         // Another node is not limited by this one.
         cloud.publish(args("one-more", "i-2")).await.expect("i-2");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn per_kind_attach_and_detach_take_tokens_of_their_own_buckets() {
+        async fn detach_after_attach(per_kind: bool) -> Result<(), Status> {
+            let cloud = custom(&format!(
+                "{FIXED}[api]\nbucket = 1\nrefill_per_s = 0.001\nper_kind = {per_kind}\n\
+                 on_throttle = \"fail\"\nthrottle_message = \"RequestLimitExceeded\"\n"
+            ));
+            cloud.publish(args("a", "n")).await.expect("attach's token");
+            cloud.unpublish("a", "n", None).await
+        }
+        detach_after_attach(true).await.expect("detach's own token");
+        let err = detach_after_attach(false).await.expect_err("one bucket");
+        assert_eq!(err.message(), "RequestLimitExceeded");
     }
 
     #[tokio::test(start_paused = true)]

@@ -146,6 +146,10 @@ pub enum OnThrottle {
 pub struct Api {
     pub bucket: u32,
     pub refill_per_s: f64,
+    /// A bucket per API, attach's and detach's (each `bucket` and
+    /// `refill_per_s`); `false`: one bucket for both.
+    #[serde(default)]
+    pub per_kind: bool,
     #[serde(default)]
     pub on_throttle: OnThrottle,
     #[serde(default)]

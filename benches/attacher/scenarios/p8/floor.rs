@@ -16,8 +16,9 @@
 //!   itself, and one whose operations outlive an abandoned call lets the
 //!   next start while the cloud goes on with the first;
 //! - each call with the run's `--timeout` as its deadline, and where every
-//!   cloud operation takes a token of the cloud's API bucket (aws-ebs,
-//!   gce-pd), paced to that bucket (its size, its refill): a call the
+//!   cloud operation takes a token of the cloud's API bucket (aws-ebs:
+//!   AttachVolume's or DetachVolume's; gce-pd: one), paced to that bucket
+//!   (its size, its refill): a call the
 //!   cloud would throttle waits for its token instead, so no call spends
 //!   the bucket on retries or backs off past a refill;
 //! - the API writes no attacher can skip, one token at a time from ours'
@@ -76,12 +77,18 @@ pub(super) async fn run(
     let limits = Limits::of(args)?;
     let cap = t.h.sizes.p8.cap;
     let csi = ControllerClient::new(crate::floor::csi_channel(&t.mock.address()).await?);
-    // The cloud's bucket, at the mock driver's time scale.
+    // The cloud's bucket (attach's, then detach's: the same one unless the
+    // profile has one per API), at the mock driver's time scale.
     let scale = t.h.sizes.p8.time_scale.unwrap_or(1.0);
-    let cloud = t
-        .profile
-        .call_bucket()
-        .map(|(bucket, refill)| RateLimitLayer::new(refill / scale, bucket));
+    let cloud = t.profile.call_bucket().map(|(bucket, refill, per_kind)| {
+        let attach = RateLimitLayer::new(refill / scale, bucket);
+        let detach = if per_kind {
+            RateLimitLayer::new(refill / scale, bucket)
+        } else {
+            attach.clone()
+        };
+        (attach, detach)
+    });
     let caller = Caller { csi, limits, cloud };
     let publish = |p: &Planned, fresh_pv: bool| Call::Publish {
         volume: t.volume_handle(&p.pv),
@@ -158,8 +165,9 @@ struct Done {
 struct Caller {
     csi: ControllerClient<Channel>,
     limits: Limits,
-    /// The cloud's API bucket the calls are paced to, if it has one per call.
-    cloud: Option<RateLimitLayer>,
+    /// The cloud's API buckets the calls are paced to, if it has them per
+    /// call: Publish's and Unpublish's (one bucket twice unless per API).
+    cloud: Option<(RateLimitLayer, RateLimitLayer)>,
 }
 
 /// What the floor's tasks report.
@@ -272,7 +280,11 @@ impl Caller {
                     (self.csi.clone(), self.limits.timeout, events.clone());
                 let cloud = self.cloud.clone();
                 calls.spawn(async move {
-                    if let Some(bucket) = &cloud {
+                    if let Some((attach, detach)) = &cloud {
+                        let bucket = match call {
+                            Call::Publish { .. } => attach,
+                            Call::Unpublish { .. } => detach,
+                        };
                         token(bucket).await;
                     }
                     let ok = make(csi, &call, timeout).await;
