@@ -5,9 +5,11 @@
 //! of each group form a FIFO, and the groups take turns ([`FairFifo`]): one
 //! node's backlog of a hundred attaches cannot keep the next attach of
 //! another node waiting behind all of them. The next turn goes to the group
-//! with the fewest keys in flight in the lane, the first in turn among
-//! equals: a node whose keys took every free worker just before another
-//! node's key came does not take the next free worker too. Urgent keys (the
+//! with the fewest keys in flight in the lane among the next [`WINDOW`]
+//! open groups in turn, the first in turn among equals: a node whose keys
+//! took every free worker just before another node's key came does not take
+//! the next free worker too. (The window bounds the work under the queue's
+//! lock when thousands of nodes wait, each with keys in flight.) Urgent keys (the
 //! detaches of a failed node) go before every group.
 //!
 //! [`Groups`] counts the keys in flight per group and closes a group to new
@@ -22,6 +24,9 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use tokio::time::Instant;
+
+/// How many open groups, in turn order, a pick compares.
+pub const WINDOW: usize = 64;
 
 /// The node (or other group) a key's work is for; empty for none.
 pub type Group = Arc<str>;
@@ -98,8 +103,9 @@ impl FairFifo {
     }
 
     /// Takes the next key: the first live urgent entry whose group is open,
-    /// else the head of the open group with the fewest keys in flight, the
-    /// first in turn among equals (it then goes to the back of the turns).
+    /// else the head of the open group with the fewest keys in flight among
+    /// the next [`WINDOW`] open groups in turn, the first in turn among
+    /// equals (it then goes to the back of the turns).
     /// `live(key)`: the entry still waits in this lane; `open(group)`: the
     /// group's keys in flight in this lane when it may start one more,
     /// `None` when it may not.
@@ -120,8 +126,12 @@ impl FairFifo {
         }
         // (position in the turns, keys in flight) of the pick so far.
         let mut pick: Option<(usize, usize)> = None;
+        let mut compared = 0;
         let mut i = 0;
         while let Some(group) = self.turns.get(i) {
+            if compared == WINDOW {
+                break;
+            }
             let keys = self.groups.get_mut(group);
             if let Some(keys) = keys {
                 while keys.front().is_some_and(|k| !live(k)) {
@@ -129,6 +139,7 @@ impl FairFifo {
                 }
                 if !keys.is_empty() {
                     if let Some(busy) = open(group) {
+                        compared += 1;
                         if pick.is_none_or(|(_, least)| busy < least) {
                             pick = Some((i, busy));
                             if busy == 0 {
@@ -346,6 +357,29 @@ mod tests {
         assert_eq!(take(&mut fifo, &mut in_flight).as_deref(), Some("big-2"));
         assert_eq!(take(&mut fifo, &mut in_flight), None);
         assert!(fifo.groups.is_empty() && fifo.turns.is_empty());
+    }
+
+    #[test]
+    fn a_pick_compares_a_window_of_open_groups() {
+        let mut fifo = FairFifo::default();
+        // WINDOW + 16 groups in turn; all but the last have a key in flight.
+        let n = WINDOW + 16;
+        for g in 0..n {
+            fifo.push(format!("n{g}-0"), Placement::node(&format!("n{g}")));
+        }
+        let idle = format!("n{}", n - 1);
+        let busy = |g: &Group| Some(usize::from(**g != *idle));
+        // The idle group is past the window: the first in turn goes.
+        assert_eq!(fifo.pop(|_| true, busy).as_deref(), Some("n0-0"));
+        // Closed groups do not count against the window.
+        let closed_first = |g: &Group| {
+            let index: usize = g[1..].parse().unwrap_or(0);
+            (index >= 16).then(|| usize::from(**g != *idle))
+        };
+        assert_eq!(
+            fifo.pop(|_| true, closed_first).as_deref(),
+            Some(format!("{idle}-0").as_str())
+        );
     }
 
     #[test]
