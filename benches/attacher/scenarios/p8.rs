@@ -506,23 +506,23 @@ impl Track<'_> {
         // The gone events from before the first delete on.
         let mut gone = watch.gone_events();
         // The old VAs deleted (kcm's attach-detach controller), each noting
-        // when: a drain's span starts at its VA's delete.
-        let deleted = Arc::new(Mutex::new(HashMap::new()));
-        for_all(old.clone(), |name| {
-            let deleted = deleted.clone();
-            async move {
-                let at = now_unix();
-                match self.h.vas.delete(&name, &DeleteParams::default()).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(e)) if e.code == 404 => {}
-                    Err(e) => return Err(e.into()),
-                }
-                lock(&deleted).insert(name, at);
-                Ok(())
+        // when: a drain's span starts at its VA's delete. One after another,
+        // in the plan's order: every side sees its deletes in the same
+        // order, so where a driver runs one operation per node at a time
+        // (the order decides which volume's detach goes first, and which
+        // ones still wait for the node when their calls' deadline passes)
+        // the sides draw the same order, not each its own from concurrent
+        // deletes.
+        let mut deleted = HashMap::new();
+        for name in &old {
+            let at = now_unix();
+            match self.h.vas.delete(name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
             }
-        })
-        .await?;
-        let deleted = lock(&deleted).clone();
+            deleted.insert(name.clone(), at);
+        }
         // Each new VA once its old one is gone, as the gone events come.
         let next: HashMap<String, Planned> = old.iter().cloned().zip(moved.to_vec()).collect();
         let mover = async {
