@@ -22,7 +22,14 @@
 //! calling ECS). The server may still poll a call for a moment after its
 //! caller gave up (hyper polls the service before it reads the stream's
 //! reset); without this check such a call took a node's freed slot and
-//! started an operation no caller waited for.
+//! started an operation no caller waited for. The server's deadline is the
+//! call's arrival plus its `grpc-timeout`, a moment after the caller's own,
+//! and a caller gives up at its own: a Go driver's context is cancelled as
+//! the caller's reset arrives, which this server reads only after that last
+//! poll. So a call within [`CANCEL_MARGIN`] of its deadline counts as gone
+//! too; without the margin, callers giving up at their deadline handed the
+//! freed slot down their queue in the same instant, each starting an
+//! operation (on serial-per-node, a dozen of one node's detaches at once).
 //!
 //! Deterministic for a seed: every random draw comes from a generator seeded
 //! by the seed, the operation kind, the volume, the node and a count for that
@@ -499,7 +506,7 @@ impl Cloud {
             SlotScope::Call => None,
         };
         // A caller already gone never reaches the cloud (the module docs).
-        if deadline.is_some_and(|d| Instant::now() >= d) {
+        if deadline.is_some_and(|d| Instant::now() + CANCEL_MARGIN >= d) {
             return Err(past_deadline());
         }
         registered.armed = false;
@@ -824,6 +831,10 @@ async fn until<T>(
         None => work.await,
     }
 }
+
+/// How close to its deadline a call counts as gone (the module docs): a
+/// caller that gives up at its deadline has sent its reset by then.
+const CANCEL_MARGIN: Duration = Duration::from_millis(20);
 
 /// What a Go driver's call answers once its context's deadline passed.
 fn past_deadline() -> Status {
@@ -1182,6 +1193,12 @@ mod tests {
         let mut late = args("b", "n1");
         late.deadline = Some(Instant::now());
         let err = cloud.publish(late).await.expect_err("past its deadline");
+        assert_eq!(err.code(), Code::DeadlineExceeded);
+        assert!(!cloud.state().ops.contains_key(&("b".into(), "n1".into())));
+        // Nor a call whose caller is about to give up (its reset is on its way).
+        let mut closing = args("b", "n1");
+        closing.deadline = Some(Instant::now() + Duration::from_millis(10));
+        let err = cloud.publish(closing).await.expect_err("at its deadline");
         assert_eq!(err.code(), Code::DeadlineExceeded);
         assert!(!cloud.state().ops.contains_key(&("b".into(), "n1".into())));
         assert!(
