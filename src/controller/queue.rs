@@ -442,11 +442,7 @@ impl<L: QueueLane> WorkQueue<L> {
                     } = &mut *state;
                     lanes[lane].pop(
                         |key| queued.get(key).is_some_and(|(l, _)| *l == lane),
-                        |group| {
-                            groups
-                                .open(lane, group, now)
-                                .then(|| groups.in_lane(lane, group))
-                        },
+                        |group| groups.open_with_load(lane, group, now),
                     )
                 } else {
                     None

@@ -250,6 +250,13 @@ impl Groups {
         }
     }
 
+    /// What [`FairFifo::pop`] asks of a group: its keys in flight in `lane`
+    /// when it may start one more at `now`, `None` when it may not.
+    pub fn open_with_load(&self, lane: usize, group: &Group, now: Instant) -> Option<usize> {
+        self.open(lane, group, now)
+            .then(|| self.in_lane(lane, group))
+    }
+
     /// Keys of `group` in flight in `lane`.
     pub fn in_lane(&self, lane: usize, group: &Group) -> usize {
         self.in_flight
