@@ -581,11 +581,11 @@ async fn without_adaptive_concurrency_the_burst_takes_every_free_worker() {
 /// seconds from the first Publish's start to the one that found it done,
 /// and the Aborted answers.
 async fn an_attach_that_outlives_its_deadline(extra: &[&str]) -> (f64, usize) {
-    let file = ProfileFile::new(
-        "name = \"slow-6s\"\n\
-         [attach.latency]\nkind = \"fixed\"\nms = 6000\n\
-         [detach.latency]\nkind = \"fixed\"\nms = 100\n\
-         [operation]\noutlives_caller = true\npending = \"fail\"\n\
+    let file = fixed(
+        "slow-6s",
+        6000,
+        100,
+        "[operation]\noutlives_caller = true\npending = \"fail\"\n\
          pending_code = \"Aborted\"\npending_message = \"operation pending for {volume}\"\n",
     );
     let profile = file.arg();
@@ -633,11 +633,11 @@ async fn poll_pending_after_deadline_false_backs_off_from_an_operation_that_stil
 async fn calls_that_outlive_the_timeout_are_said_with_a_timeout_that_fits() {
     // 3 s operations that go on after the caller's 1 s deadline; a retry
     // waits for the running one (as aws-ebs since v1.36.0).
-    let file = ProfileFile::new(
-        "name = \"slow-3s\"\n\
-         [attach.latency]\nkind = \"fixed\"\nms = 3000\n\
-         [detach.latency]\nkind = \"fixed\"\nms = 100\n\
-         [operation]\noutlives_caller = true\npending = \"wait\"\n",
+    let file = fixed(
+        "slow-3s",
+        3000,
+        100,
+        "[operation]\noutlives_caller = true\npending = \"wait\"\n",
     );
     let profile = file.arg();
     let env = Env::start(
@@ -687,11 +687,11 @@ async fn calls_that_outlive_the_timeout_are_said_with_a_timeout_that_fits() {
 /// A profile of a driver that runs one 1 s operation per node at a time, a
 /// call waiting for the node's slot until its deadline (as serial-per-node).
 fn serial_one_second_profile() -> ProfileFile {
-    ProfileFile::new(
-        "name = \"serial-1s\"\n\
-         [attach.latency]\nkind = \"fixed\"\nms = 1000\n\
-         [detach.latency]\nkind = \"fixed\"\nms = 100\n\
-         [node]\nmax_operations = 1\non_busy = \"wait\"\nslot_scope = \"call\"\n\
+    fixed(
+        "serial-1s",
+        1000,
+        100,
+        "[node]\nmax_operations = 1\non_busy = \"wait\"\nslot_scope = \"call\"\n\
          busy_code = \"DeadlineExceeded\"\n\
          [operation]\noutlives_caller = true\npending = \"fail\"\npending_code = \"Aborted\"\n",
     )

@@ -132,8 +132,7 @@ impl FairFifo {
             if compared == WINDOW {
                 break;
             }
-            let keys = self.groups.get_mut(group);
-            if let Some(keys) = keys {
+            if let Some(keys) = self.groups.get_mut(group) {
                 while keys.front().is_some_and(|k| !live(k)) {
                     keys.pop_front();
                 }

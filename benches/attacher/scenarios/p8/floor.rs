@@ -81,12 +81,9 @@ pub(super) async fn run(
     // profile has one per API), at the mock driver's time scale.
     let scale = t.h.sizes.p8.time_scale.unwrap_or(1.0);
     let cloud = t.profile.call_bucket().map(|(bucket, refill, per_kind)| {
-        let attach = RateLimitLayer::new(refill / scale, bucket);
-        let detach = if per_kind {
-            RateLimitLayer::new(refill / scale, bucket)
-        } else {
-            attach.clone()
-        };
+        let layer = || RateLimitLayer::new(refill / scale, bucket);
+        let attach = layer();
+        let detach = if per_kind { layer() } else { attach.clone() };
         (attach, detach)
     });
     let caller = Caller { csi, limits, cloud };
