@@ -256,6 +256,84 @@ async fn a_node_out_of_room_is_paced_while_other_nodes_attach() {
     );
 }
 
+/// Nine attaches at once on a node with room for three volumes (aws-ebs's
+/// AttachmentLimitExceeded past it; every attach takes 2 s, longer than
+/// creating the nine PVs and VAs one after another), its CSINode
+/// saying so (`allocatable.count` 3) when `said`: how many Publish calls the
+/// driver refused before the node's first attach succeeded.
+async fn nine_attaches_for_three_places(said: bool) -> usize {
+    let file = fixed(
+        "ebs-three-per-node",
+        2000,
+        100,
+        "[node]\nmax_attachments = 3\nmax_attachments_code = \"ResourceExhausted\"\n\
+         max_attachments_message = 'Attachment limit exceeded for volume \"{volume}\" on node \
+         \"{node}\": limit exceeded: operation error EC2: AttachVolume, api error \
+         AttachmentLimitExceeded'\n",
+    );
+    let profile = file.arg();
+    let env = Env::start(&[&profile], &["--worker-threads=20"]).await;
+    let (full, canary) = (unique("full"), unique("canary"));
+    if said {
+        env.create_node_with_room(&full, 3).await;
+    } else {
+        env.create_node(&full).await;
+    }
+    env.create_node(&canary).await;
+    let first = env.volume_on(&canary).await;
+    env.wait_attached(&first).await;
+    let mut names = Vec::new();
+    for _ in 0..9 {
+        names.push(env.volume_on(&full).await);
+    }
+    crate::support::eventually("three attached", Duration::from_secs(30), || async {
+        let mut attached = 0;
+        for name in &names {
+            let va = env.vas.get_opt(name).await.ok().flatten();
+            if va.and_then(|v| v.status).is_some_and(|s| s.attached) {
+                attached += 1;
+            }
+        }
+        (attached == 3).then_some(())
+    })
+    .await;
+    let publishes: Vec<Value> = calls(&env, "ControllerPublishVolume")
+        .await
+        .into_iter()
+        .filter(|c| c["node_id"] == id(&full).as_str())
+        .collect();
+    let first_success = publishes
+        .iter()
+        .filter(|c| c["code"] == "OK")
+        .map(|c| call_span(c).1)
+        .min()
+        .unwrap_or(u64::MAX);
+    publishes
+        .iter()
+        .filter(|c| c["code"] == "ResourceExhausted" && call_span(c).0 < first_success)
+        .count()
+}
+
+#[tokio::test]
+async fn a_nodes_attaches_in_flight_stay_within_its_csinodes_allocatable_count() {
+    // Three attaches start; the others wait for one to end, so none is
+    // refused while three are still attaching.
+    let refused = nine_attaches_for_three_places(true).await;
+    assert_eq!(refused, 0, "refused before the node's first attach ended");
+}
+
+#[tokio::test]
+async fn without_an_allocatable_count_an_attach_past_the_nodes_room_starts_and_is_refused() {
+    // The fourth starts while three attach, and is refused (then the
+    // node is held: its later attaches wait for the hold, see
+    // `a_node_out_of_room_is_paced_while_other_nodes_attach`).
+    let refused = nine_attaches_for_three_places(false).await;
+    assert!(
+        refused >= 1,
+        "none refused before the node's first attach ended"
+    );
+}
+
 #[tokio::test]
 async fn a_detached_volume_goes_at_once_to_the_va_waiting_for_it() {
     // A driver whose attaches and detaches take 300 ms. The second node's

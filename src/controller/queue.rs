@@ -1149,6 +1149,7 @@ mod tests {
             Box::new(move |key, _| Placement {
                 group: Arc::from(key.split_once('-').map_or(key, |(node, _)| node)),
                 urgent: key.starts_with("down") && urgent.load(std::sync::atomic::Ordering::SeqCst),
+                limit: None,
             })
         };
         let q = Arc::new(WorkQueue::<Lane>::new("test", BACKOFF, None).with_placer(placer));

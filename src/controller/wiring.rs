@@ -134,7 +134,11 @@ impl Queues {
             .idle();
         if settings.schedule_per_node {
             va = va
-                .with_placer(placer(stores.clone(), nodes.clone()))
+                .with_placer(placer(
+                    stores.clone(),
+                    nodes.clone(),
+                    settings.driver_name.clone(),
+                ))
                 .with_node_cap(settings.max_inflight_per_node);
         }
         let pv = WorkQueue::new(PV_QUEUE, settings.backoff, Some(&metrics.queues)).idle();
@@ -149,23 +153,47 @@ impl Queues {
 /// its node has no CSINode any more (the Node was deleted, and its CSINode
 /// with it) or its Node is tainted out-of-service (`nodes`, filled only with
 /// `--watch-node-taints`), so a failed node's volumes are freed for their
-/// new nodes ahead of routine work.
-fn placer(stores: Stores, nodes: Store<CachedNode>) -> Placer {
+/// new nodes ahead of routine work. An attach's node has at most its
+/// CSINode's `allocatable.count` for `driver` attaches in flight (the most
+/// volumes the driver says the node can have: more at once cannot all
+/// succeed, and each refusal costs the cloud a call).
+fn placer(stores: Stores, nodes: Store<CachedNode>, driver: String) -> Placer {
     Box::new(move |key, lane| {
         let Some(va) = stores.va(key) else {
             return Placement::none();
         };
         let node = va.node_name();
+        let csinode = stores.csinodes.get(&ObjectRef::new(node));
         let urgent = lane == Lane::Detach.index()
-            && (stores.csinodes.get(&ObjectRef::new(node)).is_none()
+            && (csinode.is_none()
                 || nodes
                     .get(&ObjectRef::new(node))
                     .is_some_and(|n| n.out_of_service()));
+        let limit = if lane == Lane::Attach.index() {
+            csinode.as_deref().and_then(|c| allocatable(c, &driver))
+        } else {
+            None
+        };
         Placement {
             group: Arc::from(node),
             urgent,
+            limit,
         }
     })
+}
+
+/// The most volumes of `driver` `csinode` says its node can have (at least
+/// one: a count of 0 leaves one call at a time to find out).
+fn allocatable(csinode: &CSINode, driver: &str) -> Option<usize> {
+    let count = csinode
+        .spec
+        .drivers
+        .iter()
+        .find(|d| d.name == driver)?
+        .allocatable
+        .as_ref()?
+        .count?;
+    Some(usize::try_from(count).unwrap_or(0).max(1))
 }
 
 /// Runs the controller until `hooks.shutdown` resolves, then drains in-flight work.
@@ -446,4 +474,34 @@ fn start_leading(
         ));
     }
     workers_set
+}
+
+#[cfg(test)]
+mod tests {
+    use super::allocatable;
+    use k8s_openapi::api::storage::v1::CSINode;
+
+    fn csinode(drivers: serde_json::Value) -> CSINode {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n"},
+            "spec": {"drivers": drivers},
+        }))
+        .expect("valid CSINode")
+    }
+
+    #[test]
+    fn a_nodes_attach_limit_is_its_drivers_allocatable_count() {
+        let node = csinode(serde_json::json!([
+            {"name": "other", "nodeID": "i", "allocatable": {"count": 3}},
+            {"name": "ours", "nodeID": "i", "allocatable": {"count": 26}},
+        ]));
+        assert_eq!(allocatable(&node, "ours"), Some(26));
+        assert_eq!(allocatable(&node, "missing"), None);
+        let none = csinode(serde_json::json!([{"name": "ours", "nodeID": "i"}]));
+        assert_eq!(allocatable(&none, "ours"), None, "no count: no limit");
+        let zero = csinode(serde_json::json!([
+            {"name": "ours", "nodeID": "i", "allocatable": {"count": 0}},
+        ]));
+        assert_eq!(allocatable(&zero, "ours"), Some(1), "one call finds out");
+    }
 }

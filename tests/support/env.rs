@@ -191,6 +191,21 @@ impl Env {
             .expect("create CSINode");
     }
 
+    /// Creates a CSINode for `node` saying our driver can have at most
+    /// `count` volumes there (`allocatable.count`, as kubelet writes it from
+    /// the driver's `NodeGetInfo` `max_volumes_per_node`).
+    pub async fn create_node_with_room(&self, node: &str, count: i32) {
+        let mut csinode = super::objects::csinode(node, &self.driver, &format!("{node}-id"));
+        for driver in &mut csinode.spec.drivers {
+            driver.allocatable =
+                Some(k8s_openapi::api::storage::v1::VolumeNodeResources { count: Some(count) });
+        }
+        self.csinodes
+            .create(&PostParams::default(), &csinode)
+            .await
+            .expect("create CSINode");
+    }
+
     /// Creates Secret `name` in `default` with base64 `data` (e.g. `{"k": "dg=="}`).
     pub async fn create_secret(&self, name: &str, data: serde_json::Value) {
         let secret: k8s_openapi::api::core::v1::Secret =

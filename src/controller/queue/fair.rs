@@ -17,7 +17,10 @@
 //! together: a cloud serializes attaches and detaches of one VM alike) or
 //! *held* in a lane: closed until an instant, then open to one key at a time
 //! until released (the pace of a node whose driver answered
-//! `ResourceExhausted`).
+//! `ResourceExhausted`). A key's placement may also carry a *limit* of its
+//! group's keys in flight in the lane (the attach lane's: the node's CSINode
+//! `allocatable.count` for the driver, the most volumes it can have): a group
+//! at its limit waits in that lane while the others start.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -38,6 +41,9 @@ pub struct Placement {
     pub group: Group,
     /// Served before every group (still within the group's limits).
     pub urgent: bool,
+    /// At most this many of the group's keys in flight in the lane (`None`:
+    /// no limit); the latest placement of a group's key sets it.
+    pub limit: Option<usize>,
 }
 
 impl Placement {
@@ -46,14 +52,16 @@ impl Placement {
         Self {
             group: Arc::from(""),
             urgent: false,
+            limit: None,
         }
     }
 
-    /// In `group`, not urgent.
+    /// In `group`, not urgent, no limit.
     pub fn node(group: &str) -> Self {
         Self {
             group: Arc::from(group),
             urgent: false,
+            limit: None,
         }
     }
 }
@@ -72,14 +80,27 @@ pub struct FairFifo {
     groups: HashMap<Group, VecDeque<String>>,
     /// Groups with entries, in the order they take turns.
     turns: VecDeque<Group>,
+    /// Groups' limits of keys in flight (from their keys' latest
+    /// non-urgent placement), while they wait in the turns.
+    limits: HashMap<Group, usize>,
 }
 
 impl FairFifo {
-    /// Queues `key` at the end of its group (or of the urgent FIFO).
+    /// Queues `key` at the end of its group (or of the urgent FIFO); a
+    /// non-urgent placement sets its group's limit.
     pub fn push(&mut self, key: String, placement: Placement) {
         if placement.urgent {
             self.urgent.push_back((key, placement.group));
             return;
+        }
+        match placement.limit {
+            Some(limit) if !placement.group.is_empty() => {
+                self.limits
+                    .insert(Arc::clone(&placement.group), limit.max(1));
+            }
+            _ => {
+                self.limits.remove(&placement.group);
+            }
         }
         match self.groups.get_mut(&placement.group) {
             Some(keys) => keys.push_back(key),
@@ -108,12 +129,16 @@ impl FairFifo {
     /// equals (it then goes to the back of the turns).
     /// `live(key)`: the entry still waits in this lane; `open(group)`: the
     /// group's keys in flight in this lane when it may start one more,
-    /// `None` when it may not.
+    /// `None` when it may not; a group at its limit may not either.
     pub fn pop(
         &mut self,
         mut live: impl FnMut(&str) -> bool,
         mut open: impl FnMut(&Group) -> Option<usize>,
     ) -> Option<String> {
+        let limits = &self.limits;
+        let mut open = |group: &Group| {
+            open(group).filter(|busy| limits.get(group).is_none_or(|limit| busy < limit))
+        };
         let mut i = 0;
         while let Some((key, group)) = self.urgent.get(i) {
             if !live(key) {
@@ -124,6 +149,8 @@ impl FairFifo {
                 i += 1;
             }
         }
+        // Groups that left the turns (their limits go after the loop).
+        let mut gone = Vec::new();
         // (position in the turns, keys in flight) of the pick so far.
         let mut pick: Option<(usize, usize)> = None;
         let mut compared = 0;
@@ -153,13 +180,18 @@ impl FairFifo {
             // No live entry left: the group leaves the turns.
             if let Some(group) = self.turns.remove(i) {
                 self.groups.remove(&group);
+                gone.push(group);
             }
+        }
+        for group in gone {
+            self.limits.remove(&group);
         }
         let group = self.turns.remove(pick?.0)?;
         let keys = self.groups.get_mut(&group)?;
         let key = keys.pop_front();
         if keys.is_empty() {
             self.groups.remove(&group);
+            self.limits.remove(&group);
         } else {
             self.turns.push_back(group);
         }
@@ -389,6 +421,46 @@ mod tests {
     }
 
     #[test]
+    fn a_group_at_its_limit_waits_while_the_others_go() {
+        let mut fifo = FairFifo::default();
+        let limited = || Placement {
+            limit: Some(2),
+            ..Placement::node("big")
+        };
+        for i in 0..4 {
+            fifo.push(format!("big-{i}"), limited());
+        }
+        fifo.push("small-0".into(), Placement::node("small"));
+        let mut busy: HashMap<Group, usize> = HashMap::new();
+        let pop = |fifo: &mut FairFifo, busy: &mut HashMap<Group, usize>| {
+            let key = fifo.pop(|_| true, |g| Some(busy.get(g).copied().unwrap_or(0)))?;
+            let group: Group = Arc::from(key.split_once('-').map_or("", |(g, _)| g));
+            *busy.entry(group).or_default() += 1;
+            Some(key)
+        };
+        let started: Vec<String> = std::iter::from_fn(|| pop(&mut fifo, &mut busy)).collect();
+        assert_eq!(started, ["big-0", "small-0", "big-1"], "big stops at 2");
+        // One of big's keys finishes: one more starts.
+        *busy.entry(Arc::from("big")).or_default() -= 1;
+        assert_eq!(pop(&mut fifo, &mut busy).as_deref(), Some("big-2"));
+        assert_eq!(pop(&mut fifo, &mut busy), None);
+        // A later placement of the group without a limit lifts it.
+        fifo.push("big-4".into(), Placement::node("big"));
+        assert_eq!(pop(&mut fifo, &mut busy).as_deref(), Some("big-3"));
+        // A limit of 0 still lets one key at a time through.
+        let mut fifo = FairFifo::default();
+        let none_left = Placement {
+            limit: Some(0),
+            ..Placement::node("full")
+        };
+        fifo.push("full-0".into(), none_left.clone());
+        fifo.push("full-1".into(), none_left);
+        let mut busy = HashMap::new();
+        assert_eq!(pop(&mut fifo, &mut busy).as_deref(), Some("full-0"));
+        assert_eq!(pop(&mut fifo, &mut busy), None);
+    }
+
+    #[test]
     fn urgent_keys_go_first_and_closed_groups_are_skipped_not_lost() {
         let mut fifo = FairFifo::default();
         fifo.push("a-0".into(), Placement::node("a"));
@@ -396,6 +468,7 @@ mod tests {
         let failed = Placement {
             group: Arc::from("gone"),
             urgent: true,
+            limit: None,
         };
         fifo.push("gone-0".into(), failed);
         let closed = |g: &Group| &**g != "a";
@@ -414,6 +487,7 @@ mod tests {
         let urgent = Placement {
             group: Arc::from("b"),
             urgent: true,
+            limit: None,
         };
         assert!(fifo.promote("b-1", urgent.clone()));
         assert!(!fifo.promote("b-1", urgent), "urgent already");
