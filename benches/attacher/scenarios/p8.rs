@@ -35,7 +35,7 @@ use anyhow::{bail, Context, Result};
 use futures::future::try_join_all;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
+use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment, VolumeNodeResources};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
 use serde_json::json;
@@ -576,14 +576,23 @@ impl Track<'_> {
         Ok(())
     }
 
-    /// A Node and a CSINode (node ID `<node>-id`) per name, labelled with the run.
+    /// A Node and a CSINode (node ID `<node>-id`) per name, labelled with the
+    /// run. The CSINode's driver entry has the profile's attachment limit as
+    /// its `allocatable.count`, as kubelet writes it from the driver's
+    /// `NodeGetInfo` `max_volumes_per_node` (every profiled driver reports
+    /// its limit there; kubelet's `nodeinfomanager` sets the count when it is
+    /// above 0).
     async fn create_nodes(&self, names: &[String]) -> Result<()> {
+        let limit = i32::try_from(self.profile.node_limit()).ok();
         for_all(names.to_vec(), |name| async move {
             let labels = json!({ RUN_LABEL: self.run });
             let node: Node =
                 serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}}))?;
             self.nodes.create(&PostParams::default(), &node).await?;
             let mut csinode = objects::csinode(&name, &self.driver, &self.node_id(&name));
+            for driver in &mut csinode.spec.drivers {
+                driver.allocatable = limit.map(|count| VolumeNodeResources { count: Some(count) });
+            }
             csinode.metadata.labels = Some([(RUN_LABEL.to_owned(), self.run.clone())].into());
             self.csinodes
                 .create(&PostParams::default(), &csinode)
