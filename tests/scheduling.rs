@@ -36,6 +36,23 @@ fn fixed(name: &str, attach_ms: u64, detach_ms: u64, rest: &str) -> ProfileFile 
     ))
 }
 
+/// aws-ebs's answer past an instance's attachment limit (ResourceExhausted,
+/// AttachmentLimitExceeded) at `room` volumes per node; every attach takes
+/// `attach_ms`, every detach 100 ms.
+fn ebs_limited(name: &str, room: usize, attach_ms: u64) -> ProfileFile {
+    fixed(
+        name,
+        attach_ms,
+        100,
+        &format!(
+            "[node]\nmax_attachments = {room}\nmax_attachments_code = \"ResourceExhausted\"\n\
+             max_attachments_message = 'Attachment limit exceeded for volume \"{{volume}}\" on \
+             node \"{{node}}\": limit exceeded: operation error EC2: AttachVolume, api error \
+             AttachmentLimitExceeded'\n"
+        ),
+    )
+}
+
 /// `method`'s calls, in the order they started.
 async fn calls(env: &Env, method: &str) -> Vec<Value> {
     let mut calls = env.mock.calls(method).await;
@@ -198,15 +215,7 @@ async fn a_node_out_of_room_is_paced_while_other_nodes_attach() {
     // aws-ebs's answer past an instance's attachment limit
     // (ResourceExhausted, AttachmentLimitExceeded), with room for one
     // volume per node; every operation takes 100 ms.
-    let file = fixed(
-        "ebs-one-per-node",
-        100,
-        100,
-        "[node]\nmax_attachments = 1\nmax_attachments_code = \"ResourceExhausted\"\n\
-         max_attachments_message = 'Attachment limit exceeded for volume \"{volume}\" on node \
-         \"{node}\": limit exceeded: operation error EC2: AttachVolume, api error \
-         AttachmentLimitExceeded'\n",
-    );
+    let file = ebs_limited("ebs-one-per-node", 1, 100);
     let profile = file.arg();
     let env = Env::start(
         &[&profile],
@@ -262,15 +271,7 @@ async fn a_node_out_of_room_is_paced_while_other_nodes_attach() {
 /// saying so (`allocatable.count` 3) when `said`: how many Publish calls the
 /// driver refused before the node's first attach succeeded.
 async fn nine_attaches_for_three_places(said: bool) -> usize {
-    let file = fixed(
-        "ebs-three-per-node",
-        2000,
-        100,
-        "[node]\nmax_attachments = 3\nmax_attachments_code = \"ResourceExhausted\"\n\
-         max_attachments_message = 'Attachment limit exceeded for volume \"{volume}\" on node \
-         \"{node}\": limit exceeded: operation error EC2: AttachVolume, api error \
-         AttachmentLimitExceeded'\n",
-    );
+    let file = ebs_limited("ebs-three-per-node", 3, 2000);
     let profile = file.arg();
     let env = Env::start(&[&profile], &["--worker-threads=20"]).await;
     let (full, canary) = (unique("full"), unique("canary"));
