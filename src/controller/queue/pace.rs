@@ -7,8 +7,11 @@
 //!   node at its attachment limit, a cloud's per-VM queue full) holds that
 //!   node in the attach lane: its other attaches wait `start · 2^n` (the
 //!   queue's backoff, `n` the node's consecutive answers), then go one at a
-//!   time until a Publish on the node succeeds. Other nodes, and the node's
-//!   detaches (which make room), go on. Every other code stays the VA's own.
+//!   time until a Publish on the node that started after the first such
+//!   answer succeeds (one already running then was part of what the driver
+//!   found full: at an attachment limit, its success took room).
+//!   Other nodes, and the node's detaches (which make room), go on. Every
+//!   other code stays the VA's own.
 //! - **Opt-in: an operation past the deadline settles first**
 //!   (`--settle-after-deadline`). A call that ended at
 //!   `--timeout` (`DeadlineExceeded`) may still run in the cloud. The VA's
@@ -95,8 +98,9 @@ pub struct Pacer {
 
 #[derive(Default)]
 struct PaceState {
-    /// Consecutive `ResourceExhausted` answers to Publish, per node.
-    exhausted: HashMap<String, u32>,
+    /// Consecutive `ResourceExhausted` answers to Publish, per node, and
+    /// when the first of them came.
+    exhausted: HashMap<String, (u32, Instant)>,
     /// VAs with an operation in doubt: their call ended at its deadline.
     uncertain: HashMap<String, Doubt>,
     /// Durations of completed operations, per lane index.
@@ -271,14 +275,22 @@ impl Pacer {
                     None => started,
                 };
                 push_bounded(&mut state.samples[i], now - began, SAMPLES);
-                if lane == Lane::Attach && state.exhausted.remove(node).is_some() {
+                // Only a call started since the node was found full shows
+                // room: one already running then was part of what the
+                // driver found full (at an attachment limit, it took room).
+                let found_room = lane == Lane::Attach
+                    && state
+                        .exhausted
+                        .get(node)
+                        .is_some_and(|(_, since)| started >= *since);
+                if found_room && state.exhausted.remove(node).is_some() {
                     drop(state);
                     self.queue.release(Lane::Attach, node);
                     self.count_held(-1);
                 }
             }
             Some(Code::ResourceExhausted) if lane == Lane::Attach => {
-                let n = state.exhausted.entry(node.to_string()).or_insert(0);
+                let (n, _) = state.exhausted.entry(node.to_string()).or_insert((0, now));
                 let delay = self.backoff.delay(*n);
                 let first = *n == 0;
                 *n = n.saturating_add(1);

@@ -87,6 +87,25 @@ async fn resource_exhausted_holds_the_node_doubling_until_a_publish_succeeds() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn only_a_publish_started_after_the_node_was_found_full_ends_its_hold() {
+    let (q, pacer) = paced();
+    let before = Instant::now();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let exhausted = Some((Code::ResourceExhausted, ""));
+    pacer.finished(Lane::Attach, "n1-a", "n1", Instant::now(), exhausted);
+    // Attaches that were running when the driver found the node full end
+    // well: they took the room, the node stays held.
+    for va in ["n1-b", "n1-c"] {
+        pacer.finished(Lane::Attach, va, "n1", before, None);
+        assert!(q.is_held(Lane::Attach, "n1"), "{va} started before");
+    }
+    // The next call after the hold succeeds: the node has room again.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    pacer.finished(Lane::Attach, "n1-d", "n1", Instant::now(), None);
+    assert!(!q.is_held(Lane::Attach, "n1"));
+}
+
+#[tokio::test(start_paused = true)]
 async fn after_a_deadline_the_retry_waits_until_the_operation_would_have_ended() {
     let (_q, pacer) = paced();
     let pacer = pacer.with_settle();
