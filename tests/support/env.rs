@@ -184,22 +184,18 @@ impl Env {
 
     /// Creates a CSINode for `node` with this driver and node ID `<node>-id`.
     pub async fn create_node(&self, node: &str) {
-        let csinode = super::objects::csinode(node, &self.driver, &format!("{node}-id"));
-        self.csinodes
-            .create(&PostParams::default(), &csinode)
-            .await
-            .expect("create CSINode");
+        self.create_csinode(node, None).await;
     }
 
     /// Creates a CSINode for `node` saying our driver can have at most
-    /// `count` volumes there (`allocatable.count`, as kubelet writes it from
-    /// the driver's `NodeGetInfo` `max_volumes_per_node`).
+    /// `count` volumes there (`allocatable.count`, as kubelet writes it).
     pub async fn create_node_with_room(&self, node: &str, count: i32) {
-        let mut csinode = super::objects::csinode(node, &self.driver, &format!("{node}-id"));
-        for driver in &mut csinode.spec.drivers {
-            driver.allocatable =
-                Some(k8s_openapi::api::storage::v1::VolumeNodeResources { count: Some(count) });
-        }
+        self.create_csinode(node, Some(count)).await;
+    }
+
+    async fn create_csinode(&self, node: &str, count: Option<i32>) {
+        let id = format!("{node}-id");
+        let csinode = super::objects::csinode_with_room(node, &self.driver, &id, count);
         self.csinodes
             .create(&PostParams::default(), &csinode)
             .await

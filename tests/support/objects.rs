@@ -2,7 +2,7 @@
 //! tests never hand-write YAML.
 
 use k8s_openapi::api::core::v1::PersistentVolume;
-use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
+use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment, VolumeNodeResources};
 use serde_json::{json, Value};
 
 /// A CSI PersistentVolume.
@@ -128,6 +128,17 @@ pub fn csinode(node: &str, driver: &str, node_id: &str) -> CSINode {
         "spec": {"drivers": [{"name": driver, "nodeID": node_id}]},
     }))
     .expect("valid CSINode")
+}
+
+/// `csinode` whose driver entry says the node can have at most `count` of
+/// its volumes (`allocatable.count`, as kubelet writes it from the driver's
+/// `NodeGetInfo` `max_volumes_per_node`; `None`: no count).
+pub fn csinode_with_room(node: &str, driver: &str, node_id: &str, count: Option<i32>) -> CSINode {
+    let mut csinode = csinode(node, driver, node_id);
+    for entry in &mut csinode.spec.drivers {
+        entry.allocatable = count.map(|count| VolumeNodeResources { count: Some(count) });
+    }
+    csinode
 }
 
 /// A VolumeAttachment.

@@ -35,7 +35,7 @@ use anyhow::{bail, Context, Result};
 use futures::future::try_join_all;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment, VolumeNodeResources};
+use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
 use serde_json::json;
@@ -589,10 +589,8 @@ impl Track<'_> {
             let node: Node =
                 serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}}))?;
             self.nodes.create(&PostParams::default(), &node).await?;
-            let mut csinode = objects::csinode(&name, &self.driver, &self.node_id(&name));
-            for driver in &mut csinode.spec.drivers {
-                driver.allocatable = limit.map(|count| VolumeNodeResources { count: Some(count) });
-            }
+            let mut csinode =
+                objects::csinode_with_room(&name, &self.driver, &self.node_id(&name), limit);
             csinode.metadata.labels = Some([(RUN_LABEL.to_owned(), self.run.clone())].into());
             self.csinodes
                 .create(&PostParams::default(), &csinode)
