@@ -38,6 +38,9 @@ pub struct Cli {
     /// P8's third side: ours with these flags (space-separated) after the run's, instead of ours FIFO (`--schedule-per-node=false`): ours with and without them in one run.
     #[arg(long, value_name = "FLAGS", allow_hyphen_values = true)]
     pub p8_third: Option<String>,
+    /// P8 runs only its floor (the driver calls alone, and the cloud operations' bound from its driver's ledger), no attacher: the rounds draw the same seeds as a full run's.
+    #[arg(long)]
+    pub p8_floor_only: bool,
     /// Another binary (or a profiling wrapper) to run as ours [default: this build's csi-attacher].
     #[arg(long, value_name = "PATH", env = "CSI_ATTACHER_BENCH_OURS")]
     pub ours_binary: Option<PathBuf>,

@@ -176,10 +176,13 @@ async fn bench() -> Result<()> {
     }
     // P8: rounds of its own, every profile at once, its sides at once:
     // upstream, ours, ours with per-node scheduling off (--ours-only: the
-    // two of ours), and the floor (the driver calls alone).
+    // two of ours), and the floor (the driver calls alone; --p8-floor-only:
+    // it alone).
     let p8 = Scenario::P8;
     let profiles = cli.p8_profiles();
-    let p8_sides: &[Which] = if cli.ours_only {
+    let p8_sides: &[Which] = if cli.p8_floor_only {
+        &[Which::Floor]
+    } else if cli.ours_only {
         &[Which::Ours, Which::OursFifo, Which::Floor]
     } else {
         &[Which::Upstream, Which::Ours, Which::OursFifo, Which::Floor]

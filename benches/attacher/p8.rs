@@ -3,7 +3,7 @@
 //! statistics of one run and the driver calls per attach read from the mock
 //! driver's ledger. The runs themselves are `scenarios/p8.rs`.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
@@ -258,6 +258,9 @@ pub enum Figure {
     AttachErrors,
     /// VAs never attached within the run's cap.
     NotAttached,
+    /// The p99 of each measured volume's cloud operations alone (its
+    /// detach's latency, if any, then its attach's): the floor's run only.
+    OperationsP99,
 }
 
 impl Figure {
@@ -281,6 +284,7 @@ impl Figure {
             Figure::CallsPerAttach => "Publish calls per volume attached".into(),
             Figure::AttachErrors => "attachError changes".into(),
             Figure::NotAttached => "VAs not attached within the cap".into(),
+            Figure::OperationsP99 => format!("{} p99 s, cloud operations alone", case.span()),
         }
     }
 
@@ -294,6 +298,7 @@ impl Figure {
             Figure::CallsPerAttach => "Publish calls / attach",
             Figure::AttachErrors => "attachError changes",
             Figure::NotAttached => "not attached",
+            Figure::OperationsP99 => "operations p99 s",
         }
     }
 }
@@ -319,6 +324,10 @@ pub struct Observed {
     /// ControllerPublishVolume calls and successful ones.
     pub calls: CallCount,
     pub attach_errors: usize,
+    /// Per measured volume: its cloud operations' latencies alone, summed
+    /// ([`operations_bound`]); `None` where the driver's ledger does not
+    /// give them (a batching profile) or for an attacher's run.
+    pub operations: Option<Vec<f64>>,
 }
 
 impl Observed {
@@ -338,6 +347,10 @@ impl Observed {
             Figure::CallsPerAttach => self.calls.per_attach(),
             Figure::AttachErrors => self.attach_errors as f64,
             Figure::NotAttached => self.not_attached as f64,
+            Figure::OperationsP99 => match &self.operations {
+                Some(operations) => percentile(&mut operations.clone(), 99.0),
+                None => f64::NAN,
+            },
         }
     }
 }
@@ -409,6 +422,62 @@ pub fn unfinished_calls(ledger: &str) -> usize {
         };
     }
     started.difference(&ended).count()
+}
+
+/// A volume's cloud operations in a case: the detach from its old node
+/// (a drain's or failure's) and the attach to its node, as the mock driver
+/// names them (volume handle, node ID).
+pub struct Moves<'a> {
+    pub volume: &'a str,
+    pub from: Option<&'a str>,
+    pub to: &'a str,
+}
+
+/// Per volume of `moves`, the latencies the profile drew for its first
+/// detach from the old node (none where the case makes none: a deleted
+/// instance's) and its first attach to the new one, summed, in seconds,
+/// from a ledger written with `--ledger-events` (its `operation` lines);
+/// `None` when a volume's attach has no line (the ledger has no operation
+/// lines: a batching profile, or a volume not attached).
+///
+/// A lower bound on each volume's time to attached for any attacher, in
+/// any order, at any concurrency: an operation's latency is drawn by its
+/// number for its (kind, volume, node), whoever calls; a second operation
+/// for a pair starts only after the first has ended, and an operation
+/// outlives a caller that gives up, so none ends sooner than the first's
+/// draw; and the new attach starts after the old detach has ended (the new
+/// VA comes once the old one is gone). Not counted: waits for tokens,
+/// slots or workers, the driver's polls and every API write.
+pub fn operations_bound(ledger: &str, moves: &[Moves]) -> Option<Vec<f64>> {
+    let mut first: HashMap<(String, String, String), f64> = HashMap::new();
+    for entry in lines(ledger) {
+        if entry["event"] != "operation" || entry["number"].as_u64() != Some(1) {
+            continue;
+        }
+        let text = |field: &str| entry[field].as_str().unwrap_or_default().to_owned();
+        let Some(latency) = entry["latency_ms"].as_f64() else {
+            continue;
+        };
+        first.insert(
+            (text("kind"), text("volume_id"), text("node_id")),
+            latency / 1e3,
+        );
+    }
+    let of = |kind: &str, volume: &str, node: &str| {
+        first
+            .get(&(kind.to_owned(), volume.to_owned(), node.to_owned()))
+            .copied()
+    };
+    moves
+        .iter()
+        .map(|m| {
+            let detach = m
+                .from
+                .and_then(|from| of("detach", m.volume, from))
+                .unwrap_or(0.0);
+            Some(detach + of("attach", m.volume, m.to)?)
+        })
+        .collect()
 }
 
 /// The JSON lines of a ledger; a line cut short (being written) is skipped.
@@ -544,6 +613,7 @@ mod tests {
                 attached: 3,
             },
             attach_errors: 2,
+            operations: Some(vec![4.0, 1.0, 2.0]),
         };
         let cap = 60.0;
         assert_eq!(observed.capped(cap), [1.0, 2.0, 60.0, 3.0]);
@@ -553,6 +623,10 @@ mod tests {
         assert_eq!(observed.figure(Figure::CallsPerAttach, cap), 2.0);
         assert_eq!(observed.figure(Figure::AttachErrors, cap), 2.0);
         assert_eq!(observed.figure(Figure::NotAttached, cap), 5.0);
+        assert_eq!(observed.figure(Figure::OperationsP99, cap), 4.0);
+        assert!(Observed::default()
+            .figure(Figure::OperationsP99, cap)
+            .is_nan());
         let done = Observed {
             times: (1..=100).map(|i| Some(f64::from(i))).collect(),
             all: Some(101.5),
@@ -562,6 +636,52 @@ mod tests {
         assert_eq!(done.figure(Figure::AllAttached, cap), 101.5);
         assert_eq!(done.figure(Figure::NotAttached, cap), 0.0);
         assert!(done.figure(Figure::CallsPerAttach, cap).is_nan());
+    }
+
+    #[test]
+    fn the_operations_bound_sums_each_volumes_first_detach_and_attach() {
+        let op = |kind: &str, volume: &str, node: &str, number: u64, ms: f64| {
+            serde_json::json!({"event": "operation", "kind": kind, "volume_id": volume,
+                "node_id": node, "number": number, "latency_ms": ms, "time_unix_nanos": 1})
+            .to_string()
+        };
+        let ledger = [
+            // The setup's attach where the volume starts: not the case's.
+            op("attach", "v0", "old", 1, 9000.0),
+            op("detach", "v0", "old", 1, 2000.0),
+            // A second operation for a pair starts after the first ended:
+            // the first's latency is what bounds it.
+            op("attach", "v0", "new", 1, 3000.0),
+            op("attach", "v0", "new", 2, 500.0),
+            // No detach: the old instance is gone (answered without one).
+            op("attach", "v1", "new", 1, 4000.0),
+            r#"{"method":"ControllerPublishVolume","volume_id":"v1","node_id":"new","code":"OK"}"#
+                .to_owned(),
+            r#"{"event":"operation","kind":"attach","volume_id":"v2""#.to_owned(),
+        ]
+        .join("\n");
+        let moves = |volume, from| Moves {
+            volume,
+            from,
+            to: "new",
+        };
+        assert_eq!(
+            operations_bound(
+                &ledger,
+                &[moves("v0", Some("old")), moves("v1", Some("old"))]
+            ),
+            Some(vec![5.0, 4.0])
+        );
+        // A burst: the attach alone.
+        assert_eq!(
+            operations_bound(&ledger, &[moves("v0", None)]),
+            Some(vec![3.0])
+        );
+        // A volume whose attach never started (or a batching profile): none.
+        assert_eq!(
+            operations_bound(&ledger, &[moves("v0", None), moves("v2", None)]),
+            None
+        );
     }
 
     #[test]

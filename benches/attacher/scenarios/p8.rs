@@ -88,8 +88,11 @@ async fn lane(h: &Harness, profile: Profile, sides: &[Which], round: usize) -> R
                 };
                 // The floor's times only: its calls, errors and "all
                 // attached" are not an attacher's (see `floor`).
-                let figures: &[Figure] = match which {
-                    Which::Floor => &[Figure::P50, Figure::P99, Figure::Max],
+                let figures: &[Figure] = match (which, &observed.operations) {
+                    (Which::Floor, None) => &[Figure::P50, Figure::P99, Figure::Max],
+                    (Which::Floor, Some(_)) => {
+                        &[Figure::P50, Figure::P99, Figure::Max, Figure::OperationsP99]
+                    }
                     _ => &Figure::ALL,
                 };
                 for &fig in figures {
@@ -434,6 +437,7 @@ impl Track<'_> {
             not_attached: names.len() - watch.count_attached(&names),
             calls: CallCount::default(),
             attach_errors: watch.errors_since(start, &names),
+            operations: None,
         }))
     }
 
@@ -562,6 +566,7 @@ impl Track<'_> {
             not_attached: new.len() - watch.count_attached(&new),
             calls: CallCount::default(),
             attach_errors: watch.errors_since(start, &[old, new].concat()),
+            operations: None,
         }))
     }
 

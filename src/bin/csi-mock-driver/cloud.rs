@@ -51,6 +51,7 @@ use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tonic::{Code, Status};
 
+use crate::ledger::Ledger;
 #[cfg(test)]
 use crate::profile::BUILTIN;
 use crate::profile::{fill, GoneUnpublish, OnBusy, OnThrottle, Pending, Profile, SlotScope};
@@ -61,6 +62,16 @@ use crate::state::Published;
 pub enum Kind {
     Attach,
     Detach,
+}
+
+impl Kind {
+    /// As the ledger's `operation` lines name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Attach => "attach",
+            Kind::Detach => "detach",
+        }
+    }
 }
 
 /// (volume, node).
@@ -84,6 +95,8 @@ pub struct Cloud {
     seed: u64,
     published: Arc<Mutex<Published>>,
     state: Mutex<State>,
+    /// Where each operation's start and drawn latency go (`operation` lines).
+    ledger: Option<Arc<Ledger>>,
 }
 
 #[derive(Default)]
@@ -176,7 +189,16 @@ impl Cloud {
                 buckets,
                 ..State::default()
             }),
+            ledger: None,
         }
+    }
+
+    /// Writes an `operation` line to `ledger` as each operation starts
+    /// (one not batched: a batch's time is its node update's, not one
+    /// volume's).
+    pub fn with_ledger(mut self, ledger: Arc<Ledger>) -> Self {
+        self.ledger = Some(ledger);
+        self
     }
 
     #[cfg(test)]
@@ -516,17 +538,27 @@ impl Cloud {
             *n += 1;
             *n
         };
-        let mut rng = self.rng(Draw::Latency, kind, key, number);
+        let latency = if batched {
+            None
+        } else {
+            let mut rng = self.rng(Draw::Latency, kind, key, number);
+            let latency = self.latency(kind, &mut rng);
+            if let Some(ledger) = &self.ledger {
+                ledger.operation(kind.name(), &key.0, &key.1, number, latency);
+            }
+            Some(latency)
+        };
         let cloud = Arc::clone(self);
         let op_key = key.clone();
         let key = key.clone();
         let work = async move {
             let started = Instant::now();
-            let result = if batched {
-                cloud.batched(kind, key.clone(), attach).await
-            } else {
-                tokio::time::sleep(cloud.latency(kind, &mut rng)).await;
-                cloud.apply(kind, &key, attach.as_ref())
+            let result = match latency {
+                None => cloud.batched(kind, key.clone(), attach).await,
+                Some(latency) => {
+                    tokio::time::sleep(latency).await;
+                    cloud.apply(kind, &key, attach.as_ref())
+                }
             };
             drop(permit);
             cloud.state().ops.remove(&key);
@@ -1304,6 +1336,63 @@ mod tests {
         }
         assert_eq!(durations(7).await, durations(7).await);
         assert_ne!(durations(7).await, durations(8).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_operation_writes_its_drawn_latency_to_the_ledger() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("ledger.jsonl");
+        let ledger = Arc::new(Ledger::open(Some(&path), true).expect("ledger"));
+        let profile = Profile::builtin("gce-pd").expect("profile");
+        let cloud = Arc::new(Cloud::new(profile, 3, 1.0, Default::default()).with_ledger(ledger));
+        let mut took = Vec::new();
+        for _ in 0..2 {
+            let t = Instant::now();
+            cloud.publish(args("v", "n")).await.expect("attach");
+            took.push(t.elapsed());
+            let t = Instant::now();
+            cloud.unpublish("v", "n", None).await.expect("detach");
+            took.push(t.elapsed());
+        }
+        // Already attached: no operation, no line.
+        cloud.publish(args("w", "n")).await.expect("attach");
+        cloud.publish(args("w", "n")).await.expect("attach again");
+        let lines: Vec<serde_json::Value> = std::fs::read_to_string(&path)
+            .expect("read")
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("json"))
+            .collect();
+        let ops: Vec<(String, String, u64)> = lines
+            .iter()
+            .map(|l| {
+                assert_eq!(l["event"], "operation");
+                (
+                    l["kind"].as_str().unwrap_or_default().to_owned(),
+                    l["volume_id"].as_str().unwrap_or_default().to_owned(),
+                    l["number"].as_u64().unwrap_or_default(),
+                )
+            })
+            .collect();
+        let op = |kind: &str, volume: &str, number| (kind.to_owned(), volume.to_owned(), number);
+        assert_eq!(
+            ops,
+            [
+                op("attach", "v", 1),
+                op("detach", "v", 1),
+                op("attach", "v", 2),
+                op("detach", "v", 2),
+                op("attach", "w", 1),
+            ]
+        );
+        // gce-pd answers when its operation ends (no poll, a full bucket):
+        // each call took the latency its line gives.
+        for (line, took) in lines.iter().zip(&took) {
+            let latency = line["latency_ms"].as_f64().unwrap_or_default();
+            assert!(
+                (latency - took.as_secs_f64() * 1e3).abs() < 1.0,
+                "{latency} ms written, the call took {took:?}"
+            );
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -5,13 +5,15 @@
 //! file also gets a line when a Controller call starts (`"event": "start"`)
 //! and when its caller goes away before the answer (`"event": "abandoned"`),
 //! so a test can act the moment a call begins and bound a call by its caller's
-//! lifetime. Those event lines are not in the in-memory ledger (`GET /ledger`).
+//! lifetime, and, under a driver profile, a line when a cloud operation starts
+//! (`"event": "operation"`, with the latency drawn for it). Those event lines
+//! are not in the in-memory ledger (`GET /ledger`).
 
 use std::fs::File;
 use std::io::Write;
 use std::path::Path;
 use std::sync::{Mutex, PoisonError};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value};
 
@@ -79,6 +81,27 @@ impl Ledger {
             "method": method,
             "caller": tag.caller,
             "call_id": tag.call_id,
+            "time_unix_nanos": unix_nanos(SystemTime::now()),
+        }));
+    }
+
+    /// An `operation` line, when event lines are enabled: a cloud operation
+    /// started (its kind, `attach` or `detach`, its volume and node, its
+    /// number among the operations of that kind for that pair, from 1) and
+    /// the latency drawn for it, in milliseconds at the run's time scale.
+    /// The benchmark's operations bound (P8) reads them: what the cloud
+    /// alone takes, whoever calls in whatever order.
+    pub fn operation(&self, kind: &str, volume: &str, node: &str, number: u64, latency: Duration) {
+        if !self.events {
+            return;
+        }
+        self.write_line(&json!({
+            "event": "operation",
+            "kind": kind,
+            "volume_id": volume,
+            "node_id": node,
+            "number": number,
+            "latency_ms": latency.as_secs_f64() * 1e3,
             "time_unix_nanos": unix_nanos(SystemTime::now()),
         }));
     }

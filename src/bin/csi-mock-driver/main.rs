@@ -67,7 +67,8 @@ struct Args {
     /// JSON-lines call ledger.
     #[arg(long)]
     ledger: Option<PathBuf>,
-    /// Also write `start` and `abandoned` event lines to the ledger file.
+    /// Also write `start` and `abandoned` event lines to the ledger file (and,
+    /// with a profile, an `operation` line as each cloud operation starts).
     #[arg(long)]
     ledger_events: bool,
     /// A call whose client went away still runs to its end (delay, publish).
@@ -200,13 +201,12 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         );
     }
     let profile_name = profile.as_ref().map(|p| p.name.clone());
+    let ledger = Arc::new(Ledger::open(args.ledger.as_deref(), args.ledger_events)?);
     let cloud = profile.map(|p| {
-        Arc::new(cloud::Cloud::new(
-            p,
-            args.seed,
-            args.time_scale,
-            Arc::clone(&published),
-        ))
+        Arc::new(
+            cloud::Cloud::new(p, args.seed, args.time_scale, Arc::clone(&published))
+                .with_ledger(Arc::clone(&ledger)),
+        )
     });
     let driver = Arc::new(Driver {
         name: args.name,
@@ -214,7 +214,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         controller_caps,
         ready: AtomicBool::new(!args.start_unready),
         faults: Faults::new(),
-        ledger: Ledger::open(args.ledger.as_deref(), args.ledger_events)?,
+        ledger,
         published,
         repeat_list_token: args.repeat_list_token,
         pending: args.serialize_volumes.then(Default::default),

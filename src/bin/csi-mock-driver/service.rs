@@ -29,7 +29,7 @@ pub struct Driver {
     pub controller_caps: Vec<controller_service_capability::rpc::Type>,
     pub ready: AtomicBool,
     pub faults: Faults,
-    pub ledger: Ledger,
+    pub ledger: Arc<Ledger>,
     pub published: Arc<Mutex<Published>>,
     /// Answer every non-final ListVolumes page with next_token "1" (a buggy driver).
     pub repeat_list_token: bool,

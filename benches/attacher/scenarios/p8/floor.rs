@@ -57,7 +57,7 @@ use csi_attacher::csi::proto::{ControllerPublishVolumeRequest, ControllerUnpubli
 use csi_attacher::kube_client::RateLimitLayer;
 
 use super::{Planned, Track};
-use crate::p8::{CallCount, Case, Observed};
+use crate::p8::{operations_bound, CallCount, Case, Moves, Observed};
 use crate::p8_floor::{pick, Call, Limits, Next};
 use crate::tracker::now_unix;
 
@@ -133,6 +133,39 @@ pub(super) async fn run(
         }
     };
     let done = caller.run(chains, Instant::now() + cap).await;
+    // Each measured volume's operations, as this run's driver drew them:
+    // the same draws as every side's (same seed, handles and node IDs).
+    let ids: Vec<(String, Option<String>, String)> = match case {
+        Case::ScaleUp => measured.iter().map(|p| (p, None)).collect::<Vec<_>>(),
+        Case::NoisyNeighbour => measured[t.h.sizes.p8.noisy_big.min(measured.len())..]
+            .iter()
+            .map(|p| (p, None))
+            .collect(),
+        Case::Drain | Case::NodeDeleted | Case::OutOfService => measured
+            .iter()
+            .zip(setup)
+            .map(|(p, old)| (p, Some(old)))
+            .collect(),
+    }
+    .into_iter()
+    .map(|(p, old)| {
+        (
+            t.volume_handle(&p.pv),
+            old.map(|old| t.node_id(&old.node)),
+            t.node_id(&p.node),
+        )
+    })
+    .collect();
+    let moves: Vec<Moves> = ids
+        .iter()
+        .map(|(volume, from, to)| Moves {
+            volume,
+            from: from.as_deref(),
+            to,
+        })
+        .collect();
+    let ledger = std::fs::read_to_string(&t.mock.ledger_path).unwrap_or_default();
+    let operations = operations_bound(&ledger, &moves);
     let times: Vec<Option<f64>> = done.iter().map(|d| Some(d.done? - start)).collect();
     let not_attached = times.iter().filter(|t| t.is_none()).count();
     let all = if not_attached == 0 {
@@ -147,6 +180,7 @@ pub(super) async fn run(
         // Not recorded: the floor retries every 100 ms, as no attacher should.
         calls: CallCount::default(),
         attach_errors: done.iter().map(|d| d.failures).sum(),
+        operations,
     }))
 }
 
