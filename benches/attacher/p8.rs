@@ -427,10 +427,10 @@ pub fn unfinished_calls(ledger: &str) -> usize {
 /// A volume's cloud operations in a case: the detach from its old node
 /// (a drain's or failure's) and the attach to its node, as the mock driver
 /// names them (volume handle, node ID).
-pub struct Moves<'a> {
-    pub volume: &'a str,
-    pub from: Option<&'a str>,
-    pub to: &'a str,
+pub struct Moves {
+    pub volume: String,
+    pub from: Option<String>,
+    pub to: String,
 }
 
 /// Per volume of `moves`, the latencies the profile drew for its first
@@ -473,9 +473,10 @@ pub fn operations_bound(ledger: &str, moves: &[Moves]) -> Option<Vec<f64>> {
         .map(|m| {
             let detach = m
                 .from
-                .and_then(|from| of("detach", m.volume, from))
+                .as_deref()
+                .and_then(|from| of("detach", &m.volume, from))
                 .unwrap_or(0.0);
-            Some(detach + of("attach", m.volume, m.to)?)
+            Some(detach + of("attach", &m.volume, &m.to)?)
         })
         .collect()
 }
@@ -660,10 +661,10 @@ mod tests {
             r#"{"event":"operation","kind":"attach","volume_id":"v2""#.to_owned(),
         ]
         .join("\n");
-        let moves = |volume, from| Moves {
-            volume,
-            from,
-            to: "new",
+        let moves = |volume: &str, from: Option<&str>| Moves {
+            volume: volume.to_owned(),
+            from: from.map(str::to_owned),
+            to: "new".to_owned(),
         };
         assert_eq!(
             operations_bound(

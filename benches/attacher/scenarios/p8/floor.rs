@@ -106,13 +106,16 @@ pub(super) async fn run(
             return Ok(None);
         }
     }
+    // The noisy neighbour's small nodes only.
+    let measured = match case {
+        Case::NoisyNeighbour => &measured[t.h.sizes.p8.noisy_big.min(measured.len())..],
+        _ => measured,
+    };
     let start = now_unix();
     let chains: Vec<Vec<Call>> = match case {
-        Case::ScaleUp => measured.iter().map(|p| vec![publish(p, true)]).collect(),
-        Case::NoisyNeighbour => measured[t.h.sizes.p8.noisy_big.min(measured.len())..]
-            .iter()
-            .map(|p| vec![publish(p, true)])
-            .collect(),
+        Case::ScaleUp | Case::NoisyNeighbour => {
+            measured.iter().map(|p| vec![publish(p, true)]).collect()
+        }
         Case::Drain | Case::NodeDeleted | Case::OutOfService => {
             if let (Case::NodeDeleted, Some(failed)) = (case, setup.first()) {
                 t.delete_instance(&failed.node).await?;
@@ -135,33 +138,17 @@ pub(super) async fn run(
     let done = caller.run(chains, Instant::now() + cap).await;
     // Each measured volume's operations, as this run's driver drew them:
     // the same draws as every side's (same seed, handles and node IDs).
-    let ids: Vec<(String, Option<String>, String)> = match case {
-        Case::ScaleUp => measured.iter().map(|p| (p, None)).collect::<Vec<_>>(),
-        Case::NoisyNeighbour => measured[t.h.sizes.p8.noisy_big.min(measured.len())..]
-            .iter()
-            .map(|p| (p, None))
-            .collect(),
-        Case::Drain | Case::NodeDeleted | Case::OutOfService => measured
-            .iter()
-            .zip(setup)
-            .map(|(p, old)| (p, Some(old)))
-            .collect(),
-    }
-    .into_iter()
-    .map(|(p, old)| {
-        (
-            t.volume_handle(&p.pv),
-            old.map(|old| t.node_id(&old.node)),
-            t.node_id(&p.node),
-        )
-    })
-    .collect();
-    let moves: Vec<Moves> = ids
+    let moved = matches!(case, Case::Drain | Case::NodeDeleted | Case::OutOfService);
+    let moves: Vec<Moves> = measured
         .iter()
-        .map(|(volume, from, to)| Moves {
-            volume,
-            from: from.as_deref(),
-            to,
+        .enumerate()
+        .map(|(i, p)| Moves {
+            volume: t.volume_handle(&p.pv),
+            from: setup
+                .get(i)
+                .filter(|_| moved)
+                .map(|old| t.node_id(&old.node)),
+            to: t.node_id(&p.node),
         })
         .collect();
     let ledger = std::fs::read_to_string(&t.mock.ledger_path).unwrap_or_default();
