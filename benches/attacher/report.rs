@@ -236,16 +236,31 @@ pub fn p8_tables(results: &Results, sizes: &Sizes) -> String {
         if !measured {
             continue;
         }
+        // The cloud operations' bound (the floor's run) where it was taken:
+        // one value, the last column.
+        let operations = |case, flags| {
+            let metric = p8_metric::figure(profile, case, flags, Figure::OperationsP99);
+            medians.get(metric.name.as_str()).and_then(|sides| sides[3])
+        };
+        let bounded = Case::ALL.iter().any(|&case| {
+            Flags::ALL
+                .iter()
+                .any(|&flags| operations(case, flags).is_some())
+        });
+        let columns = Figure::ALL.len() + usize::from(bounded);
         md.push_str(&format!("\n### P8 {}\n\n| case | flags |", profile.name()));
         for figure in Figure::ALL {
             md.push_str(&format!(" {} |", figure.column()));
         }
+        if bounded {
+            md.push_str(&format!(" {} |", Figure::OperationsP99.column()));
+        }
         md.push_str("\n|---|---|");
-        md.push_str(&"---|".repeat(Figure::ALL.len()));
+        md.push_str(&"---|".repeat(columns));
         md.push('\n');
         for case in Case::ALL {
             for flags in Flags::ALL {
-                let row: Vec<String> = Figure::ALL
+                let mut row: Vec<String> = Figure::ALL
                     .iter()
                     .map(|&figure| {
                         let metric = p8_metric::figure(profile, case, flags, figure);
@@ -255,6 +270,13 @@ pub fn p8_tables(results: &Results, sizes: &Sizes) -> String {
                             .unwrap_or_default()
                     })
                     .collect();
+                if bounded {
+                    row.push(
+                        operations(case, flags)
+                            .map(|o| number(o.median))
+                            .unwrap_or_default(),
+                    );
+                }
                 if row.iter().all(String::is_empty) {
                     continue;
                 }
@@ -774,6 +796,17 @@ mod tests {
         let tables = p8_tables(&results, &SMOKE);
         assert!(
             tables.contains("| 30.000 / 12.000 / 12.000 · floor 10.000 |"),
+            "{tables}"
+        );
+        // The profile's table has the bound's column where it was taken.
+        assert!(
+            tables.contains(
+                "| drain (old VA deleted→attached elsewhere) | upstream defaults | 600 / 400 / 400 · floor 100 | 600 / 400 / 400 · floor 100 |  |  |  |  |  | 200 |"
+            ),
+            "{tables}"
+        );
+        assert!(
+            tables.contains("| not attached | operations p99 s |"),
             "{tables}"
         );
         let goals: Vec<&str> = tables
