@@ -236,12 +236,8 @@ pub fn p8_tables(results: &Results, sizes: &Sizes) -> String {
         if !measured {
             continue;
         }
-        // The cloud operations' bound (the floor's run) where it was taken:
-        // one value, the last column.
-        let operations = |case, flags| {
-            let metric = p8_metric::figure(profile, case, flags, Figure::OperationsP99);
-            medians.get(metric.name.as_str()).and_then(|sides| sides[3])
-        };
+        // The cloud operations' bound where it was taken: the last column.
+        let operations = |case, flags| p8_operations(&medians, profile, case, flags);
         let bounded = Case::ALL.iter().any(|&case| {
             Flags::ALL
                 .iter()
@@ -294,6 +290,18 @@ pub fn p8_tables(results: &Results, sizes: &Sizes) -> String {
     md
 }
 
+/// The cloud operations' bound of a P8 row (recorded on the floor's side),
+/// where the floor's run took it.
+fn p8_operations(
+    medians: &BTreeMap<&str, P8Sides>,
+    profile: Profile,
+    case: Case,
+    flags: Flags,
+) -> Option<Summary> {
+    let metric = p8_metric::figure(profile, case, flags, Figure::OperationsP99);
+    medians.get(metric.name.as_str()).and_then(|sides| sides[3])
+}
+
 /// The P8 goals, p99 against upstream's: ⅓ for the noisy
 /// neighbour's small nodes, ½ for the rest.
 fn p8_goal_share(case: Case) -> f64 {
@@ -318,15 +326,8 @@ fn p8_goals(medians: &BTreeMap<&str, P8Sides>) -> String {
                 else {
                     continue;
                 };
-                // The cloud operations alone, where the profile's ledger
-                // gives them: a bound no order can beat.
-                let operations = medians
-                    .get(
-                        p8_metric::figure(profile, case, flags, Figure::OperationsP99)
-                            .name
-                            .as_str(),
-                    )
-                    .and_then(|sides| sides[3]);
+                // A bound no order can beat, where it was taken.
+                let operations = p8_operations(medians, profile, case, flags);
                 let share = p8_goal_share(case);
                 let goal = up.median * share;
                 // The fastest attacher's time: a floor more than 10 % above

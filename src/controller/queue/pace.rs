@@ -283,7 +283,8 @@ impl Pacer {
                         .exhausted
                         .get(node)
                         .is_some_and(|(_, since)| started >= *since);
-                if found_room && state.exhausted.remove(node).is_some() {
+                if found_room {
+                    state.exhausted.remove(node);
                     drop(state);
                     self.queue.release(Lane::Attach, node);
                     self.count_held(-1);
