@@ -774,6 +774,9 @@ const EXIT1_REASONS: &[(&str, &[&str], i128)] = &[
             "lease-stolen",
             "leader-sigstop-past-lease",
             "fd-limit-and-idle-flood",
+            // Its connections vanish: the Lease renewal fails on the dead
+            // connection (I11 counts the exit as noticing).
+            "watch-half-open",
         ],
         5 * SECOND,
     ),

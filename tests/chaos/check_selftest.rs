@@ -454,6 +454,34 @@ fn i5_reports_no_leader_slow_probe_pending_and_unchecked_lanes() {
 }
 
 #[test]
+fn i6_takes_a_lost_lease_after_vanished_connections_as_explained() {
+    // The leader's connections vanished without a FIN or RST: its Lease
+    // renewal fails on the dead connection, it stops leading and exits 1
+    // (I11 accepts that exit as noticing). Seen as an I6 violation on a
+    // CI-size run: the exit came 0.26 s after the fault's window ended.
+    let mut h = clean();
+    h.exits.push(Exit {
+        replica: 1,
+        code: Some(1),
+        signal: None,
+        sent: None,
+        at: t(12.0),
+    });
+    h.windows.push(window(
+        "watch-half-open",
+        10.0,
+        11.7,
+        "replica-1's connections vanished without a FIN or RST (16 of them)",
+    ));
+    h.logs.push((
+        "replica-1 log".into(),
+        "E1127 10:00:11.900000       1 main.rs:102] \"exiting\" err=\"Stopped leading\"\n".into(),
+    ));
+    let f = check(&h);
+    assert!(f.of("I6").is_empty(), "{f:#?}");
+}
+
+#[test]
 fn i6_reports_panics_floods_unexplained_exits_and_busy_standbys() {
     let mut h = clean();
     h.logs.push((
