@@ -301,7 +301,18 @@ fn deleted_at_once(h: &History, inst: &Instance) -> bool {
     })
 }
 
+/// Whether the driver may have acted on `call`: not refused by its fence,
+/// and, while the fence is `enforced`, a call with an epoch passed it (the
+/// mock checks the fence right before it acts, after a fault's error or
+/// delay and its "an operation is pending" refusal, and marks each call
+/// that passed with `acted`).
+fn could_act(call: &Call, enforced: bool) -> bool {
+    !call.fenced && !(enforced && call.epoch.is_some() && call.acted.is_none())
+}
+
 pub fn i1(h: &History, f: &mut Findings) {
+    // The driver enforces the fence when it marked a call as passed.
+    let enforced = h.calls.iter().any(|c| c.acted.is_some());
     let live: BTreeSet<(&str, &str)> = h
         .live_vas
         .iter()
@@ -325,14 +336,16 @@ pub fn i1(h: &History, f: &mut Findings) {
             continue; // not deleted, or still deleting (I2's business)
         }
         let node_ok = |id: &str| node_of_id(id).as_deref() == Some(inst.node.as_str());
-        // A Publish the driver's fence refused (a stale epoch) did nothing:
-        // the last Publish that could have acted is the one to undo.
+        // A Publish the driver's fence refused (a stale epoch) did nothing,
+        // nor did one refused before it reached the fence (an injected
+        // error, "an operation is pending for volume"): the last Publish
+        // that could have acted is the one to undo.
         let Some(last) = h
             .calls
             .iter()
             .filter(|c| {
                 c.method == "ControllerPublishVolume"
-                    && !c.fenced
+                    && could_act(c, enforced)
                     && c.volume == inst.handle
                     && node_ok(&c.node)
             })

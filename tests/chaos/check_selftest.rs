@@ -227,12 +227,35 @@ fn i1_reports_a_missing_or_early_unpublish_and_missing_evidence() {
     let mut h = clean();
     h.calls.push(refused());
     assert!(check(&h).of("I1").is_empty(), "{:#?}", check(&h));
-    // The same call not refused by a fence (it failed in the driver, and
-    // may have acted): still the last Publish to undo.
+    // The same call passed by the fence (it failed in the driver, and may
+    // have acted): still the last Publish to undo.
     let mut h = clean();
     h.calls.push(Call {
         fenced: false,
+        acted: Some(t(9.505)),
         ..refused()
+    });
+    only(&check(&h), "I1");
+    // Refused before it reached the fence (an injected Aborted, or "an
+    // operation is pending for volume" while the Unpublish ran; a CI run at
+    // 84cd7f2) while the fence marks the calls it passes: it did nothing.
+    let mut h = clean();
+    for c in &mut h.calls {
+        c.epoch = Some(1);
+        c.acted = Some(c.start);
+    }
+    let before_the_fence = Call {
+        epoch: Some(1),
+        code: "Aborted".into(),
+        ..call(PUB, 1, "vol-a", "node-1-id", 9.05, 9.05)
+    };
+    h.calls.push(before_the_fence.clone());
+    assert!(check(&h).of("I1").is_empty(), "{:#?}", check(&h));
+    // Without a fence there is no telling: still the last Publish to undo.
+    let mut h = clean();
+    h.calls.push(Call {
+        epoch: None,
+        ..before_the_fence
     });
     only(&check(&h), "I1");
 }
