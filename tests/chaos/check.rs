@@ -307,7 +307,8 @@ fn deleted_at_once(h: &History, inst: &Instance) -> bool {
 /// delay and its "an operation is pending" refusal, and marks each call
 /// that passed with `acted`).
 fn could_act(call: &Call, enforced: bool) -> bool {
-    !call.fenced && !(enforced && call.epoch.is_some() && call.acted.is_none())
+    let stopped_before_the_fence = enforced && call.epoch.is_some() && call.acted.is_none();
+    !call.fenced && !stopped_before_the_fence
 }
 
 pub fn i1(h: &History, f: &mut Findings) {
