@@ -100,6 +100,17 @@ impl Profile {
             .map_or(usize::MAX, |n| n as usize)
     }
 
+    /// Whether the cloud runs one operation per node at a time
+    /// (`node.cloud_serial` of the profile).
+    pub fn cloud_serial(self) -> bool {
+        let profile: toml::Table = toml::from_str(self.toml()).unwrap_or_default();
+        profile
+            .get("node")
+            .and_then(|n| n.get("cloud_serial"))
+            .and_then(toml::Value::as_bool)
+            .unwrap_or(false)
+    }
+
     /// The cloud API's token bucket where every operation takes a token
     /// (its `[api]` bucket, refill per second, and whether attach and detach
     /// have one each, `per_kind`); `None` where there is no
@@ -448,7 +459,13 @@ pub struct Moves {
 /// draw; and the new attach starts after the old detach has ended (the new
 /// VA comes once the old one is gone). Not counted: waits for tokens,
 /// slots or workers, the driver's polls and every API write.
-pub fn operations_bound(ledger: &str, moves: &[Moves]) -> Option<Vec<f64>> {
+///
+/// Where the cloud runs one operation per node at a time (`serial`: the
+/// profile's `cloud_serial`), the bound also counts that each node's
+/// operations follow one another ([`serial_bound`]); the values are then
+/// the bound's sorted order statistics rather than one per volume (only
+/// their percentiles are read).
+pub fn operations_bound(ledger: &str, moves: &[Moves], serial: bool) -> Option<Vec<f64>> {
     let mut first: HashMap<(String, String, String), f64> = HashMap::new();
     for entry in lines(ledger) {
         if entry["event"] != "operation" || entry["number"].as_u64() != Some(1) {
@@ -468,16 +485,114 @@ pub fn operations_bound(ledger: &str, moves: &[Moves]) -> Option<Vec<f64>> {
             .get(&(kind.to_owned(), volume.to_owned(), node.to_owned()))
             .copied()
     };
-    moves
+    let drawn = moves
         .iter()
         .map(|m| {
             let detach = m
                 .from
                 .as_deref()
-                .and_then(|from| of("detach", &m.volume, from))
-                .unwrap_or(0.0);
-            Some(detach + of("attach", &m.volume, &m.to)?)
+                .and_then(|from| Some((from, of("detach", &m.volume, from)?)));
+            Some(Drawn {
+                detach,
+                to: &m.to,
+                attach: of("attach", &m.volume, &m.to)?,
+            })
         })
+        .collect::<Option<Vec<Drawn>>>()?;
+    Some(if serial {
+        serial_bound(&drawn)
+    } else {
+        drawn.iter().map(Drawn::sum).collect()
+    })
+}
+
+/// One volume's first operations, as the profile drew them (seconds).
+struct Drawn<'a> {
+    /// The old node and the detach from it, if one ran.
+    detach: Option<(&'a str, f64)>,
+    to: &'a str,
+    attach: f64,
+}
+
+impl Drawn<'_> {
+    fn detach(&self) -> f64 {
+        self.detach.map_or(0.0, |(_, d)| d)
+    }
+
+    fn sum(&self) -> f64 {
+        self.detach() + self.attach
+    }
+}
+
+/// The bound of [`operations_bound`] where the cloud runs one operation per
+/// node at a time: sorted, the least each order statistic of the volumes'
+/// times can be, in seconds from the case's start.
+///
+/// Three lower bounds on the sorted times, each valid alone, taken at their
+/// greatest, element by element: (1) each volume's own detach + attach; (2)
+/// per new node, its attaches one after another: its k-th attach ends no
+/// sooner than the earliest of its volumes' detaches plus the k shortest of
+/// their attaches (shortest first ends each k-th soonest); (3) per old
+/// node, its detaches one after another, the k-th no sooner than the k
+/// shortest of them, then at least the shortest of their attaches. (Where
+/// each group's sorted times are at least a sequence, the sorted times of
+/// all are at least those sequences merged and sorted.) Volumes of no group
+/// (no detach ran) count alone in (3).
+fn serial_bound(drawn: &[Drawn]) -> Vec<f64> {
+    let sorted = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    // Running sums of a group's latencies, shortest first, from `start`.
+    let serialized = |start: f64, latencies: Vec<f64>| {
+        sorted(latencies)
+            .into_iter()
+            .scan(start, |end, latency| {
+                *end += latency;
+                Some(*end)
+            })
+            .collect::<Vec<f64>>()
+    };
+    let alone = sorted(drawn.iter().map(Drawn::sum).collect());
+    let mut by_new: HashMap<&str, Vec<&Drawn>> = HashMap::new();
+    let mut by_old: HashMap<&str, Vec<&Drawn>> = HashMap::new();
+    let mut unmoved = Vec::new();
+    for d in drawn {
+        by_new.entry(d.to).or_default().push(d);
+        match d.detach {
+            Some((from, _)) => by_old.entry(from).or_default().push(d),
+            None => unmoved.push(d.sum()),
+        }
+    }
+    let attaches = sorted(
+        by_new
+            .values()
+            .flat_map(|group| {
+                let start = group
+                    .iter()
+                    .map(|d| d.detach())
+                    .fold(f64::INFINITY, f64::min);
+                serialized(start, group.iter().map(|d| d.attach).collect())
+            })
+            .collect(),
+    );
+    let detaches = sorted(
+        by_old
+            .values()
+            .flat_map(|group| {
+                let shortest = group.iter().map(|d| d.attach).fold(f64::INFINITY, f64::min);
+                serialized(0.0, group.iter().map(|d| d.detach()).collect())
+                    .into_iter()
+                    .map(move |end| end + shortest)
+            })
+            .chain(unmoved)
+            .collect(),
+    );
+    alone
+        .iter()
+        .zip(&attaches)
+        .zip(&detaches)
+        .map(|((a, b), c)| a.max(*b).max(*c))
         .collect()
 }
 
@@ -669,19 +784,81 @@ mod tests {
         assert_eq!(
             operations_bound(
                 &ledger,
-                &[moves("v0", Some("old")), moves("v1", Some("old"))]
+                &[moves("v0", Some("old")), moves("v1", Some("old"))],
+                false
             ),
             Some(vec![5.0, 4.0])
         );
         // A burst: the attach alone.
         assert_eq!(
-            operations_bound(&ledger, &[moves("v0", None)]),
+            operations_bound(&ledger, &[moves("v0", None)], false),
             Some(vec![3.0])
         );
         // A volume whose attach never started (or a batching profile): none.
         assert_eq!(
-            operations_bound(&ledger, &[moves("v0", None), moves("v2", None)]),
+            operations_bound(&ledger, &[moves("v0", None), moves("v2", None)], false),
             None
+        );
+    }
+
+    #[test]
+    fn where_the_cloud_runs_one_operation_per_node_the_bound_counts_them_one_after_another() {
+        let op = |kind: &str, volume: &str, node: &str, ms: f64| {
+            serde_json::json!({"event": "operation", "kind": kind, "volume_id": volume,
+                "node_id": node, "number": 1, "latency_ms": ms, "time_unix_nanos": 1})
+            .to_string()
+        };
+        let moves = |volume: &str, from: Option<&str>, to: &str| Moves {
+            volume: volume.to_owned(),
+            from: from.map(str::to_owned),
+            to: to.to_owned(),
+        };
+        // A burst: node a's three attaches follow one another, shortest
+        // first; node b's one attach is alone.
+        let burst = [
+            op("attach", "v1", "a", 3000.0),
+            op("attach", "v2", "a", 1000.0),
+            op("attach", "v3", "a", 2000.0),
+            op("attach", "v4", "b", 5000.0),
+        ]
+        .join("\n");
+        let planned = [
+            moves("v1", None, "a"),
+            moves("v2", None, "a"),
+            moves("v3", None, "a"),
+            moves("v4", None, "b"),
+        ];
+        assert_eq!(
+            operations_bound(&burst, &planned, true),
+            Some(vec![1.0, 3.0, 5.0, 6.0])
+        );
+        assert_eq!(
+            operations_bound(&burst, &planned, false),
+            Some(vec![3.0, 1.0, 2.0, 5.0])
+        );
+        // Moves from one old node to two new ones: the old node's detaches
+        // follow one another (1, 1+2, 1+2+4 s, each then at least the
+        // shortest attach, 1 s); the new node c's attaches start after the
+        // earliest of their detaches (1 s) and follow one another.
+        let moved = [
+            op("detach", "v1", "old", 1000.0),
+            op("detach", "v2", "old", 2000.0),
+            op("detach", "v3", "old", 4000.0),
+            op("attach", "v1", "c", 3000.0),
+            op("attach", "v2", "c", 3000.0),
+            op("attach", "v3", "d", 1000.0),
+        ]
+        .join("\n");
+        let planned = [
+            moves("v1", Some("old"), "c"),
+            moves("v2", Some("old"), "c"),
+            moves("v3", Some("old"), "d"),
+        ];
+        // Alone: 4, 5, 5; new nodes: c 1+3, 1+3+3 and d 4+1 = 4, 5, 7;
+        // old node: 2, 4, 8.
+        assert_eq!(
+            operations_bound(&moved, &planned, true),
+            Some(vec![4.0, 5.0, 8.0])
         );
     }
 

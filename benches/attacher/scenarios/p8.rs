@@ -412,6 +412,15 @@ impl Track<'_> {
         })
         .await?;
         let created = lock(&created).clone();
+        // How far apart the creates came, the times' references: a bound
+        // counted from the case's start (the floor's) holds for them up to it.
+        let last = created.values().copied().fold(start, f64::max);
+        eprintln!(
+            "  {}: {} VAs created within {:.2} s",
+            self.run,
+            created.len(),
+            last - start
+        );
         let names: Vec<String> = vas.iter().map(|p| format!("{}-va", p.pv)).collect();
         let (big, small) = match case {
             Case::NoisyNeighbour => names.split_at(self.h.sizes.p8.noisy_big),
@@ -527,6 +536,13 @@ impl Track<'_> {
             }
             deleted.insert(name.clone(), at);
         }
+        let last = deleted.values().copied().fold(start, f64::max);
+        eprintln!(
+            "  {}: {} old VAs deleted within {:.2} s",
+            self.run,
+            deleted.len(),
+            last - start
+        );
         // Each new VA once its old one is gone, as the gone events come.
         let next: HashMap<String, Planned> = old.iter().cloned().zip(moved.to_vec()).collect();
         let mover = async {

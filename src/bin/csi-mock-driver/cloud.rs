@@ -11,7 +11,8 @@
 //! attachment-limit checks, then the cloud API's token bucket (throttled calls
 //! retried inside the call, or failed), the node's operation slots (wait or
 //! fail), and the cloud operation itself: a sampled latency, alone or in the
-//! node's next batch. With `outlives_caller` the operation runs on its own
+//! node's next batch, after the node's operation before it where the cloud
+//! runs one per node at a time (`cloud_serial`). With `outlives_caller` the operation runs on its own
 //! task, so a caller's deadline does not stop it: it completes later, and a
 //! new call meanwhile meets it as pending.
 //!
@@ -114,6 +115,8 @@ struct State {
     /// Instances the cloud no longer has.
     gone: HashSet<String>,
     slots: HashMap<String, Arc<Semaphore>>,
+    /// Per node, its one operation at a time in the cloud (`node.cloud_serial`).
+    instances: HashMap<String, Arc<Semaphore>>,
     /// The API's token buckets: one (index 0) unless `api.per_kind`, then
     /// attach's (0) and detach's (1).
     buckets: Vec<Bucket>,
@@ -548,11 +551,25 @@ impl Cloud {
             }
             Some(latency)
         };
+        let instance = self.profile.node.cloud_serial.then(|| {
+            Arc::clone(
+                self.state()
+                    .instances
+                    .entry(key.1.clone())
+                    .or_insert_with(|| Arc::new(Semaphore::new(1))),
+            )
+        });
         let cloud = Arc::clone(self);
         let op_key = key.clone();
         let key = key.clone();
         let work = async move {
             let started = Instant::now();
+            // The node's previous operation ends first (its latency starts
+            // then); the semaphore is never closed.
+            let _turn = match instance {
+                Some(instance) => instance.acquire_owned().await.ok(),
+                None => None,
+            };
             let result = match latency {
                 None => cloud.batched(kind, key.clone(), attach).await,
                 Some(latency) => {
@@ -1293,6 +1310,48 @@ mod tests {
             .contains_key(&("d-2".into(), "i-1".into())));
         other.await.expect("join").0.expect("d-2");
         assert!(t.elapsed() > Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cloud_serial_runs_a_nodes_operations_one_at_a_time_past_a_caller_that_gave_up() {
+        // The driver's slot is its call's, as serial-per-node's; fixed 10 s.
+        let profile = |serial: bool| {
+            format!(
+                "{FIXED}[node]\nmax_operations = 1\non_busy = \"wait\"\nslot_scope = \"call\"\n\
+                 cloud_serial = {serial}\n[operation]\noutlives_caller = true\n"
+            )
+        };
+        // d-1's caller gives up; the cloud goes on attaching it until 10 s.
+        async fn after_an_abandoned_attach(cloud: &Arc<Cloud>) -> (Duration, Duration) {
+            let t0 = Instant::now();
+            abandon_attach(cloud, "d-1", "i-1").await;
+            let same = spawn_publish(cloud, "d-2", "i-1");
+            let other = spawn_publish(cloud, "d-3", "i-2");
+            let (same, same_end) = same.await.expect("join");
+            let (other, other_end) = other.await.expect("join");
+            same.and(other).expect("attached");
+            (same_end - t0, other_end - t0)
+        }
+        let serial = custom(&profile(true));
+        assert_eq!(
+            after_an_abandoned_attach(&serial).await,
+            (Duration::from_secs(20), Duration::from_secs(10)),
+            "d-2's operation waited for d-1's in the cloud; i-2 waited for nothing"
+        );
+        // A detach waits as well.
+        let t = Instant::now();
+        abandon_attach(&serial, "d-4", "i-1").await;
+        serial
+            .unpublish("d-2", "i-1", None)
+            .await
+            .expect("detached");
+        assert_eq!(Instant::now() - t, Duration::from_secs(20));
+        // Without it, the freed driver slot lets d-2's operation run beside d-1's.
+        let overlapping = custom(&profile(false));
+        assert_eq!(
+            after_an_abandoned_attach(&overlapping).await,
+            (Duration::from_secs(10), Duration::from_secs(10))
+        );
     }
 
     #[tokio::test(start_paused = true)]

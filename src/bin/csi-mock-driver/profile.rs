@@ -195,6 +195,11 @@ pub struct Node {
     /// the driver's call (a lock in the driver, released when its caller goes away).
     #[serde(default)]
     pub slot_scope: SlotScope,
+    /// The cloud runs one operation per node at a time, attaches and
+    /// detaches alike: an operation waits for the node's previous one to
+    /// end, also one whose caller gave up (whatever the driver's slots).
+    #[serde(default)]
+    pub cloud_serial: bool,
     #[serde(default = "internal")]
     pub busy_code: GrpcCode,
     #[serde(default)]
@@ -220,6 +225,7 @@ impl Default for Node {
             max_operations: 0,
             on_busy: OnBusy::Wait,
             slot_scope: SlotScope::Operation,
+            cloud_serial: false,
             busy_code: internal(),
             busy_message: String::new(),
             gone_publish_code: not_found(),

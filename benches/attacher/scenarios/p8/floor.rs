@@ -152,7 +152,7 @@ pub(super) async fn run(
         })
         .collect();
     let ledger = std::fs::read_to_string(&t.mock.ledger_path).unwrap_or_default();
-    let operations = operations_bound(&ledger, &moves);
+    let operations = operations_bound(&ledger, &moves, t.profile.cloud_serial());
     let times: Vec<Option<f64>> = done.iter().map(|d| Some(d.done? - start)).collect();
     let not_attached = times.iter().filter(|t| t.is_none()).count();
     let all = if not_attached == 0 {
