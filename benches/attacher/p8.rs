@@ -700,6 +700,8 @@ mod tests {
         // A token per VM update (a batch), not per call; no bucket.
         assert_eq!(Profile::AzureDisk.call_bucket(), None);
         assert_eq!(Profile::SerialPerNode.call_bucket(), None);
+        assert!(Profile::SerialPerNode.cloud_serial());
+        assert!(!Profile::GcePd.cloud_serial() && !Profile::AwsEbs.cloud_serial());
     }
 
     #[test]

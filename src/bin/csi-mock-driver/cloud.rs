@@ -1293,6 +1293,7 @@ mod tests {
     async fn serial_per_node_a_caller_that_gives_up_frees_the_slot_and_a_retry_meets_attaching() {
         let cloud = cloud("serial-per-node");
         assert_eq!(cloud.profile().node.slot_scope, SlotScope::Call);
+        assert!(cloud.profile().node.cloud_serial);
         abandon_attach(&cloud, "d-1", "i-1").await;
         let retry = cloud
             .publish(args("d-1", "i-1"))
@@ -1300,7 +1301,8 @@ mod tests {
             .expect_err("attaching");
         assert_eq!(retry.code(), Code::Aborted);
         assert!(retry.message().contains("is attaching"), "{retry:?}");
-        // The driver's slot is free although the cloud still attaches d-1.
+        // The driver's slot is free although the cloud still attaches d-1:
+        // d-2's operation starts in the driver, and waits in the cloud.
         let t = Instant::now();
         let other = spawn_publish(&cloud, "d-2", "i-1");
         settle().await;
@@ -1310,6 +1312,10 @@ mod tests {
             .contains_key(&("d-2".into(), "i-1".into())));
         other.await.expect("join").0.expect("d-2");
         assert!(t.elapsed() > Duration::ZERO);
+        assert!(
+            cloud.published().context("d-1", "i-1").is_some(),
+            "d-1's operation ended before d-2's"
+        );
     }
 
     #[tokio::test(start_paused = true)]
