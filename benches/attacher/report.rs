@@ -387,8 +387,10 @@ fn p8_goals(medians: &BTreeMap<&str, P8Sides>) -> String {
          concurrency, attaches a volume sooner (a pair's second operation starts only after its \
          first ended, an operation outlives a caller that gives up, and a moved volume's new VA \
          comes once its old one is gone), so where it is above the goal, the goal is beyond \
-         the cloud's own time. None for a batching profile (a batch's time is its VM update's, \
-         not one volume's).\n\n\
+         the cloud's own time. Where the cloud runs one operation per node at a time (the \
+         profile's `cloud_serial`), it also counts each node's operations one after another, \
+         shortest first, from the case's start (bench/README.md). None for a batching profile \
+         (a batch's time is its VM update's, not one volume's).\n\n\
          | profile | case | flags | goal: p99 at most | ours p99 | floor p99 | operations p99 | |\n|---|---|---|---|---|---|---|---|\n{rows}"
     )
 }
