@@ -756,13 +756,24 @@ mod tests {
         assert!(done.figure(Figure::CallsPerAttach, cap).is_nan());
     }
 
+    /// A ledger's `operation` line.
+    fn op(kind: &str, volume: &str, node: &str, number: u64, ms: f64) -> String {
+        serde_json::json!({"event": "operation", "kind": kind, "volume_id": volume,
+            "node_id": node, "number": number, "latency_ms": ms, "time_unix_nanos": 1})
+        .to_string()
+    }
+
+    /// A volume's move (`from: None`: a burst's attach alone).
+    fn planned(volume: &str, from: Option<&str>, to: &str) -> Moves {
+        Moves {
+            volume: volume.to_owned(),
+            from: from.map(str::to_owned),
+            to: to.to_owned(),
+        }
+    }
+
     #[test]
     fn the_operations_bound_sums_each_volumes_first_detach_and_attach() {
-        let op = |kind: &str, volume: &str, node: &str, number: u64, ms: f64| {
-            serde_json::json!({"event": "operation", "kind": kind, "volume_id": volume,
-                "node_id": node, "number": number, "latency_ms": ms, "time_unix_nanos": 1})
-            .to_string()
-        };
         let ledger = [
             // The setup's attach where the volume starts: not the case's.
             op("attach", "v0", "old", 1, 9000.0),
@@ -778,11 +789,7 @@ mod tests {
             r#"{"event":"operation","kind":"attach","volume_id":"v2""#.to_owned(),
         ]
         .join("\n");
-        let moves = |volume: &str, from: Option<&str>| Moves {
-            volume: volume.to_owned(),
-            from: from.map(str::to_owned),
-            to: "new".to_owned(),
-        };
+        let moves = |volume: &str, from: Option<&str>| planned(volume, from, "new");
         assert_eq!(
             operations_bound(
                 &ledger,
@@ -805,16 +812,8 @@ mod tests {
 
     #[test]
     fn where_the_cloud_runs_one_operation_per_node_the_bound_counts_them_one_after_another() {
-        let op = |kind: &str, volume: &str, node: &str, ms: f64| {
-            serde_json::json!({"event": "operation", "kind": kind, "volume_id": volume,
-                "node_id": node, "number": 1, "latency_ms": ms, "time_unix_nanos": 1})
-            .to_string()
-        };
-        let moves = |volume: &str, from: Option<&str>, to: &str| Moves {
-            volume: volume.to_owned(),
-            from: from.map(str::to_owned),
-            to: to.to_owned(),
-        };
+        let op = |kind: &str, volume: &str, node: &str, ms: f64| op(kind, volume, node, 1, ms);
+        let moves = planned;
         // A burst: node a's three attaches follow one another, shortest
         // first; node b's one attach is alone.
         let burst = [
