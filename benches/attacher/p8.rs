@@ -336,8 +336,10 @@ pub struct Observed {
     pub calls: CallCount,
     pub attach_errors: usize,
     /// Per measured volume: its cloud operations' latencies alone, summed
-    /// ([`operations_bound`]); `None` where the driver's ledger does not
-    /// give them (a batching profile) or for an attacher's run.
+    /// (where the cloud serializes a node's operations, the bound's sorted
+    /// order statistics instead: [`operations_bound`]); `None` where the
+    /// driver's ledger does not give them (a batching profile) or for an
+    /// attacher's run.
     pub operations: Option<Vec<f64>>,
 }
 
