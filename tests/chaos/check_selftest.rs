@@ -78,6 +78,17 @@ fn window(kind: &str, start: f64, end: f64, note: &str) -> Window {
     }
 }
 
+/// Replica `replica` exiting with code 1 at `at` s.
+fn exit1(replica: usize, at: f64) -> Exit {
+    Exit {
+        replica,
+        code: Some(1),
+        signal: None,
+        sent: None,
+        at: t(at),
+    }
+}
+
 /// A run that passes every check: replica-0 leads from a CREATE at 0 s
 /// (window opens at 3 s) and renews every 0.5 s to 20 s; VA `va-a` is
 /// published at 3 s, marked attached, deleted, unpublished at 9 s and its
@@ -483,13 +494,7 @@ fn i6_takes_a_lost_lease_after_vanished_connections_as_explained() {
     // (I11 accepts that exit as noticing). Seen as an I6 violation on a
     // CI-size run: the exit came 0.26 s after the fault's window ended.
     let mut h = clean();
-    h.exits.push(Exit {
-        replica: 1,
-        code: Some(1),
-        signal: None,
-        sent: None,
-        at: t(12.0),
-    });
+    h.exits.push(exit1(1, 12.0));
     h.windows.push(window(
         "watch-half-open",
         10.0,
@@ -520,13 +525,7 @@ fn i6_reports_panics_floods_unexplained_exits_and_busy_standbys() {
     only(&check(&h), "I6");
     // An exit 1 without a logged reason: used to be accepted.
     let mut h = clean();
-    h.exits.push(Exit {
-        replica: 1,
-        code: Some(1),
-        signal: None,
-        sent: None,
-        at: t(12.0),
-    });
+    h.exits.push(exit1(1, 12.0));
     h.windows
         .push(window("lease-stolen", 11.0, 11.2, "stolen: None"));
     only(&check(&h), "I6");
@@ -708,13 +707,7 @@ fn i11_reports_half_open_connections_noticed_late_or_never() {
     // connection: leadership lost): noticed, its watches gone with it. CI
     // once failed here: the replica exited before any watch failed.
     let mut exited = h.clone();
-    exited.exits.push(Exit {
-        replica: 0,
-        code: Some(1),
-        signal: None,
-        sent: None,
-        at: t(11.0),
-    });
+    exited.exits.push(exit1(0, 11.0));
     let f = check(&exited);
     assert!(f.of("I11").is_empty(), "{f:#?}");
     assert!(
