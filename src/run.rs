@@ -184,6 +184,7 @@ fn note_ignored_flags(config: &Config) {
         retry_interval_max: _,
         worker_threads: _,
         max_inflight_per_node: _,
+        attach_gather_window: _,
         schedule_per_node: _,
         adaptive_concurrency: _,
         settle_after_deadline: _,
@@ -349,6 +350,7 @@ fn controller_settings(
         max_inflight_per_node: usize::try_from(config.max_inflight_per_node)
             .ok()
             .filter(|cap| *cap > 0),
+        attach_gather_window: config.attach_gather_window,
         schedule_per_node: config.schedule_per_node,
         adaptive_concurrency: config.adaptive_concurrency,
         settle_after_deadline: config.settle_after_deadline,

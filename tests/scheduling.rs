@@ -9,8 +9,9 @@
 //! `--unpublish-not-found-node-gone` ends a deleted instance's VAs,
 //! `--adaptive-concurrency` lowers the limit after overload answers, an
 //! operation the driver says still runs is polled, a `--timeout` that fits
-//! is said, and `--max-inflight-per-node=1` keeps a serializing driver's
-//! calls from timing out in its queue.
+//! is said, `--max-inflight-per-node=1` keeps a serializing driver's
+//! calls from timing out in its queue, and `--attach-gather-window` brings a
+//! node's attaches to a batching driver together.
 
 use std::time::Duration;
 
@@ -893,4 +894,79 @@ async fn schedule_per_node_false_holds_another_nodes_attach_behind_a_serial_back
     // First queued, first served: behind the six 1 s operations, about 6 s.
     let took = another_node_after_a_serial_backlog(&["--schedule-per-node=false"]).await;
     assert!(took >= 5.0, "attached {took:.1} s after its create");
+}
+
+/// A driver that batches a node's attaches (as azure-disk's `[batch]`): the
+/// first call of a node waits 100 ms, then one 2 s node update carries the
+/// node's calls queued by then; later calls wait for the next update.
+fn batching_profile() -> ProfileFile {
+    fixed(
+        "batching",
+        2000,
+        100,
+        "[batch]\ninitial_delay_ms = 100\nmax_batch = 8\n",
+    )
+}
+
+/// Four attaches of one node whose VAs are created 400 ms apart (a
+/// scale-up's pods scheduled one after another), on [`batching_profile`]'s
+/// driver: how many node updates they took (their OK Publish calls ending
+/// more than 0.5 s apart).
+async fn a_nodes_attaches_400ms_apart(extra: &[&str]) -> usize {
+    let file = batching_profile();
+    let profile = file.arg();
+    let env = Env::start(&[&profile], extra).await;
+    let (node, other) = (unique("node"), unique("node"));
+    env.create_node(&node).await;
+    env.create_node(&other).await;
+    let mut pvs = Vec::new();
+    for _ in 0..4 {
+        let volume = pv(&unique("pv"), &env.driver);
+        pvs.push(volume.name());
+        env.create_pv(volume.build()).await;
+    }
+    // The caches hold the node and the PVs before the first VA comes.
+    let canary = env.volume_on(&other).await;
+    env.wait_attached(&canary).await;
+    let start = tokio::time::Instant::now();
+    let mut names = Vec::new();
+    for (i, pv_name) in pvs.iter().enumerate() {
+        // The scenario's arrivals, not a wait for a condition.
+        tokio::time::sleep_until(start + Duration::from_millis(400) * i as u32).await;
+        let name = unique("va");
+        env.create_va(va(&name, &env.driver, &node).pv(pv_name).build())
+            .await;
+        names.push(name);
+    }
+    for name in &names {
+        env.wait_attached(name).await;
+    }
+    let mut ends: Vec<u64> = calls(&env, "ControllerPublishVolume")
+        .await
+        .iter()
+        .filter(|c| c["node_id"] == id(&node).as_str() && c["code"] == "OK")
+        .map(|c| call_span(c).1)
+        .collect();
+    assert_eq!(ends.len(), 4, "one OK Publish per attach: {ends:?}");
+    ends.sort_unstable();
+    1 + ends
+        .windows(2)
+        .filter(|w| w[1] - w[0] > 500_000_000)
+        .count()
+}
+
+#[tokio::test]
+async fn attach_gather_window_brings_a_nodes_attaches_to_a_batching_driver_together() {
+    // The node's first attach waits 2 s; the other three, created within
+    // 1.2 s of it, start with it: one node update.
+    let updates = a_nodes_attaches_400ms_apart(&["--attach-gather-window=2s"]).await;
+    assert_eq!(updates, 1, "node updates");
+}
+
+#[tokio::test]
+async fn without_a_gather_window_a_nodes_attaches_start_as_they_come() {
+    // The first attach starts at once and its update carries it alone; the
+    // others wait for the next update (upstream's behaviour too).
+    let updates = a_nodes_attaches_400ms_apart(&[]).await;
+    assert!(updates >= 2, "node updates: {updates}");
 }

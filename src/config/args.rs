@@ -48,6 +48,7 @@ const DURATIONS: &[(&str, &str)] = &[
     ("retry_interval_start", "retry-interval-start"),
     ("retry_interval_max", "retry-interval-max"),
     ("reconcile_sync", "reconcile-sync"),
+    ("attach_gather_window", "attach-gather-window"),
     (
         "leader_election_lease_duration",
         "leader-election-lease-duration",

@@ -156,6 +156,10 @@ pub struct Config {
     #[arg(long, default_value = "0", value_parser = uint_flag)]
     pub max_inflight_per_node: u64,
 
+    /// Not in upstream: a node's first attach (none of its attaches waiting or in flight) waits this long, and the node's attaches queued meanwhile start with it, for a driver that batches a VM's attaches into one update (Azure Disk); 0: no wait. Needs --schedule-per-node.
+    #[arg(long, default_value = "0s", value_parser = duration_flag)]
+    pub attach_gather_window: Duration,
+
     /// Not in upstream: schedule driver calls per node (nodes take turns, a failed node's detaches first, ResourceExhausted paces the node, hand-offs, polling an operation still running after a deadline); false: upstream's first-queued, first-served order.
     #[arg(long, require_equals = true, default_value = "true", value_parser = bool_flag,
           action = ArgAction::Set)]

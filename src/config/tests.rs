@@ -59,6 +59,11 @@ fn defaults_match_upstream() {
     assert_eq!(c.http_endpoint, "");
     assert_eq!(c.metrics_path, "/metrics");
     assert!(c.negative_durations.is_empty());
+    assert_eq!(c.attach_gather_window, Duration::ZERO);
+    assert_eq!(
+        ok(&["--attach-gather-window=1500ms"]).attach_gather_window,
+        Duration::from_millis(1500)
+    );
     assert!(c.validate_logging().is_ok());
     assert_eq!(c.feature_gates().ok(), Some(FeatureGates::default()));
     assert!(c.validate().is_ok());
@@ -396,6 +401,7 @@ fn negative_durations_parse_and_are_refused_where_upstream_breaks() {
         "retry-interval-start",
         "retry-interval-max",
         "reconcile-sync",
+        "attach-gather-window",
     ] {
         let c = ok(&[&format!("--{flag}=-1s")]);
         assert_eq!(

@@ -37,7 +37,11 @@
 //! ([`fair`]): a node's backlog delays its own keys, not the other nodes'.
 //! Urgent keys (detaches of failed nodes) go first. A node may be capped
 //! ([`WorkQueue::with_node_cap`]) and held ([`WorkQueue::hold`]); a key
-//! whose node is closed waits while other nodes' keys start.
+//! whose node is closed waits while other nodes' keys start. A lane may
+//! *gather* ([`WorkQueue::with_gather`]): the first key of a quiet node (none
+//! of its keys waiting or in flight in the lane) waits a window, and the
+//! node's keys queued meanwhile start with it, so that a driver that batches
+//! a node's operations gets them together.
 //!
 //! # Idle until started
 //! A queue built [`WorkQueue::idle`] ignores adds until [`WorkQueue::start`]:
@@ -110,6 +114,8 @@ pub struct WorkQueue<L: QueueLane> {
     metrics: Option<QueueMetrics>,
     concurrency: Option<Concurrency>,
     placer: Option<Placer>,
+    /// Each lane's gather window (zero: none).
+    gathers: Vec<Duration>,
     lanes: PhantomData<fn(L) -> L>,
 }
 
@@ -145,6 +151,7 @@ impl<L: QueueLane> WorkQueue<L> {
             metrics,
             concurrency: None,
             placer: None,
+            gathers: vec![Duration::ZERO; lanes],
             lanes: PhantomData,
         }
     }
@@ -165,6 +172,16 @@ impl<L: QueueLane> WorkQueue<L> {
     /// (`None` or 0: no cap). Needs a placer to mean anything.
     pub fn with_node_cap(self, cap: Option<usize>) -> Self {
         self.lock().groups.set_cap(cap);
+        self
+    }
+
+    /// In `lane`, a quiet node's first key waits `window` and the node's
+    /// keys queued meanwhile start with it (see the module docs; zero: no
+    /// gather). Needs a placer to mean anything.
+    pub fn with_gather(mut self, lane: L, window: Duration) -> Self {
+        if let Some(w) = self.gathers.get_mut(lane.index()) {
+            *w = window;
+        }
         self
     }
 
@@ -229,6 +246,7 @@ impl<L: QueueLane> WorkQueue<L> {
             .placer
             .as_ref()
             .map_or_else(Placement::none, |place| place(key, lane));
+        self.maybe_gather(state, lane, &placement);
         state
             .queued
             .insert(key.to_string(), (lane, Arc::clone(&placement.group)));
@@ -262,6 +280,31 @@ impl<L: QueueLane> WorkQueue<L> {
         }
         state.lanes[lane].push(key.to_string(), placement);
         self.lane_ready[lane].notify_one();
+    }
+
+    /// Starts a gather of `placement`'s node in `lane` when the lane gathers
+    /// and the node is quiet there: none of its keys waiting (the key being
+    /// queued is not yet) or in flight, and no gather running.
+    fn maybe_gather(&self, state: &mut State, lane: usize, placement: &Placement) {
+        let window = self.gathers.get(lane).copied().unwrap_or_default();
+        if window.is_zero() || placement.urgent || placement.group.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let State {
+            lanes,
+            queued,
+            groups,
+            ..
+        } = state;
+        let group = &placement.group;
+        let quiet = groups.in_lane(lane, group) == 0
+            && !groups.gathering(lane, group, now)
+            && !lanes[lane].waits(group, |k| queued.get(k).is_some_and(|(l, _)| *l == lane));
+        if quiet {
+            groups.gather(lane, group, now + window);
+            self.timers_changed.notify_one();
+        }
     }
 
     /// Queues `key` in `lane` after `delay`, for an event.
@@ -1139,6 +1182,76 @@ mod tests {
             Some("n1-c"),
             "released: no limit"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_nodes_keys_gather_for_the_window_then_start_together() {
+        let window = Duration::from_secs(1);
+        let placer: Placer =
+            Box::new(|key, _| Placement::node(key.split_once('-').map_or(key, |(node, _)| node)));
+        let q = Arc::new(
+            WorkQueue::<Lane>::new("test", BACKOFF, None)
+                .with_placer(placer)
+                .with_gather(l(0), window),
+        );
+        let timers = Arc::clone(&q);
+        tokio::spawn(async move { timers.run_timers().await });
+        let start = Instant::now();
+        q.add("n1-a", l(0));
+        q.add("d-a", l(1));
+        assert_eq!(next(&q, 0).await, None, "n1 gathers");
+        assert_eq!(next(&q, 1).await.as_deref(), Some("d-a"), "not lane 1");
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        q.add("n1-b", l(0));
+        q.add("n2-a", l(0));
+        assert_eq!(next(&q, 0).await, None, "n1 still gathers, n2 began to");
+        // A worker waiting for work wakes when n1's gather ends: both of its
+        // keys go at once, n2's later.
+        let waiter = {
+            let q = Arc::clone(&q);
+            tokio::spawn(async move { q.get(l(0)).await.map(|w| (w.key, Instant::now())) })
+        };
+        let (key, at) = waiter.await.expect("join").expect("a key after the gather");
+        assert_eq!((key.as_str(), at - start), ("n1-a", window));
+        assert_eq!(next(&q, 0).await.as_deref(), Some("n1-b"));
+        assert_eq!(next(&q, 0).await, None, "n2 gathers until 1.6 s");
+        // A key of a node with a key in flight goes at once.
+        q.add("n1-c", l(0));
+        assert_eq!(next(&q, 0).await.as_deref(), Some("n1-c"));
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(next(&q, 0).await.as_deref(), Some("n2-a"));
+        // n1 quiet again (its keys done): its next key gathers anew.
+        for key in ["n1-a", "n1-b", "n1-c", "n2-a"] {
+            q.done(key);
+        }
+        q.add("n1-d", l(0));
+        assert_eq!(next(&q, 0).await, None);
+        tokio::time::sleep(window).await;
+        assert_eq!(next(&q, 0).await.as_deref(), Some("n1-d"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_gather_does_not_hold_back_keys_already_waiting() {
+        // One slot: n1's gathered keys wait for it after the gather; a key
+        // that comes for n1 then does not close n1 again.
+        let placer: Placer =
+            Box::new(|key, _| Placement::node(key.split_once('-').map_or(key, |(node, _)| node)));
+        let q = Arc::new(
+            WorkQueue::<Lane>::new("test", BACKOFF, None)
+                .with_concurrency(Concurrency::with_reserved_tenth(1, 2))
+                .with_placer(placer)
+                .with_gather(l(0), Duration::from_secs(1)),
+        );
+        let timers = Arc::clone(&q);
+        tokio::spawn(async move { timers.run_timers().await });
+        q.add("x-a", l(1));
+        assert_eq!(next(&q, 1).await.as_deref(), Some("x-a"), "takes the slot");
+        q.add("n1-a", l(0));
+        q.add("n1-b", l(0));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        q.add("n1-c", l(0));
+        q.done("x-a");
+        assert_eq!(next(&q, 0).await.as_deref(), Some("n1-a"), "no new gather");
     }
 
     #[tokio::test(start_paused = true)]

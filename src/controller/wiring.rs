@@ -69,6 +69,8 @@ pub struct Settings {
     pub error_codes: bool,
     /// `--max-inflight-per-node` (`None`: no cap).
     pub max_inflight_per_node: Option<usize>,
+    /// `--attach-gather-window` (zero: none).
+    pub attach_gather_window: Duration,
     /// `--adaptive-concurrency` (with `schedule_per_node`).
     pub adaptive_concurrency: bool,
     /// `--settle-after-deadline` (with `schedule_per_node`).
@@ -119,7 +121,8 @@ impl Queues {
     /// `--worker-threads` is the ceiling of concurrent attaches + detaches,
     /// as upstream; each VA lane keeps a share of it (see `Concurrency`).
     /// Within a lane the VAs' nodes take turns, a failed node's detaches go
-    /// first, and `--max-inflight-per-node` caps each node.
+    /// first, `--max-inflight-per-node` caps each node, and
+    /// `--attach-gather-window` gathers a quiet node's attaches.
     fn new(
         settings: &Settings,
         metrics: &Metrics,
@@ -139,7 +142,8 @@ impl Queues {
                     nodes.clone(),
                     settings.driver_name.clone(),
                 ))
-                .with_node_cap(settings.max_inflight_per_node);
+                .with_node_cap(settings.max_inflight_per_node)
+                .with_gather(Lane::Attach, settings.attach_gather_window);
         }
         let pv = WorkQueue::new(PV_QUEUE, settings.backoff, Some(&metrics.queues)).idle();
         Self {
@@ -392,6 +396,11 @@ fn spawn_watches(
         tasks.spawn(
             watch::run_csinode_informer(Api::all(client.clone()), csinode_writer)
                 .instrument(tracing::info_span!("watch", resource = "csinodes")),
+        );
+    }
+    if !settings.attach_gather_window.is_zero() && !settings.schedule_per_node {
+        tracing::warn!(
+            "--attach-gather-window needs --schedule-per-node: attaches are not gathered"
         );
     }
     if settings.watch_node_taints && !settings.schedule_per_node {

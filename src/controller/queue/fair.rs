@@ -17,7 +17,9 @@
 //! together: a cloud serializes attaches and detaches of one VM alike) or
 //! *held* in a lane: closed until an instant, then open to one key at a time
 //! until released (the pace of a node whose driver answered
-//! `ResourceExhausted`). A key's placement may also carry a *limit* of its
+//! `ResourceExhausted`), or *gathering* in a lane: closed until an instant,
+//! then open as usual (`--attach-gather-window`: a quiet node's first attach
+//! waits so that the node's attaches queued meanwhile start together). A key's placement may also carry a *limit* of its
 //! group's keys in flight in the lane (the attach lane's: the node's CSINode
 //! `allocatable.count` for the driver, the most volumes it can have): a group
 //! at its limit waits in that lane while the others start.
@@ -197,10 +199,19 @@ impl FairFifo {
         }
         key
     }
+
+    /// Whether a live entry of `group` (`live(key)`, as for [`FairFifo::pop`])
+    /// waits in this lane.
+    pub fn waits(&self, group: &Group, mut live: impl FnMut(&str) -> bool) -> bool {
+        self.groups
+            .get(group)
+            .is_some_and(|keys| keys.iter().any(|k| live(k)))
+            || self.urgent.iter().any(|(k, g)| g == group && live(k))
+    }
 }
 
-/// Keys in flight per group, the per-node cap and the holds, across the
-/// lanes of one queue.
+/// Keys in flight per group, the per-node cap, the holds and the gathers,
+/// across the lanes of one queue.
 #[derive(Default)]
 pub struct Groups {
     /// Keys in flight per (lane, group).
@@ -210,7 +221,9 @@ pub struct Groups {
     /// Held groups per lane: closed until the instant, then one key at a
     /// time until released.
     holds: HashMap<(usize, Group), Instant>,
-    /// When holds end, for the timer that wakes the workers.
+    /// Gathering groups per lane: closed until the instant, then open.
+    gathers: HashMap<(usize, Group), Instant>,
+    /// When holds and gathers end, for the timer that wakes the workers.
     hold_ends: BinaryHeap<Reverse<Instant>>,
     /// At most this many keys of one group in flight (all lanes).
     cap: Option<usize>,
@@ -236,6 +249,9 @@ impl Groups {
             .cap
             .is_some_and(|cap| self.total.get(group).copied().unwrap_or(0) >= cap)
         {
+            return false;
+        }
+        if self.gathering(lane, group, now) {
             return false;
         }
         match self.holds.get(&(lane, Arc::clone(group))) {
@@ -322,9 +338,27 @@ impl Groups {
         self.holds.contains_key(&(lane, Arc::from(group)))
     }
 
-    /// Forgets the hold ends up to `now`; whether any passed (workers may
-    /// find an open group now).
+    /// Closes `group` in `lane` until `until`, then opens it as before (a
+    /// gather: its keys queued meanwhile start together).
+    pub fn gather(&mut self, lane: usize, group: &Group, until: Instant) {
+        if group.is_empty() {
+            return;
+        }
+        self.gathers.insert((lane, Arc::clone(group)), until);
+        self.hold_ends.push(Reverse(until));
+    }
+
+    /// Whether `group` gathers in `lane` at `now`.
+    pub fn gathering(&self, lane: usize, group: &Group, now: Instant) -> bool {
+        self.gathers
+            .get(&(lane, Arc::clone(group)))
+            .is_some_and(|until| now < *until)
+    }
+
+    /// Forgets the hold and gather ends up to `now`; whether any passed
+    /// (workers may find an open group now).
     pub fn holds_ended(&mut self, now: Instant) -> bool {
+        self.gathers.retain(|_, until| *until > now);
         let mut ended = false;
         while self.hold_ends.peek().is_some_and(|Reverse(t)| *t <= now) {
             self.hold_ends.pop();
@@ -333,7 +367,7 @@ impl Groups {
         ended
     }
 
-    /// The next hold end still to come.
+    /// The next hold or gather end still to come.
     pub fn next_hold_end(&self) -> Option<Instant> {
         self.hold_ends.peek().map(|Reverse(t)| *t)
     }
