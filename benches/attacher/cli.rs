@@ -38,6 +38,9 @@ pub struct Cli {
     /// P8's third side: ours with these flags (space-separated) after the run's, instead of ours FIFO (`--schedule-per-node=false`): ours with and without them in one run.
     #[arg(long, value_name = "FLAGS", allow_hyphen_values = true)]
     pub p8_third: Option<String>,
+    /// P8's burst cases (scale-up, noisy neighbour) create their VAs at this many per second, one after another, instead of all at once (a scale-up's VAs as kube-controller-manager's attach/detach controller writes them: its client's --kube-api-qps, 20 by default).
+    #[arg(long, value_name = "QPS", value_parser = parse_qps)]
+    p8_create_qps: Option<f64>,
     /// P8 runs only its floor (the driver calls alone, and the cloud operations' bound from its driver's ledger), no attacher: the rounds draw the same seeds as a full run's.
     #[arg(long)]
     pub p8_floor_only: bool,
@@ -107,6 +110,14 @@ fn parse_case(key: &str) -> Result<Case, String> {
         .ok_or_else(|| format!("not a P8 case: {key} (up, drain, gone, oos, noisy)"))
 }
 
+fn parse_qps(value: &str) -> Result<f64, String> {
+    value
+        .parse::<f64>()
+        .ok()
+        .filter(|q| q.is_finite() && *q > 0.0)
+        .ok_or_else(|| format!("not a rate of creates per second: {value}"))
+}
+
 fn parse_flags(key: &str) -> Result<Flags, String> {
     match key {
         "chart" => Ok(Flags::Chart),
@@ -128,6 +139,7 @@ impl Cli {
                 Flags::Defaults => &[Flags::Defaults],
             };
         }
+        sizes.p8.create_qps = self.p8_create_qps;
         if let Some(cases) = &self.p8_cases {
             // Once per process: the sizes are 'static.
             let chosen: Vec<Case> = Case::ALL
@@ -239,6 +251,16 @@ mod tests {
             parse(&["--p8-flags", "defaults"]).unwrap().sizes().p8.flags,
             [Flags::Defaults]
         );
+        assert_eq!(sizes.p8.create_qps, None);
+        assert_eq!(
+            parse(&["--p8-create-qps", "20"])
+                .unwrap()
+                .sizes()
+                .p8
+                .create_qps,
+            Some(20.0)
+        );
+        assert!(parse(&["--p8-create-qps", "0"]).is_err());
         assert!(parse(&["--p8-cases", "sideways"]).is_err());
         assert!(parse(&["--p8-flags", "both"]).is_err());
     }

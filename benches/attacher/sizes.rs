@@ -108,6 +108,10 @@ pub struct P8Sizes {
     /// The mock driver's `--time-scale` (every profile duration × this);
     /// `None`: the profiles' own durations.
     pub time_scale: Option<f64>,
+    /// The burst cases' (scale-up, noisy neighbour) VAs created at this
+    /// many per second, one after another (`--p8-create-qps`); `None`: all
+    /// at once.
+    pub create_qps: Option<f64>,
 }
 
 pub const FULL: Sizes = Sizes {
@@ -163,6 +167,7 @@ pub const FULL: Sizes = Sizes {
         noisy_small_per_node: 2,
         cap: Duration::from_secs(600),
         time_scale: None,
+        create_qps: None,
     },
     cost: CostSizes {
         cycles: 2000,
@@ -219,6 +224,7 @@ pub const SMOKE: Sizes = Sizes {
         noisy_small_per_node: 2,
         cap: Duration::from_secs(60),
         time_scale: Some(0.02),
+        create_qps: None,
     },
     cost: CostSizes {
         cycles: 20,
@@ -279,6 +285,7 @@ impl P8Sizes {
             "noisy_big": self.noisy_big, "noisy_small_nodes": self.noisy_small_nodes,
             "noisy_small_per_node": self.noisy_small_per_node,
             "cap_s": self.cap.as_secs_f64(), "time_scale": self.time_scale,
+            "create_qps": self.create_qps,
         })
     }
 
@@ -286,7 +293,7 @@ impl P8Sizes {
     pub fn describe(self) -> String {
         format!(
             "scale-up {} nodes × {} volumes; drain {} nodes × {} volumes to {} others; node failure \
-             {} volumes to {} nodes; noisy neighbour {} VAs on one node beside {} nodes × {}; cap {} s{}",
+             {} volumes to {} nodes; noisy neighbour {} VAs on one node beside {} nodes × {}; cap {} s{}{}",
             self.scale_nodes,
             self.scale_per_node,
             self.drain_nodes,
@@ -300,6 +307,9 @@ impl P8Sizes {
             self.cap.as_secs_f64(),
             self.time_scale
                 .map(|f| format!("; the mock driver's --time-scale={f}"))
+                .unwrap_or_default(),
+            self.create_qps
+                .map(|q| format!("; a burst's VAs created {q} per second"))
                 .unwrap_or_default()
         )
     }

@@ -313,6 +313,12 @@ impl Track<'_> {
     async fn go(&self, args: Vec<String>, case: Case) -> Result<Option<Observed>> {
         let (nodes, setup, measured) = self.layout(case);
         if self.which == Which::Floor {
+            // The floor makes a burst's calls from its start, all at once:
+            // with paced creates it is no floor.
+            let burst = matches!(case, Case::ScaleUp | Case::NoisyNeighbour);
+            if burst && self.h.sizes.p8.create_qps.is_some() {
+                return Ok(None);
+            }
             return floor::run(self, case, &args, &setup, &measured).await;
         }
         // A burst's attacher first attaches one canary VA on a node of its
@@ -401,9 +407,20 @@ impl Track<'_> {
         watch.measure_from(start);
         let until = Instant::now() + cap;
         let created = Arc::new(Mutex::new(HashMap::new()));
-        for_all(vas.to_vec(), |p| {
+        // With a create rate, the i-th VA at i / rate (`for_all` starts them
+        // in order); otherwise all at once.
+        let paced = self.h.sizes.p8.create_qps;
+        let begin = Instant::now();
+        let indexed: Vec<(usize, Planned)> = vas.iter().cloned().enumerate().collect();
+        for_all(indexed, |(i, p)| {
             let created = created.clone();
             async move {
+                if let Some(qps) = paced {
+                    tokio::time::sleep_until(tokio::time::Instant::from_std(
+                        begin + Duration::from_secs_f64(i as f64 / qps),
+                    ))
+                    .await;
+                }
                 let name = format!("{}-va", p.pv);
                 self.create_va(&name, &p.pv, &p.node).await?;
                 lock(&created).insert(name, now_unix());
