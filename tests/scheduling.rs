@@ -65,11 +65,16 @@ async fn calls(env: &Env, method: &str) -> Vec<Value> {
 /// the attacher's caches hold the nodes and PVs, so no attach after it
 /// fails (and waits out a backoff) for an object its cache has not seen.
 async fn big_and_small(env: &Env) -> (String, String, Vec<String>) {
+    big_and_small_with(env, 7).await
+}
+
+/// [`big_and_small`] with `count` PVs.
+async fn big_and_small_with(env: &Env, count: usize) -> (String, String, Vec<String>) {
     let (big, small) = (unique("big"), unique("small"));
     env.create_node(&big).await;
     env.create_node(&small).await;
     let mut pvs = Vec::new();
-    for _ in 0..7 {
+    for _ in 0..count {
         let volume = pv(&unique("pv"), &env.driver);
         pvs.push(volume.name());
         env.create_pv(volume.build()).await;
@@ -77,6 +82,23 @@ async fn big_and_small(env: &Env) -> (String, String, Vec<String>) {
     let canary = env.volume_on(&small).await;
     env.wait_attached(&canary).await;
     (big, small, pvs)
+}
+
+/// A VA of each (node, PV), created `apart` after one another (the
+/// scenario's arrivals, not a wait for a condition), then each attached.
+async fn attach_all(env: &Env, vas: &[(&str, &str)], apart: Duration) {
+    let start = tokio::time::Instant::now();
+    let mut names = Vec::new();
+    for (i, (node, pv_name)) in vas.iter().enumerate() {
+        tokio::time::sleep_until(start + apart * i as u32).await;
+        let name = unique("va");
+        env.create_va(va(&name, &env.driver, node).pv(pv_name).build())
+            .await;
+        names.push(name);
+    }
+    for name in &names {
+        env.wait_attached(name).await;
+    }
 }
 
 /// Six 1-second attaches of one node, then one of another, through one
@@ -90,17 +112,12 @@ async fn small_after_big(extra: &[&str]) -> (Option<usize>, Vec<String>) {
     env.mock
         .set_fault("ControllerPublishVolume", json!({"delay_ms": 1000}))
         .await;
-    let mut names = Vec::new();
-    for (i, pv_name) in pvs.iter().enumerate() {
-        let node = if i < 6 { &big } else { &small };
-        let name = unique("va");
-        env.create_va(va(&name, &env.driver, node).pv(pv_name).build())
-            .await;
-        names.push(name);
-    }
-    for name in &names {
-        env.wait_attached(name).await;
-    }
+    let vas: Vec<(&str, &str)> = pvs
+        .iter()
+        .enumerate()
+        .map(|(i, pv_name)| (if i < 6 { &*big } else { &*small }, pv_name.as_str()))
+        .collect();
+    attach_all(&env, &vas, Duration::ZERO).await;
     let order: Vec<String> = calls(&env, "ControllerPublishVolume")
         .await
         .iter()
@@ -147,16 +164,8 @@ async fn a_pure_attach_burst_uses_every_worker() {
     env.mock
         .set_fault("ControllerPublishVolume", json!({"delay_ms": 1500}))
         .await;
-    let mut names = Vec::new();
-    for pv_name in &pvs {
-        let name = unique("va");
-        env.create_va(va(&name, &env.driver, &node).pv(pv_name).build())
-            .await;
-        names.push(name);
-    }
-    for name in &names {
-        env.wait_attached(name).await;
-    }
+    let vas: Vec<(&str, &str)> = pvs.iter().map(|p| (node.as_str(), p.as_str())).collect();
+    attach_all(&env, &vas, Duration::ZERO).await;
     let ledger = env.mock.ledger().await;
     let peak = peak_concurrency(&ledger, &["ControllerPublishVolume"]);
     assert_eq!(peak, 10, "Publish calls at once, of 10 workers");
@@ -916,31 +925,10 @@ async fn a_nodes_attaches_400ms_apart(extra: &[&str]) -> usize {
     let file = batching_profile();
     let profile = file.arg();
     let env = Env::start(&[&profile], extra).await;
-    let (node, other) = (unique("node"), unique("node"));
-    env.create_node(&node).await;
-    env.create_node(&other).await;
-    let mut pvs = Vec::new();
-    for _ in 0..4 {
-        let volume = pv(&unique("pv"), &env.driver);
-        pvs.push(volume.name());
-        env.create_pv(volume.build()).await;
-    }
     // The caches hold the node and the PVs before the first VA comes.
-    let canary = env.volume_on(&other).await;
-    env.wait_attached(&canary).await;
-    let start = tokio::time::Instant::now();
-    let mut names = Vec::new();
-    for (i, pv_name) in pvs.iter().enumerate() {
-        // The scenario's arrivals, not a wait for a condition.
-        tokio::time::sleep_until(start + Duration::from_millis(400) * i as u32).await;
-        let name = unique("va");
-        env.create_va(va(&name, &env.driver, &node).pv(pv_name).build())
-            .await;
-        names.push(name);
-    }
-    for name in &names {
-        env.wait_attached(name).await;
-    }
+    let (node, _, pvs) = big_and_small_with(&env, 4).await;
+    let vas: Vec<(&str, &str)> = pvs.iter().map(|p| (node.as_str(), p.as_str())).collect();
+    attach_all(&env, &vas, Duration::from_millis(400)).await;
     let mut ends: Vec<u64> = calls(&env, "ControllerPublishVolume")
         .await
         .iter()
