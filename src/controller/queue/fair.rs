@@ -19,10 +19,11 @@
 //! until released (the pace of a node whose driver answered
 //! `ResourceExhausted`), or *gathering* in a lane: closed until an instant,
 //! then open as usual (`--attach-gather-window`: a quiet node's first attach
-//! waits so that the node's attaches queued meanwhile start together). A key's placement may also carry a *limit* of its
-//! group's keys in flight in the lane (the attach lane's: the node's CSINode
-//! `allocatable.count` for the driver, the most volumes it can have): a group
-//! at its limit waits in that lane while the others start.
+//! waits so that the node's attaches queued meanwhile start together). A
+//! key's placement may also carry a *limit* of its group's keys in flight in
+//! the lane (the attach lane's: the node's CSINode `allocatable.count` for
+//! the driver, the most volumes it can have): a group at its limit waits in
+//! that lane while the others start.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
