@@ -184,8 +184,8 @@ fn note_ignored_flags(config: &Config) {
         retry_interval_max: _,
         worker_threads: _,
         max_inflight_per_node: _,
-        attach_gather_window: _,
-        schedule_per_node: _,
+        attach_gather_window,
+        schedule_per_node,
         adaptive_concurrency: _,
         settle_after_deadline: _,
         poll_pending_after_deadline: _,
@@ -229,6 +229,11 @@ fn note_ignored_flags(config: &Config) {
     }
     if !rest.is_empty() {
         tracing::warn!(ignored = ?rest, "Arguments after the first non-flag argument are ignored");
+    }
+    if !attach_gather_window.is_zero() && !schedule_per_node {
+        tracing::warn!(
+            "--attach-gather-window needs --schedule-per-node: attaches are not gathered"
+        );
     }
 }
 

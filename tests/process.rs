@@ -449,3 +449,27 @@ fn zero_and_absurd_values_are_refused_or_raised_like_upstream_accepts_them() {
         }
     }
 }
+
+#[test]
+fn attach_gather_window_without_per_node_scheduling_is_said_at_start() {
+    // The warning comes before the kubeconfig is read; the run then ends
+    // (exit 1: no such kubeconfig).
+    let run = |extra: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_csi-attacher"))
+            .args([
+                "--kubeconfig=/nonexistent/kubeconfig",
+                "--attach-gather-window=1s",
+            ])
+            .args(extra)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .output()
+            .expect("run csi-attacher");
+        assert_eq!(output.status.code(), Some(1));
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let said = "--attach-gather-window needs --schedule-per-node";
+    let off = run(&["--schedule-per-node=false"]);
+    assert!(off.contains(said), "{off}");
+    let on = run(&[]);
+    assert!(!on.contains(said), "{on}");
+}

@@ -398,11 +398,6 @@ fn spawn_watches(
                 .instrument(tracing::info_span!("watch", resource = "csinodes")),
         );
     }
-    if !settings.attach_gather_window.is_zero() && !settings.schedule_per_node {
-        tracing::warn!(
-            "--attach-gather-window needs --schedule-per-node: attaches are not gathered"
-        );
-    }
     if settings.watch_node_taints && !settings.schedule_per_node {
         tracing::warn!("--watch-node-taints needs --schedule-per-node: Nodes are not watched");
     } else if settings.watch_node_taints {
