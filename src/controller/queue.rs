@@ -555,10 +555,20 @@ mod tests {
 
     /// A two-lane queue (tests of one lane use the first).
     fn queue() -> Arc<WorkQueue<Lane>> {
-        let q = Arc::new(WorkQueue::new("test", BACKOFF, None));
+        running(WorkQueue::new("test", BACKOFF, None))
+    }
+
+    /// `q` shared, its timer task running.
+    fn running(q: WorkQueue<Lane>) -> Arc<WorkQueue<Lane>> {
+        let q = Arc::new(q);
         let timers = Arc::clone(&q);
         tokio::spawn(async move { timers.run_timers().await });
         q
+    }
+
+    /// Places key `<node>-<n>` on `<node>`.
+    fn node_placer() -> Placer {
+        Box::new(|key, _| Placement::node(key.split_once('-').map_or(key, |(node, _)| node)))
     }
 
     const BACKOFF: Backoff = Backoff {
@@ -889,13 +899,10 @@ mod tests {
     }
 
     fn capped(total: usize) -> Arc<WorkQueue<Lane>> {
-        let q = Arc::new(
+        running(
             WorkQueue::new("test", BACKOFF, None)
                 .with_concurrency(Concurrency::with_reserved_tenth(total, 2)),
-        );
-        let timers = Arc::clone(&q);
-        tokio::spawn(async move { timers.run_timers().await });
-        q
+        )
     }
 
     #[tokio::test(start_paused = true)]
@@ -992,16 +999,11 @@ mod tests {
 
     /// A queue placing key `<node>-<n>` on `<node>`, with a per-node cap.
     fn by_node(cap: Option<usize>) -> Arc<WorkQueue<Lane>> {
-        let placer: Placer =
-            Box::new(|key, _| Placement::node(key.split_once('-').map_or(key, |(node, _)| node)));
-        let q = Arc::new(
+        running(
             WorkQueue::new("test", BACKOFF, None)
-                .with_placer(placer)
+                .with_placer(node_placer())
                 .with_node_cap(cap),
-        );
-        let timers = Arc::clone(&q);
-        tokio::spawn(async move { timers.run_timers().await });
-        q
+        )
     }
 
     #[tokio::test(start_paused = true)]
@@ -1073,15 +1075,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_quiet_nodes_keys_gather_for_the_window_then_start_together() {
         let window = Duration::from_secs(1);
-        let placer: Placer =
-            Box::new(|key, _| Placement::node(key.split_once('-').map_or(key, |(node, _)| node)));
-        let q = Arc::new(
-            WorkQueue::<Lane>::new("test", BACKOFF, None)
-                .with_placer(placer)
+        let q = running(
+            WorkQueue::new("test", BACKOFF, None)
+                .with_placer(node_placer())
                 .with_gather(l(0), window),
         );
-        let timers = Arc::clone(&q);
-        tokio::spawn(async move { timers.run_timers().await });
         let start = Instant::now();
         q.add("n1-a", l(0));
         q.add("d-a", l(1));
@@ -1120,16 +1118,12 @@ mod tests {
     async fn a_gather_does_not_hold_back_keys_already_waiting() {
         // One slot: n1's gathered keys wait for it after the gather; a key
         // that comes for n1 then does not close n1 again.
-        let placer: Placer =
-            Box::new(|key, _| Placement::node(key.split_once('-').map_or(key, |(node, _)| node)));
-        let q = Arc::new(
-            WorkQueue::<Lane>::new("test", BACKOFF, None)
+        let q = running(
+            WorkQueue::new("test", BACKOFF, None)
                 .with_concurrency(Concurrency::with_reserved_tenth(1, 2))
-                .with_placer(placer)
+                .with_placer(node_placer())
                 .with_gather(l(0), Duration::from_secs(1)),
         );
-        let timers = Arc::clone(&q);
-        tokio::spawn(async move { timers.run_timers().await });
         q.add("x-a", l(1));
         assert_eq!(next(&q, 1).await.as_deref(), Some("x-a"), "takes the slot");
         q.add("n1-a", l(0));
