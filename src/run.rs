@@ -185,6 +185,7 @@ fn note_ignored_flags(config: &Config) {
         worker_threads: _,
         max_inflight_per_node: _,
         attach_gather_window,
+        attach_gather_max,
         schedule_per_node,
         adaptive_concurrency: _,
         settle_after_deadline: _,
@@ -233,6 +234,11 @@ fn note_ignored_flags(config: &Config) {
     if !attach_gather_window.is_zero() && !schedule_per_node {
         tracing::warn!(
             "--attach-gather-window needs --schedule-per-node: attaches are not gathered"
+        );
+    }
+    if !attach_gather_max.is_zero() && attach_gather_window.is_zero() {
+        tracing::warn!(
+            "--attach-gather-max needs --attach-gather-window: attaches are not gathered"
         );
     }
 }
@@ -356,6 +362,7 @@ fn controller_settings(
             .ok()
             .filter(|cap| *cap > 0),
         attach_gather_window: config.attach_gather_window,
+        attach_gather_max: config.attach_gather_max,
         schedule_per_node: config.schedule_per_node,
         adaptive_concurrency: config.adaptive_concurrency,
         settle_after_deadline: config.settle_after_deadline,

@@ -451,16 +451,13 @@ fn zero_and_absurd_values_are_refused_or_raised_like_upstream_accepts_them() {
 }
 
 #[test]
-fn attach_gather_window_without_per_node_scheduling_is_said_at_start() {
-    // The warning comes before the kubeconfig is read; the run then ends
+fn attach_gather_flags_of_no_effect_are_said_at_start() {
+    // The warnings come before the kubeconfig is read; the run then ends
     // (exit 1: no such kubeconfig).
-    let run = |extra: &[&str]| {
+    let run = |args: &[&str]| {
         let output = Command::new(env!("CARGO_BIN_EXE_csi-attacher"))
-            .args([
-                "--kubeconfig=/nonexistent/kubeconfig",
-                "--attach-gather-window=1s",
-            ])
-            .args(extra)
+            .arg("--kubeconfig=/nonexistent/kubeconfig")
+            .args(args)
             .env_remove("KUBERNETES_SERVICE_HOST")
             .output()
             .expect("run csi-attacher");
@@ -468,8 +465,13 @@ fn attach_gather_window_without_per_node_scheduling_is_said_at_start() {
         String::from_utf8_lossy(&output.stderr).into_owned()
     };
     let said = "--attach-gather-window needs --schedule-per-node";
-    let off = run(&["--schedule-per-node=false"]);
+    let off = run(&["--attach-gather-window=1s", "--schedule-per-node=false"]);
     assert!(off.contains(said), "{off}");
-    let on = run(&[]);
+    let on = run(&["--attach-gather-window=1s"]);
     assert!(!on.contains(said), "{on}");
+    let said = "--attach-gather-max needs --attach-gather-window";
+    let no_window = run(&["--attach-gather-max=10s"]);
+    assert!(no_window.contains(said), "{no_window}");
+    let window = run(&["--attach-gather-window=1s", "--attach-gather-max=10s"]);
+    assert!(!window.contains(said), "{window}");
 }

@@ -917,18 +917,18 @@ fn batching_profile() -> ProfileFile {
     )
 }
 
-/// Four attaches of one node whose VAs are created 400 ms apart (a
-/// scale-up's pods scheduled one after another), on [`batching_profile`]'s
-/// driver: how many node updates they took (their OK Publish calls ending
-/// more than 0.5 s apart).
-async fn a_nodes_attaches_400ms_apart(extra: &[&str]) -> usize {
+/// Four attaches of one node whose VAs are created `apart` (a scale-up's
+/// pods scheduled one after another), on [`batching_profile`]'s driver: how
+/// many node updates they took (their OK Publish calls ending more than
+/// 0.5 s apart).
+async fn a_nodes_attaches(apart: Duration, extra: &[&str]) -> usize {
     let file = batching_profile();
     let profile = file.arg();
     let env = Env::start(&[&profile], extra).await;
     // The caches hold the node and the PVs before the first VA comes.
     let (node, _, pvs) = big_and_small_with(&env, 4).await;
     let vas: Vec<(&str, &str)> = pvs.iter().map(|p| (node.as_str(), p.as_str())).collect();
-    attach_all(&env, &vas, Duration::from_millis(400)).await;
+    attach_all(&env, &vas, apart).await;
     let mut ends: Vec<u64> = calls(&env, "ControllerPublishVolume")
         .await
         .iter()
@@ -947,14 +947,37 @@ async fn a_nodes_attaches_400ms_apart(extra: &[&str]) -> usize {
 async fn attach_gather_window_brings_a_nodes_attaches_to_a_batching_driver_together() {
     // The node's first attach waits 2 s; the other three, created within
     // 1.2 s of it, start with it: one node update.
-    let updates = a_nodes_attaches_400ms_apart(&["--attach-gather-window=2s"]).await;
+    let updates =
+        a_nodes_attaches(Duration::from_millis(400), &["--attach-gather-window=2s"]).await;
     assert_eq!(updates, 1, "node updates");
+}
+
+#[tokio::test]
+async fn attach_gather_max_draws_a_gather_out_while_a_nodes_attaches_keep_coming() {
+    // The four VAs come 1.5 s apart, each within 2 s of the one before: the
+    // gather ends 2 s after the last (6.5 s after the first, within 10 s),
+    // and the four start together: one node update.
+    let updates = a_nodes_attaches(
+        Duration::from_millis(1500),
+        &["--attach-gather-window=2s", "--attach-gather-max=10s"],
+    )
+    .await;
+    assert_eq!(updates, 1, "node updates");
+}
+
+#[tokio::test]
+async fn a_fixed_gather_window_lets_attaches_coming_later_wait_for_the_next_update() {
+    // The same VAs with the window fixed: the gather ends at 2 s with two
+    // attaches, and the two that come later wait for the next update.
+    let updates =
+        a_nodes_attaches(Duration::from_millis(1500), &["--attach-gather-window=2s"]).await;
+    assert!(updates >= 2, "node updates: {updates}");
 }
 
 #[tokio::test]
 async fn without_a_gather_window_a_nodes_attaches_start_as_they_come() {
     // The first attach starts at once and its update carries it alone; the
     // others wait for the next update (upstream's behaviour too).
-    let updates = a_nodes_attaches_400ms_apart(&[]).await;
+    let updates = a_nodes_attaches(Duration::from_millis(400), &[]).await;
     assert!(updates >= 2, "node updates: {updates}");
 }

@@ -49,6 +49,7 @@ const DURATIONS: &[(&str, &str)] = &[
     ("retry_interval_max", "retry-interval-max"),
     ("reconcile_sync", "reconcile-sync"),
     ("attach_gather_window", "attach-gather-window"),
+    ("attach_gather_max", "attach-gather-max"),
     (
         "leader_election_lease_duration",
         "leader-election-lease-duration",

@@ -160,6 +160,10 @@ pub struct Config {
     #[arg(long, default_value = "0s", value_parser = duration_flag)]
     pub attach_gather_window: Duration,
 
+    /// Not in upstream: with --attach-gather-window, each attach that comes for a gathering node starts the window again, up to this long after the node's first attach, so that a node's attaches coming apart (at the controller-manager's client rate) still start together; not above the window: the window is fixed.
+    #[arg(long, default_value = "0s", value_parser = duration_flag)]
+    pub attach_gather_max: Duration,
+
     /// Not in upstream: schedule driver calls per node (nodes take turns, a failed node's detaches first, ResourceExhausted paces the node, hand-offs, polling an operation still running after a deadline); false: upstream's first-queued, first-served order.
     #[arg(long, require_equals = true, default_value = "true", value_parser = bool_flag,
           action = ArgAction::Set)]

@@ -64,6 +64,11 @@ fn defaults_match_upstream() {
         ok(&["--attach-gather-window=1500ms"]).attach_gather_window,
         Duration::from_millis(1500)
     );
+    assert_eq!(c.attach_gather_max, Duration::ZERO);
+    assert_eq!(
+        ok(&["--attach-gather-max=20s"]).attach_gather_max,
+        Duration::from_secs(20)
+    );
     assert!(c.validate_logging().is_ok());
     assert_eq!(c.feature_gates().ok(), Some(FeatureGates::default()));
     assert!(c.validate().is_ok());
@@ -402,6 +407,7 @@ fn negative_durations_parse_and_are_refused_where_upstream_breaks() {
         "retry-interval-max",
         "reconcile-sync",
         "attach-gather-window",
+        "attach-gather-max",
     ] {
         let c = ok(&[&format!("--{flag}=-1s")]);
         assert_eq!(

@@ -41,7 +41,10 @@
 //! *gather* ([`WorkQueue::with_gather`]): the first key of a quiet node (none
 //! of its keys waiting or in flight in the lane) waits a window, and the
 //! node's keys queued meanwhile start with it, so that a driver that batches
-//! a node's operations gets them together.
+//! a node's operations gets them together. A gather may be drawn out: each
+//! key of the node that comes while it runs starts the window again, up to
+//! a longest gather, so that a node's keys coming apart at some rate still
+//! start together, and the gather ends a window after the last of them.
 //!
 //! # Idle until started
 //! A queue built [`WorkQueue::idle`] ignores adds until [`WorkQueue::start`]:
@@ -115,9 +118,30 @@ pub struct WorkQueue<L: QueueLane> {
     metrics: Option<QueueMetrics>,
     concurrency: Option<Concurrency>,
     placer: Option<Placer>,
-    /// Each lane's gather window (zero: none).
-    gathers: Vec<Duration>,
+    /// Each lane's gather.
+    gathers: Vec<Gather>,
     lanes: PhantomData<fn(L) -> L>,
+}
+
+/// How a lane gathers a quiet node's keys ([`WorkQueue::with_gather`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Gather {
+    /// How long the first key waits, and each later key draws the gather
+    /// out by (zero: no gather).
+    pub window: Duration,
+    /// The longest gather, from its first key; not above `window`: the
+    /// window is fixed.
+    pub max: Duration,
+}
+
+impl Gather {
+    /// A fixed window.
+    pub fn fixed(window: Duration) -> Self {
+        Self {
+            window,
+            max: Duration::ZERO,
+        }
+    }
 }
 
 /// One lane's backlog, as [`WorkQueue::observe`] reports it.
@@ -152,7 +176,7 @@ impl<L: QueueLane> WorkQueue<L> {
             metrics,
             concurrency: None,
             placer: None,
-            gathers: vec![Duration::ZERO; lanes],
+            gathers: vec![Gather::default(); lanes],
             lanes: PhantomData,
         }
     }
@@ -176,12 +200,13 @@ impl<L: QueueLane> WorkQueue<L> {
         self
     }
 
-    /// In `lane`, a quiet node's first key waits `window` and the node's
-    /// keys queued meanwhile start with it (see the module docs; zero: no
+    /// In `lane`, a quiet node's first key waits `gather.window` and the
+    /// node's keys queued meanwhile start with it, each drawing the gather
+    /// out up to `gather.max` (see the module docs; a zero window: no
     /// gather). Needs a placer to mean anything.
-    pub fn with_gather(mut self, lane: L, window: Duration) -> Self {
-        if let Some(w) = self.gathers.get_mut(lane.index()) {
-            *w = window;
+    pub fn with_gather(mut self, lane: L, gather: Gather) -> Self {
+        if let Some(g) = self.gathers.get_mut(lane.index()) {
+            *g = gather;
         }
         self
     }
@@ -285,10 +310,11 @@ impl<L: QueueLane> WorkQueue<L> {
 
     /// Starts a gather of `placement`'s node in `lane` when the lane gathers
     /// and the node is quiet there: none of its keys waiting (the key being
-    /// queued is not yet) or in flight, and no gather running.
+    /// queued is not yet) or in flight, and no gather running; draws out the
+    /// node's gather running (if the lane's gather may be).
     fn maybe_gather(&self, state: &mut State, lane: usize, placement: &Placement) {
-        let window = self.gathers.get(lane).copied().unwrap_or_default();
-        if window.is_zero() || placement.urgent || placement.group.is_empty() {
+        let gather = self.gathers.get(lane).copied().unwrap_or_default();
+        if gather.window.is_zero() || placement.urgent || placement.group.is_empty() {
             return;
         }
         let now = Instant::now();
@@ -299,11 +325,16 @@ impl<L: QueueLane> WorkQueue<L> {
             ..
         } = state;
         let group = &placement.group;
+        if groups.gathering(lane, group, now) {
+            if gather.max > gather.window && groups.draw_out(lane, group, now + gather.window) {
+                self.timers_changed.notify_one();
+            }
+            return;
+        }
         let quiet = groups.in_lane(lane, group) == 0
-            && !groups.gathering(lane, group, now)
             && !lanes[lane].waits(group, |k| queued.get(k).is_some_and(|(l, _)| *l == lane));
         if quiet {
-            groups.gather(lane, group, now + window);
+            groups.gather(lane, group, now + gather.window, now + gather.max);
             self.timers_changed.notify_one();
         }
     }
@@ -1078,7 +1109,7 @@ mod tests {
         let q = running(
             WorkQueue::new("test", BACKOFF, None)
                 .with_placer(node_placer())
-                .with_gather(l(0), window),
+                .with_gather(l(0), Gather::fixed(window)),
         );
         let start = Instant::now();
         q.add("n1-a", l(0));
@@ -1115,6 +1146,55 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_gather_is_drawn_out_while_the_nodes_keys_keep_coming_up_to_its_longest() {
+        let window = Duration::from_secs(2);
+        let q = running(
+            WorkQueue::new("test", BACKOFF, None)
+                .with_placer(node_placer())
+                .with_gather(
+                    l(0),
+                    Gather {
+                        window,
+                        max: Duration::from_secs(7),
+                    },
+                ),
+        );
+        // A worker waits for work all along: it wakes when a gather ends.
+        let waiter = |q: &Arc<WorkQueue<Lane>>| {
+            let q = Arc::clone(q);
+            tokio::spawn(async move { q.get(l(0)).await.map(|w| (w.key, Instant::now())) })
+        };
+        // n1's keys 1.5 s apart, each within the window of the one before:
+        // the gather lasts until 2 s after the last (at 3 s), 5 s in all.
+        let start = Instant::now();
+        let worker = waiter(&q);
+        for key in ["n1-a", "n1-b", "n1-c"] {
+            q.add(key, l(0));
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+        }
+        let (key, at) = worker.await.expect("join").expect("a key after the gather");
+        assert_eq!((key.as_str(), at - start), ("n1-a", Duration::from_secs(5)));
+        assert_eq!(next(&q, 0).await.as_deref(), Some("n1-b"));
+        assert_eq!(next(&q, 0).await.as_deref(), Some("n1-c"));
+        // n2's keys keep coming 1.5 s apart: its gather ends at its longest,
+        // 7 s after its first key, with the five keys come by then.
+        let start = Instant::now();
+        let worker = waiter(&q);
+        let mut sent = 0;
+        while !worker.is_finished() && sent < 20 {
+            q.add(&format!("n2-{sent}"), l(0));
+            sent += 1;
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+        }
+        let (key, at) = worker.await.expect("join").expect("a key after the gather");
+        assert_eq!((key.as_str(), at - start), ("n2-0", Duration::from_secs(7)));
+        assert_eq!(sent, 5, "n2-0 .. n2-4, the last at 6 s");
+        for i in 1..sent {
+            assert_eq!(next(&q, 0).await, Some(format!("n2-{i}")));
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_gather_does_not_hold_back_keys_already_waiting() {
         // One slot: n1's gathered keys wait for it after the gather; a key
         // that comes for n1 then does not close n1 again.
@@ -1122,7 +1202,7 @@ mod tests {
             WorkQueue::new("test", BACKOFF, None)
                 .with_concurrency(Concurrency::with_reserved_tenth(1, 2))
                 .with_placer(node_placer())
-                .with_gather(l(0), Duration::from_secs(1)),
+                .with_gather(l(0), Gather::fixed(Duration::from_secs(1))),
         );
         q.add("x-a", l(1));
         assert_eq!(next(&q, 1).await.as_deref(), Some("x-a"), "takes the slot");

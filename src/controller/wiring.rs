@@ -31,6 +31,7 @@ use crate::controller::queue::lane::VA_QUEUE;
 use crate::controller::queue::pace::{Listener, Pacer};
 use crate::controller::queue::Backoff;
 use crate::controller::queue::Concurrency;
+use crate::controller::queue::Gather;
 use crate::controller::queue::QueueLane;
 use crate::controller::queue::WorkQueue;
 use crate::controller::reconcile;
@@ -71,6 +72,8 @@ pub struct Settings {
     pub max_inflight_per_node: Option<usize>,
     /// `--attach-gather-window` (zero: none).
     pub attach_gather_window: Duration,
+    /// `--attach-gather-max` (not above the window: a fixed window).
+    pub attach_gather_max: Duration,
     /// `--adaptive-concurrency` (with `schedule_per_node`).
     pub adaptive_concurrency: bool,
     /// `--settle-after-deadline` (with `schedule_per_node`).
@@ -122,7 +125,8 @@ impl Queues {
     /// as upstream; each VA lane keeps a share of it (see `Concurrency`).
     /// Within a lane the VAs' nodes take turns, a failed node's detaches go
     /// first, `--max-inflight-per-node` caps each node, and
-    /// `--attach-gather-window` gathers a quiet node's attaches.
+    /// `--attach-gather-window` gathers a quiet node's attaches (drawn out
+    /// up to `--attach-gather-max`).
     fn new(
         settings: &Settings,
         metrics: &Metrics,
@@ -143,7 +147,13 @@ impl Queues {
                     settings.driver_name.clone(),
                 ))
                 .with_node_cap(settings.max_inflight_per_node)
-                .with_gather(Lane::Attach, settings.attach_gather_window);
+                .with_gather(
+                    Lane::Attach,
+                    Gather {
+                        window: settings.attach_gather_window,
+                        max: settings.attach_gather_max,
+                    },
+                );
         }
         let pv = WorkQueue::new(PV_QUEUE, settings.backoff, Some(&metrics.queues)).idle();
         Self {

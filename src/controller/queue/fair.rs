@@ -19,7 +19,9 @@
 //! until released (the pace of a node whose driver answered
 //! `ResourceExhausted`), or *gathering* in a lane: closed until an instant,
 //! then open as usual (`--attach-gather-window`: a quiet node's first attach
-//! waits so that the node's attaches queued meanwhile start together). A
+//! waits so that the node's attaches queued meanwhile start together), the
+//! instant moved later while the node's attaches keep coming, up to a latest
+//! (`--attach-gather-max`). A
 //! key's placement may also carry a *limit* of its group's keys in flight in
 //! the lane (the attach lane's: the node's CSINode `allocatable.count` for
 //! the driver, the most volumes it can have): a group at its limit waits in
@@ -222,8 +224,9 @@ pub struct Groups {
     /// Held groups per lane: closed until the instant, then one key at a
     /// time until released.
     holds: HashMap<(usize, Group), Instant>,
-    /// Gathering groups per lane: closed until the instant, then open.
-    gathers: HashMap<(usize, Group), Instant>,
+    /// Gathering groups per lane: closed until the first instant, then
+    /// open; the second is the latest a gather may be drawn out to.
+    gathers: HashMap<(usize, Group), (Instant, Instant)>,
     /// When holds and gathers end, for the timer that wakes the workers.
     hold_ends: BinaryHeap<Reverse<Instant>>,
     /// At most this many keys of one group in flight (all lanes).
@@ -340,26 +343,44 @@ impl Groups {
     }
 
     /// Closes `group` in `lane` until `until`, then opens it as before (a
-    /// gather: its keys queued meanwhile start together).
-    pub fn gather(&mut self, lane: usize, group: &Group, until: Instant) {
+    /// gather: its keys queued meanwhile start together); [`Groups::draw_out`]
+    /// may move the end up to `latest`.
+    pub fn gather(&mut self, lane: usize, group: &Group, until: Instant, latest: Instant) {
         if group.is_empty() {
             return;
         }
-        self.gathers.insert((lane, Arc::clone(group)), until);
+        self.gathers
+            .insert((lane, Arc::clone(group)), (until, latest.max(until)));
         self.hold_ends.push(Reverse(until));
+    }
+
+    /// Moves the end of `group`'s gather in `lane` to `until`, or to the
+    /// latest the gather allows if sooner (an earlier end is not kept);
+    /// whether the end moved.
+    pub fn draw_out(&mut self, lane: usize, group: &Group, until: Instant) -> bool {
+        let Some((end, latest)) = self.gathers.get_mut(&(lane, Arc::clone(group))) else {
+            return false;
+        };
+        let to = until.min(*latest);
+        if to <= *end {
+            return false;
+        }
+        *end = to;
+        self.hold_ends.push(Reverse(to));
+        true
     }
 
     /// Whether `group` gathers in `lane` at `now`.
     pub fn gathering(&self, lane: usize, group: &Group, now: Instant) -> bool {
         self.gathers
             .get(&(lane, Arc::clone(group)))
-            .is_some_and(|until| now < *until)
+            .is_some_and(|(until, _)| now < *until)
     }
 
     /// Forgets the hold and gather ends up to `now`; whether any passed
     /// (workers may find an open group now).
     pub fn holds_ended(&mut self, now: Instant) -> bool {
-        self.gathers.retain(|_, until| *until > now);
+        self.gathers.retain(|_, (until, _)| *until > now);
         let mut ended = false;
         while self.hold_ends.peek().is_some_and(|Reverse(t)| *t <= now) {
             self.hold_ends.pop();
