@@ -361,8 +361,10 @@ fn controller_settings(
         max_inflight_per_node: usize::try_from(config.max_inflight_per_node)
             .ok()
             .filter(|cap| *cap > 0),
-        attach_gather_window: config.attach_gather_window,
-        attach_gather_max: config.attach_gather_max,
+        attach_gather: controller::Gather {
+            window: config.attach_gather_window,
+            max: config.attach_gather_max,
+        },
         schedule_per_node: config.schedule_per_node,
         adaptive_concurrency: config.adaptive_concurrency,
         settle_after_deadline: config.settle_after_deadline,

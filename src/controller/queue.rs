@@ -134,16 +134,6 @@ pub struct Gather {
     pub max: Duration,
 }
 
-impl Gather {
-    /// A fixed window.
-    pub fn fixed(window: Duration) -> Self {
-        Self {
-            window,
-            max: Duration::ZERO,
-        }
-    }
-}
-
 /// One lane's backlog, as [`WorkQueue::observe`] reports it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LaneBacklog {
@@ -1109,7 +1099,13 @@ mod tests {
         let q = running(
             WorkQueue::new("test", BACKOFF, None)
                 .with_placer(node_placer())
-                .with_gather(l(0), Gather::fixed(window)),
+                .with_gather(
+                    l(0),
+                    Gather {
+                        window,
+                        ..Gather::default()
+                    },
+                ),
         );
         let start = Instant::now();
         q.add("n1-a", l(0));
@@ -1202,7 +1198,13 @@ mod tests {
             WorkQueue::new("test", BACKOFF, None)
                 .with_concurrency(Concurrency::with_reserved_tenth(1, 2))
                 .with_placer(node_placer())
-                .with_gather(l(0), Gather::fixed(Duration::from_secs(1))),
+                .with_gather(
+                    l(0),
+                    Gather {
+                        window: Duration::from_secs(1),
+                        ..Gather::default()
+                    },
+                ),
         );
         q.add("x-a", l(1));
         assert_eq!(next(&q, 1).await.as_deref(), Some("x-a"), "takes the slot");

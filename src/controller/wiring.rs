@@ -70,10 +70,9 @@ pub struct Settings {
     pub error_codes: bool,
     /// `--max-inflight-per-node` (`None`: no cap).
     pub max_inflight_per_node: Option<usize>,
-    /// `--attach-gather-window` (zero: none).
-    pub attach_gather_window: Duration,
-    /// `--attach-gather-max` (not above the window: a fixed window).
-    pub attach_gather_max: Duration,
+    /// `--attach-gather-window` and `--attach-gather-max` (a zero window:
+    /// no gather).
+    pub attach_gather: Gather,
     /// `--adaptive-concurrency` (with `schedule_per_node`).
     pub adaptive_concurrency: bool,
     /// `--settle-after-deadline` (with `schedule_per_node`).
@@ -147,13 +146,7 @@ impl Queues {
                     settings.driver_name.clone(),
                 ))
                 .with_node_cap(settings.max_inflight_per_node)
-                .with_gather(
-                    Lane::Attach,
-                    Gather {
-                        window: settings.attach_gather_window,
-                        max: settings.attach_gather_max,
-                    },
-                );
+                .with_gather(Lane::Attach, settings.attach_gather);
         }
         let pv = WorkQueue::new(PV_QUEUE, settings.backoff, Some(&metrics.queues)).idle();
         Self {
