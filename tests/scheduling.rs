@@ -906,14 +906,16 @@ async fn schedule_per_node_false_holds_another_nodes_attach_behind_a_serial_back
 }
 
 /// A driver that batches a node's attaches (as azure-disk's `[batch]`): the
-/// first call of a node waits 100 ms, then one 2 s node update carries the
-/// node's calls queued by then; later calls wait for the next update.
+/// first call of a node waits 500 ms (room for the finalizer writes of
+/// attaches released together on a loaded machine), then one 2 s node
+/// update carries the node's calls queued by then; later calls wait for the
+/// next update.
 fn batching_profile() -> ProfileFile {
     fixed(
         "batching",
         2000,
         100,
-        "[batch]\ninitial_delay_ms = 100\nmax_batch = 8\n",
+        "[batch]\ninitial_delay_ms = 500\nmax_batch = 8\n",
     )
 }
 
@@ -954,12 +956,12 @@ async fn attach_gather_window_brings_a_nodes_attaches_to_a_batching_driver_toget
 
 #[tokio::test]
 async fn attach_gather_max_draws_a_gather_out_while_a_nodes_attaches_keep_coming() {
-    // The four VAs come 1.5 s apart, each within 2 s of the one before: the
-    // gather ends 2 s after the last (6.5 s after the first, within 10 s),
+    // The four VAs come 2 s apart, each within 3 s of the one before: the
+    // gather ends 3 s after the last (9 s after the first, within 20 s),
     // and the four start together: one node update.
     let updates = a_nodes_attaches(
-        Duration::from_millis(1500),
-        &["--attach-gather-window=2s", "--attach-gather-max=10s"],
+        Duration::from_secs(2),
+        &["--attach-gather-window=3s", "--attach-gather-max=20s"],
     )
     .await;
     assert_eq!(updates, 1, "node updates");
@@ -967,10 +969,9 @@ async fn attach_gather_max_draws_a_gather_out_while_a_nodes_attaches_keep_coming
 
 #[tokio::test]
 async fn a_fixed_gather_window_lets_attaches_coming_later_wait_for_the_next_update() {
-    // The same VAs with the window fixed: the gather ends at 2 s with two
+    // The same VAs with the window fixed: the gather ends at 3 s with two
     // attaches, and the two that come later wait for the next update.
-    let updates =
-        a_nodes_attaches(Duration::from_millis(1500), &["--attach-gather-window=2s"]).await;
+    let updates = a_nodes_attaches(Duration::from_secs(2), &["--attach-gather-window=3s"]).await;
     assert!(updates >= 2, "node updates: {updates}");
 }
 
