@@ -592,6 +592,12 @@ mod tests {
         Box::new(|key, _| Placement::node(key.split_once('-').map_or(key, |(node, _)| node)))
     }
 
+    /// `q` placing keys by [`node_placer`] and gathering in lane 0.
+    fn gathering(q: WorkQueue<Lane>, window: Duration, max: Duration) -> WorkQueue<Lane> {
+        q.with_placer(node_placer())
+            .with_gather(l(0), Gather { window, max })
+    }
+
     const BACKOFF: Backoff = Backoff {
         start: Duration::from_secs(1),
         max: Duration::from_secs(300),
@@ -1096,17 +1102,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_quiet_nodes_keys_gather_for_the_window_then_start_together() {
         let window = Duration::from_secs(1);
-        let q = running(
-            WorkQueue::new("test", BACKOFF, None)
-                .with_placer(node_placer())
-                .with_gather(
-                    l(0),
-                    Gather {
-                        window,
-                        ..Gather::default()
-                    },
-                ),
-        );
+        let q = running(gathering(
+            WorkQueue::new("test", BACKOFF, None),
+            window,
+            Duration::ZERO,
+        ));
         let start = Instant::now();
         q.add("n1-a", l(0));
         q.add("d-a", l(1));
@@ -1144,17 +1144,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_gather_is_drawn_out_while_the_nodes_keys_keep_coming_up_to_its_longest() {
         let window = Duration::from_secs(2);
-        let q = running(
-            WorkQueue::new("test", BACKOFF, None)
-                .with_placer(node_placer())
-                .with_gather(
-                    l(0),
-                    Gather {
-                        window,
-                        max: Duration::from_secs(7),
-                    },
-                ),
-        );
+        let q = running(gathering(
+            WorkQueue::new("test", BACKOFF, None),
+            window,
+            Duration::from_secs(7),
+        ));
         // A worker waits for work all along: it wakes when a gather ends.
         let waiter = |q: &Arc<WorkQueue<Lane>>| {
             let q = Arc::clone(q);
@@ -1194,18 +1188,12 @@ mod tests {
     async fn a_gather_does_not_hold_back_keys_already_waiting() {
         // One slot: n1's gathered keys wait for it after the gather; a key
         // that comes for n1 then does not close n1 again.
-        let q = running(
+        let q = running(gathering(
             WorkQueue::new("test", BACKOFF, None)
-                .with_concurrency(Concurrency::with_reserved_tenth(1, 2))
-                .with_placer(node_placer())
-                .with_gather(
-                    l(0),
-                    Gather {
-                        window: Duration::from_secs(1),
-                        ..Gather::default()
-                    },
-                ),
-        );
+                .with_concurrency(Concurrency::with_reserved_tenth(1, 2)),
+            Duration::from_secs(1),
+            Duration::ZERO,
+        ));
         q.add("x-a", l(1));
         assert_eq!(next(&q, 1).await.as_deref(), Some("x-a"), "takes the slot");
         q.add("n1-a", l(0));
