@@ -301,7 +301,7 @@ impl<L: QueueLane> WorkQueue<L> {
     /// Starts a gather of `placement`'s node in `lane` when the lane gathers
     /// and the node is quiet there: none of its keys waiting (the key being
     /// queued is not yet) or in flight, and no gather running; draws out the
-    /// node's gather running (if the lane's gather may be).
+    /// node's gather running (up to its latest: a fixed window's is its end).
     fn maybe_gather(&self, state: &mut State, lane: usize, placement: &Placement) {
         let gather = self.gathers.get(lane).copied().unwrap_or_default();
         if gather.window.is_zero() || placement.urgent || placement.group.is_empty() {
@@ -316,9 +316,8 @@ impl<L: QueueLane> WorkQueue<L> {
         } = state;
         let group = &placement.group;
         if groups.gathering(lane, group, now) {
-            if gather.max > gather.window && groups.draw_out(lane, group, now + gather.window) {
-                self.timers_changed.notify_one();
-            }
+            // A later end: the timer wakes at the earlier one and reads on.
+            groups.draw_out(lane, group, now + gather.window);
             return;
         }
         let quiet = groups.in_lane(lane, group) == 0

@@ -355,19 +355,15 @@ impl Groups {
     }
 
     /// Moves the end of `group`'s gather in `lane` to `until`, or to the
-    /// latest the gather allows if sooner (an earlier end is not kept);
-    /// whether the end moved.
-    pub fn draw_out(&mut self, lane: usize, group: &Group, until: Instant) -> bool {
-        let Some((end, latest)) = self.gathers.get_mut(&(lane, Arc::clone(group))) else {
-            return false;
-        };
-        let to = until.min(*latest);
-        if to <= *end {
-            return false;
+    /// latest the gather allows if sooner (an earlier end is not kept).
+    pub fn draw_out(&mut self, lane: usize, group: &Group, until: Instant) {
+        if let Some((end, latest)) = self.gathers.get_mut(&(lane, Arc::clone(group))) {
+            let to = until.min(*latest);
+            if to > *end {
+                *end = to;
+                self.hold_ends.push(Reverse(to));
+            }
         }
-        *end = to;
-        self.hold_ends.push(Reverse(to));
-        true
     }
 
     /// Whether `group` gathers in `lane` at `now`.
