@@ -427,6 +427,14 @@ async fn run(seed: u64, fault_count: usize, size: &str) -> Result<String> {
         ..
     } = history;
     let violations = &findings.violations;
+    if !violations.is_empty() {
+        // A red run's files are the evidence: kept, whatever CHAOS_KEEP says.
+        support::procs::keep_at_exit(&dir);
+        eprintln!(
+            "chaos: invariant violations: the run's files are kept in {}",
+            dir.display()
+        );
+    }
 
     // Summary.
     let mut by_kind: BTreeMap<&str, (u32, u32)> = BTreeMap::new();
@@ -557,6 +565,13 @@ async fn run(seed: u64, fault_count: usize, size: &str) -> Result<String> {
                 evidence.replace('|', "\\|").replace('\n', " ")
             )?;
         }
+    }
+    for (title, story) in &findings.stories {
+        writeln!(out, "\n### {title}\n\n```")?;
+        for line in story {
+            writeln!(out, "{line}")?;
+        }
+        writeln!(out, "```")?;
     }
     writeln!(out, "\n## Fault log\n")?;
     for (i, w) in windows.iter().enumerate() {

@@ -132,6 +132,9 @@ pub struct Findings {
     pub exempt: Vec<(String, String)>,
     /// (what, value): measurements for the report.
     pub measured: Vec<(String, String)>,
+    /// (title, lines): what the history holds about a violation's object,
+    /// so that a red run can be read from its report alone.
+    pub stories: Vec<(String, Vec<String>)>,
 }
 
 impl Findings {
@@ -311,6 +314,87 @@ fn could_act(call: &Call, enforced: bool) -> bool {
     !call.fenced && !stopped_before_the_fence
 }
 
+/// What the history holds about `inst` from its creation to 10 s after
+/// `until`: every API request on its name (the workload's, the replicas'),
+/// every driver call on its volume, the faults of that time and the replicas'
+/// log lines naming it, each in time order.
+fn va_story(h: &History, inst: &Instance, until: i128) -> Vec<String> {
+    let (from, to) = (inst.created - SECOND, until + 10 * SECOND);
+    let during = |t: i128| (from..=to).contains(&t);
+    let mut lines: Vec<(i128, String)> = Vec::new();
+    for e in &h.audit {
+        let at = received(e);
+        if e["objectRef"]["resource"] != "volumeattachments"
+            || e["objectRef"]["name"] != inst.name.as_str()
+            || !during(at)
+        {
+            continue;
+        }
+        let answer = &e["responseObject"]["metadata"];
+        lines.push((
+            at,
+            format!(
+                "api    {} {}{} by {} -> {} (uid {}, finalizers {}, deleting {})",
+                e["verb"].as_str().unwrap_or("?"),
+                inst.name,
+                e["objectRef"]["subresource"]
+                    .as_str()
+                    .map(|s| format!("/{s}"))
+                    .unwrap_or_default(),
+                e["user"]["username"].as_str().unwrap_or("?"),
+                e["responseStatus"]["code"],
+                answer["uid"].as_str().unwrap_or("-"),
+                answer["finalizers"],
+                answer["deletionTimestamp"].is_string(),
+            ),
+        ));
+    }
+    for c in &h.calls {
+        if c.volume != inst.handle || !during(c.start) {
+            continue;
+        }
+        lines.push((
+            c.start,
+            format!(
+                "driver {} {} by replica-{} (driver #{}, epoch {:?}{}) .. {} {}{}",
+                c.method,
+                c.node,
+                c.caller,
+                c.incarnation,
+                c.epoch,
+                if c.fenced { ", fenced" } else { "" },
+                secs(c.end),
+                c.code,
+                c.abandoned
+                    .map(|a| format!(", abandoned {}", secs(a)))
+                    .unwrap_or_default(),
+            ),
+        ));
+    }
+    for w in &h.windows {
+        if w.end >= from && w.start <= to {
+            lines.push((
+                w.start,
+                format!("fault  {} until {}: {}", w.kind, secs(w.end), w.note),
+            ));
+        }
+    }
+    let mut out: Vec<String> = lines
+        .into_iter()
+        .map(|(at, line)| format!("{} {line}", secs(at)))
+        .collect();
+    out.sort();
+    for (name, log) in &h.logs {
+        let named: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains(inst.name.as_str()))
+            .collect();
+        let skip = named.len().saturating_sub(60);
+        out.extend(named[skip..].iter().map(|l| format!("{name}: {l}")));
+    }
+    out
+}
+
 pub fn i1(h: &History, f: &mut Findings) {
     // The driver enforces the fence when it marked a call as passed.
     let enforced = h.calls.iter().any(|c| c.acted.is_some());
@@ -389,15 +473,21 @@ pub fn i1(h: &History, f: &mut Findings) {
             .map(|e| received(e))
             .min();
         match (unpublish, removal) {
-            (None, _) => f.violation(
-                "I1",
-                format!(
-                    "VA {} (uid {}, volume {}, node {}, created {}, delete requested {}) is gone; its last Publish (to {} by replica-{}, {} .. {}, {}{}) has no OK Unpublish to that node ID started after it",
-                    inst.name, inst.uid, inst.handle, inst.node, secs(inst.created), inst.deleted.map(secs).unwrap_or_default(),
-                    last.node, last.caller, secs(last.start), secs(last.end), last.code,
-                    if last.abandoned.is_some() { ", abandoned by its caller" } else { "" }
-                ),
-            ),
+            (None, _) => {
+                f.violation(
+                    "I1",
+                    format!(
+                        "VA {} (uid {}, volume {}, node {}, created {}, delete requested {}) is gone; its last Publish (to {} by replica-{}, {} .. {}, {}{}) has no OK Unpublish to that node ID started after it",
+                        inst.name, inst.uid, inst.handle, inst.node, secs(inst.created), inst.deleted.map(secs).unwrap_or_default(),
+                        last.node, last.caller, secs(last.start), secs(last.end), last.code,
+                        if last.abandoned.is_some() { ", abandoned by its caller" } else { "" }
+                    ),
+                );
+                f.stories.push((
+                    format!("I1: VA {} (uid {}, volume {}, node {})", inst.name, inst.uid, inst.handle, inst.node),
+                    va_story(h, inst, last.end),
+                ));
+            }
             (Some(u), Some(removed)) if removed < u.end => f.violation(
                 "I1",
                 format!(

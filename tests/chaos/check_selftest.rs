@@ -161,6 +161,48 @@ fn terms_split_at_a_gap_and_hold_after_a_create() {
 }
 
 #[test]
+fn an_i1_violation_comes_with_the_story_of_its_va() {
+    let mut h = clean();
+    h.calls.retain(|c| c.method != UNPUB);
+    h.calls.push(call(PUB, 0, "vol-b", "node-2-id", 3.0, 3.1)); // another volume
+    h.windows
+        .push(window("driver-late-publish", 2.5, 6.0, "Publish delayed"));
+    h.windows
+        .push(window("etcd-stall", 40.0, 41.0, "long after"));
+    h.logs[0]
+        .1
+        .push_str("I1127 10:00:09.000000       1 sync.rs:1] \"Detached\" va=\"va-a\"\n");
+    let f = check(&h);
+    only(&f, "I1");
+    let [(title, story)] = f.stories.as_slice() else {
+        panic!("one story expected: {f:#?}");
+    };
+    assert!(title.contains("va-a") && title.contains("vol-a"), "{title}");
+    let text = story.join("\n");
+    for wanted in [
+        "api    patch va-a/status by chaos-replica-0 -> 200",
+        "api    patch va-a by chaos-replica-0 -> 200 (uid u-a, finalizers [], deleting true)",
+        "driver ControllerPublishVolume node-1-id by replica-0",
+        "fault  driver-late-publish",
+        "replica-0 log: I1127 10:00:09.000000",
+    ] {
+        assert!(text.contains(wanted), "{wanted:?} missing from:\n{text}");
+    }
+    for unwanted in ["vol-b", "etcd-stall", "started"] {
+        assert!(!text.contains(unwanted), "{unwanted:?} in:\n{text}");
+    }
+    // In time order: the Publish before the status write before the removal.
+    let at = |s: &str| text.find(s).unwrap_or(usize::MAX);
+    assert!(
+        at("driver ControllerPublishVolume") < at("va-a/status"),
+        "{text}"
+    );
+    assert!(at("va-a/status") < at("api    patch va-a by"), "{text}");
+    // A history that passes tells no story.
+    assert!(check(&clean()).stories.is_empty());
+}
+
+#[test]
 fn i1_reports_a_missing_or_early_unpublish_and_missing_evidence() {
     let mut h = clean();
     h.calls.retain(|c| c.method != UNPUB);

@@ -92,6 +92,15 @@ pub fn remove_at_exit(dir: PathBuf) {
         .push(dir);
 }
 
+/// Takes `dir` off the list [`remove_at_exit`] made: it stays.
+pub fn keep_at_exit(dir: &std::path::Path) {
+    REGISTRY
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .dirs
+        .retain(|d| d != dir);
+}
+
 /// Forgets a pid that its owner has reaped.
 pub fn forget(pid: u32) {
     REGISTRY
