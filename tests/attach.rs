@@ -709,6 +709,141 @@ async fn a_va_gone_while_its_publish_ran_is_unpublished_after_it() {
     assert_eq!(env.mock.published().await, json!({}));
 }
 
+/// The same, but the Publish outlives `--timeout` and goes on in the driver
+/// (as a cloud operation does; the mock refuses another call on the volume
+/// with ABORTED meanwhile, as real drivers do): the attacher sees no success
+/// and no VA to write to, only a Publish in doubt. It still unpublishes, after
+/// the late Publish ended (upstream leaves the volume published for good).
+#[tokio::test]
+async fn a_va_gone_while_its_publish_outlived_the_timeout_is_unpublished_after_it() {
+    let env = Env::start(
+        &["--serialize-volumes", "--finish-abandoned-calls"],
+        &["--timeout=1s"],
+    )
+    .await;
+    env.mock
+        .set_fault(
+            "ControllerPublishVolume",
+            json!({"delay_ms": 2500, "times": 1}),
+        )
+        .await;
+    let a = env.create_attachment(pv(&unique("pv"), &env.driver)).await;
+    env.wait_va(&a.va, "our finalizer", |va| {
+        va.and_then(|v| v.metadata.finalizers.as_ref())
+            .is_some_and(|f| f.contains(&env.finalizer))
+    })
+    .await;
+    env.delete_va(&a.va).await;
+    let strip = json!({"metadata": {"finalizers": null}});
+    env.vas
+        .patch(
+            &a.va,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&strip),
+        )
+        .await
+        .expect("strip finalizers");
+    env.wait_gone(&a.va).await;
+    wait_late_publish_undone(&env, &a, Duration::from_secs(30)).await;
+}
+
+/// A VA whose Publish is in doubt (it outlived `--timeout` and then finished
+/// in the driver) is unpublished as soon as it goes away without a detach
+/// of ours, not at its next retry (a minute away here).
+#[tokio::test]
+async fn a_va_gone_after_its_publish_outlived_the_timeout_is_unpublished_at_once() {
+    let env = Env::start(
+        &["--serialize-volumes", "--finish-abandoned-calls"],
+        &["--timeout=1s", "--retry-interval-start=60s"],
+    )
+    .await;
+    env.mock
+        .set_fault(
+            "ControllerPublishVolume",
+            json!({"delay_ms": 2000, "times": 1}),
+        )
+        .await;
+    let a = env.create_attachment(pv(&unique("pv"), &env.driver)).await;
+    env.wait_attach_error(&a.va).await;
+    support::eventually(
+        "the late Publish to end",
+        Duration::from_secs(10),
+        || async {
+            let publish = env.mock.calls("ControllerPublishVolume").await;
+            publish.iter().any(|c| c["code"] == "OK").then_some(())
+        },
+    )
+    .await;
+    // Finalizers stripped, then the VA deleted (at once): its last event is
+    // its deletion. So that the strip's own sync neither re-adds our
+    // finalizer nor finds the VA gone, the node's CSINode goes first: that
+    // sync fails before any write, and saves why while the VA is there.
+    env.csinodes
+        .delete(&a.node, &DeleteParams::default())
+        .await
+        .expect("delete CSINode");
+    let strip = json!({"metadata": {"finalizers": null}});
+    env.vas
+        .patch(
+            &a.va,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&strip),
+        )
+        .await
+        .expect("strip finalizers");
+    env.wait_va(&a.va, "the strip's sync to fail", |va| {
+        va.and_then(|v| v.status.as_ref())
+            .and_then(|s| s.attach_error.as_ref())
+            .and_then(|e| e.message.as_deref())
+            .is_some_and(|m| m.contains("CSINode") || m.contains("csinode"))
+    })
+    .await;
+    env.delete_va(&a.va).await;
+    env.wait_gone(&a.va).await;
+    wait_late_publish_undone(&env, &a, Duration::from_secs(15)).await;
+}
+
+/// Waits `within` for an OK Unpublish of `a`'s volume from its node that
+/// started after its last OK Publish ended, and for the driver to hold
+/// nothing published.
+async fn wait_late_publish_undone(env: &Env, a: &support::env::Attachment, within: Duration) {
+    let node_id = json!(format!("{}-id", a.node));
+    let end = |c: &Value| {
+        c["time_unix_nanos"].as_f64().unwrap_or_default()
+            + c["duration_ms"].as_f64().unwrap_or_default() * 1e6
+    };
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let publish = env.mock.calls("ControllerPublishVolume").await;
+        let unpublish = env.mock.calls("ControllerUnpublishVolume").await;
+        let late = publish
+            .iter()
+            .filter(|c| c["volume_id"] == json!(a.handle) && c["code"] == "OK")
+            .map(end)
+            .fold(None, |last: Option<f64>, e| {
+                Some(last.map_or(e, |l| l.max(e)))
+            });
+        let undone = late.is_some_and(|late| {
+            unpublish.iter().any(|c| {
+                c["volume_id"] == json!(a.handle)
+                    && c["node_id"] == node_id
+                    && c["code"] == "OK"
+                    && c["time_unix_nanos"].as_f64().unwrap_or_default() >= late
+            })
+        });
+        if undone && env.mock.published().await == json!({}) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the late publication of the gone VA was not undone: published {}, Publish {publish:?}, Unpublish {unpublish:?}\n{}",
+            env.mock.published().await,
+            support::env::tail(&env.logs(), 30)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// With the client-side throttle as the bottleneck (QPS 4, burst 1, 20 VAs
 /// at once on 10 workers: ~40 pre-Publish writes queued), the status write
 /// after each Publish takes the next token instead of waiting behind every

@@ -11,6 +11,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::controller::error::FlowError;
 use crate::controller::flows::metrics::FlowMetrics;
+use crate::controller::flows::undo::Undos;
 use crate::controller::model::store::Stores;
 use crate::controller::seams::cluster::ClusterApi;
 use crate::controller::seams::fenced::FencedDriver;
@@ -37,6 +38,8 @@ pub struct Ctx {
     pub node_gone_detached: bool,
     /// End-to-end latency histograms.
     pub flow_metrics: Arc<FlowMetrics>,
+    /// Publishes owed an Unpublish should their VA go away.
+    pub undos: Arc<Undos>,
 }
 
 impl Ctx {

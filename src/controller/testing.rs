@@ -456,6 +456,7 @@ impl World {
             driver: FencedDriver::new(driver.clone(), Leadership::unbounded()),
             node_gone_detached: false,
             flow_metrics,
+            undos: Default::default(),
         };
         let policy = ErrorPolicy {
             error_codes: true,

@@ -16,6 +16,7 @@ use tracing::Instrument;
 
 use crate::controller::context::Ctx;
 use crate::controller::events;
+use crate::controller::flows::undo::Undos;
 use crate::controller::model::names;
 use crate::controller::model::node::CachedNode;
 use crate::controller::model::store::PvRefs;
@@ -227,6 +228,7 @@ pub async fn run(
     let queues = Queues::new(&settings, &metrics, &stores, &nodes);
     let client = clients.normal.clone();
     let failing = Arc::new(FailingVas::new(&metrics.flows.failing));
+    let undos = Arc::new(Undos::default());
     spawn_watches(
         &mut tasks,
         &clients.watch,
@@ -234,6 +236,7 @@ pub async fn run(
         &finalizer,
         &queues,
         Arc::clone(&failing),
+        Arc::clone(&undos),
         writers,
         &stores,
         &metrics,
@@ -303,6 +306,7 @@ pub async fn run(
         driver,
         node_gone_detached: settings.node_gone_detached,
         flow_metrics: Arc::clone(&metrics.flows),
+        undos,
     });
     let mut workers_set = start_leading(&mut tasks, &ctx, &policy, &queues, &settings, &metrics);
 
@@ -360,6 +364,7 @@ fn spawn_watches(
     finalizer: &str,
     queues: &Queues,
     failing: Arc<FailingVas>,
+    undos: Arc<Undos>,
     writers: Writers,
     stores: &Stores,
     metrics: &Metrics,
@@ -378,6 +383,7 @@ fn spawn_watches(
             va_writer,
             pv_refs.clone(),
             failing,
+            undos,
             driver.clone(),
             finalizer.to_string(),
             Arc::clone(&queues.va),

@@ -32,6 +32,7 @@ use crate::controller::flows::node_id::NodeIds;
 use crate::controller::flows::request;
 use crate::controller::flows::source;
 use crate::controller::flows::source::Source;
+use crate::controller::flows::undo::{self, Published, Undo};
 use crate::controller::model::CachedVa;
 use crate::controller::seams::driver::Origin;
 use crate::controller::seams::patches;
@@ -124,24 +125,19 @@ async fn mark_attached_failed(
 ) -> Result<(), FlowError> {
     if err.is_not_found() || err.is_replaced() {
         // The VA went away (or was replaced) while we published for it: a
-        // replica with a newer cache detached it already, and nobody else
-        // will unpublish what we just published. Undo it.
-        tracing::info!(va = %va.name(), node_id = %published.request.node_id,
-            "VolumeAttachment gone while it was published; unpublishing");
-        ctx.driver
-            .unpublish(published.request, published.origin, va)
-            .await?
-            .map_err(FlowError::UndoPublish)?;
-        return Ok(());
+        // replica with a newer cache detached it already, or the API server
+        // deleted it, and nobody else will unpublish what we just published.
+        // Undo it; owed until the driver says so, so that a failed undo is
+        // retried although the VA is gone (`undo`).
+        ctx.undos.owe(va, &published);
+        let undo = Undo {
+            va: va.clone(),
+            published,
+        };
+        return undo::pay(ctx, &undo).await;
     }
     // Saved on the VA only when refused for good (`FlowError::saved_on_va`).
     Err(FlowError::MarkAttached(err))
-}
-
-/// What undoes a Publish.
-struct Published {
-    request: ControllerUnpublishVolumeRequest,
-    origin: Origin,
 }
 
 /// Everything up to and including `ControllerPublishVolume`: its context,
@@ -171,7 +167,9 @@ async fn publish(
             node_id: stale,
             secrets: request.secrets.clone(),
         };
+        let node_id = unpublish.node_id.clone();
         ctx.driver.unpublish(unpublish, origin, va).await??;
+        ctx.undos.paid(va.name(), &request.volume_id, &node_id);
     }
 
     // From the VA write on, a detach is owed.
@@ -189,7 +187,16 @@ async fn publish(
         },
         origin,
     };
-    let context = ctx.driver.publish(request, origin, va).await??;
+    let answer = ctx.driver.publish(request, origin, va).await;
+    let (volume, node_id) = (&published.request.volume_id, &published.request.node_id);
+    match &answer {
+        Ok(Ok(_)) => ctx.undos.paid(va.name(), volume, node_id),
+        Ok(Err(status)) if !undo::may_have_acted(status.code) => {}
+        // It may have acted, or act still: owed an Unpublish should the VA
+        // go away before a later attempt settles it.
+        Ok(Err(_)) | Err(_) => ctx.undos.owe(va, &published),
+    }
+    let context = answer??;
     Ok((context.into_iter().collect(), published))
 }
 

@@ -83,8 +83,11 @@ async fn unpublish(ctx: &Ctx, va: &CachedVa) -> Result<(), FlowError> {
             node_id,
             secrets: secrets.clone().into_iter().collect(),
         };
+        let node_id = request.node_id.clone();
         match ctx.driver.unpublish(request, volume.origin, va).await? {
-            Ok(()) => {}
+            Ok(()) => ctx
+                .undos
+                .paid(va.name(), &volume.csi.volume_handle, &node_id),
             Err(status) if status.code == tonic::Code::NotFound && ctx.node_gone_detached => {
                 if ctx
                     .api
@@ -96,6 +99,8 @@ async fn unpublish(ctx: &Ctx, va: &CachedVa) -> Result<(), FlowError> {
                 }
                 tracing::warn!(va = %va.name(), node = %va.node_name(), error = %status,
                     "Unpublish answered NotFound and the Node is gone: counted as detached (--unpublish-not-found-node-gone)");
+                ctx.undos
+                    .paid(va.name(), &volume.csi.volume_handle, &node_id);
             }
             Err(status) => return Err(status.into()),
         }

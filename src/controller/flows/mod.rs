@@ -7,7 +7,8 @@
 //!   capability, which node IDs to publish to or unpublish from; `request`:
 //!   the Publish request but for its node ID and secrets' values (the write
 //!   bodies the flows send are built by `seams::patches`);
-//! - `metrics`: the flows' metric families.
+//! - `metrics`: the flows' metric families;
+//! - `undo`: Publishes owed an Unpublish after their VA went away.
 //!
 //! A flow returns `Ok` or the step that failed; it never touches the queue
 //! and never decides what is saved on the VA (`sync` does both).
@@ -21,3 +22,4 @@ pub mod pv_finalizer;
 pub mod request;
 pub mod source;
 pub mod trivial;
+pub mod undo;

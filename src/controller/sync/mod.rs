@@ -22,6 +22,7 @@ use crate::controller::flows::detach;
 use crate::controller::flows::pv_finalizer;
 use crate::controller::flows::pv_finalizer::needs_finalizer_check;
 use crate::controller::flows::trivial;
+use crate::controller::flows::undo;
 use crate::controller::model::CachedVa;
 use crate::controller::model::Lane;
 use crate::controller::queue::lane::PvLane;
@@ -130,8 +131,14 @@ pub async fn sync_va(
     key: &str,
     trigger: Trigger,
 ) -> Result<(), FlowError> {
+    let current = ctx.stores.va(key);
+    // A Publish that may have acted for a VA now gone or replaced is undone
+    // first (nobody else will); a re-created VA waits for that.
+    if let Some(undo) = ctx.undos.due(key, current.as_deref()) {
+        undo::pay(ctx, &undo).await?;
+    }
     // Gone from the cache: deleted (the cache holds our driver's VAs only).
-    let Some(va) = ctx.stores.va(key) else {
+    let Some(va) = current else {
         return Ok(());
     };
     let lane = Lane::of_va(&va);

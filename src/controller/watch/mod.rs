@@ -24,6 +24,7 @@ use kube::runtime::watcher::Event;
 use kube::runtime::WatchStreamExt;
 
 use crate::controller::flows::pv_finalizer::needs_finalizer_check;
+use crate::controller::flows::undo::Undos;
 use crate::controller::model::names::NODE_ID_ANNOTATION;
 use crate::controller::model::proto::FromProto;
 use crate::controller::model::store::PvRefs;
@@ -37,13 +38,15 @@ use crate::controller::sync::failing::FailingVas;
 use crate::controller::watch::backoff::WatchBackoff;
 
 /// Keeps the VA cache and the PV reference index, and feeds both queues;
-/// a VA deleted (or gone after a re-list) stops counting in `failing`.
+/// a VA deleted (or gone after a re-list) stops counting in `failing`, and
+/// is queued once more when a Publish of it is owed an Unpublish (`undos`).
 #[allow(clippy::too_many_arguments)]
 pub async fn run_va_informer(
     api: Api<Wire<CachedVa>>,
     mut writer: Writer<CachedVa>,
     pv_refs: PvRefs,
     failing: Arc<FailingVas>,
+    undos: Arc<Undos>,
     driver: String,
     finalizer: String,
     va_queue: Arc<WorkQueue<Lane>>,
@@ -70,6 +73,11 @@ pub async fn run_va_informer(
             Event::InitDone => {
                 writer.apply_watcher_event(&Event::InitDone);
                 failing.retain(|name| reader.get(&ObjectRef::new(name)).is_some());
+                for name in undos.names() {
+                    if reader.get(&ObjectRef::new(&name)).is_none() {
+                        va_queue.add(&name, Lane::Detach);
+                    }
+                }
                 for pv in pv_refs.finish_relist() {
                     pv_queue.add(&pv, PvLane);
                 }
@@ -103,6 +111,9 @@ pub async fn run_va_informer(
                 if va.attacher() == driver {
                     writer.apply_watcher_event(&Event::Delete(va));
                     failing.cleared(&name);
+                    if undos.owes(&name) {
+                        va_queue.add(&name, Lane::Detach);
+                    }
                 }
             }
         }

@@ -505,3 +505,91 @@ async fn a_migrated_in_tree_pv_is_translated_and_published_as_migrated() {
         ]
     );
 }
+
+/// `w`'s VA cache emptied (the VA deleted behind the flow's back) or
+/// holding `va` instead.
+fn cache_holds(w: &mut World, vas: Vec<k8s_openapi::api::storage::v1::VolumeAttachment>) {
+    w.ctx.stores.vas = crate::controller::model::store::store_from(
+        vas.iter()
+            .map(view::<_, crate::controller::model::CachedVa>),
+    );
+}
+
+#[tokio::test]
+async fn a_publish_in_doubt_whose_va_went_away_is_unpublished_until_the_driver_says_ok() {
+    let mut w = World::attachable(va(json!({})), pv_ours());
+    w.driver.fail("publish", Code::DeadlineExceeded, "slow");
+    assert!(sync(&w).await.is_err());
+    let done = w.requests().len();
+    // The VA goes away without a detach of ours (finalizers stripped, or
+    // deleted at once by the API server in a race with our finalizer).
+    cache_holds(&mut w, vec![]);
+    w.driver
+        .fail("unpublish", Code::Aborted, "an operation is pending");
+    assert_eq!(
+        sync(&w).await,
+        Err("rpc error: code = Aborted desc = an operation is pending".into())
+    );
+    assert_eq!(sync(&w).await, Ok(()));
+    assert_eq!(sync(&w).await, Ok(()), "paid once: nothing more");
+    let unpublish = format!("Unpublish vol-1 {NODE_ID}");
+    assert_eq!(w.requests()[done..], [unpublish.clone(), unpublish]);
+}
+
+#[tokio::test]
+async fn a_refused_publish_owes_nothing_and_a_later_success_settles_one_in_doubt() {
+    // Refused: the driver did not act.
+    let mut w = World::attachable(va(json!({})), pv_ours());
+    w.driver.fail("publish", Code::FailedPrecondition, "no");
+    assert!(sync(&w).await.is_err());
+    let done = w.requests().len();
+    cache_holds(&mut w, vec![]);
+    assert_eq!(sync(&w).await, Ok(()));
+    assert_eq!(w.requests().len(), done, "{:?}", w.requests());
+    // In doubt, then attached by a later attempt: the VA's detach owes it now.
+    let mut w = World::attachable(va(json!({})), pv_ours());
+    w.driver
+        .fail("publish", Code::Unavailable, "connection reset");
+    assert!(sync(&w).await.is_err());
+    assert_eq!(sync(&w).await, Ok(()));
+    let done = w.requests().len();
+    cache_holds(&mut w, vec![]);
+    assert_eq!(sync(&w).await, Ok(()));
+    assert_eq!(w.requests().len(), done, "{:?}", w.requests());
+}
+
+#[tokio::test]
+async fn a_va_recreated_under_its_name_waits_for_the_undo_of_the_old_ones_publish() {
+    let mut w = World::attachable(va(json!({})), pv_ours());
+    w.driver.fail("publish", Code::DeadlineExceeded, "slow");
+    assert!(sync(&w).await.is_err());
+    let done = w.requests().len();
+    cache_holds(&mut w, vec![va(json!({"metadata": {"uid": "u-2"}}))]);
+    assert_eq!(sync(&w).await, Ok(()));
+    let requests = w.requests();
+    assert_eq!(requests[done], format!("Unpublish vol-1 {NODE_ID}"));
+    assert_eq!(requests[done + 2], publish(NODE_ID), "{requests:?}");
+}
+
+#[tokio::test]
+async fn a_failed_undo_of_a_publish_whose_va_is_gone_is_retried() {
+    let mut w = World::attachable(
+        attached_va(json!({"status": {"attached": false}})),
+        pv_ours(),
+    );
+    w.api.fail("patch_va_status", api_error(404, "not found"));
+    w.driver.fail("unpublish", Code::Unavailable, "down");
+    assert!(sync(&w).await.is_err());
+    cache_holds(&mut w, vec![]);
+    assert_eq!(sync(&w).await, Ok(()));
+    let unpublish = format!("Unpublish vol-1 {NODE_ID}");
+    assert_eq!(
+        w.requests(),
+        [
+            publish(NODE_ID),
+            status(json!({"attached": true})),
+            unpublish.clone(),
+            unpublish
+        ]
+    );
+}

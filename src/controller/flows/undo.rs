@@ -1,0 +1,198 @@
+//! Publishes owed an Unpublish after their VolumeAttachment went away.
+//!
+//! A Publish may act although its caller saw no success: it ended at our
+//! deadline, the connection broke, the driver answered an internal error, or
+//! the leadership window closed while it ran (a cloud operation outlives
+//! its caller). Normally the VA's own life settles that: a later Publish
+//! that succeeds (the VA then says attached, and its detach unpublishes), or
+//! its detach's Unpublish. But a VA can go away without a detach of ours:
+//! an admin strips its finalizers, the API server deletes it at once in a
+//! race with our finalizer's write (the chaos suite saw it), or a previous
+//! leader detached it while this replica's cache lagged. No sync of it would
+//! call the driver again, and the publication would leak (as it does
+//! upstream). The same holds for the Publish that succeeded for a VA found
+//! gone at the status write, when its undo fails.
+//!
+//! So the attach flow records each such Publish here ([`Undos::owe`]), the
+//! flows strike it off when a call settles it ([`Undos::paid`]), and the sync
+//! of a key whose VA is gone or replaced first pays what is owed ([`pay`]),
+//! retried with the key's backoff until the driver answers OK. A VA
+//! re-created under the same name waits for that: the old publication goes
+//! before the new one is made.
+//!
+//! In memory: a replica that exits forgets what it owed, and a replica that
+//! did not make a Publish does not know of it.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
+use tonic::Code;
+
+use crate::controller::context::Ctx;
+use crate::controller::error::FlowError;
+use crate::controller::model::CachedVa;
+use crate::controller::seams::driver::Origin;
+use crate::csi::proto::ControllerUnpublishVolumeRequest;
+
+/// What undoes a Publish: its Unpublish (secrets included; never logged).
+#[derive(Clone)]
+pub struct Published {
+    pub request: ControllerUnpublishVolumeRequest,
+    pub origin: Origin,
+}
+
+/// A Publish owed an Unpublish, and the VA it was made for.
+#[derive(Clone)]
+pub struct Undo {
+    /// The VA as it was (its UID tells a VA re-created under its name apart).
+    pub va: CachedVa,
+    pub published: Published,
+}
+
+/// Whether a Publish that ended with `code` may have acted, or may still be
+/// acting, in the driver. The codes the CSI spec gives a Publish that was
+/// refused (and the ones no driver acts on) are not.
+pub fn may_have_acted(code: Code) -> bool {
+    !matches!(
+        code,
+        Code::InvalidArgument
+            | Code::NotFound
+            | Code::AlreadyExists
+            | Code::FailedPrecondition
+            | Code::ResourceExhausted
+            | Code::Aborted
+            | Code::OutOfRange
+            | Code::Unimplemented
+            | Code::PermissionDenied
+            | Code::Unauthenticated
+    )
+}
+
+/// The Publishes owed an Unpublish, by VA name (one per name: a later one
+/// for the same VA replaces it).
+#[derive(Default)]
+pub struct Undos {
+    owed: Mutex<HashMap<String, Undo>>,
+}
+
+impl Undos {
+    fn owed(&self) -> std::sync::MutexGuard<'_, HashMap<String, Undo>> {
+        self.owed.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The Publish `published` for `va` may have acted without a success.
+    pub fn owe(&self, va: &CachedVa, published: &Published) {
+        let undo = Undo {
+            va: va.clone(),
+            published: published.clone(),
+        };
+        self.owed().insert(va.name().to_string(), undo);
+    }
+
+    /// A call for VA `name` settled `volume` on `node_id` (a Publish that
+    /// succeeded, an Unpublish that did): nothing is owed there any more.
+    pub fn paid(&self, name: &str, volume: &str, node_id: &str) {
+        let mut owed = self.owed();
+        if owed.get(name).is_some_and(|undo| {
+            undo.published.request.volume_id == volume && undo.published.request.node_id == node_id
+        }) {
+            owed.remove(name);
+        }
+    }
+
+    /// What the sync of `name` must pay first: an undo whose VA is gone
+    /// (`current` is `None`) or replaced (another UID).
+    pub fn due(&self, name: &str, current: Option<&CachedVa>) -> Option<Undo> {
+        let owed = self.owed();
+        let undo = owed.get(name)?;
+        match current {
+            Some(va) if va.uid() == undo.va.uid() => None,
+            _ => Some(undo.clone()),
+        }
+    }
+
+    /// Whether a Publish for VA `name` is owed an Unpublish.
+    pub fn owes(&self, name: &str) -> bool {
+        self.owed().contains_key(name)
+    }
+
+    /// The names of the VAs owed one.
+    pub fn names(&self) -> Vec<String> {
+        self.owed().keys().cloned().collect()
+    }
+}
+
+/// Unpublishes what `undo` owes; struck off once the driver answers OK.
+pub async fn pay(ctx: &Ctx, undo: &Undo) -> Result<(), FlowError> {
+    let request = &undo.published.request;
+    tracing::info!(va = %undo.va.name(), volume = %request.volume_id, node_id = %request.node_id,
+        "VolumeAttachment gone while its Publish may have acted; unpublishing");
+    ctx.driver
+        .unpublish(request.clone(), undo.published.origin, &undo.va)
+        .await?
+        .map_err(FlowError::UndoPublish)?;
+    ctx.undos
+        .paid(undo.va.name(), &request.volume_id, &request.node_id);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn va(uid: &str) -> CachedVa {
+        crate::controller::testing::view(&crate::controller::testing::va(
+            serde_json::json!({"metadata": {"uid": uid}}),
+        ))
+    }
+
+    fn published(volume: &str, node_id: &str) -> Published {
+        Published {
+            request: ControllerUnpublishVolumeRequest {
+                volume_id: volume.into(),
+                node_id: node_id.into(),
+                secrets: Default::default(),
+            },
+            origin: Origin::Csi,
+        }
+    }
+
+    #[test]
+    fn an_undo_is_due_once_its_va_is_gone_or_replaced_and_struck_off_by_its_own_call() {
+        let undos = Undos::default();
+        let a = va("uid-a");
+        undos.owe(&a, &published("vol-1", "n1"));
+        assert!(
+            undos.due("va-1", Some(&a)).is_none(),
+            "the VA is still there"
+        );
+        assert!(undos.due("va-1", None).is_some(), "gone");
+        assert!(undos.due("va-1", Some(&va("uid-b"))).is_some(), "replaced");
+        assert!(undos.due("va-2", None).is_none(), "another name");
+        undos.paid("va-1", "vol-1", "n2");
+        undos.paid("va-1", "vol-2", "n1");
+        assert_eq!(
+            undos.names(),
+            ["va-1"],
+            "a call elsewhere settles nothing here"
+        );
+        undos.paid("va-1", "vol-1", "n1");
+        assert!(undos.names().is_empty() && !undos.owes("va-1"));
+    }
+
+    #[test]
+    fn only_a_refusal_leaves_nothing_in_doubt() {
+        for code in [
+            Code::DeadlineExceeded,
+            Code::Cancelled,
+            Code::Unavailable,
+            Code::Internal,
+            Code::Unknown,
+        ] {
+            assert!(may_have_acted(code), "{code:?}");
+        }
+        for code in [Code::Aborted, Code::NotFound, Code::FailedPrecondition] {
+            assert!(!may_have_acted(code), "{code:?}");
+        }
+    }
+}
