@@ -108,9 +108,10 @@ async fn a_detach_storm_does_not_delay_a_new_attach() {
     println!("attach during a {STORM}-VA detach storm took {took:?}");
     // The ceiling is work-conserving: the storm holds all ten slots, and the
     // attach takes the first one freed (one 2 s Unpublish at most), not a
-    // place behind the storm's backlog (STORM / 10 × 2 s = 40 s).
+    // place behind the storm's backlog (STORM / 10 × 2 s = 40 s). 5 s, not
+    // 3: beside the chaos suite and a build on two cores it took 3.3 s.
     assert!(
-        took < Duration::from_secs(3),
+        took < Duration::from_secs(5),
         "attach waited behind detaches: {took:?}"
     );
     assert!(
