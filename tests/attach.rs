@@ -666,30 +666,7 @@ async fn a_node_id_changed_since_the_va_recorded_it_is_unpublished_before_the_ne
 #[tokio::test]
 async fn a_va_gone_while_its_publish_ran_is_unpublished_after_it() {
     let env = Env::start(&[], &["--timeout=10s"]).await;
-    env.mock
-        .set_fault(
-            "ControllerPublishVolume",
-            json!({"delay_ms": 3000, "times": 1}),
-        )
-        .await;
-    let a = env.create_attachment(pv(&unique("pv"), &env.driver)).await;
-    // Our finalizer is written just before Publish starts.
-    env.wait_va(&a.va, "our finalizer", |va| {
-        va.and_then(|v| v.metadata.finalizers.as_ref())
-            .is_some_and(|f| f.contains(&env.finalizer))
-    })
-    .await;
-    env.delete_va(&a.va).await;
-    let strip = json!({"metadata": {"finalizers": null}});
-    env.vas
-        .patch(
-            &a.va,
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(&strip),
-        )
-        .await
-        .expect("strip finalizers");
-    env.wait_gone(&a.va).await;
+    let a = gone_while_published(&env, 3000).await;
     let node_id = json!(format!("{}-id", a.node));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
@@ -721,29 +698,7 @@ async fn a_va_gone_while_its_publish_outlived_the_timeout_is_unpublished_after_i
         &["--timeout=1s"],
     )
     .await;
-    env.mock
-        .set_fault(
-            "ControllerPublishVolume",
-            json!({"delay_ms": 2500, "times": 1}),
-        )
-        .await;
-    let a = env.create_attachment(pv(&unique("pv"), &env.driver)).await;
-    env.wait_va(&a.va, "our finalizer", |va| {
-        va.and_then(|v| v.metadata.finalizers.as_ref())
-            .is_some_and(|f| f.contains(&env.finalizer))
-    })
-    .await;
-    env.delete_va(&a.va).await;
-    let strip = json!({"metadata": {"finalizers": null}});
-    env.vas
-        .patch(
-            &a.va,
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(&strip),
-        )
-        .await
-        .expect("strip finalizers");
-    env.wait_gone(&a.va).await;
+    let a = gone_while_published(&env, 2500).await;
     wait_late_publish_undone(&env, &a, Duration::from_secs(30)).await;
 }
 
@@ -782,15 +737,7 @@ async fn a_va_gone_after_its_publish_outlived_the_timeout_is_unpublished_at_once
         .delete(&a.node, &DeleteParams::default())
         .await
         .expect("delete CSINode");
-    let strip = json!({"metadata": {"finalizers": null}});
-    env.vas
-        .patch(
-            &a.va,
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(&strip),
-        )
-        .await
-        .expect("strip finalizers");
+    strip_finalizers(&env, &a.va).await;
     env.wait_va(&a.va, "the strip's sync to fail", |va| {
         va.and_then(|v| v.status.as_ref())
             .and_then(|s| s.attach_error.as_ref())
@@ -801,6 +748,42 @@ async fn a_va_gone_after_its_publish_outlived_the_timeout_is_unpublished_at_once
     env.delete_va(&a.va).await;
     env.wait_gone(&a.va).await;
     wait_late_publish_undone(&env, &a, Duration::from_secs(15)).await;
+}
+
+/// A new attachment whose Publish takes `delay_ms`; while it runs, the VA is
+/// deleted and its finalizers stripped (as a replica with a newer cache that
+/// detached it would leave it) and it is gone.
+async fn gone_while_published(env: &Env, delay_ms: u64) -> support::env::Attachment {
+    env.mock
+        .set_fault(
+            "ControllerPublishVolume",
+            json!({"delay_ms": delay_ms, "times": 1}),
+        )
+        .await;
+    let a = env.create_attachment(pv(&unique("pv"), &env.driver)).await;
+    // Our finalizer is written just before Publish starts.
+    env.wait_va(&a.va, "our finalizer", |va| {
+        va.and_then(|v| v.metadata.finalizers.as_ref())
+            .is_some_and(|f| f.contains(&env.finalizer))
+    })
+    .await;
+    env.delete_va(&a.va).await;
+    strip_finalizers(env, &a.va).await;
+    env.wait_gone(&a.va).await;
+    a
+}
+
+/// Takes every finalizer off VA `name`.
+async fn strip_finalizers(env: &Env, name: &str) {
+    let strip = json!({"metadata": {"finalizers": null}});
+    env.vas
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&strip),
+        )
+        .await
+        .expect("strip finalizers");
 }
 
 /// Waits `within` for an OK Unpublish of `a`'s volume from its node that

@@ -134,7 +134,7 @@ async fn mark_attached_failed(
             va: va.clone(),
             published,
         };
-        return undo::pay(ctx, &undo).await;
+        return ctx.undos.pay(&ctx.driver, &undo).await;
     }
     // Saved on the VA only when refused for good (`FlowError::saved_on_va`).
     Err(FlowError::MarkAttached(err))

@@ -15,7 +15,7 @@
 //!
 //! So the attach flow records each such Publish here ([`Undos::owe`]), the
 //! flows strike it off when a call settles it ([`Undos::paid`]), and the sync
-//! of a key whose VA is gone or replaced first pays what is owed ([`pay`]),
+//! of a key whose VA is gone or replaced first pays what is owed ([`Undos::pay`]),
 //! retried with the key's backoff until the driver answers OK. A VA
 //! re-created under the same name waits for that: the old publication goes
 //! before the new one is made.
@@ -28,10 +28,10 @@ use std::sync::{Mutex, PoisonError};
 
 use tonic::Code;
 
-use crate::controller::context::Ctx;
 use crate::controller::error::FlowError;
 use crate::controller::model::CachedVa;
 use crate::controller::seams::driver::Origin;
+use crate::controller::seams::fenced::FencedDriver;
 use crate::csi::proto::ControllerUnpublishVolumeRequest;
 
 /// What undoes a Publish: its Unpublish (secrets included; never logged).
@@ -120,20 +120,20 @@ impl Undos {
     pub fn names(&self) -> Vec<String> {
         self.owed().keys().cloned().collect()
     }
-}
 
-/// Unpublishes what `undo` owes; struck off once the driver answers OK.
-pub async fn pay(ctx: &Ctx, undo: &Undo) -> Result<(), FlowError> {
-    let request = &undo.published.request;
-    tracing::info!(va = %undo.va.name(), volume = %request.volume_id, node_id = %request.node_id,
-        "VolumeAttachment gone while its Publish may have acted; unpublishing");
-    ctx.driver
-        .unpublish(request.clone(), undo.published.origin, &undo.va)
-        .await?
-        .map_err(FlowError::UndoPublish)?;
-    ctx.undos
-        .paid(undo.va.name(), &request.volume_id, &request.node_id);
-    Ok(())
+    /// Unpublishes what `undo` owes through `driver`; struck off once the
+    /// driver answers OK.
+    pub async fn pay(&self, driver: &FencedDriver, undo: &Undo) -> Result<(), FlowError> {
+        let request = &undo.published.request;
+        tracing::info!(va = %undo.va.name(), volume = %request.volume_id, node_id = %request.node_id,
+            "VolumeAttachment gone while its Publish may have acted; unpublishing");
+        driver
+            .unpublish(request.clone(), undo.published.origin, &undo.va)
+            .await?
+            .map_err(FlowError::UndoPublish)?;
+        self.paid(undo.va.name(), &request.volume_id, &request.node_id);
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -22,7 +22,6 @@ use crate::controller::flows::detach;
 use crate::controller::flows::pv_finalizer;
 use crate::controller::flows::pv_finalizer::needs_finalizer_check;
 use crate::controller::flows::trivial;
-use crate::controller::flows::undo;
 use crate::controller::model::CachedVa;
 use crate::controller::model::Lane;
 use crate::controller::queue::lane::PvLane;
@@ -135,7 +134,7 @@ pub async fn sync_va(
     // A Publish that may have acted for a VA now gone or replaced is undone
     // first (nobody else will); a re-created VA waits for that.
     if let Some(undo) = ctx.undos.due(key, current.as_deref()) {
-        undo::pay(ctx, &undo).await?;
+        ctx.undos.pay(&ctx.driver, &undo).await?;
     }
     // Gone from the cache: deleted (the cache holds our driver's VAs only).
     let Some(va) = current else {
