@@ -32,7 +32,7 @@ use crate::controller::flows::node_id::NodeIds;
 use crate::controller::flows::request;
 use crate::controller::flows::source;
 use crate::controller::flows::source::Source;
-use crate::controller::flows::undo::{self, Published, Undo};
+use crate::controller::flows::undo::{self, Published};
 use crate::controller::model::CachedVa;
 use crate::controller::seams::driver::Origin;
 use crate::controller::seams::patches;
@@ -129,11 +129,7 @@ async fn mark_attached_failed(
         // deleted it, and nobody else will unpublish what we just published.
         // Undo it; owed until the driver says so, so that a failed undo is
         // retried although the VA is gone (`undo`).
-        ctx.undos.owe(va, &published);
-        let undo = Undo {
-            va: va.clone(),
-            published,
-        };
+        let undo = ctx.undos.owe(va, &published);
         return ctx.undos.pay(&ctx.driver, &undo).await;
     }
     // Saved on the VA only when refused for good (`FlowError::saved_on_va`).
@@ -194,7 +190,9 @@ async fn publish(
         Ok(Err(status)) if !undo::may_have_acted(status.code) => {}
         // It may have acted, or act still: owed an Unpublish should the VA
         // go away before a later attempt settles it.
-        Ok(Err(_)) | Err(_) => ctx.undos.owe(va, &published),
+        Ok(Err(_)) | Err(_) => {
+            ctx.undos.owe(va, &published);
+        }
     }
     let context = answer??;
     Ok((context.into_iter().collect(), published))

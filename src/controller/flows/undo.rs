@@ -80,13 +80,15 @@ impl Undos {
         self.owed.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The Publish `published` for `va` may have acted without a success.
-    pub fn owe(&self, va: &CachedVa, published: &Published) {
+    /// The Publish `published` for `va` may have acted without a success:
+    /// owed, and what pays it.
+    pub fn owe(&self, va: &CachedVa, published: &Published) -> Undo {
         let undo = Undo {
             va: va.clone(),
             published: published.clone(),
         };
-        self.owed().insert(va.name().to_string(), undo);
+        self.owed().insert(va.name().to_string(), undo.clone());
+        undo
     }
 
     /// A call for VA `name` settled `volume` on `node_id` (a Publish that
