@@ -433,9 +433,10 @@ async fn a_detached_volume_goes_at_once_to_the_va_waiting_for_it() {
 #[tokio::test]
 async fn a_deleted_nodes_detaches_go_before_routine_ones() {
     // One slot: the detach lane runs one Unpublish at a time, each
-    // detach taking 700 ms; a deleted instance's Unpublish answers OK at
-    // once (as aws-ebs's and the profiles').
-    let file = fixed("detach-700ms", 100, 700, "");
+    // detach taking 2 s (700 ms let a second routine detach start before
+    // the five deletions reached a loaded attacher); a deleted instance's
+    // Unpublish answers OK at once (as aws-ebs's and the profiles').
+    let file = fixed("detach-2s", 100, 2000, "");
     let profile = file.arg();
     let env = Env::start(&[&profile], &["--worker-threads=1"]).await;
     let (live, dead) = (unique("live"), unique("dead"));
