@@ -20,6 +20,7 @@ use k8s_openapi::api::storage::v1::CSINode;
 use kube::api::Api;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::Store;
 use kube::runtime::watcher::Event;
 use kube::runtime::WatchStreamExt;
 
@@ -37,13 +38,12 @@ use crate::controller::queue::WorkQueue;
 use crate::controller::sync::failing::FailingVas;
 use crate::controller::watch::backoff::WatchBackoff;
 
-/// Keeps the VA cache and the PV reference index, and feeds both queues;
-/// a VA deleted (or gone after a re-list) stops counting in `failing`, and
-/// is queued once more when a Publish of it is owed an Unpublish (`undos`).
+/// Keeps the VA cache and the PV reference index, and feeds both queues
+/// ([`VaEvents`]).
 #[allow(clippy::too_many_arguments)]
 pub async fn run_va_informer(
     api: Api<Wire<CachedVa>>,
-    mut writer: Writer<CachedVa>,
+    writer: Writer<CachedVa>,
     pv_refs: PvRefs,
     failing: Arc<FailingVas>,
     undos: Arc<Undos>,
@@ -52,67 +52,102 @@ pub async fn run_va_informer(
     va_queue: Arc<WorkQueue<Lane>>,
     pv_queue: Arc<WorkQueue<PvLane>>,
 ) {
-    let reader = writer.as_reader();
-    let mut listed: Vec<(String, Lane)> = Vec::new();
+    let mut handlers = VaEvents {
+        reader: writer.as_reader(),
+        writer,
+        listed: Vec::new(),
+        pv_refs,
+        failing,
+        undos,
+        driver,
+        finalizer,
+        va_queue,
+        pv_queue,
+    };
     let mut events = watch_proto(api, "VolumeAttachment");
     while let Some(event) = events.next().await {
+        handlers.apply(event);
+    }
+}
+
+/// What the VA watch does with each event: a VA deleted (or gone after a
+/// re-list) stops counting in `failing`, and is queued once more when a
+/// Publish of it is owed an Unpublish (`undos`).
+struct VaEvents {
+    writer: Writer<CachedVa>,
+    reader: Store<CachedVa>,
+    /// The keys of a re-list in progress, queued once it is complete.
+    listed: Vec<(String, Lane)>,
+    pv_refs: PvRefs,
+    failing: Arc<FailingVas>,
+    undos: Arc<Undos>,
+    driver: String,
+    finalizer: String,
+    va_queue: Arc<WorkQueue<Lane>>,
+    pv_queue: Arc<WorkQueue<PvLane>>,
+}
+
+impl VaEvents {
+    fn apply(&mut self, event: Event<CachedVa>) {
+        let reader = &self.reader;
         match event {
             Event::Init => {
-                pv_refs.begin_relist();
-                listed.clear();
-                writer.apply_watcher_event(&Event::Init);
+                self.pv_refs.begin_relist();
+                self.listed.clear();
+                self.writer.apply_watcher_event(&Event::Init);
             }
             Event::InitApply(va) => {
                 let name = va.name().to_string();
-                pv_refs.relisted(&name, va.pv_name());
-                if va.attacher() == driver {
-                    listed.push((name, Lane::of_va(&va)));
-                    writer.apply_watcher_event(&Event::InitApply(va));
+                self.pv_refs.relisted(&name, va.pv_name());
+                if va.attacher() == self.driver {
+                    self.listed.push((name, Lane::of_va(&va)));
+                    self.writer.apply_watcher_event(&Event::InitApply(va));
                 }
             }
             Event::InitDone => {
-                writer.apply_watcher_event(&Event::InitDone);
-                failing.retain(|name| reader.get(&ObjectRef::new(name)).is_some());
-                for name in undos.names() {
+                self.writer.apply_watcher_event(&Event::InitDone);
+                self.failing
+                    .retain(|name| reader.get(&ObjectRef::new(name)).is_some());
+                for name in self.undos.names() {
                     if reader.get(&ObjectRef::new(&name)).is_none() {
-                        va_queue.add(&name, Lane::Detach);
+                        self.va_queue.add(&name, Lane::Detach);
                     }
                 }
-                for pv in pv_refs.finish_relist() {
-                    pv_queue.add(&pv, PvLane);
+                for pv in self.pv_refs.finish_relist() {
+                    self.pv_queue.add(&pv, PvLane);
                 }
                 // A re-list is upstream's resync: every VA is looked at again.
-                for (name, lane) in listed.drain(..) {
-                    va_queue.add(&name, lane);
+                for (name, lane) in self.listed.drain(..) {
+                    self.va_queue.add(&name, lane);
                 }
             }
             Event::Apply(va) => {
                 let name = va.name().to_string();
-                pv_refs.upsert(&name, va.pv_name());
-                if va.attacher() != driver {
-                    continue;
+                self.pv_refs.upsert(&name, va.pv_name());
+                if va.attacher() != self.driver {
+                    return;
                 }
                 let enqueue = match reader.get(&ObjectRef::new(&name)) {
-                    Some(old) => should_enqueue_change(&old, &va, &finalizer),
+                    Some(old) => should_enqueue_change(&old, &va, &self.finalizer),
                     None => true,
                 };
                 let lane = Lane::of_va(&va);
-                writer.apply_watcher_event(&Event::Apply(va));
+                self.writer.apply_watcher_event(&Event::Apply(va));
                 if enqueue {
-                    va_queue.add(&name, lane);
+                    self.va_queue.add(&name, lane);
                 }
             }
             Event::Delete(va) => {
                 let name = va.name().to_string();
-                pv_refs.remove(&name);
+                self.pv_refs.remove(&name);
                 if let Some(pv) = va.pv_name() {
-                    pv_queue.add(pv, PvLane);
+                    self.pv_queue.add(pv, PvLane);
                 }
-                if va.attacher() == driver {
-                    writer.apply_watcher_event(&Event::Delete(va));
-                    failing.cleared(&name);
-                    if undos.owes(&name) {
-                        va_queue.add(&name, Lane::Detach);
+                if va.attacher() == self.driver {
+                    self.writer.apply_watcher_event(&Event::Delete(va));
+                    self.failing.cleared(&name);
+                    if self.undos.owes(&name) {
+                        self.va_queue.add(&name, Lane::Detach);
                     }
                 }
             }
@@ -368,7 +403,90 @@ mod proptests;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::flows::undo::Published;
+    use crate::controller::queue::Backoff;
+    use crate::controller::seams::driver::Origin;
+    use crate::controller::testing;
+    use crate::csi::proto::ControllerUnpublishVolumeRequest;
     use k8s_openapi::api::storage::v1::{VolumeAttachment, VolumeAttachmentStatus, VolumeError};
+
+    /// A VA `name` of the tests' driver, live and not attached.
+    fn ours(name: &str) -> CachedVa {
+        testing::view(&testing::va(
+            serde_json::json!({"metadata": {"name": name, "uid": format!("uid-{name}")}}),
+        ))
+    }
+
+    /// The VA watch's handlers on empty caches and queues, a Publish of each
+    /// of `owed` owed an Unpublish; and the VA queue.
+    fn handlers(owed: &[&str]) -> (VaEvents, Arc<WorkQueue<Lane>>) {
+        let backoff = Backoff {
+            start: std::time::Duration::from_secs(1),
+            max: std::time::Duration::from_secs(300),
+        };
+        let va_queue = Arc::new(WorkQueue::new("va", backoff, None));
+        let undos = Arc::new(Undos::default());
+        for name in owed {
+            let request = ControllerUnpublishVolumeRequest {
+                volume_id: format!("vol-{name}"),
+                node_id: testing::NODE_ID.into(),
+                secrets: Default::default(),
+            };
+            undos.owe(
+                &ours(name),
+                &Published {
+                    request,
+                    origin: Origin::Csi,
+                },
+            );
+        }
+        let writer = Writer::default();
+        let handlers = VaEvents {
+            reader: writer.as_reader(),
+            writer,
+            listed: Vec::new(),
+            pv_refs: PvRefs::default(),
+            failing: Arc::new(FailingVas::new(
+                &crate::metrics::Metrics::new().flows.failing,
+            )),
+            undos,
+            driver: testing::DRIVER.into(),
+            finalizer: testing::FIN.into(),
+            va_queue: va_queue.clone(),
+            pv_queue: Arc::new(WorkQueue::new("pv", backoff, None)),
+        };
+        (handlers, va_queue)
+    }
+
+    #[test]
+    fn a_va_owed_an_undo_and_missing_from_a_relist_is_queued_to_detach() {
+        let (mut handlers, queue) = handlers(&["gone", "kept"]);
+        handlers.apply(Event::Init);
+        handlers.apply(Event::InitApply(ours("kept")));
+        handlers.apply(Event::InitApply(ours("new")));
+        assert!(
+            !queue.is_pending("gone"),
+            "queued before the list is complete"
+        );
+        handlers.apply(Event::InitDone);
+        assert!(queue.is_pending("gone"), "owed, and not listed");
+        assert_eq!(queue.depth(Lane::Detach), 1, "only the one gone");
+        assert_eq!(
+            queue.depth(Lane::Attach),
+            2,
+            "the listed VAs, in their lane"
+        );
+    }
+
+    #[test]
+    fn a_deleted_va_is_queued_again_only_when_owed_an_undo() {
+        let (mut handlers, queue) = handlers(&["owed"]);
+        handlers.apply(Event::Delete(ours("owed")));
+        handlers.apply(Event::Delete(ours("settled")));
+        assert!(queue.is_pending("owed"));
+        assert_eq!(queue.depth(Lane::Detach), 1);
+        assert!(!queue.is_pending("settled"));
+    }
 
     fn va(rv: &str, attached: bool, attach_error: Option<&str>) -> VolumeAttachment {
         let mut va = VolumeAttachment::default();
