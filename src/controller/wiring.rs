@@ -380,14 +380,16 @@ fn spawn_watches(
     tasks.spawn(
         watch::run_va_informer(
             Api::all(client.clone()),
-            va_writer,
-            pv_refs.clone(),
-            failing,
-            undos,
-            driver.clone(),
-            finalizer.to_string(),
-            Arc::clone(&queues.va),
-            Arc::clone(&queues.pv),
+            watch::VaEvents {
+                writer: va_writer,
+                pv_refs: pv_refs.clone(),
+                failing,
+                undos,
+                driver: driver.clone(),
+                finalizer: finalizer.to_string(),
+                va_queue: Arc::clone(&queues.va),
+                pv_queue: Arc::clone(&queues.pv),
+            },
         )
         .instrument(tracing::info_span!("watch", resource = "volumeattachments")),
     );

@@ -20,7 +20,6 @@ use k8s_openapi::api::storage::v1::CSINode;
 use kube::api::Api;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::reflector::Store;
 use kube::runtime::watcher::Event;
 use kube::runtime::WatchStreamExt;
 
@@ -40,67 +39,43 @@ use crate::controller::watch::backoff::WatchBackoff;
 
 /// Keeps the VA cache and the PV reference index, and feeds both queues
 /// ([`VaEvents`]).
-#[allow(clippy::too_many_arguments)]
-pub async fn run_va_informer(
-    api: Api<Wire<CachedVa>>,
-    writer: Writer<CachedVa>,
-    pv_refs: PvRefs,
-    failing: Arc<FailingVas>,
-    undos: Arc<Undos>,
-    driver: String,
-    finalizer: String,
-    va_queue: Arc<WorkQueue<Lane>>,
-    pv_queue: Arc<WorkQueue<PvLane>>,
-) {
-    let mut handlers = VaEvents {
-        reader: writer.as_reader(),
-        writer,
-        listed: Vec::new(),
-        pv_refs,
-        failing,
-        undos,
-        driver,
-        finalizer,
-        va_queue,
-        pv_queue,
-    };
+pub async fn run_va_informer(api: Api<Wire<CachedVa>>, mut handlers: VaEvents) {
+    let mut listed = Vec::new();
     let mut events = watch_proto(api, "VolumeAttachment");
     while let Some(event) = events.next().await {
-        handlers.apply(event);
+        handlers.apply(event, &mut listed);
     }
 }
 
 /// What the VA watch does with each event: a VA deleted (or gone after a
 /// re-list) stops counting in `failing`, and is queued once more when a
 /// Publish of it is owed an Unpublish (`undos`).
-struct VaEvents {
-    writer: Writer<CachedVa>,
-    reader: Store<CachedVa>,
-    /// The keys of a re-list in progress, queued once it is complete.
-    listed: Vec<(String, Lane)>,
-    pv_refs: PvRefs,
-    failing: Arc<FailingVas>,
-    undos: Arc<Undos>,
-    driver: String,
-    finalizer: String,
-    va_queue: Arc<WorkQueue<Lane>>,
-    pv_queue: Arc<WorkQueue<PvLane>>,
+pub struct VaEvents {
+    pub writer: Writer<CachedVa>,
+    pub pv_refs: PvRefs,
+    pub failing: Arc<FailingVas>,
+    pub undos: Arc<Undos>,
+    pub driver: String,
+    pub finalizer: String,
+    pub va_queue: Arc<WorkQueue<Lane>>,
+    pub pv_queue: Arc<WorkQueue<PvLane>>,
 }
 
 impl VaEvents {
-    fn apply(&mut self, event: Event<CachedVa>) {
-        let reader = &self.reader;
+    /// `listed`: the keys of a re-list in progress, queued once it is complete.
+    fn apply(&mut self, event: Event<CachedVa>, listed: &mut Vec<(String, Lane)>) {
+        let reader = self.writer.as_reader();
         match event {
             Event::Init => {
                 self.pv_refs.begin_relist();
-                self.listed.clear();
+                listed.clear();
                 self.writer.apply_watcher_event(&Event::Init);
             }
             Event::InitApply(va) => {
                 let name = va.name().to_string();
                 self.pv_refs.relisted(&name, va.pv_name());
                 if va.attacher() == self.driver {
-                    self.listed.push((name, Lane::of_va(&va)));
+                    listed.push((name, Lane::of_va(&va)));
                     self.writer.apply_watcher_event(&Event::InitApply(va));
                 }
             }
@@ -117,7 +92,7 @@ impl VaEvents {
                     self.pv_queue.add(&pv, PvLane);
                 }
                 // A re-list is upstream's resync: every VA is looked at again.
-                for (name, lane) in self.listed.drain(..) {
+                for (name, lane) in listed.drain(..) {
                     self.va_queue.add(&name, lane);
                 }
             }
@@ -440,11 +415,8 @@ mod tests {
                 },
             );
         }
-        let writer = Writer::default();
         let handlers = VaEvents {
-            reader: writer.as_reader(),
-            writer,
-            listed: Vec::new(),
+            writer: Writer::default(),
             pv_refs: PvRefs::default(),
             failing: Arc::new(FailingVas::new(
                 &crate::metrics::Metrics::new().flows.failing,
@@ -461,14 +433,15 @@ mod tests {
     #[test]
     fn a_va_owed_an_undo_and_missing_from_a_relist_is_queued_to_detach() {
         let (mut handlers, queue) = handlers(&["gone", "kept"]);
-        handlers.apply(Event::Init);
-        handlers.apply(Event::InitApply(ours("kept")));
-        handlers.apply(Event::InitApply(ours("new")));
+        let listed = &mut Vec::new();
+        handlers.apply(Event::Init, listed);
+        handlers.apply(Event::InitApply(ours("kept")), listed);
+        handlers.apply(Event::InitApply(ours("new")), listed);
         assert!(
             !queue.is_pending("gone"),
             "queued before the list is complete"
         );
-        handlers.apply(Event::InitDone);
+        handlers.apply(Event::InitDone, listed);
         assert!(queue.is_pending("gone"), "owed, and not listed");
         assert_eq!(queue.depth(Lane::Detach), 1, "only the one gone");
         assert_eq!(
@@ -481,8 +454,9 @@ mod tests {
     #[test]
     fn a_deleted_va_is_queued_again_only_when_owed_an_undo() {
         let (mut handlers, queue) = handlers(&["owed"]);
-        handlers.apply(Event::Delete(ours("owed")));
-        handlers.apply(Event::Delete(ours("settled")));
+        let listed = &mut Vec::new();
+        handlers.apply(Event::Delete(ours("owed")), listed);
+        handlers.apply(Event::Delete(ours("settled")), listed);
         assert!(queue.is_pending("owed"));
         assert_eq!(queue.depth(Lane::Detach), 1);
         assert!(!queue.is_pending("settled"));
