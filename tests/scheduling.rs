@@ -337,12 +337,10 @@ async fn nine_attaches_for_three_places(said: bool) -> (usize, usize) {
         .unwrap_or(u64::MAX);
     // Observe the window after it to its end.
     let window_end = first_success.saturating_add(2_500_000_000);
-    let now_nanos = || {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
-    };
-    tokio::time::sleep(Duration::from_nanos(window_end.saturating_sub(now_nanos()))).await;
+    tokio::time::sleep(Duration::from_nanos(
+        window_end.saturating_sub(crate::support::unix_nanos()),
+    ))
+    .await;
     let refused: Vec<u64> = on_node()
         .await
         .iter()
@@ -664,10 +662,7 @@ async fn a_burst_after_a_full_queue(extra: &[&str]) -> usize {
         .count();
     // 10 × 0.9^16 < 2: sixteen overload answers leave a limit of one.
     assert!(busy >= 16, "{busy} refused while the queue was full");
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or_default();
+    let since = crate::support::unix_nanos();
     let mut names = Vec::new();
     let nodes: Vec<String> = (0..6).map(|_| unique("node")).collect();
     for node in &nodes {

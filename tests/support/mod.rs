@@ -28,6 +28,13 @@ pub fn unique(prefix: &str) -> String {
     )
 }
 
+/// Now, in Unix nanoseconds: the clock of the mock driver's ledger.
+pub fn unix_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
 /// Lets `window` pass before a negative assertion ("X did not happen").
 ///
 /// Only for checks that something stays absent, where no event can say "it is
