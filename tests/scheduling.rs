@@ -611,7 +611,7 @@ async fn unpublish_not_found_for_a_gone_node_counts_as_detached_when_opted_in() 
 
 /// On a driver with gce-pd's answer to a VM's full operation queue
 /// ("Too many pending operations on a resource", rateLimitExceeded), the
-/// queue cut to one operation and 500 ms attaches: a node's 4 s detach
+/// queue cut to one operation and 500 ms attaches: a node's 8 s detach
 /// fills its queue while an attach of the node is refused every 100 ms, then
 /// six nodes' attaches come at once. The most of those six Publish calls in
 /// flight at once.
@@ -619,7 +619,7 @@ async fn a_burst_after_a_full_queue(extra: &[&str]) -> usize {
     let file = fixed(
         "gce-queue-of-one",
         500,
-        4000,
+        8000,
         "[node]\nmax_operations = 1\non_busy = \"fail\"\nbusy_code = \"PermissionDenied\"\n\
          busy_message = \"Failed to Attach: failed cloud service attach disk call: googleapi: \
          Error 403: Too many pending operations on a resource., rateLimitExceeded\"\n",
@@ -643,7 +643,7 @@ async fn a_burst_after_a_full_queue(extra: &[&str]) -> usize {
     env.wait_attached(&held).await;
     env.delete_va(&held).await;
     crate::support::eventually(
-        "the 4 s Unpublish called",
+        "the 8 s Unpublish called",
         Duration::from_secs(20),
         || async {
             env.logs()
