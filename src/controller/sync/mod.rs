@@ -120,6 +120,21 @@ fn hand_off(ctx: &Ctx, queue: &WorkQueue<Lane>, detached: &CachedVa) {
     }
 }
 
+/// Another VA of ours (named otherwise than `key`) for `gone`'s PV on its
+/// node that carries our finalizer: its detach will unpublish what `gone`'s
+/// Publish may have published (possible only with VAs not named by
+/// kube-controller-manager, whose names are one per volume, driver and node).
+fn holder(ctx: &Ctx, key: &str, gone: &CachedVa) -> Option<Arc<CachedVa>> {
+    let pv = gone.pv_name()?;
+    ctx.stores
+        .pv_refs
+        .referencing(pv)
+        .iter()
+        .filter(|name| name.as_str() != key)
+        .filter_map(|name| ctx.stores.va(name))
+        .find(|va| va.node_name() == gone.node_name() && va.has_finalizer(&ctx.finalizer))
+}
+
 /// One attempt for the VA called `key`, queued for `trigger`: decide the
 /// step, execute it (a panic in it becomes its error), and save what failed
 /// on the VA the step worked on, where [`FlowError::saved_on_va`] says so:
@@ -134,7 +149,17 @@ pub async fn sync_va(
     // A Publish that may have acted for a VA now gone or replaced is undone
     // first (nobody else will); a re-created VA waits for that.
     if let Some(undo) = ctx.undos.due(key, current.as_deref()) {
-        ctx.undos.pay(&ctx.driver, &undo).await?;
+        match holder(ctx, key, &undo.va) {
+            // Its detach unpublishes the same volume from the same node; an
+            // undo now would take the volume from under it.
+            Some(holder) => {
+                let request = &undo.published.request;
+                tracing::info!(va = %key, holder = %holder.name(), volume = %request.volume_id,
+                    "VolumeAttachment gone while its Publish may have acted; another VolumeAttachment holds the volume on the node, leaving it to that one's detach");
+                ctx.undos.paid(key, &request.volume_id, &request.node_id);
+            }
+            None => ctx.undos.pay(&ctx.driver, &undo).await?,
+        }
     }
     // Gone from the cache: deleted (the cache holds our driver's VAs only).
     let Some(va) = current else {
