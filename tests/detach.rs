@@ -97,6 +97,54 @@ async fn detach_unpublishes_from_the_node_id_it_published_to_after_the_csinode_c
     );
 }
 
+/// A ReadWriteMany volume attached to two nodes; the node-id annotation of
+/// the first VA edited to the second node's ID (a backup restore, a manual
+/// edit), then that VA deleted: unpublished from its own node only, never
+/// from under the second VA (upstream calls once too, with the CSINode's ID).
+#[tokio::test]
+async fn a_detach_never_unpublishes_a_node_id_that_another_va_holds() {
+    let env = Env::start(&[], &[]).await;
+    let volume = pv(&unique("pv"), &env.driver).access_modes(&["ReadWriteMany"]);
+    let (pv_name, handle) = (volume.name(), volume.handle());
+    env.create_pv(volume.build()).await;
+    let mut vas = Vec::new();
+    for _ in 0..2 {
+        let node = unique("node");
+        env.create_node(&node).await;
+        let name = unique("va");
+        env.create_va(va(&name, &env.driver, &node).pv(&pv_name).build())
+            .await;
+        env.wait_attached(&name).await;
+        vas.push((name, node));
+    }
+    let [(first, node1), (second, node2)] = [vas[0].clone(), vas[1].clone()];
+    let edit = json!({"metadata": {"annotations": {"csi.alpha.kubernetes.io/node-id": format!("{node2}-id")}}});
+    env.vas
+        .patch(&first, &PatchParams::default(), &Patch::Merge(&edit))
+        .await
+        .expect("edit the annotation");
+    env.delete_va(&first).await;
+    env.wait_gone(&first).await;
+    let unpublished: Vec<_> = env
+        .mock
+        .calls("ControllerUnpublishVolume")
+        .await
+        .iter()
+        .map(|c| c["node_id"].clone())
+        .collect();
+    assert_eq!(unpublished, [json!(format!("{node1}-id"))]);
+    assert_eq!(
+        env.mock.published().await,
+        json!({ handle: [format!("{node2}-id")] })
+    );
+    assert!(env.wait_attached(&second).await.status.is_some());
+    assert!(
+        env.logs()
+            .contains("another VolumeAttachment holds the volume"),
+        "said in the log"
+    );
+}
+
 #[tokio::test]
 async fn unpublish_errors_keep_the_finalizer_and_are_retried() {
     let env = Env::start(

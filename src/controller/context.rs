@@ -11,6 +11,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::controller::error::FlowError;
 use crate::controller::flows::metrics::FlowMetrics;
+use crate::controller::flows::node_id;
 use crate::controller::flows::undo::Undos;
 use crate::controller::model::store::Stores;
 use crate::controller::seams::cluster::ClusterApi;
@@ -43,6 +44,23 @@ pub struct Ctx {
 }
 
 impl Ctx {
+    /// Whether the Unpublish of `volume` from `node_id` for VA `va` must not
+    /// be sent: another live VA of ours holds that pair
+    /// ([`node_id::holder`]), and its own detach unpublishes it. Said in the
+    /// log, and anything VA `va` owed there is struck off.
+    pub fn held_elsewhere(&self, va: &str, volume: &str, node_id: &str) -> bool {
+        let finalizer = &self.finalizer;
+        let driver = &self.driver_name;
+        let Some(holder) = node_id::holder(&self.stores, finalizer, driver, va, volume, node_id)
+        else {
+            return false;
+        };
+        tracing::warn!(va, holder = %holder.name(), volume, node_id,
+            "Not unpublishing: another VolumeAttachment holds the volume on this node ID, and its detach unpublishes it");
+        self.undos.paid(va, volume, node_id);
+        true
+    }
+
     /// Secrets from `controllerPublishSecretRef` (GET, never cached or logged).
     pub async fn publish_secrets(
         &self,

@@ -519,6 +519,16 @@ pub fn attached_va(extra: Value) -> VolumeAttachment {
     va_with(&[&attached_layer(), &extra])
 }
 
+/// `va-2`, attached by us on `node-2` (node ID `id-2`) for the same
+/// `pv-1`; `extra` merged in.
+pub fn other_va(extra: Value) -> VolumeAttachment {
+    let other = json!({
+        "metadata": {"name": "va-2", "uid": "u-2", "annotations": {"csi.alpha.kubernetes.io/node-id": "id-2"}},
+        "spec": {"nodeName": "node-2"},
+    });
+    va_with(&[&attached_layer(), &other, &extra])
+}
+
 /// [`attached_va`], being deleted.
 pub fn deleting_va(extra: Value) -> VolumeAttachment {
     let deleting = json!({"metadata": {"deletionTimestamp": "2026-01-02T00:00:00Z"}});

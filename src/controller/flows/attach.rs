@@ -155,7 +155,12 @@ async fn publish(
     // driver re-registered): the volume may be published to the recorded one.
     // Unpublish it there first, so that the record can move on without
     // leaking that publication (upstream overwrites the record).
-    if let (Some(stale), true) = (stale, va.has_finalizer(&ctx.finalizer)) {
+    // Not where another VA holds it: the record may name another node's ID
+    // (edited, restored from a backup).
+    let stale = stale
+        .filter(|_| va.has_finalizer(&ctx.finalizer))
+        .filter(|id| !ctx.held_elsewhere(va.name(), &request.volume_id, id));
+    if let Some(stale) = stale {
         tracing::info!(va = %va.name(), recorded = %stale, csinode = %request.node_id,
             "The node ID recorded at publish differs from the CSINode's; unpublishing from the recorded one first");
         let unpublish = ControllerUnpublishVolumeRequest {

@@ -65,7 +65,8 @@ async fn unpublish_and_release(ctx: &Ctx, va: &CachedVa) -> Result<(), FlowError
 }
 
 /// `ControllerUnpublishVolume` from every node ID the volume may be
-/// published to ([`NodeIds::to_unpublish`]).
+/// published to ([`NodeIds::to_unpublish`]), except where another VA holds
+/// it ([`Ctx::held_elsewhere`]).
 async fn unpublish(ctx: &Ctx, va: &CachedVa) -> Result<(), FlowError> {
     let source = source::resolve_or_get(va, &ctx.stores, ctx.api.as_ref()).await?;
     let volume = source.csi_volume()?;
@@ -84,6 +85,9 @@ async fn unpublish(ctx: &Ctx, va: &CachedVa) -> Result<(), FlowError> {
             secrets: secrets.clone().into_iter().collect(),
         };
         let node_id = request.node_id.clone();
+        if ctx.held_elsewhere(va.name(), &request.volume_id, &node_id) {
+            continue;
+        }
         match ctx.driver.unpublish(request, volume.origin, va).await? {
             Ok(()) => ctx
                 .undos

@@ -11,12 +11,21 @@
 //! | [`NodeIds::to_publish`]   | checked with the API server, then an error | a different one is unpublished first |
 //! | [`NodeIds::to_unpublish`] | the annotation alone             | unpublished from both when they differ |
 //! | [`NodeIds::to_compare`]   | the annotation, else skip        | fallback only                    |
+//!
+//! Whatever a policy names, no Unpublish goes to a (volume, node ID) that
+//! another live VA of ours holds ([`holder`]): after an annotation was edited
+//! or restored, or a CSINode re-registered with another node's ID, the
+//! recorded ID can be where another VA's volume is attached.
+
+use std::sync::Arc;
 
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::controller::error::FlowError;
+use crate::controller::flows::source;
 use crate::controller::model::names::NODE_ID_ANNOTATION;
+use crate::controller::model::store::Stores;
 use crate::controller::model::CachedVa;
 use crate::controller::seams::cluster::ClusterApi;
 
@@ -135,6 +144,43 @@ impl NodeIds {
             (Err(err), None) => Err(err),
         }
     }
+}
+
+/// Another live VA of ours (not named `except`) that holds `volume` on
+/// `node_id`, from the caches: not being deleted, carrying our `finalizer`
+/// or saying attached, naming `node_id` in its node-id annotation or through
+/// its node's CSINode, and attaching the volume with handle `volume`.
+///
+/// An Unpublish of that pair would take the volume from under it (a pod on
+/// its node may be writing); its own detach unpublishes it when its time
+/// comes. Upstream asks only the CSINode on detach and never meets this
+/// (ours also unpublishes the recorded ID, [`NodeIds::to_unpublish`]). A
+/// VA being deleted holds nothing: two VAs detaching at once must not leave
+/// the pair to each other.
+pub fn holder(
+    stores: &Stores,
+    finalizer: &str,
+    driver: &str,
+    except: &str,
+    volume: &str,
+    node_id: &str,
+) -> Option<Arc<CachedVa>> {
+    let names = |va: &CachedVa| {
+        va.annotation(NODE_ID_ANNOTATION) == Some(node_id)
+            || from_cache(&stores.csinodes, va.node_name(), driver).is_ok_and(|id| id == node_id)
+    };
+    let handle = |va: &CachedVa| {
+        source::resolve(va, stores)
+            .ok()
+            .and_then(|source| Some(source.csi_volume().ok()?.csi.volume_handle.clone()))
+    };
+    stores.all_vas().into_iter().find(|va| {
+        va.name() != except
+            && !va.is_deleting()
+            && (va.has_finalizer(finalizer) || va.attached())
+            && names(va)
+            && handle(va).as_deref() == Some(volume)
+    })
 }
 
 #[cfg(test)]

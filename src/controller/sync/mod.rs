@@ -22,7 +22,6 @@ use crate::controller::flows::detach;
 use crate::controller::flows::pv_finalizer;
 use crate::controller::flows::pv_finalizer::needs_finalizer_check;
 use crate::controller::flows::trivial;
-use crate::controller::model::names::NODE_ID_ANNOTATION;
 use crate::controller::model::CachedVa;
 use crate::controller::model::Lane;
 use crate::controller::queue::lane::PvLane;
@@ -121,24 +120,6 @@ fn hand_off(ctx: &Ctx, queue: &WorkQueue<Lane>, detached: &CachedVa) {
     }
 }
 
-/// Another VA of ours (named otherwise than `key`) for `gone`'s PV that
-/// carries our finalizer and `node_id` in its node-id annotation: its detach
-/// will unpublish what `gone`'s Publish may have published there (possible
-/// only with VAs not named by kube-controller-manager, whose names are one
-/// per volume, driver and node).
-fn holder(ctx: &Ctx, key: &str, gone: &CachedVa, node_id: &str) -> Option<Arc<CachedVa>> {
-    let pv = gone.pv_name()?;
-    ctx.stores
-        .pv_refs
-        .referencing(pv)
-        .iter()
-        .filter(|name| name.as_str() != key)
-        .filter_map(|name| ctx.stores.va(name))
-        .find(|va| {
-            va.has_finalizer(&ctx.finalizer) && va.annotation(NODE_ID_ANNOTATION) == Some(node_id)
-        })
-}
-
 /// One attempt for the VA called `key`, queued for `trigger`: decide the
 /// step, execute it (a panic in it becomes its error), and save what failed
 /// on the VA the step worked on, where [`FlowError::saved_on_va`] says so:
@@ -154,15 +135,9 @@ pub async fn sync_va(
     // first (nobody else will); a re-created VA waits for that.
     if let Some(undo) = ctx.undos.due(key, current.as_deref()) {
         let request = &undo.published.request;
-        match holder(ctx, key, &undo.va, &request.node_id) {
-            // Its detach unpublishes the same volume from the same node; an
-            // undo now would take the volume from under it.
-            Some(holder) => {
-                tracing::info!(va = %key, holder = %holder.name(), volume = %request.volume_id,
-                    "VolumeAttachment gone while its Publish may have acted; another VolumeAttachment holds the volume on the node, leaving it to that one's detach");
-                ctx.undos.paid(key, &request.volume_id, &request.node_id);
-            }
-            None => ctx.undos.pay(&ctx.driver, &undo).await?,
+        // Not from under another VA that holds the volume there.
+        if !ctx.held_elsewhere(key, &request.volume_id, &request.node_id) {
+            ctx.undos.pay(&ctx.driver, &undo).await?;
         }
     }
     // Gone from the cache: deleted (the cache holds our driver's VAs only).

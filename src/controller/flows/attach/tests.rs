@@ -599,8 +599,7 @@ async fn an_undo_is_left_to_another_va_holding_the_volume_on_the_node_with_our_f
     // va-1's Publish in doubt, then va-1 gone while va-2 (another name: not
     // kube-controller-manager's) names the same PV.
     let named = json!({"metadata": {"name": "va-2", "uid": "u-2"}});
-    let elsewhere = json!({"metadata": {"name": "va-2", "uid": "u-2",
-        "annotations": {"csi.alpha.kubernetes.io/node-id": "id-2"}}});
+
     let unpublish = format!("Unpublish vol-1 {NODE_ID}");
     for (other, undone) in [
         // Our finalizer, published to the same node ID: va-2's detach will
@@ -609,7 +608,7 @@ async fn an_undo_is_left_to_another_va_holding_the_volume_on_the_node_with_our_f
         // Not yet ours: its Publish comes after our finalizer, the undo first.
         (va(named), Some(&unpublish)),
         // Ours, but on another node ID: nothing of va-1's is va-2's to undo.
-        (attached_va(elsewhere), Some(&unpublish)),
+        (other_va(json!({})), Some(&unpublish)),
     ] {
         let mut w = World::attachable(va(json!({})), pv_ours());
         w.driver.fail("publish", Code::DeadlineExceeded, "slow");
@@ -621,4 +620,36 @@ async fn an_undo_is_left_to_another_va_holding_the_volume_on_the_node_with_our_f
         assert_eq!(w.requests()[done..].iter().next(), undone);
         assert!(!w.ctx.undos.owes("va-1"), "settled either way");
     }
+}
+
+#[tokio::test]
+async fn a_stale_recorded_node_id_that_another_va_holds_is_not_unpublished() {
+    // va-1's record names id-2 (edited, restored from a backup), where va-2
+    // has the same volume attached on node-2.
+    let stale = attached_va(json!({"metadata": {"annotations": {NODE_ID_ANN: "id-2"}},
+        "status": {"attached": false}}));
+    let csinodes = || vec![csinode(NODE, NODE_ID)];
+    let w = World::new(
+        capabilities(true),
+        vec![stale.clone(), other_va(json!({}))],
+        vec![pv_ours()],
+        csinodes(),
+    );
+    assert_eq!(sync(&w).await, Ok(()));
+    let requests = w.requests();
+    assert!(
+        !requests.iter().any(|r| r.starts_with("Unpublish")),
+        "{requests:?}"
+    );
+    assert!(requests.contains(&publish(NODE_ID)), "{requests:?}");
+    // va-2 being deleted holds nothing: the stale ID is unpublished first.
+    let deleting = json!({"metadata": {"deletionTimestamp": "2026-01-02T00:00:00Z"}});
+    let w = World::new(
+        capabilities(true),
+        vec![stale, other_va(deleting)],
+        vec![pv_ours()],
+        csinodes(),
+    );
+    assert_eq!(sync(&w).await, Ok(()));
+    assert_eq!(w.requests()[0], "Unpublish vol-1 id-2");
 }

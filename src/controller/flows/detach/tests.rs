@@ -89,6 +89,44 @@ async fn a_recorded_node_id_other_than_the_csinodes_is_unpublished_from_both() {
     assert_eq!(w.requests()[0], unpublish("id-old"));
 }
 
+/// A ReadWriteMany volume on two nodes; va-1's record edited to node-2's ID
+/// (a backup restore, a manual edit), then va-1 deleted.
+#[tokio::test]
+async fn a_node_id_that_another_live_va_holds_is_not_unpublished() {
+    let edited = deleting_va(json!({"metadata": {"annotations": {NODE_ID_ANN: "id-2"}}}));
+    let csinodes = || vec![csinode(NODE, NODE_ID), csinode("node-2", "id-2")];
+    let world = |other| {
+        World::new(
+            capabilities(true),
+            vec![edited.clone(), other],
+            vec![pv_ours()],
+            csinodes(),
+        )
+    };
+    // va-2 holds id-2 (by its record, and by its node's CSINode): only id-1.
+    for held in [
+        other_va(json!({})),
+        other_va(json!({"metadata": {"annotations": null}})),
+    ] {
+        let w = world(held);
+        assert_eq!(sync(&w).await, Ok(()));
+        assert_eq!(
+            w.requests(),
+            [unpublish(NODE_ID), remove_finalizer(json!(null))]
+        );
+    }
+    // Another volume there, va-2 being deleted, or va-2 not yet ours: nothing
+    // held, both unpublished.
+    let other_pv = json!({"spec": {"source": {"persistentVolumeName": "pv-2"}}});
+    let deleting = json!({"metadata": {"deletionTimestamp": "2026-01-02T00:00:00Z"}});
+    let not_ours = json!({"metadata": {"finalizers": null}, "status": null});
+    for free in [other_va(other_pv), other_va(deleting), other_va(not_ours)] {
+        let w = world(free);
+        assert_eq!(sync(&w).await, Ok(()));
+        assert_eq!(w.requests()[..2], [unpublish("id-2"), unpublish(NODE_ID)]);
+    }
+}
+
 #[tokio::test]
 async fn without_record_the_csinode_decides_and_its_absence_is_a_detach_error() {
     let unrecorded = || deleting_va(json!({"metadata": {"annotations": null}}));
