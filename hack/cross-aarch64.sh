@@ -79,6 +79,6 @@ crates=$(python3 -c 'import json,sys,zlib; d=json.loads(zlib.decompress(open(sys
 qemu=$(command -v qemu-aarch64 || command -v qemu-aarch64-static)
 version=$("$qemu" "$bin" --version)
 echo "cross-aarch64: $version"
-[[ $version == "$bin $(cargo metadata --no-deps --format-version 1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["packages"][0]["version"])') (commit "* ]] \
+[[ $version == "$bin $(cargo metadata --no-deps --format-version 1 | python3 -c 'import json,sys; print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"] == "csi-attacher"))') (commit "* ]] \
   || fail "unexpected --version output: $version"
 echo "cross-aarch64: ok ($(stat -c %s "$bin") bytes, static, AArch64, $crates crates in the embedded dependency list, runs under $(basename "$qemu"))"

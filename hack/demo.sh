@@ -21,10 +21,11 @@ go_pid=$!
 
 # CSI_ATTACHER_DEMO_BIN=<dir>: run the csi-attacher and csi-mock-driver already
 # built there instead of building them (CI: the ones hack/test.sh just built).
-# Otherwise they are built as the tests build them (`cargo test --test
-# binaries`: the two binaries, with the test build's dependency features, and
-# a check that both start), so that hack/test.sh afterwards compiles only its
-# test binaries, not the dependencies a second time.
+# Otherwise they are built as the tests build them (`cargo test --workspace
+# --test binaries`: the two binaries, the attacher's and tools/csi-mock-driver's,
+# with the test build's dependency features, and a check that both start), so
+# that hack/test.sh afterwards compiles only its test binaries, not the
+# dependencies a second time.
 if [ -n "${CSI_ATTACHER_DEMO_BIN:-}" ]; then
   step "Using csi-attacher and csi-mock-driver from $CSI_ATTACHER_DEMO_BIN; building the pinned kube-apiserver and etcd"
   bin=$(cd "$CSI_ATTACHER_DEMO_BIN" && pwd)
@@ -33,7 +34,7 @@ if [ -n "${CSI_ATTACHER_DEMO_BIN:-}" ]; then
   done
 else
   step "Building csi-attacher and csi-mock-driver, and the pinned kube-apiserver and etcd beside them"
-  cargo test --locked --test binaries
+  cargo test --locked --workspace --test binaries
   bin="$repo/target/debug"
 fi
 if ! wait "$go_pid"; then

@@ -52,7 +52,7 @@ go_pids+=($!)
 build goprops hack/build-gotool.sh tools-goprops goprops . &
 go_pids+=($!)
 cargo_rc=0
-cargo test --locked --no-run "$@" || cargo_rc=$?
+cargo test --locked --workspace --no-run "$@" || cargo_rc=$?
 go_failed=0
 for pid in "${go_pids[@]}"; do
   wait "$pid" || go_failed=1
@@ -73,12 +73,12 @@ CSI_ATTACHER_GCE_PD_DRIVER=$(cat "$go_dir/gce-pd-driver")
 CSI_ATTACHER_GOPROPS_BIN=$(cat "$go_dir/goprops")
 export CSI_ATTACHER_TOOLS_BIN CSI_ATTACHER_PROMTOOL CSI_ATTACHER_GCE_PD_DRIVER CSI_ATTACHER_GOPROPS_BIN
 if [ $# -gt 0 ]; then
-  cargo test --locked "$@"
+  cargo test --locked --workspace "$@"
   exit 0
 fi
 
 # Everything is built: nothing compiles while the chaos run's clocks tick.
-chaos=$(cargo test --locked --no-run --test chaos --message-format=json 2>/dev/null |
+chaos=$(cargo test --locked --workspace --no-run --test chaos --message-format=json 2>/dev/null |
   python3 -c 'import json, sys
 for line in sys.stdin:
     m = json.loads(line)
@@ -90,7 +90,7 @@ chaos_log="$go_dir/chaos.log"
 "$chaos" >"$chaos_log" 2>&1 &
 chaos_pid=$!
 rc=0
-CSI_ATTACHER_CHAOS_BESIDE=1 cargo test --locked || rc=$?
+CSI_ATTACHER_CHAOS_BESIDE=1 cargo test --locked --workspace || rc=$?
 chaos_rc=0
 wait "$chaos_pid" || chaos_rc=$?
 echo "== tests/chaos.rs (run beside the other test binaries)"

@@ -93,7 +93,7 @@ fn a_bad_profile_is_refused_at_start_with_a_clear_error() {
     let run = |args: &[&str]| {
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = format!("--endpoint={}", dir.path().join("csi.sock").display());
-        let out = Command::new(env!("CARGO_BIN_EXE_csi-mock-driver"))
+        let out = Command::new(crate::support::mock::binary())
             .arg(&socket)
             .args(args)
             .output()

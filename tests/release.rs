@@ -146,7 +146,11 @@ fn the_docker_build_context_has_what_the_build_needs_and_no_target_dir() {
         })
         .collect();
     needed.extend(benches.iter().map(String::as_str));
-    needed.push("src/bin/csi-mock-driver/main.rs");
+    // The workspace's other member must load too.
+    needed.extend([
+        "tools/csi-mock-driver/Cargo.toml",
+        "tools/csi-mock-driver/src/main.rs",
+    ]);
     for path in needed {
         assert!(in_context(path), "{path} is not in the build context");
         assert!(

@@ -77,13 +77,15 @@ impl Profile {
     /// The profile's TOML, as the mock driver has it built in.
     fn toml(self) -> &'static str {
         match self {
-            Profile::AwsEbs => include_str!("../../src/bin/csi-mock-driver/profiles/aws-ebs.toml"),
-            Profile::AzureDisk => {
-                include_str!("../../src/bin/csi-mock-driver/profiles/azure-disk.toml")
+            Profile::AwsEbs => {
+                include_str!("../../tools/csi-mock-driver/src/profiles/aws-ebs.toml")
             }
-            Profile::GcePd => include_str!("../../src/bin/csi-mock-driver/profiles/gce-pd.toml"),
+            Profile::AzureDisk => {
+                include_str!("../../tools/csi-mock-driver/src/profiles/azure-disk.toml")
+            }
+            Profile::GcePd => include_str!("../../tools/csi-mock-driver/src/profiles/gce-pd.toml"),
             Profile::SerialPerNode => {
-                include_str!("../../src/bin/csi-mock-driver/profiles/serial-per-node.toml")
+                include_str!("../../tools/csi-mock-driver/src/profiles/serial-per-node.toml")
             }
         }
     }

@@ -94,7 +94,7 @@ impl Driver {
             .create(true)
             .append(true)
             .open(&self.log)?;
-        let mut command = Command::new(env!("CARGO_BIN_EXE_csi-mock-driver"));
+        let mut command = Command::new(crate::support::mock::binary());
         for socket in &self.sockets {
             command.arg(format!("--endpoint={}", socket.display()));
         }

@@ -2,8 +2,10 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::SystemTime;
 
 use anyhow::{bail, Context, Result};
 use http_body_util::{BodyExt, Full};
@@ -12,6 +14,83 @@ use hyper_util::rt::TokioIo;
 use serde_json::Value;
 
 use super::procs::{self, Guard};
+
+/// The `csi-mock-driver` binary, built for this test binary's profile.
+///
+/// The mock driver is a workspace member of its own (`tools/csi-mock-driver`),
+/// and a test binary can name only its own package's binaries
+/// (`CARGO_BIN_EXE_*`). `cargo test --workspace` (hack/test.sh, the demo)
+/// builds it beside this binary, in `target/<profile>/`, with the same
+/// dependency features; where it is missing or older than its sources (or the
+/// product's CSI module it uses), this builds it with `cargo build -p
+/// csi-mock-driver`, once per test binary.
+pub fn binary() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| match locate_or_build() {
+            Ok(path) => path,
+            Err(err) => panic!("csi-mock-driver: {err:#}"),
+        })
+        .clone()
+}
+
+fn locate_or_build() -> Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    // target/<profile dir>/deps/<this binary>
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .context("no target directory above this test binary")?;
+    let path = profile_dir.join("csi-mock-driver");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let sources = [root.join("tools/csi-mock-driver"), root.join("src/csi")];
+    let built = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
+    if built.is_some_and(|built| sources.iter().all(|dir| newest(dir) <= built)) {
+        return Ok(path);
+    }
+    let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => "dev",
+        Some(other) => other,
+        None => bail!("no profile directory in {}", exe.display()),
+    };
+    let target_dir = profile_dir.parent().context("no target directory")?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args([
+            "build",
+            "--locked",
+            "-p",
+            "csi-mock-driver",
+            "--profile",
+            profile,
+        ])
+        .arg("--target-dir")
+        .arg(target_dir)
+        .current_dir(root)
+        .status()
+        .context("running cargo build -p csi-mock-driver")?;
+    if !status.success() {
+        bail!("cargo build -p csi-mock-driver failed ({status})");
+    }
+    Ok(path)
+}
+
+/// The latest modification time of the files under `dir`.
+fn newest(dir: &Path) -> SystemTime {
+    let mut latest = SystemTime::UNIX_EPOCH;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else if let Ok(modified) = meta.modified() {
+                latest = latest.max(modified);
+            }
+        }
+    }
+    latest
+}
 
 /// A running `csi-mock-driver` on a temp socket.
 pub struct MockDriver {
@@ -32,7 +111,7 @@ impl MockDriver {
         let dir = tempfile::Builder::new().prefix("csi-mock-").tempdir()?;
         let socket = dir.path().join("csi.sock");
         let ledger_path = dir.path().join("ledger.jsonl");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_csi-mock-driver"));
+        let mut command = Command::new(binary());
         command
             .arg(format!("--endpoint={}", socket.display()))
             .arg(format!("--ledger={}", ledger_path.display()))

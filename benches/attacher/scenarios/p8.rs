@@ -164,7 +164,7 @@ async fn track(
 fn mock_has_profiles() -> bool {
     static HAS: OnceLock<bool> = OnceLock::new();
     *HAS.get_or_init(|| {
-        let help = std::process::Command::new(env!("CARGO_BIN_EXE_csi-mock-driver"))
+        let help = std::process::Command::new(crate::support::mock::binary())
             .arg("--help")
             .output()
             .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
