@@ -7,6 +7,7 @@ apply, or does not compile (a mutant that cannot compile proves nothing).
     hack/mutants.sh                 # every mutant; the table to stdout
     hack/mutants.sh --only ID,ID    # some
     hack/mutants.sh --table FILE    # also write the table as markdown
+    hack/mutants.py --check         # only: every mutant still applies (CI)
 
 The scratch worktree shares the repository's target directory
 (target/mutants), so only the crate itself is rebuilt per mutant.
@@ -47,12 +48,25 @@ def parse(text):
 def test_command(test):
     kind, _, filt = test.partition(" ")
     if kind == "lib":
-        return ["cargo", "test", "--lib", "--", filt]
+        return ["cargo", "test", "-p", "csi-attacher", "--lib", "--", filt]
     if kind == "bin":
-        return ["cargo", "test", "--bin", "csi-mock-driver", "--", filt]
+        return ["cargo", "test", "-p", "csi-mock-driver", "--bin", "csi-mock-driver", "--", filt]
     if kind == "suite":
         return ["cargo", "test", "--test", "suite", "--", filt]
     sys.exit(f"unknown test kind {kind!r} (lib, bin, suite)")
+
+
+def stale(mutants):
+    """The mutants whose `find:` text is not found exactly once in its file
+    (at the working tree): each a line saying so."""
+    lines = []
+    for m in mutants:
+        path = ROOT / m["file"]
+        count = path.read_text().count(m["find"]) if path.is_file() else 0
+        if count != 1:
+            where = f"{count} matches" if path.is_file() else "no such file"
+            lines.append(f"mutant {m['id']}: does not apply ({m['file']}: {where})")
+    return lines
 
 
 def run(cmd, cwd, env):
@@ -64,8 +78,16 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only")
     ap.add_argument("--table")
+    ap.add_argument("--check", action="store_true",
+                    help="only check that every mutant still applies (no build)")
     args = ap.parse_args()
     mutants = parse((ROOT / "hack" / "mutants.txt").read_text())
+    if args.check:
+        lines = stale(mutants)
+        for line in lines:
+            print(line, file=sys.stderr)
+        print(f"mutants: {len(mutants) - len(lines)} of {len(mutants)} apply")
+        return 1 if lines else 0
     if args.only:
         wanted = set(args.only.split(","))
         mutants = [m for m in mutants if m["id"] in wanted]
