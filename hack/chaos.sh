@@ -31,4 +31,4 @@ if [ -z "${CSI_ATTACHER_TOOLS_BIN:-}" ]; then
   CSI_ATTACHER_TOOLS_BIN="$(hack/build-controlplane.sh | tail -1)"
   export CSI_ATTACHER_TOOLS_BIN
 fi
-exec cargo test --locked --test chaos -- --nocapture
+exec cargo test --locked --workspace --test chaos -- --nocapture

@@ -33,4 +33,4 @@ if [ -z "${CSI_ATTACHER_TOOLS_BIN:-}" ]; then
   export CSI_ATTACHER_TOOLS_BIN
 fi
 echo "soak: $minutes minutes; report: $SOAK_REPORT"
-exec cargo test --locked --release --test chaos -- --ignored --exact soak::soak --nocapture
+exec cargo test --locked --workspace --release --test chaos -- --ignored --exact soak::soak --nocapture

@@ -272,6 +272,7 @@ pub fn check(h: &History) -> Findings {
     i9(h, &mut f);
     i10(h, &mut f);
     i11(h, &mut f);
+    i12(h, &mut f);
     evidence(h, &mut f);
     f
 }
@@ -1147,41 +1148,61 @@ pub fn i8(h: &History, f: &mut Findings) {
     }
 }
 
+/// The `attached=true` status writes replicas made, each with the instance
+/// it was for (`None`: a VA the workload does not know) and when the API
+/// server received it.
+fn attached_writes(h: &History) -> impl Iterator<Item = (&Value, Option<&Instance>, i128)> {
+    h.audit
+        .iter()
+        .filter(|e| {
+            e["objectRef"]["resource"] == "volumeattachments"
+                && e["objectRef"]["subresource"] == "status"
+                && e["user"]["username"]
+                    .as_str()
+                    .is_some_and(|u| u.starts_with("chaos-replica-"))
+                && ok(e)
+                && e["requestObject"]["status"]["attached"] == true
+        })
+        .map(|e| {
+            let name = e["objectRef"]["name"].as_str().unwrap_or_default();
+            let uid = e["responseObject"]["metadata"]["uid"]
+                .as_str()
+                .unwrap_or_default();
+            let inst = h.instances.iter().find(|i| i.name == name && i.uid == uid);
+            (e, inst, received(e))
+        })
+}
+
+/// An OK Publish of `inst`'s volume to a node ID of its node.
+fn to_its_node(inst: &Instance) -> impl Fn(&&Call) -> bool + '_ {
+    move |c| {
+        c.volume == inst.handle
+            && c.code == "OK"
+            && node_of_id(&c.node).as_deref() == Some(inst.node.as_str())
+    }
+}
+
+/// The last OK Publish of `inst`'s volume to its node that ended by `at`.
+fn published_before<'a>(h: &'a History, inst: &Instance, at: i128) -> Option<&'a Call> {
+    h.calls
+        .iter()
+        .filter(to_its_node(inst))
+        .filter(|c| c.method == "ControllerPublishVolume" && c.end <= at)
+        .max_by_key(|c| c.end)
+}
+
 /// I9: a replica writes `attached=true` only after an OK Publish of the VA's
 /// volume to (a node ID of) its node ended, with no OK Unpublish of it since.
 pub fn i9(h: &History, f: &mut Findings) {
     let mut unknown = 0;
-    for e in h.audit.iter().filter(|e| {
-        e["objectRef"]["resource"] == "volumeattachments"
-            && e["objectRef"]["subresource"] == "status"
-            && e["user"]["username"]
-                .as_str()
-                .is_some_and(|u| u.starts_with("chaos-replica-"))
-            && ok(e)
-            && e["requestObject"]["status"]["attached"] == true
-    }) {
-        let name = e["objectRef"]["name"].as_str().unwrap_or_default();
-        let uid = e["responseObject"]["metadata"]["uid"]
-            .as_str()
-            .unwrap_or_default();
-        let Some(inst) = h.instances.iter().find(|i| i.name == name && i.uid == uid) else {
+    for (e, inst, at) in attached_writes(h) {
+        let Some(inst) = inst else {
             unknown += 1;
             continue;
         };
-        let at = received(e);
-        let on_node = |c: &&Call| {
-            c.volume == inst.handle
-                && c.code == "OK"
-                && node_of_id(&c.node).as_deref() == Some(inst.node.as_str())
-        };
-        let published = h
-            .calls
-            .iter()
-            .filter(on_node)
-            .filter(|c| c.method == "ControllerPublishVolume" && c.end <= at)
-            .max_by_key(|c| c.end);
+        let published = published_before(h, inst, at);
         let undone = published.and_then(|p| {
-            h.calls.iter().filter(on_node).find(|c| {
+            h.calls.iter().filter(to_its_node(inst)).find(|c| {
                 c.method == "ControllerUnpublishVolume"
                     && c.node == p.node
                     && c.start >= p.end
@@ -1200,8 +1221,9 @@ pub fn i9(h: &History, f: &mut Findings) {
         f.violation(
             "I9",
             format!(
-                "{} wrote attached=true on VA {name} (volume {}, node {}) at {}: {problem}",
+                "{} wrote attached=true on VA {} (volume {}, node {}) at {}: {problem}",
                 e["user"]["username"].as_str().unwrap_or_default(),
+                inst.name,
                 inst.handle,
                 inst.node,
                 secs(at)
@@ -1213,6 +1235,54 @@ pub fn i9(h: &History, f: &mut Findings) {
             "I9".into(),
             format!("{unknown} attached=true writes on VAs the workload does not know"),
         ));
+    }
+}
+
+/// I12: no driver call unpublishes a (volume, node ID) that a live,
+/// attached VA holds: from a replica's `attached=true` write on a VA until
+/// the suite asks to delete it, no Unpublish that reached the driver starts
+/// for the node ID of the OK Publish it was attached through, unless a later
+/// OK Publish moved it to another ID of its node (the driver re-registered:
+/// the VA's own re-publish unpublishes the old one).
+pub fn i12(h: &History, f: &mut Findings) {
+    for (_, inst, at) in attached_writes(h) {
+        let Some(held) = inst.and_then(|inst| Some((inst, published_before(h, inst, at)?))) else {
+            continue; // I9's
+        };
+        let (inst, held) = held;
+        let moved = h
+            .calls
+            .iter()
+            .filter(to_its_node(inst))
+            .filter(|c| c.method == "ControllerPublishVolume" && c.node != held.node && c.end > at)
+            .map(|c| c.end)
+            .min();
+        let until = inst
+            .deleted
+            .unwrap_or(i128::MAX)
+            .min(moved.unwrap_or(i128::MAX));
+        for c in h.calls.iter().filter(|c| {
+            c.method == "ControllerUnpublishVolume"
+                && !c.fenced
+                && c.volume == inst.handle
+                && c.node == held.node
+                && at < c.start
+                && c.start < until
+        }) {
+            f.violation(
+                "I12",
+                format!(
+                    "replica-{} unpublished volume {} from {} at {} ({}), where VA {} (attached at {}) holds it",
+                    c.caller,
+                    c.volume,
+                    c.node,
+                    secs(c.start),
+                    c.code,
+                    inst.name,
+                    secs(at)
+                ),
+            );
+        }
     }
 }
 
@@ -1569,6 +1639,10 @@ pub fn fault_evidence(h: &History, terms: &[Term], w: &Window) -> Result<String,
         "csinode-reregistered" => {
             need(note.ends_with(": None"), "the create failed")?;
             Ok("re-registered".into())
+        }
+        "node-id-edited" => {
+            need(note.starts_with("edited VA "), "no VA edited")?;
+            Ok(note.to_string())
         }
         "foreign-finalizers" => {
             need(!note.starts_with("0 "), "no foreign finalizer written")?;

@@ -701,6 +701,50 @@ fn i9_reports_attached_without_a_publish() {
 }
 
 #[test]
+fn i12_reports_an_unpublish_from_under_a_live_attached_va() {
+    // va-b holds vol-a on node-2 from its attached=true write at 5.2 on.
+    let holder = |h: &mut History| {
+        h.instances.push(Instance {
+            name: "va-b".into(),
+            uid: "u-b".into(),
+            pv: "pv-a".into(),
+            handle: "vol-a".into(),
+            node: "node-2".into(),
+            created: t(4.0),
+            deleted: None,
+        });
+        h.calls.push(call(PUB, 0, "vol-a", "node-2-id", 5.0, 5.1));
+        h.audit
+            .push(status_write("chaos-replica-0", "va-b", "u-b", 5.2));
+        h.published = json!({"vol-a": ["node-2-id"]});
+    };
+    let mut h = clean();
+    holder(&mut h);
+    assert!(check(&h).of("I12").is_empty(), "{:#?}", check(&h));
+    // va-a's detach unpublishes node-2-id too (its record edited to it).
+    h.calls.push(call(UNPUB, 0, "vol-a", "node-2-id", 9.0, 9.1));
+    h.published = json!({});
+    only(&check(&h), "I12");
+    // After va-b was asked to go, or refused by the fence: not held.
+    for (deleted, fenced) in [(Some(t(8.5)), false), (None, true)] {
+        let mut h = clean();
+        holder(&mut h);
+        h.instances[1].deleted = deleted;
+        let mut late = call(UNPUB, 0, "vol-a", "node-2-id", 9.0, 9.1);
+        late.fenced = fenced;
+        h.calls.push(late);
+        assert!(check(&h).of("I12").is_empty(), "{:#?}", check(&h));
+    }
+    // Moved by a re-registration: its own re-publish to the new ID, then the
+    // old one unpublished.
+    let mut h = clean();
+    holder(&mut h);
+    h.calls.push(call(PUB, 0, "vol-a", "node-2-id.7", 8.0, 8.1));
+    h.calls.push(call(UNPUB, 0, "vol-a", "node-2-id", 9.0, 9.1));
+    assert!(check(&h).of("I12").is_empty(), "{:#?}", check(&h));
+}
+
+#[test]
 fn i10_reports_a_ledger_that_does_not_replay_to_the_driver_state() {
     let mut h = clean();
     h.published = json!({"vol-a": ["node-1-id"]});

@@ -40,6 +40,7 @@ pub const KINDS: &[&str] = &[
     "lease-deleted",
     "lease-stolen",
     "csinode-reregistered",
+    "node-id-edited",
     "fd-limit-and-idle-flood",
 ];
 
@@ -534,6 +535,7 @@ impl Injector {
                     false,
                 )
             }
+            "node-id-edited" => self.node_id_edited(&mut Rng::new(rng.next())).await,
             "fd-limit-and-idle-flood" => self.fd_flood(rng).await,
             other => (format!("unknown fault {other}"), true),
         }
@@ -575,6 +577,96 @@ impl Injector {
             writes += usize::from(toggle(&pvs, &name, FOREIGN, false).await);
         }
         writes
+    }
+
+    /// Edits an attached VA's node-id annotation to another attached VA's
+    /// (a backup restore, a manual edit), preferably one holding the same
+    /// ReadWriteMany volume on another node, holds it 1–3 s (the workload may
+    /// delete the VA meanwhile: its detach must not unpublish the other VA's
+    /// pair, I12), and restores it if it is still the edited value. Only VAs
+    /// whose record is their node's current CSINode ID are edited: the
+    /// current ID then still names where the volume is published (an edit
+    /// after a re-registration would lose the only record of the old ID).
+    async fn node_id_edited(&self, rng: &mut Rng) -> (String, bool) {
+        const ANNOTATION: &str = "csi.alpha.kubernetes.io/node-id";
+        let vas: Api<VolumeAttachment> = Api::all(self.client.clone());
+        let csinodes: Api<CSINode> = Api::all(self.client.clone());
+        let Ok(list) = vas.list(&ListParams::default()).await else {
+            return ("listing VAs failed".into(), true);
+        };
+        let Ok(nodes) = csinodes.list(&ListParams::default()).await else {
+            return ("listing CSINodes failed".into(), true);
+        };
+        let current_id = |node: &str| {
+            nodes
+                .items
+                .iter()
+                .find(|c| c.metadata.name.as_deref() == Some(node))
+                .and_then(|c| c.spec.drivers.first())
+                .map(|d| d.node_id.clone())
+        };
+        // (name, pv, node, recorded node ID) of the attached, live VAs.
+        let attached: Vec<(String, String, String, String)> = list
+            .items
+            .iter()
+            .filter(|va| {
+                va.metadata.deletion_timestamp.is_none()
+                    && va.status.as_ref().is_some_and(|s| s.attached)
+            })
+            .filter_map(|va| {
+                let id = va.metadata.annotations.as_ref()?.get(ANNOTATION)?.clone();
+                Some((
+                    va.metadata.name.clone()?,
+                    va.spec.source.persistent_volume_name.clone()?,
+                    va.spec.node_name.clone(),
+                    id,
+                ))
+            })
+            .collect();
+        let editable: Vec<_> = attached
+            .iter()
+            .filter(|(_, _, node, id)| current_id(node).as_deref() == Some(id.as_str()))
+            .collect();
+        let pairs: Vec<_> = editable
+            .iter()
+            .flat_map(|a| attached.iter().map(move |b| (*a, b)))
+            .filter(|(a, b)| a.2 != b.2)
+            .collect();
+        let same_volume: Vec<_> = pairs.iter().filter(|(a, b)| a.1 == b.1).collect();
+        let pick = if same_volume.is_empty() {
+            pairs.get(rng.below(pairs.len().max(1) as u64) as usize)
+        } else {
+            same_volume
+                .get(rng.below(same_volume.len() as u64) as usize)
+                .copied()
+        };
+        let Some(((a, _, _, original), (b, _, _, edited))) = pick else {
+            return ("no two attached VAs on different nodes".into(), true);
+        };
+        let kind = if same_volume.is_empty() {
+            "another volume's"
+        } else {
+            "the same volume's"
+        };
+        if let Err(err) = set_node_id(&vas, a, original, edited).await {
+            return (format!("editing VA {a} failed: {err}"), true);
+        }
+        pause(1000 + rng.below(2000)).await;
+        let restored = match vas.get_opt(a).await {
+            Ok(Some(va)) if va.metadata.deletion_timestamp.is_some() => {
+                "deleted during the hold".to_string()
+            }
+            Ok(Some(_)) => format!(
+                "restored: {:?}",
+                set_node_id(&vas, a, edited, original).await.err()
+            ),
+            Ok(None) => "gone during the hold".into(),
+            Err(err) => format!("not restored: {err}"),
+        };
+        (
+            format!("edited VA {a}'s node-id {original} to {edited}, {kind} VA {b}'s; {restored}"),
+            false,
+        )
     }
 
     async fn fd_flood(&self, rng: &mut Rng) -> (String, bool) {
@@ -685,6 +777,24 @@ where
         }
     }
     false
+}
+
+/// Sets VA `name`'s node-id annotation to `to` if it is `from` (a JSON
+/// patch with a test of the current value).
+async fn set_node_id(
+    vas: &Api<VolumeAttachment>,
+    name: &str,
+    from: &str,
+    to: &str,
+) -> Result<(), String> {
+    let path = "/metadata/annotations/csi.alpha.kubernetes.io~1node-id";
+    let body = json!([{"op": "test", "path": path, "value": from},
+                      {"op": "replace", "path": path, "value": to}]);
+    let patch = serde_json::from_value::<json_patch::Patch>(body).map_err(|e| e.to_string())?;
+    vas.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 pub async fn create_csinode(client: &kube::Client, node: &str, id: &str) -> kube::Result<CSINode> {
