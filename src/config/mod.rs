@@ -184,11 +184,6 @@ pub struct Config {
           action = ArgAction::Set)]
     pub adaptive_concurrency: bool,
 
-    /// Not in upstream: after a driver call ends at --timeout, the VA's retry waits until the cloud operation would have ended (learned from completed operations). Needs --schedule-per-node.
-    #[arg(long, require_equals = true, default_value = "false", value_parser = bool_flag,
-          action = ArgAction::Set)]
-    pub settle_after_deadline: bool,
-
     /// Not in upstream: after a driver call ends at --timeout and a retry is answered Aborted (the operation still runs), retry an eighth of the operation's time so far (at least --retry-interval-start) instead of after the doubling backoff; false: the backoff. Needs --schedule-per-node.
     #[arg(long, require_equals = true, default_value = "true", value_parser = bool_flag,
           action = ArgAction::Set)]

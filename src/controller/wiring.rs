@@ -76,8 +76,6 @@ pub struct Settings {
     pub attach_gather: Gather,
     /// `--adaptive-concurrency` (with `schedule_per_node`).
     pub adaptive_concurrency: bool,
-    /// `--settle-after-deadline` (with `schedule_per_node`).
-    pub settle_after_deadline: bool,
     /// `--poll-pending-after-deadline` (with `schedule_per_node`).
     pub poll_pending_after_deadline: bool,
     /// `--unpublish-not-found-node-gone`.
@@ -269,9 +267,6 @@ pub async fn run(
     );
     if settings.adaptive_concurrency {
         pacer = pacer.with_adaptive_limit(settings.workers);
-    }
-    if settings.settle_after_deadline {
-        pacer = pacer.with_settle();
     }
     if settings.poll_pending_after_deadline {
         pacer = pacer.with_poll();

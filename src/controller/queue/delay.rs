@@ -40,7 +40,7 @@ impl<L: QueueLane> WorkQueue<L> {
     }
 
     /// [`WorkQueue::add_rate_limited`] with the backoff delay passed through
-    /// `adjust` (the pacer's settle time may make it longer).
+    /// `adjust` (the pacer's poll may make it shorter).
     pub fn add_rate_limited_with(
         &self,
         key: &str,

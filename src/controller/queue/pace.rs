@@ -12,16 +12,6 @@
 //!   found full: at an attachment limit, its success took room).
 //!   Other nodes, and the node's detaches (which make room), go on. Every
 //!   other code stays the VA's own.
-//! - **Opt-in: an operation past the deadline settles first**
-//!   (`--settle-after-deadline`). A call that ended at
-//!   `--timeout` (`DeadlineExceeded`) may still run in the cloud. The VA's
-//!   next attempt waits until that operation would have ended: its start plus
-//!   the p90 of completed operations (each timed from the first attempt
-//!   whose deadline passed, so a retry that only found the operation done
-//!   counts as one long operation), if that is later than its backoff.
-//!   Opt-in: on benchmark P8 it made a serial-per-node cloud's retries wait
-//!   for operations that had never started (its deadline passes while the
-//!   call waits for the node's slot), and no profile gained from it.
 //! - **An operation the driver says still runs is polled, not backed off**
 //!   (`--poll-pending-after-deadline`, on by default).
 //!   When a VA whose call ended at the deadline is answered `Aborted` (the
@@ -109,8 +99,6 @@ struct PaceState {
     outcomes: [VecDeque<bool>; 2],
     /// When each lane's advice was last given.
     advised: [Option<Instant>; 2],
-    /// Whether retries settle after a deadline (`--settle-after-deadline`).
-    settle: bool,
     /// Whether an operation the driver says still runs is polled
     /// (`--poll-pending-after-deadline`).
     poll: bool,
@@ -123,8 +111,6 @@ struct PaceState {
 struct Doubt {
     /// When the first call whose deadline passed started.
     first: Instant,
-    /// The lane of that call.
-    lane: Lane,
     /// The driver has since answered `Aborted`: the operation still runs.
     running: bool,
 }
@@ -177,13 +163,6 @@ impl Pacer {
             metrics,
             state: Mutex::new(PaceState::default()),
         }
-    }
-
-    /// Makes a VA's retry after `DeadlineExceeded` wait for the operation to
-    /// settle (see the module docs).
-    pub fn with_settle(self) -> Self {
-        self.lock().settle = true;
-        self
     }
 
     /// Polls an operation in doubt that the driver says still runs (see
@@ -309,7 +288,6 @@ impl Pacer {
                 }
                 state.uncertain.entry(va.to_string()).or_insert(Doubt {
                     first: started,
-                    lane,
                     running: false,
                 });
                 self.advise(&mut state, lane, now);
@@ -325,8 +303,7 @@ impl Pacer {
 
     /// When VA `va` may be tried again, given its backoff: while an
     /// operation of it is in doubt, no later than the next poll once the
-    /// driver said it still runs, and (with settling) not before it would
-    /// have ended.
+    /// driver said it still runs.
     pub fn retry_delay(&self, va: &str, backoff: Duration) -> Duration {
         let state = self.lock();
         let Some(&doubt) = state.uncertain.get(va) else {
@@ -336,14 +313,7 @@ impl Pacer {
             let poll = (doubt.first.elapsed() / POLL_SHARE).max(self.backoff.start);
             return backoff.min(poll);
         }
-        if !state.settle {
-            return backoff;
-        }
-        let Some(p90) = percentile(&state.samples[doubt.lane.index()], 0.90) else {
-            return backoff;
-        };
-        let settle = (doubt.first + p90).saturating_duration_since(Instant::now());
-        backoff.max(settle)
+        backoff
     }
 
     /// VA `va` is gone: forgets its operation in doubt.

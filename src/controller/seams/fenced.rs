@@ -12,7 +12,7 @@
 //! call.
 //!
 //! Every Publish and Unpublish answer is also reported to a [`Listener`]
-//! (the queue's pacer, which paces nodes and settles operations in doubt by
+//! (the queue's pacer, which paces nodes and polls operations in doubt by
 //! it).
 //!
 //! (`csi-attacher check` lists volumes on its own client: it takes no Lease

@@ -86,8 +86,8 @@ async fn va_failed(
     policy
         .failing
         .failed(key, lane, || ctx.stores.va(key).is_some());
-    // An operation that ended at its deadline may still run: the pacer
-    // may make the VA wait until it would have ended.
+    // An operation that ended at its deadline and that the driver says
+    // still runs: the pacer polls it sooner than the backoff.
     let delay = queue.add_rate_limited_with(key, lane, |backoff| policy.retry_delay(key, backoff));
     span.in_scope(
         || tracing::warn!(error = %err, retry_in = ?delay, "VolumeAttachment sync failed"),

@@ -106,24 +106,16 @@ async fn only_a_publish_started_after_the_node_was_found_full_ends_its_hold() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn after_a_deadline_the_retry_waits_until_the_operation_would_have_ended() {
+async fn after_a_deadline_the_retry_keeps_its_backoff_and_the_operation_is_timed_from_its_first_attempt(
+) {
     let (_q, pacer) = paced();
-    let pacer = pacer.with_settle();
     let backoff = Duration::from_secs(1);
-    // Nothing known yet: the backoff.
-    assert_eq!(pacer.retry_delay("n1-a", backoff), backoff);
-    // Completed operations took 40 s; n1-a's call ended at its deadline.
+    // Completed operations took 40 s; n1-a's call ended at its deadline:
+    // its retry keeps the backoff (no wait for the operation to settle).
     forty_second_operations_then_a_deadline(&pacer).await;
-    let delay = pacer.retry_delay("n1-a", backoff);
-    assert_eq!(
-        delay,
-        Duration::from_secs(25),
-        "started 15 s ago, takes 40 s"
-    );
-    // A VA with no operation in doubt keeps its backoff.
-    assert_eq!(pacer.retry_delay("n1-b", backoff), backoff);
+    assert_eq!(pacer.retry_delay("n1-a", backoff), backoff);
     // The retry that finds it done closes the doubt, and counts as one
-    // operation from the first attempt: 40 s here.
+    // operation from the first attempt (the timeout advice's samples): 40 s.
     tokio::time::sleep(Duration::from_secs(25)).await;
     pacer.finished(Lane::Attach, "n1-a", "n1", Instant::now(), None);
     assert_eq!(pacer.retry_delay("n1-a", backoff), backoff);
@@ -229,14 +221,6 @@ async fn overload_answers_lower_their_lanes_limit_only_and_the_queue_keeps_it() 
     let get = || tokio::time::timeout(Duration::from_millis(10), q.get(Lane::Attach));
     assert!(get().await.is_ok() && get().await.is_ok());
     assert!(get().await.is_err(), "a third attach past the limit");
-}
-
-#[tokio::test(start_paused = true)]
-async fn without_settle_after_deadline_the_retry_keeps_its_backoff() {
-    let (_q, pacer) = paced();
-    forty_second_operations_then_a_deadline(&pacer).await;
-    let backoff = Duration::from_secs(1);
-    assert_eq!(pacer.retry_delay("n1-a", backoff), backoff);
 }
 
 #[tokio::test(start_paused = true)]
