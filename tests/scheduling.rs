@@ -6,8 +6,7 @@
 //! node past its attachment limit is paced, a detached volume is handed to
 //! the VA waiting for it, a failed node's detaches go first (its CSINode
 //! gone, or, with `--watch-node-taints`, its Node tainted out-of-service),
-//! `--unpublish-not-found-node-gone` ends a deleted instance's VAs,
-//! `--adaptive-concurrency` lowers the limit after overload answers, an
+//! `--unpublish-not-found-node-gone` ends a deleted instance's VAs, an
 //! operation the driver says still runs is polled, a `--timeout` that fits
 //! is said, `--max-inflight-per-node=1` keeps a serializing driver's
 //! calls from timing out in its queue, and `--attach-gather-window` brings a
@@ -607,94 +606,6 @@ async fn unpublish_not_found_for_a_gone_node_counts_as_detached_when_opted_in() 
         .await
         .expect("delete Node");
     env.wait_gone(&on_present).await;
-}
-
-/// On a driver with gce-pd's answer to a VM's full operation queue
-/// ("Too many pending operations on a resource", rateLimitExceeded), the
-/// queue cut to one operation and 500 ms attaches: a node's 8 s detach
-/// fills its queue while an attach of the node is refused every 100 ms, then
-/// six nodes' attaches come at once. The most of those six Publish calls in
-/// flight at once.
-async fn a_burst_after_a_full_queue(extra: &[&str]) -> usize {
-    let file = fixed(
-        "gce-queue-of-one",
-        500,
-        8000,
-        "[node]\nmax_operations = 1\non_busy = \"fail\"\nbusy_code = \"PermissionDenied\"\n\
-         busy_message = \"Failed to Attach: failed cloud service attach disk call: googleapi: \
-         Error 403: Too many pending operations on a resource., rateLimitExceeded\"\n",
-    );
-    let profile = file.arg();
-    // Retried every 100 ms (the shortest interval the flags take).
-    let mut args = vec![
-        "--worker-threads=10",
-        "--retry-interval-start=100ms",
-        "--retry-interval-max=100ms",
-    ];
-    args.extend_from_slice(extra);
-    let mut env = Env::without_attacher(&[&profile]).await;
-    // The driver calls' start is logged at trace.
-    env.rust_log = Some("info,csi_attacher=debug,csi_attacher::csi=trace".into());
-    let kubeconfig = env.cp.kubeconfig.clone();
-    let env = env.with_attacher(&kubeconfig, &args);
-    let full = unique("full");
-    env.create_node(&full).await;
-    let held = env.volume_on(&full).await;
-    env.wait_attached(&held).await;
-    env.delete_va(&held).await;
-    crate::support::eventually(
-        "the 8 s Unpublish called",
-        Duration::from_secs(20),
-        || async {
-            env.logs()
-                .lines()
-                .any(|l| l.contains("\"GRPC call\"") && l.contains("ControllerUnpublishVolume"))
-                .then_some(())
-        },
-    )
-    .await;
-    let refused = env.volume_on(&full).await;
-    env.wait_attached(&refused).await;
-    let busy = calls(&env, "ControllerPublishVolume")
-        .await
-        .iter()
-        .filter(|c| c["code"] == "PermissionDenied")
-        .count();
-    // 10 × 0.9^16 < 2: sixteen overload answers leave a limit of one.
-    assert!(busy >= 16, "{busy} refused while the queue was full");
-    let since = crate::support::unix_nanos();
-    let mut names = Vec::new();
-    let nodes: Vec<String> = (0..6).map(|_| unique("node")).collect();
-    for node in &nodes {
-        env.create_node(node).await;
-    }
-    for node in &nodes {
-        names.push(env.volume_on(node).await);
-    }
-    for name in &names {
-        env.wait_attached(name).await;
-    }
-    let burst: Vec<Value> = calls(&env, "ControllerPublishVolume")
-        .await
-        .into_iter()
-        .filter(|c| call_span(c).0 >= since)
-        .collect();
-    assert_eq!(burst.len(), 6, "{burst:?}");
-    peak_concurrency(&burst, &["ControllerPublishVolume"])
-}
-
-#[tokio::test]
-async fn adaptive_concurrency_lowers_the_lanes_limit_after_overload_answers() {
-    // The limit grows back by about its square root per success: two at
-    // most here.
-    let peak = a_burst_after_a_full_queue(&["--adaptive-concurrency"]).await;
-    assert!(peak <= 2, "{peak} at once");
-}
-
-#[tokio::test]
-async fn without_adaptive_concurrency_the_burst_takes_every_free_worker() {
-    let peak = a_burst_after_a_full_queue(&[]).await;
-    assert!(peak >= 5, "{peak} at once");
 }
 
 /// One attach on a driver whose operations take 6 s and go on after the

@@ -179,11 +179,6 @@ pub struct Config {
           action = ArgAction::Set)]
     pub watch_node_taints: bool,
 
-    /// Not in upstream: adapt each lane's driver calls at once (at most --worker-threads) to their latency and to overload answers (Unavailable, DeadlineExceeded, throttling texts). Needs --schedule-per-node.
-    #[arg(long, require_equals = true, default_value = "false", value_parser = bool_flag,
-          action = ArgAction::Set)]
-    pub adaptive_concurrency: bool,
-
     /// Not in upstream: after a driver call ends at --timeout and a retry is answered Aborted (the operation still runs), retry an eighth of the operation's time so far (at least --retry-interval-start) instead of after the doubling backoff; false: the backoff. Needs --schedule-per-node.
     #[arg(long, require_equals = true, default_value = "true", value_parser = bool_flag,
           action = ArgAction::Set)]

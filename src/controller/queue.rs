@@ -60,7 +60,6 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-pub mod adaptive;
 pub mod ceiling;
 mod delay;
 pub mod fair;
@@ -97,8 +96,6 @@ struct State {
     started: HashMap<String, (Instant, usize, Group)>,
     /// Keys in flight per lane.
     in_flight: Vec<usize>,
-    /// Keys in flight per lane, at most (the adaptive limit; no limit by default).
-    lane_limits: Vec<usize>,
     /// Whether adds are taken (false while idle).
     accepting: bool,
     /// Delayed keys: earliest due time and lane.
@@ -152,7 +149,6 @@ impl<L: QueueLane> WorkQueue<L> {
         let state = State {
             lanes: (0..lanes).map(|_| FairFifo::default()).collect(),
             in_flight: vec![0; lanes],
-            lane_limits: vec![usize::MAX; lanes],
             waiting: vec![0; lanes],
             accepting: true,
             ..State::default()
@@ -348,18 +344,6 @@ impl<L: QueueLane> WorkQueue<L> {
         released
     }
 
-    /// At most `limit` keys of `lane` in flight (the adaptive limit).
-    pub fn set_lane_limit(&self, lane: L, limit: usize) {
-        let raised = {
-            let mut state = self.lock();
-            let old = std::mem::replace(&mut state.lane_limits[lane.index()], limit.max(1));
-            limit > old
-        };
-        if raised {
-            self.lane_ready[lane.index()].notify_waiters();
-        }
-    }
-
     /// Asks the placer again where `key`, waiting in `lane`, waits: now urgent
     /// (a failed node's detach), it moves ahead of the nodes' turns; whether it moved.
     pub fn place_again(&self, key: &str, lane: L) -> bool {
@@ -428,8 +412,7 @@ impl<L: QueueLane> WorkQueue<L> {
                 let admitted = self
                     .concurrency
                     .as_ref()
-                    .is_none_or(|c| c.admits(lane, &state.in_flight, &state.waiting))
-                    && state.in_flight[lane] < state.lane_limits[lane];
+                    .is_none_or(|c| c.admits(lane, &state.in_flight, &state.waiting));
                 let now = Instant::now();
                 let taken = if admitted {
                     let State {

@@ -74,8 +74,6 @@ pub struct Settings {
     /// `--attach-gather-window` and `--attach-gather-max` (a zero window:
     /// no gather).
     pub attach_gather: Gather,
-    /// `--adaptive-concurrency` (with `schedule_per_node`).
-    pub adaptive_concurrency: bool,
     /// `--poll-pending-after-deadline` (with `schedule_per_node`).
     pub poll_pending_after_deadline: bool,
     /// `--unpublish-not-found-node-gone`.
@@ -265,9 +263,6 @@ pub async fn run(
         csi.timeout(),
         Some(metrics.queues.for_pacer()),
     );
-    if settings.adaptive_concurrency {
-        pacer = pacer.with_adaptive_limit(settings.workers);
-    }
     if settings.poll_pending_after_deadline {
         pacer = pacer.with_poll();
     }

@@ -21,8 +21,6 @@ pub struct QueueFamilies {
     lane_oldest: GaugeVec,
     nodes_held: IntGaugeVec,
     suggested_timeout: GaugeVec,
-    limit: IntGaugeVec,
-    limit_changes: IntCounterVec,
     nodes_out_of_service: IntGauge,
 }
 
@@ -45,8 +43,6 @@ impl QueueFamilies {
             lane_depth: register(registry, IntGaugeVec::new(opts("csi_attacher_lane_depth", "Keys waiting to be processed, per lane (attach, detach, pv)."), lane).unwrap_or_else(|_| unreachable())),
             lane_oldest: register(registry, GaugeVec::new(opts("csi_attacher_lane_oldest_waiting_seconds", "Age in seconds of the oldest key waiting in a lane; 0 when the lane is empty."), lane).unwrap_or_else(|_| unreachable())),
             nodes_held: register(registry, IntGaugeVec::new(opts("csi_attacher_nodes_held", "Nodes whose new work in a lane is held because the driver answered ResourceExhausted for them (attach lane)."), lane).unwrap_or_else(|_| unreachable())),
-            limit: register(registry, IntGaugeVec::new(opts("csi_attacher_concurrency_limit", "Driver calls a lane may run at once, as the adaptive limit (--adaptive-concurrency) sets it."), lane).unwrap_or_else(|_| unreachable())),
-            limit_changes: register(registry, IntCounterVec::new(opts("csi_attacher_concurrency_limit_changes_total", "Changes of a lane's adaptive concurrency limit, by reason (latency, throttled, unavailable, deadline)."), &["lane", "reason"]).unwrap_or_else(|_| unreachable())),
             nodes_out_of_service: register(registry, IntGauge::with_opts(opts("csi_attacher_nodes_out_of_service", "Nodes carrying the node.kubernetes.io/out-of-service taint, as the Node watch (--watch-node-taints) sees them; their detaches go first.")).unwrap_or_else(|_| unreachable())),
             suggested_timeout: register(registry, GaugeVec::new(opts("csi_attacher_suggested_timeout_seconds", "A --timeout that would fit the driver's completed operations, set once calls often end at the deadline (5 of the last 100); 0 until then."), &["operation"]).unwrap_or_else(|_| unreachable())),
         }
@@ -64,14 +60,6 @@ impl QueueFamilies {
             suggested_timeout: ["ControllerPublishVolume", "ControllerUnpublishVolume"]
                 .iter()
                 .map(|op| self.suggested_timeout.with_label_values(&[op]))
-                .collect(),
-            limit: self.limit.clone(),
-            limit_changes: ["attach", "detach"]
-                .iter()
-                .map(|&lane| {
-                    ["latency", "throttled", "unavailable", "deadline"]
-                        .map(|reason| self.limit_changes.with_label_values(&[lane, reason]))
-                })
                 .collect(),
         }
     }

@@ -29,20 +29,16 @@
 //!   calls of a kind ended at the deadline, a warning (at most every 10
 //!   minutes) names the p99 of completed operations and a `--timeout` that
 //!   would fit it, also in `csi_attacher_suggested_timeout_seconds`.
-//! - **Opt-in: an adaptive limit per lane** (`--adaptive-concurrency`,
-//!   [`crate::controller::queue::adaptive`]): each answer moves the lane's
-//!   limit of calls at once, which the queue enforces below its ceiling.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use prometheus::{Gauge, IntCounter, IntGauge, IntGaugeVec};
+use prometheus::{Gauge, IntGauge};
 use tokio::time::Instant;
 use tonic::Code;
 
 use crate::controller::model::Lane;
-use crate::controller::queue::adaptive::{is_throttled, AdaptiveLimit, Reason};
 use crate::controller::queue::Backoff;
 use crate::controller::queue::QueueLane;
 use crate::controller::queue::WorkQueue;
@@ -70,11 +66,6 @@ pub struct PaceMetrics {
     pub held: IntGauge,
     /// `csi_attacher_suggested_timeout_seconds`, by lane index.
     pub suggested_timeout: Vec<Gauge>,
-    /// `csi_attacher_concurrency_limit` (series made when the limit is on).
-    pub limit: IntGaugeVec,
-    /// `csi_attacher_concurrency_limit_changes_total`: by lane index, then
-    /// reason (latency, throttled, unavailable, deadline).
-    pub limit_changes: Vec<[IntCounter; 4]>,
 }
 
 /// Paces the VA queue by the driver's answers (see the module docs).
@@ -102,8 +93,6 @@ struct PaceState {
     /// Whether an operation the driver says still runs is polled
     /// (`--poll-pending-after-deadline`).
     poll: bool,
-    /// The lanes' adaptive limits (`--adaptive-concurrency`), by lane index.
-    adaptive: Option<[AdaptiveLimit; 2]>,
 }
 
 /// A VA's operation in doubt (its call ended at its deadline).
@@ -172,61 +161,6 @@ impl Pacer {
         self
     }
 
-    /// Adapts each lane's limit of calls at once, from `ceiling` down to one
-    /// (see [`crate::controller::queue::adaptive`]).
-    pub fn with_adaptive_limit(self, ceiling: usize) -> Self {
-        self.lock().adaptive = Some([AdaptiveLimit::new(ceiling), AdaptiveLimit::new(ceiling)]);
-        if let Some(m) = &self.metrics {
-            for lane in Lane::ALL {
-                m.limit
-                    .with_label_values(&[lane.name()])
-                    .set(ceiling as i64);
-            }
-        }
-        self
-    }
-
-    /// Moves `lane`'s adaptive limit by a call's answer (`None`: OK).
-    fn adapt(
-        &self,
-        state: &mut PaceState,
-        lane: Lane,
-        took: Duration,
-        answer: Option<(Code, &str)>,
-    ) {
-        let Some(limits) = state.adaptive.as_mut() else {
-            return;
-        };
-        let limit = &mut limits[lane.index()];
-        let (changed, reason) = match answer {
-            None => (limit.succeeded(took), Reason::Latency),
-            Some((Code::Unavailable, _)) => (limit.overloaded(), Reason::Unavailable),
-            Some((Code::DeadlineExceeded, _)) => (limit.overloaded(), Reason::Deadline),
-            Some((_, message)) if is_throttled(message) => (limit.overloaded(), Reason::Throttled),
-            Some(_) => return,
-        };
-        let Some(now) = changed else {
-            return;
-        };
-        self.queue.set_lane_limit(lane, now);
-        if let Some(m) = &self.metrics {
-            m.limit.with_label_values(&[lane.name()]).set(now as i64);
-            let i = match reason {
-                Reason::Latency => 0,
-                Reason::Throttled => 1,
-                Reason::Unavailable => 2,
-                Reason::Deadline => 3,
-            };
-            m.limit_changes[lane.index()][i].inc();
-        }
-        tracing::debug!(
-            lane = lane.name(),
-            limit = now,
-            reason = reason.label(),
-            "Concurrency limit changed"
-        );
-    }
-
     /// A call of `lane` for VA `va` on node `node`, started at `started`,
     /// ended with `answer`'s code and message (`None`: OK).
     pub fn finished(
@@ -241,7 +175,6 @@ impl Pacer {
         let i = lane.index();
         let code = answer.map(|(code, _)| code);
         let mut state = self.lock();
-        self.adapt(&mut state, lane, now - started, answer);
         push_bounded(
             &mut state.outcomes[i],
             code == Some(Code::DeadlineExceeded),

@@ -171,59 +171,6 @@ async fn calls_past_the_timeout_suggest_one_that_fits() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn overload_answers_lower_their_lanes_limit_only_and_the_queue_keeps_it() {
-    let metrics = crate::metrics::Metrics::new();
-    let q = Arc::new(WorkQueue::<Lane>::new("test", BACKOFF, None));
-    let pacer = Pacer::new(
-        Arc::clone(&q),
-        BACKOFF,
-        Duration::from_secs(15),
-        Some(metrics.queues.for_pacer()),
-    )
-    .with_adaptive_limit(3);
-    let now = Instant::now();
-    // A detach storm of overload answers: the detach lane's limit drops.
-    for _ in 0..20 {
-        pacer.finished(Lane::Detach, "d", "n", now, Some((Code::Unavailable, "")));
-    }
-    let text = metrics.render();
-    assert!(
-        text.contains(r#"csi_attacher_concurrency_limit{lane="detach"} 1"#)
-            && text.contains(r#"csi_attacher_concurrency_limit{lane="attach"} 3"#),
-        "{text}"
-    );
-    // A throttling text inside Internal counts; other Internal errors do not.
-    pacer.finished(Lane::Attach, "a", "n", now, Some((Code::Internal, "boom")));
-    assert!(metrics
-        .render()
-        .contains(r#"csi_attacher_concurrency_limit{lane="attach"} 3"#));
-    let throttled = "api error RequestLimitExceeded: Request limit exceeded.";
-    // 3 × 0.9 = 2.7: two at once.
-    pacer.finished(
-        Lane::Attach,
-        "a",
-        "n",
-        now,
-        Some((Code::Internal, throttled)),
-    );
-    let text = metrics.render();
-    assert!(
-        text.contains(r#"csi_attacher_concurrency_limit{lane="attach"} 2"#)
-            && text.contains(
-                r#"csi_attacher_concurrency_limit_changes_total{lane="attach",reason="throttled"} 1"#
-            ),
-        "{text}"
-    );
-    // The queue starts at most two attaches now.
-    for key in ["a-1", "a-2", "a-3"] {
-        q.add(key, Lane::Attach);
-    }
-    let get = || tokio::time::timeout(Duration::from_millis(10), q.get(Lane::Attach));
-    assert!(get().await.is_ok() && get().await.is_ok());
-    assert!(get().await.is_err(), "a third attach past the limit");
-}
-
-#[tokio::test(start_paused = true)]
 async fn an_operation_in_doubt_the_driver_says_still_runs_is_polled_not_backed_off() {
     let (_q, pacer) = paced();
     let pacer = pacer.with_poll();
