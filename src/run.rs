@@ -190,7 +190,6 @@ fn note_ignored_flags(config: &Config) {
         poll_pending_after_deadline: _,
         fencing_token_metadata: _,
         unpublish_not_found_node_gone: _,
-        watch_node_taints: _,
         default_fstype: _,
         kube_api_qps: _,
         kube_api_burst: _,
@@ -367,7 +366,6 @@ fn controller_settings(
         poll_pending_after_deadline: config.poll_pending_after_deadline,
         fencing_token: config.fencing_token_metadata,
         node_gone_detached: config.unpublish_not_found_node_gone,
-        watch_node_taints: config.watch_node_taints,
         backoff: Backoff {
             start: config.retry_interval_start,
             max: config.retry_interval_max,

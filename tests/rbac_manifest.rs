@@ -4,10 +4,7 @@
 //! election, and without any one of its rules that scenario does not complete;
 //! the opt-in `rbac-secrets.yaml` and `rbac-events.yaml` add publish secrets
 //! and failure Events; and every verb the three files grant shows up in the
-//! API server's audit log of one run (no unused verb). `rbac-nodes.yaml`
-//! lets `--watch-node-taints` list and watch Nodes (a streamed list needs
-//! `watch` alone, the paginated fallback `list` too); refused, the attacher
-//! says so once and works on.
+//! API server's audit log of one run (no unused verb).
 
 use crate::support;
 
@@ -454,82 +451,6 @@ async fn the_opt_in_files_add_secrets_and_events_and_every_granted_verb_is_used(
     assert!(
         unused.is_empty(),
         "granted but never used in a run that exercises every path: {unused:?}"
-    );
-}
-
-/// Requests of `user` on `nodes` with `verb`, decided `decision` (`allow`
-/// or `forbid`), from the audit log (a watch has a stage when it starts and
-/// one when it ends: requests are counted by audit ID).
-fn node_requests(user: &str, verb: &str, decision: &str) -> usize {
-    support::controlplane::shared()
-        .audit_events()
-        .iter()
-        .filter(|e| {
-            e["user"]["username"] == user
-                && e["objectRef"]["resource"] == "nodes"
-                && e["verb"] == verb
-                && e["annotations"]["authorization.k8s.io/decision"] == decision
-        })
-        .filter_map(|e| e["auditID"].as_str().map(str::to_owned))
-        .collect::<std::collections::HashSet<_>>()
-        .len()
-}
-
-#[tokio::test]
-async fn watch_node_taints_watches_nodes_with_rbac_nodes_or_watch_alone_and_works_on_without() {
-    const FORBIDDEN: &str = "watching Nodes is forbidden";
-    let base = manifest("rbac.yaml");
-    let nodes = manifest("rbac-nodes.yaml");
-    // rbac-nodes.yaml without `list`: a streamed list needs `watch` alone.
-    let mut watch_only = nodes.clone();
-    watch_only[0]["rules"][0]["verbs"] = json!(["get", "watch"]);
-    let bound = Duration::from_secs(15);
-    for (grant, extra) in [("rbac-nodes.yaml", nodes), ("watch alone", watch_only)] {
-        let env = Env::without_attacher(&[]).await;
-        let (kubeconfig, user) = apply(&env, &[&base[..], &extra[..]].concat(), None).await;
-        let env = env.with_attacher(&kubeconfig, &["--watch-node-taints"]);
-        let node = unique("node");
-        env.create_node(&node).await;
-        let name = env.volume_on(&node).await;
-        env.wait_attached(&name).await;
-        support::eventually(&format!("{grant}: a Node watch allowed"), bound, || async {
-            (node_requests(&user, "watch", "allow") >= 1).then_some(())
-        })
-        .await;
-        assert!(!env.logs().contains(FORBIDDEN), "{grant}: {}", env.logs());
-        assert_eq!(node_requests(&user, "watch", "forbid"), 0, "{grant}");
-    }
-
-    // Refused: one error line, one refused watch; attach and detach go on.
-    let env = Env::without_attacher(&[]).await;
-    let (kubeconfig, user) = apply(&env, &base, None).await;
-    let env = env.with_attacher(&kubeconfig, &["--watch-node-taints"]);
-    let node = unique("node");
-    env.create_node(&node).await;
-    let name = env.volume_on(&node).await;
-    env.wait_attached(&name).await;
-    env.delete_va(&name).await;
-    env.wait_gone(&name).await;
-    support::eventually("the error line", bound, || async {
-        env.logs().contains(FORBIDDEN).then_some(())
-    })
-    .await;
-    support::eventually("the refused watch in the audit log", bound, || async {
-        (node_requests(&user, "watch", "forbid") >= 1).then_some(())
-    })
-    .await;
-    let logs = env.logs();
-    let lines: Vec<&str> = logs.lines().filter(|l| l.contains(FORBIDDEN)).collect();
-    assert_eq!(lines.len(), 1, "{logs}");
-    assert!(
-        lines[0].starts_with('E'),
-        "at error level (klog E): {}",
-        lines[0]
-    );
-    assert_eq!(
-        node_requests(&user, "watch", "forbid"),
-        1,
-        "the watch is not retried"
     );
 }
 

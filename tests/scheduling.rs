@@ -5,7 +5,7 @@
 //! built from real drivers' answers, their operations of fixed length), a
 //! node past its attachment limit is paced, a detached volume is handed to
 //! the VA waiting for it, a failed node's detaches go first (its CSINode
-//! gone, or, with `--watch-node-taints`, its Node tainted out-of-service),
+//! gone),
 //! `--unpublish-not-found-node-gone` ends a deleted instance's VAs, an
 //! operation the driver says still runs is polled, a `--timeout` that fits
 //! is said, `--max-inflight-per-node=1` keeps a serializing driver's
@@ -471,84 +471,6 @@ async fn a_deleted_nodes_detaches_go_before_routine_ones() {
         at.is_some_and(|i| i <= 1),
         "the deleted node's Unpublish was call {at:?} of {order:?}"
     );
-}
-
-/// Four routine detaches, then one of a node that is shut down for good,
-/// through one slot: the out-of-service taint is put on the second
-/// node once its detach waits (the first routine Unpublish has ended).
-/// Where that node's Unpublish came among the five, and all of them.
-async fn out_of_service_after_routine(extra: &[&str]) -> (Option<usize>, Vec<String>) {
-    use k8s_openapi::api::core::v1::Node;
-    use kube::api::{Patch, PatchParams};
-    let mut args = vec!["--worker-threads=1"];
-    args.extend_from_slice(extra);
-    // Each detach takes 1 s.
-    let file = fixed("detach-1s", 100, 1000, "");
-    let profile = file.arg();
-    let env = Env::start(&[&profile], &args).await;
-    // Routine detaches of four nodes: as nodes take turns, a fifth node's
-    // detach queued after them would go last.
-    let live: Vec<String> = (0..4).map(|_| unique("live")).collect();
-    let down = unique("down");
-    for node in live.iter().chain([&down]) {
-        env.create_node(node).await;
-    }
-    let nodes: kube::Api<Node> = kube::Api::all(env.client.clone());
-    let node: Node = serde_json::from_value(json!({"metadata": {"name": down}})).expect("a Node");
-    nodes
-        .create(&Default::default(), &node)
-        .await
-        .expect("create Node");
-    let mut routine = Vec::new();
-    for node in &live {
-        routine.push(env.volume_on(node).await);
-    }
-    let failed = env.volume_on(&down).await;
-    for name in routine.iter().chain([&failed]) {
-        env.wait_attached(name).await;
-    }
-    for name in routine.iter().chain([&failed]) {
-        env.delete_va(name).await;
-    }
-    // One Unpublish has ended: the second runs, the other three wait.
-    crate::support::eventually(
-        "the first Unpublish to end",
-        Duration::from_secs(20),
-        || async { (!env.mock.calls("ControllerUnpublishVolume").await.is_empty()).then_some(()) },
-    )
-    .await;
-    let taint = json!({"spec": {"taints": [{
-        "key": "node.kubernetes.io/out-of-service",
-        "value": "nodeshutdown",
-        "effect": "NoExecute"
-    }]}});
-    nodes
-        .patch(&down, &PatchParams::default(), &Patch::Merge(&taint))
-        .await
-        .expect("taint the Node");
-    for name in routine.iter().chain([&failed]) {
-        env.wait_gone(name).await;
-    }
-    let order: Vec<String> = calls(&env, "ControllerUnpublishVolume")
-        .await
-        .iter()
-        .map(|c| c["node_id"].as_str().unwrap_or_default().to_string())
-        .collect();
-    (order.iter().position(|n| *n == id(&down)), order)
-}
-
-#[tokio::test]
-async fn an_out_of_service_nodes_detach_goes_before_routine_ones_with_watch_node_taints() {
-    let (at, order) = out_of_service_after_routine(&["--watch-node-taints"]).await;
-    // Deleted last, it would be Unpublished last (index 4); moved ahead when
-    // the taint came, it is the next after the one or two that had started.
-    assert!(matches!(at, Some(1 | 2)), "{at:?} of {order:?}");
-}
-
-#[tokio::test]
-async fn without_watch_node_taints_the_out_of_service_taint_changes_nothing() {
-    let (at, order) = out_of_service_after_routine(&[]).await;
-    assert_eq!(at, Some(4), "{order:?}");
 }
 
 #[tokio::test]

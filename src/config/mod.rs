@@ -174,11 +174,6 @@ pub struct Config {
           action = ArgAction::Set)]
     pub unpublish_not_found_node_gone: bool,
 
-    /// Not in upstream: watch Nodes (needs list and watch on nodes) so that the detaches of a Node tainted node.kubernetes.io/out-of-service go ahead of other detaches. Needs --schedule-per-node.
-    #[arg(long, require_equals = true, default_value = "false", value_parser = bool_flag,
-          action = ArgAction::Set)]
-    pub watch_node_taints: bool,
-
     /// Not in upstream: after a driver call ends at --timeout and a retry is answered Aborted (the operation still runs), retry an eighth of the operation's time so far (at least --retry-interval-start) instead of after the doubling backoff; false: the backoff. Needs --schedule-per-node.
     #[arg(long, require_equals = true, default_value = "true", value_parser = bool_flag,
           action = ArgAction::Set)]

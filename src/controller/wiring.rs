@@ -10,7 +10,6 @@ use kube::api::Api;
 use kube::runtime::reflector;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::reflector::Store;
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
@@ -18,7 +17,6 @@ use crate::controller::context::Ctx;
 use crate::controller::events;
 use crate::controller::flows::undo::Undos;
 use crate::controller::model::names;
-use crate::controller::model::node::CachedNode;
 use crate::controller::model::store::PvRefs;
 use crate::controller::model::store::Stores;
 use crate::controller::model::CachedPv;
@@ -78,9 +76,6 @@ pub struct Settings {
     pub poll_pending_after_deadline: bool,
     /// `--unpublish-not-found-node-gone`.
     pub node_gone_detached: bool,
-    /// `--watch-node-taints` (with `schedule_per_node`): watch Nodes, and
-    /// detach first the VAs of a Node tainted out-of-service.
-    pub watch_node_taints: bool,
     /// `--fencing-token-metadata`: every driver call carries the leadership epoch.
     pub fencing_token: bool,
     /// `--schedule-per-node`: nodes take turns, pacing, hand-offs, settling
@@ -123,12 +118,7 @@ impl Queues {
     /// first, `--max-inflight-per-node` caps each node, and
     /// `--attach-gather-window` gathers a quiet node's attaches (drawn out
     /// up to `--attach-gather-max`).
-    fn new(
-        settings: &Settings,
-        metrics: &Metrics,
-        stores: &Stores,
-        nodes: &Store<CachedNode>,
-    ) -> Self {
+    fn new(settings: &Settings, metrics: &Metrics, stores: &Stores) -> Self {
         let mut va = WorkQueue::new(VA_QUEUE, settings.backoff, Some(&metrics.queues))
             .with_concurrency(Concurrency::with_reserved_tenth(
                 settings.workers,
@@ -137,11 +127,7 @@ impl Queues {
             .idle();
         if settings.schedule_per_node {
             va = va
-                .with_placer(placer(
-                    stores.clone(),
-                    nodes.clone(),
-                    settings.driver_name.clone(),
-                ))
+                .with_placer(placer(stores.clone(), settings.driver_name.clone()))
                 .with_node_cap(settings.max_inflight_per_node)
                 .with_gather(Lane::Attach, settings.attach_gather);
         }
@@ -155,24 +141,19 @@ impl Queues {
 
 /// Where a VA waits in its lane: with its node's keys; a detach first when
 /// its node has no CSINode any more (the Node was deleted, and its CSINode
-/// with it) or its Node is tainted out-of-service (`nodes`, filled only with
-/// `--watch-node-taints`), so a failed node's volumes are freed for their
-/// new nodes ahead of routine work. An attach's node has at most its
+/// with it), so a failed node's volumes are freed for their new nodes ahead
+/// of routine work. An attach's node has at most its
 /// CSINode's `allocatable.count` for `driver` attaches in flight (the most
 /// volumes the driver says the node can have: more at once cannot all
 /// succeed, and each refusal costs the cloud a call).
-fn placer(stores: Stores, nodes: Store<CachedNode>, driver: String) -> Placer {
+fn placer(stores: Stores, driver: String) -> Placer {
     Box::new(move |key, lane| {
         let Some(va) = stores.va(key) else {
             return Placement::none();
         };
         let node = va.node_name();
         let csinode = stores.csinodes.get(&ObjectRef::new(node));
-        let urgent = lane == Lane::Detach.index()
-            && (csinode.is_none()
-                || nodes
-                    .get(&ObjectRef::new(node))
-                    .is_some_and(|n| n.out_of_service()));
+        let urgent = lane == Lane::Detach.index() && csinode.is_none();
         let limit = if lane == Lane::Attach.index() {
             csinode.as_deref().and_then(|c| allocatable(c, &driver))
         } else {
@@ -220,8 +201,7 @@ pub async fn run(
     let finalizer = names::finalizer(&settings.driver_name);
     let mut tasks = JoinSet::new();
     let (stores, writers) = caches();
-    let nodes = writers.nodes.as_reader();
-    let queues = Queues::new(&settings, &metrics, &stores, &nodes);
+    let queues = Queues::new(&settings, &metrics, &stores);
     let client = clients.normal.clone();
     let failing = Arc::new(FailingVas::new(&metrics.flows.failing));
     let undos = Arc::new(Undos::default());
@@ -235,7 +215,6 @@ pub async fn run(
         Arc::clone(&undos),
         writers,
         &stores,
-        &metrics,
     );
 
     // Upstream waits for the VA and PV caches only; CSINode lags are retried.
@@ -321,8 +300,6 @@ struct Writers {
     vas: Writer<CachedVa>,
     pvs: Writer<CachedPv>,
     csinodes: Writer<CSINode>,
-    /// Filled only with `--watch-node-taints`.
-    nodes: Writer<CachedNode>,
 }
 
 /// The caches (empty) and their writers.
@@ -340,7 +317,6 @@ fn caches() -> (Stores, Writers) {
         vas: va_writer,
         pvs: pv_writer,
         csinodes: csinode_writer,
-        nodes: reflector::store::<CachedNode>().1,
     };
     (stores, writers)
 }
@@ -357,14 +333,12 @@ fn spawn_watches(
     undos: Arc<Undos>,
     writers: Writers,
     stores: &Stores,
-    metrics: &Metrics,
 ) {
     let driver = &settings.driver_name;
     let Writers {
         vas: va_writer,
         pvs: pv_writer,
         csinodes: csinode_writer,
-        nodes: node_writer,
     } = writers;
     let pv_refs = stores.pv_refs.clone();
     tasks.spawn(
@@ -397,20 +371,6 @@ fn spawn_watches(
         tasks.spawn(
             watch::run_csinode_informer(Api::all(client.clone()), csinode_writer)
                 .instrument(tracing::info_span!("watch", resource = "csinodes")),
-        );
-    }
-    if settings.watch_node_taints && !settings.schedule_per_node {
-        tracing::warn!("--watch-node-taints needs --schedule-per-node: Nodes are not watched");
-    } else if settings.watch_node_taints {
-        tasks.spawn(
-            watch::nodes::run_node_informer(
-                Api::all(client.clone()),
-                node_writer,
-                stores.vas.clone(),
-                Arc::clone(&queues.va),
-                metrics.queues.nodes_out_of_service(),
-            )
-            .instrument(tracing::info_span!("watch", resource = "nodes")),
         );
     }
 }

@@ -26,8 +26,6 @@
 //!   `null`-as-default decode and their metadata accessors.
 //! - `pv`: the PersistentVolume view, [`CompactPvSpec`] and [`CachedPv`].
 //! - `va`: the VolumeAttachment view, [`CompactVaStatus`] and [`CachedVa`].
-//! - `node`: the Node view ([`node::CachedNode`]: name and taints), for
-//!   `--watch-node-taints`.
 //! - `lane`: [`Lane`], the flow a VA needs (attach, or detach once deleted).
 //! - `lookup`: how kube-runtime's store names the views ([`Lookup`]).
 //! - `wire`: [`Wire`], the views at the watch boundary.
@@ -41,7 +39,6 @@ mod lane;
 mod lookup;
 mod meta;
 pub mod names;
-pub mod node;
 pub mod proto;
 mod pv;
 pub mod store;

@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolume};
+use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::ClusterResourceScope;
@@ -11,7 +11,6 @@ use kube::runtime::reflector::Lookup;
 use serde::de::Deserializer;
 use serde::Deserialize;
 
-use super::node::CachedNode;
 use super::pv::CachedPv;
 use super::va::CachedVa;
 
@@ -81,4 +80,3 @@ macro_rules! wire_resource {
 
 wire_resource!(CachedVa, VolumeAttachment);
 wire_resource!(CachedPv, PersistentVolume);
-wire_resource!(CachedNode, Node);

@@ -21,7 +21,6 @@ pub struct QueueFamilies {
     lane_oldest: GaugeVec,
     nodes_held: IntGaugeVec,
     suggested_timeout: GaugeVec,
-    nodes_out_of_service: IntGauge,
 }
 
 impl QueueFamilies {
@@ -43,14 +42,8 @@ impl QueueFamilies {
             lane_depth: register(registry, IntGaugeVec::new(opts("csi_attacher_lane_depth", "Keys waiting to be processed, per lane (attach, detach, pv)."), lane).unwrap_or_else(|_| unreachable())),
             lane_oldest: register(registry, GaugeVec::new(opts("csi_attacher_lane_oldest_waiting_seconds", "Age in seconds of the oldest key waiting in a lane; 0 when the lane is empty."), lane).unwrap_or_else(|_| unreachable())),
             nodes_held: register(registry, IntGaugeVec::new(opts("csi_attacher_nodes_held", "Nodes whose new work in a lane is held because the driver answered ResourceExhausted for them (attach lane)."), lane).unwrap_or_else(|_| unreachable())),
-            nodes_out_of_service: register(registry, IntGauge::with_opts(opts("csi_attacher_nodes_out_of_service", "Nodes carrying the node.kubernetes.io/out-of-service taint, as the Node watch (--watch-node-taints) sees them; their detaches go first.")).unwrap_or_else(|_| unreachable())),
             suggested_timeout: register(registry, GaugeVec::new(opts("csi_attacher_suggested_timeout_seconds", "A --timeout that would fit the driver's completed operations, set once calls often end at the deadline (5 of the last 100); 0 until then."), &["operation"]).unwrap_or_else(|_| unreachable())),
         }
-    }
-
-    /// `csi_attacher_nodes_out_of_service`, for the Node watch.
-    pub fn nodes_out_of_service(&self) -> IntGauge {
-        self.nodes_out_of_service.clone()
     }
 
     /// Handles for the VA queue's pacer.

@@ -10,7 +10,6 @@
 
 pub mod backoff;
 pub mod initial;
-pub mod nodes;
 pub mod proto;
 
 use std::sync::Arc;
