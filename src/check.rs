@@ -71,6 +71,10 @@ pub struct Report {
     pub deleting_pvs: Vec<String>,
     /// VAs being deleted that still hold our finalizer.
     pub deleting_vas: Vec<String>,
+    /// Flags of these arguments that upstream v4.12 does not define (it exits
+    /// 2 on them): to remove before going back. Not trouble: `is_clean` does
+    /// not read it.
+    pub not_in_upstream: Vec<String>,
 }
 
 /// One VA whose status and the driver disagree.
@@ -122,6 +126,17 @@ impl Report {
                 " (the driver cannot list published nodes: mismatches not checked)"
             }
         );
+        if !self.not_in_upstream.is_empty() {
+            let flags: Vec<String> = self
+                .not_in_upstream
+                .iter()
+                .map(|f| format!("--{f}"))
+                .collect();
+            out.push_str(&format!(
+                "flags upstream v4.12 would refuse (exit 2): {}; remove them before going back (docs/flags.md)\n",
+                flags.join(" ")
+            ));
+        }
         if self.is_clean() {
             out.push_str("nothing needs attention\n");
             return out;
@@ -235,6 +250,13 @@ pub async fn report(config: &Config) -> Result<Report, Error> {
         driver: driver.clone(),
         volume_attachments: vas.len(),
         driver_lists_published_nodes: capabilities.can_reconcile(),
+        // `--output` is this subcommand's own, not the sidecar's.
+        not_in_upstream: config
+            .not_in_upstream
+            .iter()
+            .filter(|flag| *flag != "output")
+            .cloned()
+            .collect(),
         ..Report::default()
     };
     if report.driver_lists_published_nodes {

@@ -220,8 +220,13 @@ fn note_ignored_flags(config: &Config) {
         logging_format: _,
         version: _,
         output: _,
+        not_in_upstream,
         rest,
     } = config;
+    if !not_in_upstream.is_empty() {
+        tracing::info!(flags = %not_in_upstream.join(" "),
+            "Flags upstream v4.12 does not define (it exits 2 on them): remove them before going back (docs/flags.md)");
+    }
     if *automaxprocs || !vmodule.is_empty() {
         tracing::info!("--automaxprocs and --vmodule are Go-specific and have no effect here");
     }

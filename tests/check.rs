@@ -12,11 +12,16 @@ use support::objects::{pv, va};
 use support::unique;
 
 fn check(env: &Env, output: &str) -> (Option<i32>, String) {
+    check_with(env, output, &[])
+}
+
+fn check_with(env: &Env, output: &str, extra: &[&str]) -> (Option<i32>, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_csi-attacher"))
         .arg("check")
         .arg(format!("--csi-address={}", env.mock.address()))
         .arg(format!("--kubeconfig={}", env.cp.kubeconfig.display()))
         .arg(format!("--output={output}"))
+        .args(extra)
         .output()
         .expect("run check");
     (
@@ -42,6 +47,26 @@ async fn clean_then_each_kind_of_trouble_is_reported_and_nothing_is_written() {
     let (code, text) = check(&env, "text");
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains("nothing needs attention"), "{text}");
+    assert!(!text.contains("would refuse"), "{text}");
+    // The running arguments' flags that upstream would refuse: said, not trouble.
+    let ours = [
+        "--timeout=1m",
+        "--schedule-per-node=false",
+        "--max-inflight-per-node",
+        "2",
+    ];
+    let (code, text) = check_with(&env, "text", &ours);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("flags upstream v4.12 would refuse (exit 2): --max-inflight-per-node --schedule-per-node;"),
+        "{text}"
+    );
+    let (_, json) = check_with(&env, "json", &ours);
+    let report: Value = serde_json::from_str(&json).expect("json");
+    assert_eq!(
+        report["not_in_upstream"],
+        json!(["max-inflight-per-node", "schedule-per-node"])
+    );
 
     // Trouble: the volume vanishes from the driver (stop the attacher so it does not repair it),
     // a VA stuck with an error, a PV deleting with our finalizer.

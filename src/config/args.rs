@@ -12,6 +12,47 @@ use super::values::{labels_flag, vmodule_flag};
 use super::{gates, Config};
 use crate::gofmt::parse as go;
 
+/// Every flag upstream v4.12 defines (its own, csi-lib-utils' standard flags and
+/// component-base's logging flags), without dashes. Go's flag package exits 2
+/// on any other: the flags of ours not in this list are the ones to remove
+/// before going back (docs/flags.md).
+pub const UPSTREAM_FLAGS: &[&str] = &[
+    "resync",
+    "timeout",
+    "retry-interval-start",
+    "retry-interval-max",
+    "worker-threads",
+    "max-entries",
+    "default-fstype",
+    "reconcile-sync",
+    "max-grpc-log-length",
+    "feature-gates",
+    "version",
+    "kubeconfig",
+    "csi-address",
+    "leader-election",
+    "leader-election-namespace",
+    "leader-election-lease-duration",
+    "leader-election-renew-deadline",
+    "leader-election-retry-period",
+    "leader-election-labels",
+    "kube-api-qps",
+    "kube-api-burst",
+    "http-endpoint",
+    "metrics-address",
+    "metrics-path",
+    "automaxprocs",
+    "v",
+    "vmodule",
+    "logging-format",
+    "log-flush-frequency",
+    "log-text-split-stream",
+    "log-text-info-buffer-size",
+    "log-json-split-stream",
+    "log-json-info-buffer-size",
+    "help",
+];
+
 /// Why the command line was not accepted (Go's `flag` package exits at this point).
 #[derive(Debug, thiserror::Error)]
 pub enum ParseError {
@@ -111,8 +152,28 @@ impl Config {
                 }
             }
         }
+        config.not_in_upstream = command
+            .get_arguments()
+            .filter(|arg| {
+                matches.value_source(arg.get_id().as_str())
+                    == Some(clap::parser::ValueSource::CommandLine)
+            })
+            .filter_map(Arg::get_long)
+            .filter(|long| !UPSTREAM_FLAGS.contains(long))
+            .map(str::to_owned)
+            .collect();
         config.raise_absurd_values();
         Ok(config)
+    }
+
+    /// The long names of every flag `--help` shows (without dashes).
+    pub fn flag_names() -> Vec<String> {
+        Self::command_go()
+            .get_arguments()
+            .filter(|arg| !arg.is_hide_set())
+            .filter_map(Arg::get_long)
+            .map(str::to_owned)
+            .collect()
     }
 
     /// The derived command plus the flags whose occurrences merge.

@@ -77,7 +77,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Parser};
 
-pub use args::ParseError;
+pub use args::{ParseError, UPSTREAM_FLAGS};
 pub use bounds::{Adjustment, MAX_WORKERS, MIN_INTERVAL, MIN_RESYNC};
 pub use gates::FeatureGates;
 pub use validate::Error;
@@ -313,6 +313,12 @@ pub struct Config {
     /// Values raised to a sane bound by [`Config::try_parse_go`], logged by [`Config::validate`].
     #[arg(skip)]
     pub adjusted: Vec<Adjustment>,
+
+    /// The flags given on the command line that upstream v4.12 does not define (it
+    /// exits 2 on them), in the order of `--help`: what must leave the pod spec
+    /// before going back ([`UPSTREAM_FLAGS`]).
+    #[arg(skip)]
+    pub not_in_upstream: Vec<String>,
 
     /// Arguments after the first non-flag argument (ignored, as Go's flag package does).
     #[arg(hide = true, trailing_var_arg = true)]

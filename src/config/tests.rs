@@ -649,3 +649,69 @@ fn go_only_flags_are_accepted() {
     assert_eq!(c.v, 5);
     assert_eq!(c.vmodule, "foo=4");
 }
+
+/// The backticked `--flag`s of `text` (in order, each once).
+fn backticked_flags(text: &str) -> Vec<String> {
+    let mut flags: Vec<String> = Vec::new();
+    for part in text.split('`').skip(1).step_by(2) {
+        let name = part.strip_prefix("--").unwrap_or_default();
+        let name = name.split('=').next().unwrap_or_default();
+        if !name.is_empty() && !flags.iter().any(|f| f == name) {
+            flags.push(name.to_string());
+        }
+    }
+    flags
+}
+
+#[test]
+fn the_flags_upstream_refuses_are_the_ones_docs_flags_md_and_the_way_back_list() {
+    let mut ours: Vec<String> = Config::flag_names()
+        .into_iter()
+        .filter(|f| !UPSTREAM_FLAGS.contains(&f.as_str()))
+        .collect();
+    ours.sort();
+    // Every upstream flag is one of ours (a drop-in takes every flag upstream does).
+    let names = Config::flag_names();
+    for flag in UPSTREAM_FLAGS {
+        assert!(names.iter().any(|n| n == flag), "--{flag} missing");
+    }
+    let flags_md = include_str!("../../docs/flags.md");
+    let mut table: Vec<String> = flags_md
+        .lines()
+        .filter(|l| l.starts_with("| `--"))
+        .flat_map(|l| backticked_flags(l.split('|').nth(1).unwrap_or_default()))
+        .collect();
+    table.sort();
+    assert_eq!(table, ours, "docs/flags.md's table against --help");
+    let migration = include_str!("../../docs/migration.md");
+    let way_back = migration
+        .split("## Moving back")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .unwrap_or_default();
+    let mut listed = backticked_flags(way_back);
+    listed.sort();
+    assert_eq!(
+        listed, ours,
+        "docs/migration.md's Moving back list against --help"
+    );
+}
+
+#[test]
+fn the_flags_given_that_upstream_does_not_define_are_kept_in_help_order() {
+    let c = ok(&[
+        "--timeout=1m",
+        "--output=json",
+        "--schedule-per-node=false",
+        "-max-inflight-per-node",
+        "2",
+        "--v=3",
+    ]);
+    assert_eq!(
+        c.not_in_upstream,
+        ["max-inflight-per-node", "schedule-per-node", "output"]
+    );
+    assert!(ok(&["--timeout=1m", "--leader-election"])
+        .not_in_upstream
+        .is_empty());
+}
