@@ -19,6 +19,7 @@ use crate::csi::metrics::CsiCallMetrics;
 pub mod build;
 mod encode;
 pub mod family;
+mod process;
 mod runtime;
 
 pub use encode::encode_text;
@@ -38,14 +39,12 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// A fresh registry with the process collector, CSI call, work queue and flow metrics.
+    /// A fresh registry with Go's process families, CSI call, work queue and flow metrics.
     pub fn new() -> Self {
         let registry = Registry::new();
         // Registration errors only mean a name clash, impossible with the fixed names here;
         // a missing family is better than a sidecar that does not start.
-        let _ = registry.register(Box::new(
-            prometheus::process_collector::ProcessCollector::for_self(),
-        ));
+        process::register_process(&registry);
         build::register_build_info(&registry);
         runtime::register_alive_tasks(&registry);
         let csi = Arc::new(CsiCallMetrics::new(registry.clone()));

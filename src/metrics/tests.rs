@@ -146,3 +146,159 @@ fn migration_drivers_get_the_migrated_label() {
         r#"csi_sidecar_operations_seconds_count{driver_name="pd.csi.storage.gke.io",grpc_status_code="OK",method_name="/csi.v1.Controller/ControllerPublishVolume",migrated="true"} 1"#
     ), "{text}");
 }
+
+/// The one sample of family `name` (a counter or a gauge), as gathered now.
+fn process_sample(metrics: &Metrics, name: &str) -> Option<f64> {
+    let families = metrics.registry().gather();
+    let family = families.iter().find(|f| f.name() == name)?;
+    let metric = family.get_metric().first()?;
+    Some(match family.get_field_type() {
+        prometheus::proto::MetricType::COUNTER => metric.get_counter().get_value(),
+        _ => metric.get_gauge().get_value(),
+    })
+}
+
+/// Seconds on a CPU-time or other clock.
+fn clock_seconds(id: rustix::time::ClockId) -> f64 {
+    let t = rustix::time::clock_gettime(id);
+    t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
+}
+
+#[test]
+fn cpu_seconds_rise_with_sub_second_resolution() {
+    use rustix::time::ClockId;
+    let metrics = Metrics::new();
+    let before = process_sample(&metrics, "process_cpu_seconds_total").expect("cpu family");
+    // Burn 0.3 s of this thread's CPU time (not wall time: the machine may be busy).
+    let start = clock_seconds(ClockId::ThreadCPUTime);
+    let mut spin = 0u64;
+    while clock_seconds(ClockId::ThreadCPUTime) - start < 0.3 {
+        spin = std::hint::black_box(spin.wrapping_add(1));
+    }
+    let process_before = clock_seconds(ClockId::ProcessCPUTime);
+    let after = process_sample(&metrics, "process_cpu_seconds_total").expect("cpu family");
+    let process_after = clock_seconds(ClockId::ProcessCPUTime);
+    assert!(after - before >= 0.25, "{before} -> {after}");
+    // The kernel's user + system ticks add up to the process CPU clock, truncated to ticks.
+    assert!(
+        after >= process_before - 0.05 && after <= process_after + 0.05,
+        "{after} outside [{process_before}, {process_after}]"
+    );
+}
+
+/// `(btime from /proc/stat, starttime ticks from /proc/self/stat)`.
+fn boot_and_start_ticks() -> (f64, f64) {
+    let stat = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
+    let btime = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))
+        .expect("btime")
+        .trim()
+        .parse::<f64>()
+        .expect("btime number");
+    let own = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    let after_comm = &own[own.rfind(')').expect("comm") + 1..];
+    // Field 22 of proc(5); field 3 (the state) is the first after the command.
+    let start = after_comm
+        .split_whitespace()
+        .nth(22 - 3)
+        .expect("starttime")
+        .parse::<f64>()
+        .expect("starttime number");
+    (btime, start)
+}
+
+#[test]
+fn start_time_has_the_fraction_of_the_kernels_ticks() {
+    use rustix::time::ClockId;
+    let metrics = Metrics::new();
+    let value = process_sample(&metrics, "process_start_time_seconds").expect("start family");
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let (btime, start_ticks) = boot_and_start_ticks();
+    let expected = btime + start_ticks / ticks;
+    assert!(
+        (value - expected).abs() < 0.02,
+        "{value} != {expected} (btime {btime} + {start_ticks} ticks / {ticks})"
+    );
+    // Now minus how long the process has run (boot clock now minus its start on that clock).
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs_f64();
+    let uptime = clock_seconds(ClockId::Boottime) - start_ticks / ticks;
+    assert!(
+        (value - (now - uptime)).abs() < 3.0,
+        "{value} vs now {now} - uptime {uptime}"
+    );
+}
+
+#[test]
+fn process_families_have_gos_help_and_type() {
+    let metrics = Metrics::new();
+    let text = metrics.render();
+    for (name, kind, help) in [
+        (
+            "process_cpu_seconds_total",
+            "counter",
+            "Total user and system CPU time spent in seconds.",
+        ),
+        (
+            "process_open_fds",
+            "gauge",
+            "Number of open file descriptors.",
+        ),
+        (
+            "process_max_fds",
+            "gauge",
+            "Maximum number of open file descriptors.",
+        ),
+        (
+            "process_virtual_memory_bytes",
+            "gauge",
+            "Virtual memory size in bytes.",
+        ),
+        (
+            "process_virtual_memory_max_bytes",
+            "gauge",
+            "Maximum amount of virtual memory available in bytes.",
+        ),
+        (
+            "process_resident_memory_bytes",
+            "gauge",
+            "Resident memory size in bytes.",
+        ),
+        (
+            "process_start_time_seconds",
+            "gauge",
+            "Start time of the process since unix epoch in seconds.",
+        ),
+        (
+            "process_network_receive_bytes_total",
+            "counter",
+            "Number of bytes received by the process over the network.",
+        ),
+        (
+            "process_network_transmit_bytes_total",
+            "counter",
+            "Number of bytes sent by the process over the network.",
+        ),
+    ] {
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.split([' ', '{']).any(|w| w == name))
+            .collect();
+        assert_eq!(lines.len(), 3, "{name}\n{text}");
+        assert_eq!(lines[0], format!("# HELP {name} {help}"));
+        assert_eq!(lines[1], format!("# TYPE {name} {kind}"));
+        // One sample without labels, a number as Go writes it.
+        let value = lines[2]
+            .strip_prefix(&format!("{name} "))
+            .unwrap_or_else(|| panic!("{}", lines[2]));
+        let parsed: f64 = value.parse().unwrap_or_else(|_| panic!("{}", lines[2]));
+        assert_eq!(value, crate::gofmt::go_float_g(parsed), "{}", lines[2]);
+        assert!(parsed >= 0.0, "{}", lines[2]);
+    }
+    // client_golang has no such family (Go's thread count is go_threads).
+    assert!(!text.contains("process_threads"), "{text}");
+}
