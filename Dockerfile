@@ -26,7 +26,12 @@
 # on it, so a non-root attacher cannot use such a socket. The non-root
 # variant is for drivers whose socket is writable for the attacher's user or
 # group.
-FROM --platform=$BUILDPLATFORM docker.io/library/rust:1-bookworm AS build
+# The builder is pinned to a Rust release (the toolchain CI builds and tests
+# with), not the floating `1-bookworm`: a later `docker build` gets the same
+# compiler. Pin its digest too where the registry is reachable
+# (`rust:1.95.0-bookworm@sha256:...`): this project's machines reach only the
+# package registries, not Docker Hub, so no digest is recorded here.
+FROM --platform=$BUILDPLATFORM docker.io/library/rust:1.95.0-bookworm AS build
 ARG TARGETARCH
 ARG BUILDARCH
 # The Rust target and Debian's C toolchain for it (ring and mimalloc compile C).
