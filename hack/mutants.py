@@ -8,6 +8,7 @@ apply, or does not compile (a mutant that cannot compile proves nothing).
     hack/mutants.sh --only ID,ID    # some
     hack/mutants.sh --table FILE    # also write the table as markdown
     hack/mutants.py --check         # only: every mutant still applies (CI)
+    hack/mutants.py --rotate 2      # two chosen by HEAD's commit, in place (CI)
 
 The scratch worktree shares the repository's target directory
 (target/mutants), so only the crate itself is rebuilt per mutant.
@@ -74,12 +75,46 @@ def run(cmd, cwd, env):
     return p.returncode, p.stdout + p.stderr
 
 
+def kill(m, cwd, env):
+    """Applies mutant `m` under `cwd`, runs its test, restores the file: the outcome."""
+    path = cwd / m["file"]
+    text = path.read_text()
+    count = text.count(m["find"])
+    if count != 1:
+        return f"does not apply ({count} matches)"
+    path.write_text(text.replace(m["find"], m["replace"]))
+    try:
+        code, out = run(test_command(m["test"]), cwd, env)
+    finally:
+        path.write_text(text)
+    if code == 0:
+        return "SURVIVED"
+    if "error[E" in out or "could not compile" in out:
+        return "does not compile"
+    failed = [l.split()[1] for l in out.splitlines()
+              if l.startswith("test ") and l.endswith("FAILED")]
+    return "killed by " + (", ".join(f"`{t}`" for t in failed[:3]) or "a failing test")
+
+
+def rotation(mutants, count, commit):
+    """`count` mutants chosen by `commit` (a hex id): consecutive ones in the
+    file's order from a start the commit picks, so that successive commits
+    cover every mutant."""
+    start = int(commit[:12], 16) % len(mutants)
+    return [mutants[(start + i) % len(mutants)] for i in range(min(count, len(mutants)))]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only")
     ap.add_argument("--table")
     ap.add_argument("--check", action="store_true",
                     help="only check that every mutant still applies (no build)")
+    ap.add_argument("--rotate", type=int, metavar="N",
+                    help="N mutants chosen by HEAD's commit (CI), in place")
+    ap.add_argument("--in-place", action="store_true",
+                    help="mutate this checkout and use its target/ (no scratch worktree, "
+                         "no baseline: the caller has just run the tests)")
     args = ap.parse_args()
     mutants = parse((ROOT / "hack" / "mutants.txt").read_text())
     if args.check:
@@ -91,47 +126,41 @@ def main():
     if args.only:
         wanted = set(args.only.split(","))
         mutants = [m for m in mutants if m["id"] in wanted]
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT,
                           capture_output=True, text=True, check=True).stdout.strip()
-    scratch = Path(tempfile.mkdtemp(prefix="csi-attacher-mutants-"))
-    wt = scratch / "wt"
-    subprocess.run(["git", "worktree", "add", "--detach", "-q", str(wt), "HEAD"], cwd=ROOT, check=True)
-    env = dict(os.environ, CARGO_TARGET_DIR=str(ROOT / "target" / "mutants"), CARGO_INCREMENTAL="0")
+    if args.rotate:
+        mutants = rotation(mutants, args.rotate, head)
+    in_place = args.in_place or bool(args.rotate)
     rows, bad = [], 0
+    scratch = None
+    if in_place:
+        cwd, env = ROOT, dict(os.environ)
+    else:
+        scratch = Path(tempfile.mkdtemp(prefix="csi-attacher-mutants-"))
+        cwd = scratch / "wt"
+        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(cwd), "HEAD"],
+                       cwd=ROOT, check=True)
+        env = dict(os.environ, CARGO_TARGET_DIR=str(ROOT / "target" / "mutants"),
+                   CARGO_INCREMENTAL="0")
     try:
         # The unmutated tests must pass first, or no kill means anything.
-        for test in sorted({m["test"] for m in mutants}):
-            code, out = run(test_command(test), wt, env)
+        for test in [] if in_place else sorted({m["test"] for m in mutants}):
+            code, out = run(test_command(test), cwd, env)
             if code != 0:
                 print(out[-3000:])
                 sys.exit(f"baseline: `{test}` fails without any mutant")
         for m in mutants:
-            path = wt / m["file"]
-            text = path.read_text()
-            count = text.count(m["find"])
             started = time.monotonic()
-            if count != 1:
-                outcome = f"does not apply ({count} matches)"
-            else:
-                path.write_text(text.replace(m["find"], m["replace"]))
-                code, out = run(test_command(m["test"]), wt, env)
-                path.write_text(text)
-                if code == 0:
-                    outcome = "SURVIVED"
-                elif "error[E" in out or "could not compile" in out:
-                    outcome = "does not compile"
-                else:
-                    failed = [l.split()[1] for l in out.splitlines()
-                              if l.startswith("test ") and l.endswith("FAILED")]
-                    outcome = "killed by " + (", ".join(f"`{t}`" for t in failed[:3]) or "a failing test")
+            outcome = kill(m, cwd, env)
             seconds = time.monotonic() - started
             bad += not outcome.startswith("killed")
             rows.append((m["id"], m["what"], m["file"], m["test"], outcome, seconds))
             print(f"{m['id']}: {outcome} ({seconds:.0f} s)", flush=True)
     finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(wt)], cwd=ROOT)
-        shutil.rmtree(scratch, ignore_errors=True)
-    lines = [f"Mutation gate at {head}: {len(rows)} mutants, {len(rows) - bad} killed.", "",
+        if scratch is not None:
+            subprocess.run(["git", "worktree", "remove", "--force", str(cwd)], cwd=ROOT)
+            shutil.rmtree(scratch, ignore_errors=True)
+    lines = [f"Mutation gate at {head[:7]}: {len(rows)} mutants, {len(rows) - bad} killed.", "",
              "| mutant | what it breaks | file | test run | outcome | seconds |",
              "|---|---|---|---|---|---|"]
     for r in rows:

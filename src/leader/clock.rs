@@ -59,14 +59,17 @@ pub trait Clock: Send + Sync + fmt::Debug {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct BootClock;
 
+/// The clock [`BootClock`] reads. A clock that stopped while the machine was
+/// suspended would let a resumed leader believe its window still open.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const BOOT_CLOCK: rustix::time::ClockId = rustix::time::ClockId::Boottime;
+/// Elsewhere (not a target this sidecar ships for): the monotonic clock.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+const BOOT_CLOCK: rustix::time::ClockId = rustix::time::ClockId::Monotonic;
+
 impl Clock for BootClock {
     fn now(&self) -> Stamp {
-        #[cfg(any(target_os = "linux", target_os = "android"))]
-        let id = rustix::time::ClockId::Boottime;
-        // Elsewhere (not a target this sidecar ships for): the monotonic clock.
-        #[cfg(not(any(target_os = "linux", target_os = "android")))]
-        let id = rustix::time::ClockId::Monotonic;
-        let t = rustix::time::clock_gettime(id);
+        let t = rustix::time::clock_gettime(BOOT_CLOCK);
         Stamp(Duration::new(
             u64::try_from(t.tv_sec).unwrap_or(0),
             u32::try_from(t.tv_nsec).unwrap_or(0),
@@ -140,6 +143,13 @@ mod tests {
             u32::try_from(monotonic.tv_nsec).unwrap_or(0),
         );
         assert!(a.since_origin() >= monotonic, "{a:?} < {monotonic:?}");
+    }
+
+    /// A suspend cannot be made in a test: the clock read is the one that
+    /// counts it (`CLOCK_MONOTONIC` stops while suspended).
+    #[test]
+    fn the_boot_clock_counts_time_spent_suspended() {
+        assert_eq!(BOOT_CLOCK, rustix::time::ClockId::Boottime);
     }
 
     #[tokio::test(start_paused = true)]
