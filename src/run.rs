@@ -95,9 +95,6 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
         config.leader_election_identity.clone()
     };
     let elector = elector(&config, &info.name, &identity, election_client, &metrics)?;
-    if config.fencing_token_metadata && elector.is_none() {
-        tracing::warn!("--fencing-token-metadata has no epoch to send without --leader-election: driver calls carry no x-csi-attacher-epoch");
-    }
     serve_http(&config, &metrics, &readiness, elector.as_ref()).await?;
 
     // Capabilities decide the handler (upstream steps 10-11).
@@ -188,7 +185,6 @@ fn note_ignored_flags(config: &Config) {
         attach_gather_max,
         schedule_per_node,
         poll_pending_after_deadline: _,
-        fencing_token_metadata: _,
         unpublish_not_found_node_gone: _,
         default_fstype: _,
         kube_api_qps: _,
@@ -369,7 +365,6 @@ fn controller_settings(
         },
         schedule_per_node: config.schedule_per_node,
         poll_pending_after_deadline: config.poll_pending_after_deadline,
-        fencing_token: config.fencing_token_metadata,
         node_gone_detached: config.unpublish_not_found_node_gone,
         backoff: Backoff {
             start: config.retry_interval_start,

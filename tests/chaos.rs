@@ -536,11 +536,6 @@ async fn run(seed: u64, fault_count: usize, size: &str) -> Result<String> {
     }
     writeln!(
         out,
-        "- fencing token: {} (without it a call received as its caller resumed from a SIGSTOP is no longer exempt)",
-        if world::fencing() { "on, enforced by the driver" } else { "off" }
-    )?;
-    writeln!(
-        out,
         "- exemptions (by a documented limit): {}",
         findings.exempt.len()
     )?;

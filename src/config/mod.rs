@@ -179,11 +179,6 @@ pub struct Config {
           action = ArgAction::Set)]
     pub poll_pending_after_deadline: bool,
 
-    /// Not in upstream: send the leadership epoch (a number from the Lease, higher for every new leader, and the holder) as gRPC metadata x-csi-attacher-epoch on every ControllerPublish, ControllerUnpublish and ListVolumes, for a driver that refuses calls from an earlier leader. Needs --leader-election.
-    #[arg(long, require_equals = true, default_value = "false", value_parser = bool_flag,
-          action = ArgAction::Set)]
-    pub fencing_token_metadata: bool,
-
     /// fsType of mount volumes whose PV does not set one.
     #[arg(long, default_value = "")]
     pub default_fstype: String,

@@ -76,8 +76,6 @@ pub struct Settings {
     pub poll_pending_after_deadline: bool,
     /// `--unpublish-not-found-node-gone`.
     pub node_gone_detached: bool,
-    /// `--fencing-token-metadata`: every driver call carries the leadership epoch.
-    pub fencing_token: bool,
     /// `--schedule-per-node`: nodes take turns, pacing, hand-offs, settling
     /// (false: upstream's first-queued, first-served order, failures the
     /// VA's own, and no per-node cap).
@@ -246,10 +244,7 @@ pub async fn run(
         pacer = pacer.with_poll();
     }
     let pacer = Arc::new(pacer);
-    let mut driver = FencedDriver::new(csi, leadership);
-    if settings.fencing_token {
-        driver = driver.with_fencing_token();
-    }
+    let driver = FencedDriver::new(csi, leadership);
     let (driver, pacer) = if settings.schedule_per_node {
         let listener: Arc<dyn Listener> = pacer.clone();
         (driver.with_listener(listener), Some(pacer))

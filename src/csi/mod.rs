@@ -49,40 +49,6 @@ fn cap_log(mut text: String, max: Option<usize>) -> String {
     text
 }
 
-/// The gRPC metadata key of the leadership epoch (`--fencing-token-metadata`):
-/// `<number>/<holder identity>` (`leader::Epoch`), the holder percent-encoded where
-/// it is not visible ASCII. An extension of ours, not CSI's: a driver that
-/// adopts it remembers the highest number it acted for and refuses a call
-/// with a lower one (`docs/contract.md#fencing-token`).
-pub const EPOCH_HEADER: &str = "x-csi-attacher-epoch";
-
-tokio::task_local! {
-    /// The epoch header of the driver calls made inside [`with_epoch`].
-    static EPOCH: Option<tonic::metadata::AsciiMetadataValue>;
-}
-
-/// Runs `call` (driver calls of a [`Client`]) with `epoch` (shown as
-/// `number/holder`) in each call's [`EPOCH_HEADER`]; `None`: no header.
-pub async fn with_epoch<F: Future>(epoch: Option<String>, call: F) -> F::Output {
-    EPOCH.scope(epoch.and_then(|e| epoch_value(&e)), call).await
-}
-
-/// Tests: the epoch header the driver calls made here would carry.
-#[cfg(test)]
-pub(crate) fn current_epoch() -> Option<String> {
-    EPOCH
-        .try_with(|v| v.as_ref().and_then(|v| v.to_str().ok()).map(str::to_string))
-        .ok()
-        .flatten()
-}
-
-/// `epoch` as a metadata value: visible ASCII kept, the rest percent-encoded.
-fn epoch_value(epoch: &str) -> Option<tonic::metadata::AsciiMetadataValue> {
-    const ENCODED: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS.add(b' ').add(b'%');
-    let text = percent_encoding::utf8_percent_encode(epoch, ENCODED).to_string();
-    text.parse().ok()
-}
-
 /// Deadline of the short startup calls (GetPluginInfo; the two capability calls share one).
 pub const STARTUP_CALL_TIMEOUT: Duration = Duration::from_secs(1);
 /// Pause between two probes.
@@ -443,9 +409,6 @@ impl Client {
         let mut request = tonic::Request::new(message);
         // Tell the driver the deadline too, as Go's client does (grpc-timeout header).
         request.set_timeout(deadline.saturating_duration_since(started));
-        if let Ok(Some(epoch)) = EPOCH.try_with(Clone::clone) {
-            request.metadata_mut().insert(EPOCH_HEADER, epoch);
-        }
         let result = match tokio::time::timeout_at(deadline, call(request)).await {
             Ok(Ok(resp)) => Ok(resp.into_inner()),
             Ok(Err(status)) if Instant::now() >= deadline => {

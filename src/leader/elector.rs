@@ -2,7 +2,7 @@
 //! the Lease writes that open and extend the leadership window.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -16,7 +16,7 @@ use super::health::Health;
 use super::lease_api::LeaseApi;
 use super::metrics::{Metrics, METRIC_NAME_LABEL};
 use super::settings::{lease_duration_seconds, Settings, JITTER_FACTOR};
-use super::window::{window_length, CallCounts, Epoch, Leadership, Window};
+use super::window::{window_length, CallCounts, Leadership, Window};
 
 /// What a successful Lease write proves about who led before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,8 +43,6 @@ pub struct Elector<A> {
     /// What every decision about time reads (the window, the hold after a
     /// CREATE, the observed expiry): `CLOCK_BOOTTIME` ([`BootClock`]).
     clock: Arc<dyn Clock>,
-    /// The epoch the workers' driver calls carry (see [`Epoch`]).
-    epoch: Arc<RwLock<Option<Epoch>>>,
     health: Health,
     metrics: Option<Metrics>,
     /// The leadership window the workers check.
@@ -78,7 +76,6 @@ impl<A: LeaseApi> Elector<A> {
             window: watch::Sender::new(Window::Closed),
             calls: Arc::default(),
             clock: Arc::new(BootClock),
-            epoch: Arc::default(),
         }
     }
 
@@ -108,7 +105,6 @@ impl<A: LeaseApi> Elector<A> {
             window: self.window.subscribe(),
             calls: Arc::clone(&self.calls),
             clock: Arc::clone(&self.clock),
-            epoch: Arc::clone(&self.epoch),
         }
     }
 
@@ -416,15 +412,8 @@ impl<A: LeaseApi> Elector<A> {
             spec: None,
         };
         let now = MicroTime(Timestamp::now());
-        // The epoch stays monotonic across a deletion when this replica saw
-        // the Lease before: one above the last observed.
-        let transitions = self
-            .observed
-            .as_ref()
-            .and_then(|(l, _)| l.spec.as_ref()?.lease_transitions)
-            .map_or(0, |t| t.saturating_add(1));
         self.api
-            .create(&self.desired(fresh, Some(now), Some(transitions)))
+            .create(&self.desired(fresh, Some(now), Some(0)))
             .await
     }
 
@@ -483,17 +472,6 @@ impl<A: LeaseApi> Elector<A> {
             return true;
         }
         self.opens_at = None;
-        // The epoch first, then the window: a call that sees the window open carries it.
-        let epoch = self
-            .observed
-            .as_ref()
-            .map(|(lease, _)| Epoch::of(lease, &self.settings.identity));
-        {
-            let mut current = self.epoch.write().unwrap_or_else(PoisonError::into_inner);
-            if *current != epoch {
-                *current = epoch;
-            }
-        }
         let end = started + window_length(self.settings.renew_deadline);
         self.window.send_if_modified(|window| match window {
             Window::Until(current) if *current >= end => false,

@@ -45,9 +45,7 @@
 //! What no client can rule out: a call the driver received inside the window
 //! but keeps running after it (a driver that ignores cancellation), or a
 //! freeze in the microseconds between the window check and the write to the
-//! socket. CSI has no fencing token; the margin is the defence, and an
-//! opt-in token of ours ([`Epoch`], `--fencing-token-metadata`) lets a
-//! driver that adopts it refuse such a call once a newer leader's has acted.
+//! socket. CSI has no fencing token; the margin is the defence.
 //!
 //! # The clock: `CLOCK_BOOTTIME`
 //! Every decision about time above (the window's end, whether a call may
@@ -112,7 +110,7 @@ pub use metrics::Metrics;
 pub use settings::{
     lease_duration_seconds, validate_timing, InvalidTiming, Settings, JITTER_FACTOR,
 };
-pub use window::{cancel_allowance, window_length, Epoch, Leadership, NotLeading, Window};
+pub use window::{cancel_allowance, window_length, Leadership, NotLeading, Window};
 
 #[cfg(test)]
 mod proptests;

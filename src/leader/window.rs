@@ -3,10 +3,9 @@
 //! renewal ([`window_length`]). Why it is shorter than the lease: the
 //! `leader` module doc.
 
-use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -47,57 +46,6 @@ impl Window {
     }
 }
 
-/// A leadership epoch: a number from the Lease this replica leads on, and
-/// the holder. Sent to the driver with `--fencing-token-metadata`
-/// (`csi::EPOCH_HEADER`) as `<number>/<holder>`: a later leader's number is
-/// higher, so a driver that remembers the highest number it acted for can
-/// refuse a call from an earlier leader.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Epoch {
-    /// The Lease's `creationTimestamp` (Unix seconds, the API server's
-    /// clock) × [`Epoch::TRANSITIONS`] + its `leaseTransitions`: every
-    /// takeover raises `leaseTransitions`, and a Lease deleted and created
-    /// again, even by a replica that never saw the old one (which starts
-    /// `leaseTransitions` at 0), has a later `creationTimestamp`.
-    pub number: u64,
-    /// The holder identity.
-    pub holder: String,
-}
-
-impl Epoch {
-    /// `leaseTransitions` counts below this (one takeover a second for 11 days).
-    pub const TRANSITIONS: u64 = 1_000_000;
-
-    /// The epoch of `holder` leading on `lease` (as written).
-    pub fn of(lease: &k8s_openapi::api::coordination::v1::Lease, holder: &str) -> Self {
-        let created = lease
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .and_then(|t| u64::try_from(t.0.as_second()).ok())
-            .unwrap_or(0);
-        let transitions = lease
-            .spec
-            .as_ref()
-            .and_then(|s| s.lease_transitions)
-            .and_then(|t| u64::try_from(t).ok())
-            .unwrap_or(0)
-            .min(Self::TRANSITIONS - 1);
-        Self {
-            number: created
-                .saturating_mul(Self::TRANSITIONS)
-                .saturating_add(transitions),
-            holder: holder.to_string(),
-        }
-    }
-}
-
-impl fmt::Display for Epoch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.number, self.holder)
-    }
-}
-
 /// A driver call was not started, or was abandoned, because this replica's
 /// leadership window closed. Retriable (by the next leader); never written on
 /// an object.
@@ -116,8 +64,6 @@ pub struct Leadership {
     pub(super) calls: Arc<CallCounts>,
     /// The clock the window is timed by (the elector's).
     pub(super) clock: Arc<dyn Clock>,
-    /// The epoch of the current (or last) leadership; set before its window opens.
-    pub(super) epoch: Arc<RwLock<Option<Epoch>>>,
 }
 
 #[derive(Default, Debug)]
@@ -163,7 +109,6 @@ impl Leadership {
             window,
             calls: Arc::default(),
             clock: Arc::new(BootClock),
-            epoch: Arc::default(),
         }
     }
 
@@ -175,23 +120,7 @@ impl Leadership {
             window,
             calls: Arc::default(),
             clock: Arc::new(clock::TokioClock),
-            epoch: Arc::default(),
         }
-    }
-
-    /// Tests: this leadership's epoch is `epoch`.
-    #[cfg(test)]
-    pub fn with_epoch(self, epoch: Epoch) -> Self {
-        *self.epoch.write().unwrap_or_else(PoisonError::into_inner) = Some(epoch);
-        self
-    }
-
-    /// The epoch of this replica's leadership (`None`: never led, or no election).
-    pub fn epoch(&self) -> Option<Epoch> {
-        self.epoch
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
     }
 
     /// Now, on the window's clock.

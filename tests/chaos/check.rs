@@ -305,16 +305,6 @@ fn deleted_at_once(h: &History, inst: &Instance) -> bool {
     })
 }
 
-/// Whether the driver may have acted on `call`: not refused by its fence,
-/// and, while the fence is `enforced`, a call with an epoch passed it (the
-/// mock checks the fence right before it acts, after a fault's error or
-/// delay and its "an operation is pending" refusal, and marks each call
-/// that passed with `acted`).
-fn could_act(call: &Call, enforced: bool) -> bool {
-    let stopped_before_the_fence = enforced && call.epoch.is_some() && call.acted.is_none();
-    !call.fenced && !stopped_before_the_fence
-}
-
 /// What the history holds about `inst` from its creation to 10 s after
 /// `until`: every API request on its name (the workload's, the replicas'),
 /// every driver call on its volume, the faults of that time and the replicas'
@@ -357,13 +347,11 @@ fn va_story(h: &History, inst: &Instance, until: i128) -> Vec<String> {
         lines.push((
             c.start,
             format!(
-                "driver {} {} by replica-{} (driver #{}, epoch {:?}{}) .. {} {}{}",
+                "driver {} {} by replica-{} (driver #{}) .. {} {}{}",
                 c.method,
                 c.node,
                 c.caller,
                 c.incarnation,
-                c.epoch,
-                if c.fenced { ", fenced" } else { "" },
                 secs(c.end),
                 c.code,
                 c.abandoned
@@ -397,8 +385,6 @@ fn va_story(h: &History, inst: &Instance, until: i128) -> Vec<String> {
 }
 
 pub fn i1(h: &History, f: &mut Findings) {
-    // The driver enforces the fence when it marked a call as passed.
-    let enforced = h.calls.iter().any(|c| c.acted.is_some());
     let live: BTreeSet<(&str, &str)> = h
         .live_vas
         .iter()
@@ -422,18 +408,13 @@ pub fn i1(h: &History, f: &mut Findings) {
             continue; // not deleted, or still deleting (I2's business)
         }
         let node_ok = |id: &str| node_of_id(id).as_deref() == Some(inst.node.as_str());
-        // A Publish the driver's fence refused (a stale epoch) did nothing,
-        // nor did one refused before it reached the fence (an injected
-        // error, "an operation is pending for volume"): the last Publish
-        // that could have acted is the one to undo.
+        // The last Publish is the one to undo (a refused one may have
+        // acted too, for all the ledger tells).
         let Some(last) = h
             .calls
             .iter()
             .filter(|c| {
-                c.method == "ControllerPublishVolume"
-                    && could_act(c, enforced)
-                    && c.volume == inst.handle
-                    && node_ok(&c.node)
+                c.method == "ControllerPublishVolume" && c.volume == inst.handle && node_ok(&c.node)
             })
             .max_by_key(|c| c.end)
         else {
@@ -645,90 +626,15 @@ pub fn i3(h: &History, f: &mut Findings) {
     }
 }
 
-/// With the fencing token (calls carry epochs): accepted calls that acted
-/// after a call of a higher epoch had acted, which the driver's fence must
-/// have refused (the order is the fence's: `acted_at`). One violation each.
-fn epochs_out_of_order(calls: &[&Call], f: &mut Findings) {
-    let mut acted: Vec<&&Call> = calls
-        .iter()
-        .filter(|c| c.code == "OK" && c.epoch.is_some())
-        .collect();
-    acted.sort_by_key(|c| c.acted_at());
-    let mut highest: Option<&Call> = None;
-    let mut late = 0;
-    for call in acted {
-        match highest {
-            Some(top) if call.epoch < top.epoch => {
-                late += 1;
-                if late <= 20 {
-                    f.violation(
-                        "I4",
-                        format!(
-                            "replica-{} {} {} of epoch {:?} acted at {}, after replica-{} {} of epoch {:?} at {}: the fence should have refused it",
-                            call.caller, call.method, call.volume, call.epoch, secs(call.acted_at()),
-                            top.caller, top.method, top.epoch, secs(top.acted_at())
-                        ),
-                    );
-                }
-            }
-            Some(top) if call.epoch <= top.epoch => {}
-            _ => highest = Some(call),
-        }
-    }
-}
-
-/// With the fencing token: whether `call` acted before any call of a higher
-/// epoch did, so it is ordered as if it had run inside its caller's leadership.
-fn before_any_later_epoch(calls: &[&Call], call: &Call) -> bool {
-    let Some(epoch) = call.epoch else {
-        return false;
-    };
-    !calls.iter().any(|other| {
-        other.code == "OK"
-            && other.epoch.is_some_and(|e| e > epoch)
-            && other.acted_at() <= call.acted_at()
-    })
-}
-
 pub fn i4(h: &History, f: &mut Findings) {
-    // The fencing token is on when calls carry epochs; then every one must.
-    let fencing = h.calls.iter().any(|c| c.epoch.is_some());
-    // A call the driver's fence refused did nothing: evidence, not a call.
-    let refused = h.calls.iter().filter(|c| c.fenced).count();
-    if fencing {
-        f.measured.push((
-            "I4 stale-epoch calls refused by the driver's fence".into(),
-            refused.to_string(),
-        ));
-        let unfenced: Vec<&Call> = h
-            .calls
-            .iter()
-            .filter(|c| c.epoch.is_none() && c.code != crate::world::UNRECORDED)
-            .collect();
-        for call in unfenced.iter().take(20) {
-            f.violation(
-                "I4",
-                format!(
-                    "replica-{} {} {} at {} carried no epoch although the replicas send it",
-                    call.caller,
-                    call.method,
-                    call.volume,
-                    secs(call.start)
-                ),
-            );
-        }
-    }
-    let mut calls: Vec<&Call> = h.calls.iter().filter(|c| !c.fenced).collect();
+    let mut calls: Vec<&Call> = h.calls.iter().collect();
     calls.sort_by_key(|c| c.start);
-    epochs_out_of_order(&calls, f);
     // Overlaps between different callers (sweep, keeping the latest-ending call per caller).
     let mut open: BTreeMap<usize, &Call> = BTreeMap::new();
     let mut overlaps = 0;
     for call in &calls {
         for (caller, other) in &open {
-            // Two epochs' calls: the fence orders them (checked above).
-            let ordered = matches!((call.epoch, other.epoch), (Some(a), Some(b)) if a != b);
-            if *caller != call.caller && other.caller_end() > call.start && !ordered {
+            if *caller != call.caller && other.caller_end() > call.start {
                 overlaps += 1;
                 if overlaps <= 20 {
                     f.violation(
@@ -758,7 +664,6 @@ pub fn i4(h: &History, f: &mut Findings) {
     }
     let terms = terms(&h.audit, &h.lease);
     let mut outside = 0;
-    let mut ordered_late = 0;
     for call in &calls {
         let identity = format!("replica-{}", call.caller);
         if terms
@@ -767,15 +672,9 @@ pub fn i4(h: &History, f: &mut Findings) {
         {
             continue;
         }
-        // With the fencing token, a late call (e.g. received as its caller
-        // resumed from a SIGSTOP taken inside its leadership) that acted before
-        // any newer leader's call is ordered inside its caller's leadership;
-        // one after it was refused (or is a violation above). Counted.
-        // Without the token nothing exempts it (the window alone cannot).
-        if fencing && before_any_later_epoch(&calls, call) {
-            ordered_late += 1;
-            continue;
-        }
+        // Nothing exempts a late call, not even one received as its caller
+        // resumed from a SIGSTOP taken inside its leadership (the limit
+        // `src/leader/` documents): the window alone cannot stop it.
         outside += 1;
         if outside <= 20 {
             let near = terms
@@ -810,12 +709,6 @@ pub fn i4(h: &History, f: &mut Findings) {
             "I4",
             format!("{outside} calls outside their caller's leadership in all (first 20 shown)"),
         );
-    }
-    if fencing {
-        f.measured.push((
-            "I4 calls outside their caller's leadership that acted before any newer epoch's".into(),
-            ordered_late.to_string(),
-        ));
     }
 }
 
@@ -1068,7 +961,7 @@ pub fn i7(h: &History, f: &mut Findings) {
     }
 }
 
-/// I8: leadership epochs do not interleave: every driver call of a term has
+/// I8: leadership terms do not interleave: every driver call of a term has
 /// ended (for its caller) before the first call of any later term starts, and
 /// no call of a term starts after a later term's first call. Calls outside
 /// every term are I4's.
@@ -1077,8 +970,6 @@ pub fn i8(h: &History, f: &mut Findings) {
     let mut calls: Vec<(usize, &Call)> = h
         .calls
         .iter()
-        // A call the driver's fence refused did nothing.
-        .filter(|c| !c.fenced)
         .filter_map(|c| {
             let identity = format!("replica-{}", c.caller);
             terms
@@ -1091,9 +982,9 @@ pub fn i8(h: &History, f: &mut Findings) {
     let mut latest: Option<(usize, &Call)> = None;
     let mut ends: BTreeMap<usize, &Call> = BTreeMap::new();
     let mut found = 0;
-    for (epoch, call) in calls {
+    for (term, call) in calls {
         let mut bad = Vec::new();
-        if let Some((later, first)) = latest.filter(|(e, _)| *e > epoch) {
+        if let Some((later, first)) = latest.filter(|(e, _)| *e > term) {
             bad.push(format!(
                 "starts after term {later}'s call {} {} (replica-{}) started at {}",
                 first.method,
@@ -1103,7 +994,7 @@ pub fn i8(h: &History, f: &mut Findings) {
             ));
         }
         if let Some((earlier, other)) = ends
-            .range(..epoch)
+            .range(..term)
             .find(|(_, o)| o.caller_end() > call.start)
         {
             bad.push(format!(
@@ -1120,8 +1011,8 @@ pub fn i8(h: &History, f: &mut Findings) {
                 f.violation(
                     "I8",
                     format!(
-                        "term {epoch} ({}): {} {} at {} {}",
-                        terms[epoch].identity,
+                        "term {term} ({}): {} {} at {} {}",
+                        terms[term].identity,
                         call.method,
                         call.volume,
                         secs(call.start),
@@ -1130,14 +1021,14 @@ pub fn i8(h: &History, f: &mut Findings) {
                 );
             }
         }
-        if latest.is_none_or(|(e, _)| epoch > e) {
-            latest = Some((epoch, call));
+        if latest.is_none_or(|(e, _)| term > e) {
+            latest = Some((term, call));
         }
         if ends
-            .get(&epoch)
+            .get(&term)
             .is_none_or(|o| o.caller_end() < call.caller_end())
         {
-            ends.insert(epoch, call);
+            ends.insert(term, call);
         }
     }
     if found > 20 {
@@ -1263,7 +1154,6 @@ pub fn i12(h: &History, f: &mut Findings) {
             .min(moved.unwrap_or(i128::MAX));
         for c in h.calls.iter().filter(|c| {
             c.method == "ControllerUnpublishVolume"
-                && !c.fenced
                 && c.volume == inst.handle
                 && c.node == held.node
                 && at < c.start

@@ -31,9 +31,6 @@ fn call(method: &str, caller: usize, volume: &str, node: &str, start: f64, end: 
         end: t(end),
         abandoned: None,
         incarnation: 0,
-        epoch: None,
-        fenced: false,
-        acted: None,
     }
 }
 
@@ -269,46 +266,13 @@ fn i1_reports_a_missing_or_early_unpublish_and_missing_evidence() {
         ..call(PUB, 0, "vol-a", "node-1-id", 4.0, 9.05)
     });
     only(&check(&h), "I1");
-    // A stale leader's Publish the driver's fence refused after the
-    // Unpublish (the CI run at 9831282): it did nothing, nothing to undo.
-    let refused = || Call {
-        epoch: Some(0),
-        fenced: true,
-        code: "FailedPrecondition".into(),
-        ..call(PUB, 1, "vol-a", "node-1-id", 9.5, 9.51)
-    };
-    let mut h = clean();
-    h.calls.push(refused());
-    assert!(check(&h).of("I1").is_empty(), "{:#?}", check(&h));
-    // The same call passed by the fence (it failed in the driver, and may
-    // have acted): still the last Publish to undo.
+    // A Publish refused after the Unpublish (an injected Aborted, or "an
+    // operation is pending for volume"): the ledger cannot tell that it did
+    // nothing, so it is still the last Publish to undo.
     let mut h = clean();
     h.calls.push(Call {
-        fenced: false,
-        acted: Some(t(9.505)),
-        ..refused()
-    });
-    only(&check(&h), "I1");
-    // Refused before it reached the fence (an injected Aborted, or "an
-    // operation is pending for volume" while the Unpublish ran; a CI run at
-    // 84cd7f2) while the fence marks the calls it passes: it did nothing.
-    let mut h = clean();
-    for c in &mut h.calls {
-        c.epoch = Some(1);
-        c.acted = Some(c.start);
-    }
-    let before_the_fence = Call {
-        epoch: Some(1),
         code: "Aborted".into(),
         ..call(PUB, 1, "vol-a", "node-1-id", 9.05, 9.05)
-    };
-    h.calls.push(before_the_fence.clone());
-    assert!(check(&h).of("I1").is_empty(), "{:#?}", check(&h));
-    // Without a fence there is no telling: still the last Publish to undo.
-    let mut h = clean();
-    h.calls.push(Call {
-        epoch: None,
-        ..before_the_fence
     });
     only(&check(&h), "I1");
 }
@@ -403,7 +367,7 @@ fn i4_reports_overlaps_and_calls_outside_the_window() {
     h.calls.push(call(PUB, 0, "vol-b", "node-2-id", 24.0, 24.1));
     only(&check(&h), "I4");
     // A call received as the replica resumed from a SIGSTOP inside its
-    // leadership: no longer exempt (the fencing token closes it, below).
+    // leadership: not exempt (the limit `src/leader/` documents).
     let mut h = clean();
     h.windows.push(window(
         "leader-sigstop-past-lease",
@@ -415,95 +379,6 @@ fn i4_reports_overlaps_and_calls_outside_the_window() {
         .push(call(PUB, 0, "vol-b", "node-2-id", 24.2, 24.21));
     only(&check(&h), "I4");
     assert!(check(&h).exempt.is_empty());
-}
-
-/// `clean()` with the fencing token: replica-0's calls carry epoch 0, and
-/// replica-1 leads from 26 s (epoch 1) and lists the volumes at 27 s.
-fn fenced() -> History {
-    let mut h = clean();
-    for c in &mut h.calls {
-        c.epoch = Some(0);
-    }
-    h.audit.push(lease("update", "replica-1", 26.0));
-    h.audit.extend(renewals("replica-1", 26.5, 30.0));
-    h.calls.push(Call {
-        epoch: Some(1),
-        ..call("ListVolumes", 1, "", "", 27.0, 27.05)
-    });
-    h
-}
-
-#[test]
-fn i4_with_the_fencing_token_counts_refusals_and_reports_epochs_out_of_order() {
-    let f = check(&fenced());
-    assert!(f.of("I4").is_empty(), "{f:#?}");
-    // replica-0's late Publish, received after it resumed, refused by the fence.
-    let mut h = fenced();
-    h.calls.push(Call {
-        epoch: Some(0),
-        fenced: true,
-        code: "FailedPrecondition".into(),
-        ..call(PUB, 0, "vol-b", "node-2-id", 27.5, 27.51)
-    });
-    let f = check(&h);
-    assert!(f.of("I4").is_empty(), "a refused call did nothing: {f:#?}");
-    assert!(
-        f.measured
-            .iter()
-            .any(|(what, n)| what.contains("refused by the driver's fence") && n == "1"),
-        "{f:#?}"
-    );
-    // The same call accepted after epoch 1 acted: the fence failed.
-    let mut h = fenced();
-    h.calls.push(Call {
-        epoch: Some(0),
-        ..call(PUB, 0, "vol-b", "node-2-id", 27.5, 27.51)
-    });
-    only(&check(&h), "I4");
-    // Accepted before any epoch-1 call acted (received at 24.2 s, after
-    // replica-0's window): ordered inside its leadership, counted, no violation.
-    let mut h = fenced();
-    h.calls.push(Call {
-        epoch: Some(0),
-        ..call(PUB, 0, "vol-b", "node-2-id", 24.2, 24.21)
-    });
-    let f = check(&h);
-    assert!(f.of("I4").is_empty(), "{f:#?}");
-    assert!(
-        f.measured
-            .iter()
-            .any(|(what, n)| what.contains("acted before any newer epoch") && n == "1"),
-        "{f:#?}"
-    );
-    // Received before epoch 1's call but acting (passing the fence) after it.
-    let mut h = fenced();
-    h.calls.push(Call {
-        epoch: Some(0),
-        acted: Some(t(27.2)),
-        ..call(PUB, 0, "vol-b", "node-2-id", 24.2, 27.21)
-    });
-    only(&check(&h), "I4");
-    // Passed the fence after epoch 1 acted but failed in the driver: not
-    // in the fence's order of OK calls, still outside its leadership.
-    let mut h = fenced();
-    h.calls.push(Call {
-        epoch: Some(0),
-        code: "Internal".into(),
-        ..call(PUB, 0, "vol-b", "node-2-id", 27.5, 27.51)
-    });
-    only(&check(&h), "I4");
-    // One replica's epochs going backwards inside its own leadership (no
-    // overlap, no call outside a term): only the fence's order shows it.
-    let mut h = fenced();
-    h.calls.push(Call {
-        epoch: Some(2),
-        ..call("ListVolumes", 0, "", "", 12.0, 12.05)
-    });
-    only(&check(&h), "I4");
-    // A call without an epoch while the replicas send it.
-    let mut h = fenced();
-    h.calls.push(call("ListVolumes", 1, "", "", 28.0, 28.05));
-    only(&check(&h), "I4");
 }
 
 #[test]
@@ -673,12 +548,12 @@ fn takeover() -> History {
 }
 
 #[test]
-fn i8_reports_interleaved_epochs_without_overlap() {
+fn i8_reports_interleaved_terms_without_overlap() {
     let mut h = takeover();
     h.calls.push(call("ListVolumes", 1, "", "", 10.5, 10.55));
     assert!(check(&h).violations.is_empty(), "{:#?}", check(&h));
     // replica-0's window (to 11.3 s) lets it call after replica-1 did: no
-    // two calls coincide, so only the epoch order catches it.
+    // two calls coincide, so only the terms' order catches it.
     h.calls.push(call("ListVolumes", 0, "", "", 10.6, 10.65));
     let f = check(&h);
     assert!(f.of("I4").is_empty(), "{f:#?}");
@@ -725,16 +600,12 @@ fn i12_reports_an_unpublish_from_under_a_live_attached_va() {
     h.calls.push(call(UNPUB, 0, "vol-a", "node-2-id", 9.0, 9.1));
     h.published = json!({});
     only(&check(&h), "I12");
-    // After va-b was asked to go, or refused by the fence: not held.
-    for (deleted, fenced) in [(Some(t(8.5)), false), (None, true)] {
-        let mut h = clean();
-        holder(&mut h);
-        h.instances[1].deleted = deleted;
-        let mut late = call(UNPUB, 0, "vol-a", "node-2-id", 9.0, 9.1);
-        late.fenced = fenced;
-        h.calls.push(late);
-        assert!(check(&h).of("I12").is_empty(), "{:#?}", check(&h));
-    }
+    // After va-b was asked to go: not held.
+    let mut h = clean();
+    holder(&mut h);
+    h.instances[1].deleted = Some(t(8.5));
+    h.calls.push(call(UNPUB, 0, "vol-a", "node-2-id", 9.0, 9.1));
+    assert!(check(&h).of("I12").is_empty(), "{:#?}", check(&h));
     // Moved by a re-registration: its own re-publish to the new ID, then the
     // old one unpublished.
     let mut h = clean();

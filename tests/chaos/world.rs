@@ -107,8 +107,6 @@ impl Driver {
             // still running (e.g. a Publish finishing after its caller left) is
             // refused with ABORTED, not run concurrently.
             .arg("--serialize-volumes")
-            // The fencing token, enforced: a stale leader's late call is refused.
-            .args(fencing().then_some("--enforce-epoch"))
             .arg(format!("--state-file={}", self.state.display()))
             .arg(format!("--admin-addr=127.0.0.1:{}", self.admin_port))
             .stdout(Stdio::piped())
@@ -274,7 +272,6 @@ impl World {
             .arg(format!("--http-endpoint={}", replica.http))
             .arg(format!("--timeout={}s", TIMEOUT.as_secs()))
             .arg("--reconcile-sync=5s")
-            .args(fencing().then_some("--fencing-token-metadata=true"))
             .arg("--worker-threads=8")
             // The default 5 QPS would make the post-fault backlog, not the attacher, decide I5.
             .arg("--kube-api-qps=50")
@@ -420,23 +417,12 @@ pub struct Call {
     pub abandoned: Option<i128>,
     /// Which driver process answered (0, then one more per restart).
     pub incarnation: u32,
-    /// The leadership epoch's number it carried (`--fencing-token-metadata`).
-    pub epoch: Option<u64>,
-    /// Refused by the driver's fence: its epoch was stale (`--enforce-epoch`).
-    pub fenced: bool,
-    /// When it passed the driver's fence (`None`: no fence, or refused).
-    pub acted: Option<i128>,
 }
 
 impl Call {
     /// The end of the call as its caller saw it.
     pub fn caller_end(&self) -> i128 {
         self.abandoned.map_or(self.end, |a| a.min(self.end))
-    }
-
-    /// When it acted in the driver: as it passed the fence, else its end.
-    pub fn acted_at(&self) -> i128 {
-        self.acted.unwrap_or(self.end)
     }
 }
 
@@ -485,11 +471,6 @@ pub fn calls(lines: &[Value]) -> Vec<Call> {
                         end,
                         abandoned: None,
                         incarnation,
-                        epoch: line["epoch"]
-                            .as_str()
-                            .and_then(|e| e.split('/').next()?.parse().ok()),
-                        fenced: line["fenced"] == true,
-                        acted: line["acted_unix_nanos"].as_u64().map(i128::from),
                     },
                 ));
             }
@@ -523,9 +504,6 @@ pub fn calls(lines: &[Value]) -> Vec<Call> {
                 end: *at,
                 abandoned: Some(*at),
                 incarnation: *inc,
-                epoch: None,
-                fenced: false,
-                acted: None,
             })
         })
         .collect();
@@ -541,13 +519,6 @@ pub fn calls(lines: &[Value]) -> Vec<Call> {
         })
         .chain(unrecorded)
         .collect()
-}
-
-/// Whether the replicas send the fencing token and the driver enforces it:
-/// on unless `CSI_ATTACHER_CHAOS_FENCING=0` (a run that shows what the token
-/// closes: the checker no longer exempts a frozen leader's late call).
-pub fn fencing() -> bool {
-    std::env::var("CSI_ATTACHER_CHAOS_FENCING").map_or(true, |v| v != "0")
 }
 
 /// The code of an abandoned call the ledger has no record of (outcome unknown).

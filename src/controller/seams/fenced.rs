@@ -7,10 +7,6 @@
 //! no flow can call the driver around the fence; fencing no longer rests on
 //! each call site remembering to wrap its call.
 //!
-//! With `--fencing-token-metadata` every call also carries the leadership
-//! epoch (`csi::EPOCH_HEADER`), for a driver that refuses a stale leader's
-//! call.
-//!
 //! Every Publish and Unpublish answer is also reported to a [`Listener`]
 //! (the queue's pacer, which paces nodes and polls operations in doubt by
 //! it).
@@ -29,7 +25,7 @@ use crate::controller::queue::pace::Listener;
 use crate::controller::seams::driver::Driver;
 use crate::controller::seams::driver::Origin;
 use crate::csi::proto::{ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest};
-use crate::csi::{self, RpcStatus};
+use crate::csi::RpcStatus;
 use crate::leader::{Leadership, NotLeading};
 
 /// The driver behind the leadership window.
@@ -38,8 +34,6 @@ pub struct FencedDriver {
     driver: Arc<dyn Driver>,
     leadership: Leadership,
     listener: Option<Arc<dyn Listener>>,
-    /// Send the leadership epoch with every call (`--fencing-token-metadata`).
-    fencing_token: bool,
 }
 
 impl FencedDriver {
@@ -49,22 +43,7 @@ impl FencedDriver {
             driver,
             leadership,
             listener: None,
-            fencing_token: false,
         }
-    }
-
-    /// Every call carries the leadership epoch (`--fencing-token-metadata`).
-    pub fn with_fencing_token(mut self) -> Self {
-        self.fencing_token = true;
-        self
-    }
-
-    /// The epoch header's value for the next call (`None`: not sent).
-    fn epoch(&self) -> Option<String> {
-        if !self.fencing_token {
-            return None;
-        }
-        self.leadership.epoch().map(|epoch| epoch.to_string())
     }
 
     /// Reports every Publish and Unpublish answer to `listener`.
@@ -100,10 +79,7 @@ impl FencedDriver {
         let started = tokio::time::Instant::now();
         let answer = self
             .leadership
-            .call(csi::with_epoch(
-                self.epoch(),
-                self.driver.publish(request, origin),
-            ))
+            .call(self.driver.publish(request, origin))
             .await;
         self.note_deadline(&answer);
         self.report(Lane::Attach, va, started, &answer);
@@ -124,10 +100,7 @@ impl FencedDriver {
         let started = tokio::time::Instant::now();
         let answer = self
             .leadership
-            .call(csi::with_epoch(
-                self.epoch(),
-                self.driver.unpublish(request, origin),
-            ))
+            .call(self.driver.unpublish(request, origin))
             .await;
         self.note_deadline(&answer);
         self.report(Lane::Detach, va, started, &answer);
@@ -178,7 +151,7 @@ impl FencedDriver {
         let out = tokio::select! {
             biased;
             () = self.leadership.closed() => return Err(NotLeading),
-            out = csi::with_epoch(self.epoch(), read(self.driver.as_ref())) => out,
+            out = read(self.driver.as_ref()) => out,
         };
         if !self.leadership.may_start() {
             return Err(NotLeading);
@@ -194,7 +167,6 @@ impl FencedDriver {
             driver: Arc::clone(&self.driver),
             leadership,
             listener: self.listener.clone(),
-            fencing_token: self.fencing_token,
         }
     }
 }
@@ -330,101 +302,6 @@ mod tests {
             1,
             "the driver may still run a call that hit its deadline"
         );
-    }
-
-    /// A driver that notes the epoch header each call would carry.
-    #[derive(Default)]
-    struct EpochSpy(std::sync::Mutex<Vec<Option<String>>>);
-
-    impl EpochSpy {
-        fn note(&self) {
-            self.0
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(csi::current_epoch());
-        }
-        fn seen(&self) -> Vec<Option<String>> {
-            self.0
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .clone()
-        }
-    }
-
-    impl Driver for EpochSpy {
-        fn publish(
-            &self,
-            _: ControllerPublishVolumeRequest,
-            _: Origin,
-        ) -> futures::future::BoxFuture<'_, Result<HashMap<String, String>, RpcStatus>> {
-            Box::pin(async move {
-                self.note();
-                Ok(HashMap::new())
-            })
-        }
-        fn unpublish(
-            &self,
-            _: ControllerUnpublishVolumeRequest,
-            _: Origin,
-        ) -> futures::future::BoxFuture<'_, Result<(), RpcStatus>> {
-            Box::pin(async move {
-                self.note();
-                Ok(())
-            })
-        }
-        fn list_volumes(
-            &self,
-            _: i32,
-            _: String,
-        ) -> futures::future::BoxFuture<'_, Result<VolumePage, RpcStatus>> {
-            Box::pin(async move {
-                self.note();
-                Ok(VolumePage::default())
-            })
-        }
-        fn timeout(&self) -> Duration {
-            Duration::from_secs(15)
-        }
-    }
-
-    /// All three calls of the controller, through `fenced`.
-    async fn every_call(fenced: &FencedDriver) {
-        let va = va();
-        let publish = fenced
-            .publish(ControllerPublishVolumeRequest::default(), Origin::Csi, &va)
-            .await;
-        assert!(matches!(publish, Ok(Ok(_))), "{publish:?}");
-        let unpublish = fenced
-            .unpublish(
-                ControllerUnpublishVolumeRequest::default(),
-                Origin::Csi,
-                &va,
-            )
-            .await;
-        assert!(matches!(unpublish, Ok(Ok(()))), "{unpublish:?}");
-        let read = fenced.read(|d| d.list_volumes(0, String::new())).await;
-        assert!(matches!(read, Ok(Ok(_))), "{read:?}");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn with_the_fencing_token_every_call_carries_the_epoch_and_without_none() {
-        let epoch = crate::leader::Epoch {
-            number: 7,
-            holder: "replica a".into(),
-        };
-        let open = || {
-            let (_tx, rx) = watch::channel(Window::Until(
-                crate::leader::TokioClock::stamp(Instant::now()) + Duration::from_secs(60),
-            ));
-            // The sender may go: the window then ends as it stands.
-            Leadership::following(rx).with_epoch(epoch.clone())
-        };
-        let spy = Arc::new(EpochSpy::default());
-        every_call(&FencedDriver::new(spy.clone(), open()).with_fencing_token()).await;
-        assert_eq!(spy.seen(), vec![Some("7/replica%20a".to_string()); 3]);
-        let spy = Arc::new(EpochSpy::default());
-        every_call(&FencedDriver::new(spy.clone(), open())).await;
-        assert_eq!(spy.seen(), vec![None; 3], "no header without the flag");
     }
 
     /// A ListVolumes page that takes a minute.

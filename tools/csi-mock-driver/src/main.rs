@@ -17,7 +17,6 @@
 mod admin;
 mod cloud;
 mod faults;
-mod fencing;
 mod ledger;
 mod profile;
 mod service;
@@ -94,12 +93,6 @@ struct Args {
     /// ("operation pending for volume").
     #[arg(long)]
     serialize_volumes: bool,
-    /// Enforce the attacher's fencing token (x-csi-attacher-epoch, sent with
-    /// --fencing-token-metadata): refuse with FAILED_PRECONDITION a Controller
-    /// call whose epoch is lower than one a call has acted for. With
-    /// --state-file the highest epoch is kept in <state-file with extension .epoch>.
-    #[arg(long)]
-    enforce_epoch: bool,
     /// Behave as a real cloud driver under load: a built-in profile (aws-ebs,
     /// azure-disk, gce-pd, serial-per-node; docs/driver-profiles.md).
     #[arg(long, conflicts_with = "profile_file")]
@@ -219,15 +212,6 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         repeat_list_token: args.repeat_list_token,
         pending: args.serialize_volumes.then(Default::default),
         cloud,
-        epochs: if args.enforce_epoch {
-            let file = args
-                .state_file
-                .as_ref()
-                .map(|state| state.with_extension("epoch"));
-            Some(crate::fencing::Epochs::open(file)?)
-        } else {
-            None
-        },
     });
 
     let admin = serve_admin(args.admin_addr, &driver).await?;

@@ -12,13 +12,11 @@ use csi_attacher::csi::proto::{
     list_volumes_response, plugin_capability, volume_capability, ControllerServiceCapability,
     PluginCapability, VolumeCapability,
 };
-use csi_attacher::csi::EPOCH_HEADER;
 use serde_json::{json, Map, Value};
 use tonic::{Request, Response, Status};
 
 use crate::cloud::{Cloud, PublishArgs};
 use crate::faults::{Fault, Faults, RawReply};
-use crate::fencing::{epoch_number, epoch_of, with_epoch, Epochs};
 use crate::ledger::Ledger;
 use crate::state::Published;
 
@@ -38,9 +36,6 @@ pub struct Driver {
     /// With `--profile`/`--profile-file`: the simulated cloud that serves
     /// ControllerPublishVolume and ControllerUnpublishVolume.
     pub cloud: Option<Arc<Cloud>>,
-    /// With `--enforce-epoch`: the highest leadership epoch a call acted
-    /// for (see [`Epochs`]).
-    pub epochs: Option<Epochs>,
 }
 
 impl Driver {
@@ -113,48 +108,11 @@ impl Driver {
             _ => None,
         };
         let result = match self.faults.apply(method).await {
-            Ok(fault) => match self.fence(&mut guard) {
-                Ok(()) => body(fault).await,
-                Err(status) => Err(status),
-            },
+            Ok(fault) => body(fault).await,
             Err(status) => Err(status),
         };
         guard.finish(result.as_ref().map(|_| ()).map_err(Clone::clone));
         result.map(Response::new)
-    }
-}
-
-impl Driver {
-    /// With `--enforce-epoch`: refuses the call in `guard` if it carries an
-    /// epoch older than one a call has acted for (marked `fenced` in its
-    /// ledger entry). An unreadable epoch is refused too.
-    fn fence(&self, guard: &mut LedgerGuard<'_>) -> Result<(), Status> {
-        let Some(epochs) = &self.epochs else {
-            return Ok(());
-        };
-        let Some(fields) = guard.fields.as_mut() else {
-            return Ok(());
-        };
-        let Some(epoch) = fields.get("epoch").and_then(Value::as_str) else {
-            return Ok(());
-        };
-        let admitted = match epoch_number(epoch) {
-            Some(number) => epochs.admit(number),
-            None => Err(Status::invalid_argument(format!(
-                "unreadable {EPOCH_HEADER}: {epoch:?}"
-            ))),
-        };
-        match admitted {
-            // When it passed the fence: the order the fence saw, for the chaos checker.
-            Ok(at) => {
-                fields.insert("acted_unix_nanos".into(), at.into());
-                Ok(())
-            }
-            Err(status) => {
-                fields.insert("fenced".into(), true.into());
-                Err(status)
-            }
-        }
     }
 }
 
@@ -260,10 +218,9 @@ impl Controller for Service {
         &self,
         request: Request<proto::ControllerPublishVolumeRequest>,
     ) -> Result<Response<proto::ControllerPublishVolumeResponse>, Status> {
-        let epoch = epoch_of(request.metadata());
         let deadline = deadline_of(request.metadata());
         let req = request.into_inner();
-        let mut fields = Map::from_iter([
+        let fields = Map::from_iter([
             ("volume_id".into(), req.volume_id.clone().into()),
             ("node_id".into(), req.node_id.clone().into()),
             ("readonly".into(), req.readonly.into()),
@@ -274,7 +231,6 @@ impl Controller for Service {
             ("secrets".into(), json!(sorted(&req.secrets))),
             ("volume_context".into(), json!(sorted(&req.volume_context))),
         ]);
-        with_epoch(&mut fields, epoch);
         if let Some(cloud) = &self.0.cloud {
             let cloud = Arc::clone(cloud);
             let volume = req.volume_id.clone();
@@ -323,15 +279,13 @@ impl Controller for Service {
         &self,
         request: Request<proto::ControllerUnpublishVolumeRequest>,
     ) -> Result<Response<proto::ControllerUnpublishVolumeResponse>, Status> {
-        let epoch = epoch_of(request.metadata());
         let deadline = deadline_of(request.metadata());
         let req = request.into_inner();
-        let mut fields = Map::from_iter([
+        let fields = Map::from_iter([
             ("volume_id".into(), req.volume_id.clone().into()),
             ("node_id".into(), req.node_id.clone().into()),
             ("secrets".into(), json!(sorted(&req.secrets))),
         ]);
-        with_epoch(&mut fields, epoch);
         if let Some(cloud) = &self.0.cloud {
             let cloud = Arc::clone(cloud);
             let volume = req.volume_id.clone();
@@ -378,13 +332,11 @@ impl Controller for Service {
         &self,
         request: Request<proto::ListVolumesRequest>,
     ) -> Result<Response<proto::ListVolumesResponse>, Status> {
-        let epoch = epoch_of(request.metadata());
         let req = request.into_inner();
-        let mut fields = Map::from_iter([
+        let fields = Map::from_iter([
             ("max_entries".into(), req.max_entries.into()),
             ("starting_token".into(), req.starting_token.clone().into()),
         ]);
-        with_epoch(&mut fields, epoch);
         self.0
             .call("ListVolumes", fields, |fault| {
                 if fault.is_some_and(|f| f.endless_tokens) {
