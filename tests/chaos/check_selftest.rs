@@ -367,7 +367,7 @@ fn i4_reports_overlaps_and_calls_outside_the_window() {
     h.calls.push(call(PUB, 0, "vol-b", "node-2-id", 24.0, 24.1));
     only(&check(&h), "I4");
     // A call received as the replica resumed from a SIGSTOP inside its
-    // leadership: not exempt (the limit `src/leader/` documents).
+    // leadership (the limit `src/leader/` documents): measured, exempt.
     let mut h = clean();
     h.windows.push(window(
         "leader-sigstop-past-lease",
@@ -377,8 +377,22 @@ fn i4_reports_overlaps_and_calls_outside_the_window() {
     ));
     h.calls
         .push(call(PUB, 0, "vol-b", "node-2-id", 24.2, 24.21));
-    only(&check(&h), "I4");
-    assert!(check(&h).exempt.is_empty());
+    let f = check(&h);
+    assert!(f.of("I4").is_empty(), "{f:#?}");
+    assert_eq!(f.exempt.len(), 1, "{f:#?}");
+    assert!(
+        f.exempt[0].1.contains("200 ms after its SIGSTOP ended"),
+        "{f:#?}"
+    );
+    // ... but not two seconds later, nor another replica's freeze.
+    let mut late = h.clone();
+    late.calls.pop();
+    late.calls
+        .push(call(PUB, 0, "vol-b", "node-2-id", 26.0, 26.1));
+    only(&check(&late), "I4");
+    let mut other = h.clone();
+    other.windows[0].note = "replica-1 stopped 5000 ms".into();
+    only(&check(&other), "I4");
 }
 
 #[test]
