@@ -65,6 +65,9 @@ pub struct Report {
     pub driver_lists_published_nodes: bool,
     /// Status and driver disagree.
     pub mismatches: Vec<Mismatch>,
+    /// Published to a node with no VolumeAttachment of this driver (an
+    /// orphan, or a detach finishing as the report was made).
+    pub orphans: Vec<Orphan>,
     /// VAs carrying an attach or detach error.
     pub errors: Vec<StuckError>,
     /// PVs being deleted that still hold our finalizer.
@@ -92,6 +95,15 @@ pub struct Mismatch {
     pub published: bool,
 }
 
+/// A volume the driver lists as published to a node, with no VA behind it.
+#[derive(Debug, Serialize)]
+pub struct Orphan {
+    /// Volume handle.
+    pub volume: String,
+    /// Node ID.
+    pub node_id: String,
+}
+
 /// One VA with an error on its status.
 #[derive(Debug, Serialize)]
 pub struct StuckError {
@@ -109,6 +121,7 @@ impl Report {
     /// Whether nothing needs attention.
     pub fn is_clean(&self) -> bool {
         self.mismatches.is_empty()
+            && self.orphans.is_empty()
             && self.errors.is_empty()
             && self.deleting_pvs.is_empty()
             && self.deleting_vas.is_empty()
@@ -148,6 +161,12 @@ impl Report {
                     "{}\t{}\t{}\t{}\t{}\n",
                     m.volume_attachment, m.volume, m.node_id, m.attached, m.published
                 ));
+            }
+        }
+        if !self.orphans.is_empty() {
+            out.push_str("\nPublished with no VolumeAttachment (orphans; a detach finishing shows here a moment too):\nVOLUME\tNODE ID\n");
+            for o in &self.orphans {
+                out.push_str(&format!("{}\t{}\n", o.volume, o.node_id));
             }
         }
         if !self.errors.is_empty() {
@@ -270,6 +289,10 @@ pub async fn report(config: &Config) -> Result<Report, Error> {
                 attached: m.attached,
                 published: !m.attached,
             })
+            .collect();
+        report.orphans = reconcile::unclaimed(&stores, &driver, &published)
+            .into_iter()
+            .map(|(volume, node_id)| Orphan { volume, node_id })
             .collect();
     }
     let now = Timestamp::now();

@@ -69,12 +69,15 @@ async fn clean_then_each_kind_of_trouble_is_reported_and_nothing_is_written() {
     );
 
     // Trouble: the volume vanishes from the driver (stop the attacher so it does not repair it),
-    // a VA stuck with an error, a PV deleting with our finalizer.
+    // another is published to a node with no VA behind it (an orphan), a VA stuck with an
+    // error, a PV deleting with our finalizer.
     env.attacher
         .as_ref()
         .expect("attacher")
         .signal(libc::SIGKILL);
-    env.mock.set_published(json!({})).await;
+    env.mock
+        .set_published(json!({"orphan-volume": ["orphan-node-id"]}))
+        .await;
     let va_err = unique("va");
     env.create_va(va(&va_err, &env.driver, &node).pv("no-such-pv").build())
         .await;
@@ -107,6 +110,10 @@ async fn clean_then_each_kind_of_trouble_is_reported_and_nothing_is_written() {
     assert_eq!(report["mismatches"][0]["volume"], handle);
     assert_eq!(report["mismatches"][0]["attached"], true);
     assert_eq!(report["mismatches"][0]["published"], false);
+    assert_eq!(
+        report["orphans"],
+        json!([{"volume": "orphan-volume", "node_id": "orphan-node-id"}])
+    );
     assert_eq!(report["errors"][0]["volume_attachment"], va_err);
     assert_eq!(report["errors"][0]["operation"], "attach");
     assert!(report["errors"][0]["age_seconds"]

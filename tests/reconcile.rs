@@ -180,3 +180,48 @@ async fn vas_of_other_drivers_are_not_reconciled() {
     support::quiet_period(Duration::from_secs(1)).await;
     assert_eq!(env.mock.calls("ControllerPublishVolume").await.len(), 1);
 }
+
+/// The common "fix" for a VA stuck detaching: its finalizers removed by hand,
+/// then deleted. No detach of ours ran, so the driver still lists the volume on
+/// the node: after two more reconcile passes it is an orphan publication, in
+/// the gauge and said once in the log; nothing is unpublished.
+#[tokio::test]
+async fn a_publication_left_by_a_stripped_finalizer_is_reported_as_an_orphan() {
+    let port = support::controlplane::free_port().expect("port");
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let http = format!("--http-endpoint=127.0.0.1:{port}");
+    let env = Env::start(&[], &[FAST[0], FAST[1], &http]).await;
+    let (va_name, handle, node_id) = attached(&env).await;
+    let strip = json!({"metadata": {"finalizers": null}});
+    env.vas
+        .patch(
+            &va_name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&strip),
+        )
+        .await
+        .expect("strip the finalizers");
+    env.delete_va(&va_name).await;
+    env.wait_gone(&va_name).await;
+    support::eventually("the orphan gauge at 1", Duration::from_secs(20), || async {
+        let (_, body) = support::http_get(addr, "/metrics").await?;
+        body.lines()
+            .any(|l| l == "csi_attacher_orphan_publications 1")
+            .then_some(())
+    })
+    .await;
+    let said: Vec<String> = env
+        .logs()
+        .lines()
+        .filter(|l| l.contains("an orphan publication"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(said.len(), 1, "said once: {said:?}");
+    assert!(
+        said[0].contains(&handle) && said[0].contains(&node_id),
+        "{}",
+        said[0]
+    );
+    assert_eq!(env.mock.published().await[&handle], json!([node_id]));
+    assert_eq!(env.mock.calls("ControllerUnpublishVolume").await.len(), 0);
+}

@@ -17,7 +17,7 @@
 //!   a token that repeats ends the pass with an error instead of looping.
 //! - A VA already queued, in flight or in backoff is left to its lane: no storms.
 //! - Volumes published without any VA are left alone (never detach behind the
-//!   attach/detach controller's back).
+//!   attach/detach controller's back), but found: [`orphans`].
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -37,8 +37,10 @@ use crate::controller::queue::WorkQueue;
 use crate::controller::seams::driver::Driver;
 use crate::csi::RpcStatus;
 pub mod metrics;
+pub mod orphans;
 
 use self::metrics::ReconcileMetrics;
+use self::orphans::Orphans;
 use crate::migration;
 
 /// Why a pass did not finish.
@@ -72,7 +74,7 @@ pub fn pass_limit(period: Duration, timeout: Duration) -> Duration {
 const DEFAULT_PERIOD: Duration = Duration::from_secs(60);
 
 /// What one pass found.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct PassReport {
     /// ListVolumes pages read.
     pub pages: usize,
@@ -80,11 +82,13 @@ pub struct PassReport {
     pub attached_not_published: usize,
     /// VAs not attached but published to their node.
     pub published_not_attached: usize,
+    /// Published (volume, node ID) pairs no VA of ours names.
+    pub unclaimed: std::collections::BTreeSet<orphans::Pair>,
 }
 
 impl PassReport {
     /// Records this successful pass, which took `took`, on `metrics`.
-    fn record(&self, took: Duration, metrics: &ReconcileMetrics) {
+    fn record(&self, took: Duration, metrics: &ReconcileMetrics, orphans: &mut Orphans) {
         metrics.pass_seconds.observe(took.as_secs_f64());
         metrics.pages.observe(self.pages as f64);
         metrics
@@ -95,6 +99,14 @@ impl PassReport {
             .mismatches
             .with_label_values(&["published_not_attached"])
             .inc_by(self.published_not_attached as u64);
+        let (count, new) = orphans.observe(self.unclaimed.clone());
+        metrics
+            .orphans
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
+        for (volume, node_id) in new {
+            tracing::warn!(volume = %volume, node_id = %node_id,
+                "Volume published to a node with no VolumeAttachment (an orphan publication): the node keeps it attached; see docs/operations.md");
+        }
     }
 }
 
@@ -107,11 +119,12 @@ pub async fn run(
     metrics: ReconcileMetrics,
 ) {
     let limit = pass_limit(period, ctx.driver.timeout());
+    let mut orphans = Orphans::default();
     loop {
         let started = Instant::now();
         match pass(&ctx, &queue, max_entries, limit).await {
             Ok(report) => {
-                report.record(started.elapsed(), &metrics);
+                report.record(started.elapsed(), &metrics, &mut orphans);
                 if report.attached_not_published + report.published_not_attached > 0 {
                     tracing::info!(
                         ?report,
@@ -142,6 +155,7 @@ pub async fn pass(
         .await??;
     let mut report = PassReport {
         pages,
+        unclaimed: unclaimed(&ctx.stores, &ctx.driver_name, &published),
         ..PassReport::default()
     };
     let found = mismatches(&ctx.stores, &ctx.driver_name, &published, |name| {
@@ -213,6 +227,17 @@ pub fn mismatches(
         }
     }
     out
+}
+
+/// The published pairs no VA of `driver` names ([`orphans::unclaimed`]).
+pub fn unclaimed(
+    stores: &Stores,
+    driver: &str,
+    published: &HashMap<String, HashSet<String>>,
+) -> std::collections::BTreeSet<orphans::Pair> {
+    orphans::unclaimed(stores, driver, published, |va, node_id| {
+        compared_handle(va, stores, node_id)
+    })
 }
 
 /// The handle `va`'s volume is listed under for `node_id`, or `None` (logged)

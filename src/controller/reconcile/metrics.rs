@@ -1,6 +1,6 @@
 //! The ListVolumes reconciler's metric families.
 
-use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, Opts, Registry};
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 use crate::metrics::family::{register, unreachable, E2E_BUCKETS};
 
@@ -15,6 +15,8 @@ pub struct ReconcileMetrics {
     pub mismatches: IntCounterVec,
     /// Passes that failed.
     pub failures: IntCounter,
+    /// Orphan publications now (`reconcile::orphans`).
+    pub orphans: IntGauge,
 }
 
 impl ReconcileMetrics {
@@ -25,6 +27,7 @@ impl ReconcileMetrics {
             pages: register(registry, Histogram::with_opts(HistogramOpts::new("csi_attacher_reconcile_pages", "ListVolumes pages read per reconciliation pass.").buckets(vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 500.0, 1000.0])).unwrap_or_else(|_| unreachable())),
             mismatches: register(registry, IntCounterVec::new(Opts::new("csi_attacher_reconcile_mismatches_total", "VolumeAttachments whose attached status disagreed with the driver's published nodes."), &["kind"]).unwrap_or_else(|_| unreachable())),
             failures: register(registry, IntCounter::with_opts(Opts::new("csi_attacher_reconcile_failures_total", "ListVolumes reconciliation passes that failed.")).unwrap_or_else(|_| unreachable())),
+            orphans: register(registry, IntGauge::with_opts(Opts::new("csi_attacher_orphan_publications", "Volumes the driver lists as published to a node with no VolumeAttachment of this driver, still so after two reconcile passes.")).unwrap_or_else(|_| unreachable())),
         }
     }
 }

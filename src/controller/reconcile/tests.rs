@@ -51,6 +51,7 @@ fn report(
         pages,
         attached_not_published,
         published_not_attached,
+        ..PassReport::default()
     }
 }
 
@@ -113,6 +114,34 @@ async fn a_deleted_va_the_driver_still_lists_is_unpublished_even_without_our_fin
     assert_eq!(q.depth(Lane::Detach), 1);
     assert_eq!(sync_next(&w, &q, Lane::Detach).await, Ok(()));
     assert_eq!(w.requests()[1..], [format!("Unpublish vol-1 {NODE_ID}")]);
+}
+
+#[tokio::test]
+async fn published_pairs_no_va_names_are_unclaimed_and_nothing_is_forced_for_them() {
+    // va-1 recorded id-old at publish; its node's CSINode says id-1 now:
+    // both are its. vol-1 on id-9 and vol-9 (no PV, no VA) are nobody's.
+    let moved = attached_va(
+        json!({"metadata": {"annotations": {"csi.alpha.kubernetes.io/node-id": "id-old"}}}),
+    );
+    let w = World::attachable(moved, pv_ours());
+    let published = [
+        ("vol-1", &["id-1", "id-old", "id-9"][..]),
+        ("vol-9", &["id-1"][..]),
+    ];
+    w.driver.push_page(page(&published, ""));
+    let q = queue();
+    let found = run_pass(&w, &q).await.expect("a pass");
+    let pair = |v: &str, n: &str| (v.to_string(), n.to_string());
+    assert_eq!(
+        found.unclaimed,
+        [pair("vol-1", "id-9"), pair("vol-9", "id-1")].into()
+    );
+    assert_eq!(
+        (found.attached_not_published, found.published_not_attached),
+        (0, 0)
+    );
+    assert_eq!(q.depth(Lane::Attach) + q.depth(Lane::Detach), 0);
+    assert_eq!(w.requests(), ["ListVolumes \"\"".to_string()]);
 }
 
 #[tokio::test]
