@@ -148,8 +148,14 @@ impl NodeIds {
 
 /// Another live VA of ours (not named `except`) that holds `volume` on
 /// `node_id`, from the caches: not being deleted, carrying our `finalizer`
-/// or saying attached, naming `node_id` in its node-id annotation or through
-/// its node's CSINode, and attaching the volume with handle `volume`.
+/// or saying attached, on a node whose CSINode gives our driver `node_id`
+/// (its node-id annotation only when the node has none: as the reconciler
+/// compares), and attaching the volume with handle `volume`.
+///
+/// Where the VA is, not what its record says: an annotation can be edited or
+/// restored, and a VA whose record was edited to another node's ID must not
+/// keep that node's own VA from unpublishing its volume when it is deleted
+/// (the chaos suite's `node-id-edited` fault: seed 1, I1).
 ///
 /// An Unpublish of that pair would take the volume from under it (a pod on
 /// its node may be writing); its own detach unpublishes it when its time
@@ -166,8 +172,9 @@ pub fn holder(
     node_id: &str,
 ) -> Option<Arc<CachedVa>> {
     let names = |va: &CachedVa| {
-        va.annotation(NODE_ID_ANNOTATION) == Some(node_id)
-            || from_cache(&stores.csinodes, va.node_name(), driver).is_ok_and(|id| id == node_id)
+        NodeIds::cached(va, &stores.csinodes, driver)
+            .to_compare()
+            .is_ok_and(|id| id == node_id)
     };
     let handle = |va: &CachedVa| {
         source::resolve(va, stores)

@@ -127,6 +127,27 @@ async fn a_node_id_that_another_live_va_holds_is_not_unpublished() {
     }
 }
 
+/// The other way round: va-2's record edited to node-1's ID, then va-1 (on
+/// node-1, where the volume is) deleted: va-2 is on node-2, it holds
+/// nothing on id-1, and va-1's own publication goes (the chaos suite's seed
+/// 1 leaked it).
+#[tokio::test]
+async fn an_edited_record_does_not_make_another_va_a_holder() {
+    let deleted = deleting_va(json!({}));
+    let edited = other_va(json!({"metadata": {"annotations": {NODE_ID_ANN: NODE_ID}}}));
+    let w = World::new(
+        capabilities(true),
+        vec![deleted, edited],
+        vec![pv_ours()],
+        vec![csinode(NODE, NODE_ID), csinode("node-2", "id-2")],
+    );
+    assert_eq!(sync(&w).await, Ok(()));
+    assert_eq!(
+        w.requests(),
+        [unpublish(NODE_ID), remove_finalizer(json!(null))]
+    );
+}
+
 #[tokio::test]
 async fn without_record_the_csinode_decides_and_its_absence_is_a_detach_error() {
     let unrecorded = || deleting_va(json!({"metadata": {"annotations": null}}));
