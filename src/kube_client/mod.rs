@@ -40,8 +40,9 @@
 //! start-up, `bench/results.md`, the cluster's cost). The other clients stay
 //! on HTTP/1.1, one request per connection at a time: the priority above
 //! relies on their own connections, and HTTP/2 showed no CPU gain for the
-//! writes (bench/README.md, "HTTP/2 to the API server"). Silence, deadlines
-//! and TCP keepalive apply per stream and per connection as on HTTP/1.1.
+//! writes (bench/README.md, "HTTP/2 to the API server"). Deadlines and the
+//! watch silence bound apply per stream as on HTTP/1.1; TCP keepalive, and
+//! on HTTP/2 the ping (see "Silent connections"), per connection.
 //!
 //! # TCP_NODELAY
 //! Every connection to the API server has TCP_NODELAY set, as Go's net/http
@@ -82,9 +83,38 @@
 //! a stream of events: it is not cut while it carries something, and is given
 //! up after [`WATCH_SILENCE`] without a byte (the API server sends a bookmark
 //! about once a minute); the server ends it after `timeoutSeconds=290`. TCP
-//! keepalive (`transport.rs`) notices a peer that is gone within 30 s. kube's connect timeout (30 s, TLS handshake included)
-//! stays. Without this, a connection that accepts and never answers held a
-//! worker, and the VolumeAttachment it was syncing, forever.
+//! keepalive (`transport.rs`) notices a peer that is gone within 30 s, and a
+//! connection that stays up but carries nothing is left within 45 s (see
+//! "Silent connections"). kube's connect timeout (30 s, TLS handshake
+//! included) stays. Without this, a connection that accepts and never
+//! answers held a worker, and the VolumeAttachment it was syncing, forever.
+//!
+//! # Silent connections
+//! A connection can stay open and carry nothing: a proxy or load balancer
+//! that lost its backend keeps the client's side open, and its kernel still
+//! acknowledges, so TCP keepalive sees nothing. client-go notices with
+//! HTTP/2 pings: after 30 s without a frame (its transport's
+//! `ReadIdleTimeout`) it pings, and closes the connection, failing every
+//! request on it, when the answer takes more than 15 s (`PingTimeout`). Ours
+//! pings with the same numbers ([`transport::PING_AFTER`],
+//! [`transport::PING_TIMEOUT`]; hyper's `http2_keep_alive_*`, idle
+//! connections included): the watches' HTTP/2 connection is closed within
+//! 45 s of its last frame, and kube's watcher resumes each watch on a new
+//! one. Before, only [`WATCH_SILENCE`] (90 s) noticed, twice client-go's
+//! time. It stays for a stream that says nothing on a connection that
+//! answers pings, and for watches over HTTP/1.1 (an API server that does not
+//! offer `h2`), which have no ping (client-go has no bound there at all).
+//!
+//! HTTP/1.1 (the writes, the Lease, the reads) has no ping. A request on a
+//! silent HTTP/1.1 connection fails at its deadline (`--timeout`, 15 s by
+//! default; a Lease renewal at its leadership window's end if sooner), and
+//! hyper closes a connection whose request was given up, before or during
+//! its body: it never goes back to the pool. A connection idle in the pool
+//! for longer than [`transport::IDLE_REUSE`] (30 s, the ping's 30 s; hyper's
+//! default, 90 s, let a write wait on a connection that went silent a
+//! minute before) is never given to a request, and is closed. So one that
+//! falls silent takes no request after 30 s, and the last it took fails at
+//! its deadline: within 45 s with the default `--timeout`, as on HTTP/2.
 
 use std::time::Duration;
 

@@ -9,7 +9,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client as LegacyClient;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use kube::client::{ClientBuilder, ConfigExt, DynBody};
 use tower::util::BoxService;
 use tower::BoxError;
@@ -32,16 +32,24 @@ type Transport =
 /// debug lines (our own crate's debug lines show at `--v=2`).
 const REQUEST_LOG_TARGET: &str = "kube_client::client::builder";
 
-/// The transport of every client (see the [`kube_client`](super) module docs,
-/// "TCP_NODELAY" and "Proxies"): `config.proxy_url` is the kubeconfig's
-/// `proxy-url` (see [`load_config`](super::load_config)); without it, the
-/// environment's proxy settings apply.
 /// Idle time on an API-server connection before TCP keepalive probes start.
 pub const KEEPALIVE_IDLE: Duration = Duration::from_secs(15);
 /// Between two keepalive probes.
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
 /// Unanswered probes before the kernel gives the connection up.
 pub const KEEPALIVE_RETRIES: u32 = 3;
+
+/// After this long without a frame from the API server, an HTTP/2
+/// connection is pinged: client-go's `ReadIdleTimeout` (see the
+/// [`kube_client`](super) module docs, "Silent connections").
+pub const PING_AFTER: Duration = Duration::from_secs(30);
+/// How long the ping's answer may take before the connection is closed,
+/// and every request on it fails: client-go's `PingTimeout`.
+pub const PING_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a connection may have been idle in the pool and still be given
+/// to a request ([`PING_AFTER`]): HTTP/1.1 has no ping, so a connection that
+/// went silent while idle is not reused past this.
+pub const IDLE_REUSE: Duration = PING_AFTER;
 
 /// Which HTTP versions a client's connections offer the API server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +61,10 @@ pub enum Http {
     Two,
 }
 
+/// The transport of every client (see the [`kube_client`](super) module docs,
+/// "TCP_NODELAY" and "Proxies"): `config.proxy_url` is the kubeconfig's
+/// `proxy-url` (see [`load_config`](super::load_config)); without it, the
+/// environment's proxy settings apply.
 pub(super) fn transport(
     config: kube::Config,
     version: Http,
@@ -99,7 +111,7 @@ pub(super) fn transport(
         }
         _ => None,
     };
-    let client = LegacyClient::builder(TokioExecutor::new()).build(https);
+    let client = pool().build(https);
     // Each request in a debug span ("HTTP", method, URL, status: shown at
     // `--v=6`, like client-go's request log), its failures as errors, as
     // kube's own builder traces them.
@@ -168,6 +180,23 @@ pub(super) fn transport(
     ))
 }
 
+/// hyper's client as every API client uses it: HTTP/2 connections pinged
+/// after [`PING_AFTER`] without a frame and closed when the answer takes
+/// longer than [`PING_TIMEOUT`], idle or not, as client-go's; connections
+/// idle longer than [`IDLE_REUSE`] never reused (see the
+/// [`kube_client`](super) module docs, "Silent connections").
+fn pool() -> hyper_util::client::legacy::Builder {
+    let mut builder = LegacyClient::builder(TokioExecutor::new());
+    builder
+        .timer(TokioTimer::new())
+        .http2_keep_alive_interval(PING_AFTER)
+        .http2_keep_alive_timeout(PING_TIMEOUT)
+        .http2_keep_alive_while_idle(true)
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(IDLE_REUSE);
+    builder
+}
+
 /// kube's rustls connector (`rustls_https_connector_with_connector`: its TLS
 /// configuration, its `tls-server-name`) offering HTTP/2 as well.
 fn https_connector_h2(
@@ -192,9 +221,22 @@ fn https_connector_h2(
 
 #[cfg(test)]
 mod tests {
+    use std::convert::Infallible;
     use std::io::Read;
     use std::net::TcpListener;
+    use std::pin::Pin;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::{Context, Poll};
     use std::time::Instant;
+
+    use futures::StreamExt as _;
+    use http_body_util::{Empty, StreamBody};
+    use hyper::body::{Bytes, Frame};
+    use hyper_util::client::legacy::connect::{Connected, Connection};
+    use hyper_util::rt::TokioIo;
+    use tokio::io::DuplexStream;
+    use tokio::sync::watch;
 
     use super::*;
 
@@ -255,5 +297,250 @@ mod tests {
             when <= KEEPALIVE_IDLE.as_secs() * 100,
             "keepalive due in {when} ticks, more than {KEEPALIVE_IDLE:?}"
         );
+    }
+
+    /// An in-memory connection to a test server: HTTP/2 when `h2` (as if
+    /// ALPN had chosen it), HTTP/1.1 otherwise.
+    struct Memory {
+        io: TokioIo<DuplexStream>,
+        h2: bool,
+    }
+
+    impl Connection for Memory {
+        fn connected(&self) -> Connected {
+            let connected = Connected::new();
+            if self.h2 {
+                connected.negotiated_h2()
+            } else {
+                connected
+            }
+        }
+    }
+
+    impl hyper::rt::Read for Memory {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: hyper::rt::ReadBufCursor<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+        }
+    }
+
+    impl hyper::rt::Write for Memory {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.get_mut().io).poll_flush(cx)
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+        }
+    }
+
+    /// A connector whose every connection is a new in-memory one, served by
+    /// `serve` (given the connection's number, from 1, and its server side).
+    #[derive(Clone)]
+    struct Servers {
+        h2: bool,
+        opened: Arc<AtomicUsize>,
+        serve: Arc<dyn Fn(usize, DuplexStream) + Send + Sync>,
+    }
+
+    impl Servers {
+        fn new(h2: bool, serve: impl Fn(usize, DuplexStream) + Send + Sync + 'static) -> Self {
+            Self {
+                h2,
+                opened: Arc::new(AtomicUsize::new(0)),
+                serve: Arc::new(serve),
+            }
+        }
+    }
+
+    impl tower::Service<http::Uri> for Servers {
+        type Response = Memory;
+        type Error = std::io::Error;
+        type Future = std::future::Ready<Result<Memory, std::io::Error>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: http::Uri) -> Self::Future {
+            let (client, server) = tokio::io::duplex(64 * 1024);
+            let number = self.opened.fetch_add(1, Ordering::SeqCst) + 1;
+            (self.serve)(number, server);
+            std::future::ready(Ok(Memory {
+                io: TokioIo::new(client),
+                h2: self.h2,
+            }))
+        }
+    }
+
+    type Chunks = futures::stream::Chain<
+        futures::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, Infallible>>>,
+        futures::stream::Pending<Result<Frame<Bytes>, Infallible>>,
+    >;
+
+    /// A watch's answer: one event, then nothing (the body stays open).
+    fn quiet_watch() -> http::Response<StreamBody<Chunks>> {
+        let event = Ok(Frame::data(Bytes::from_static(b"{}")));
+        http::Response::new(StreamBody::new(
+            futures::stream::iter(vec![event]).chain(futures::stream::pending()),
+        ))
+    }
+
+    /// Serves HTTP/2 on `io`, every request answered with [`quiet_watch`],
+    /// until `frozen` turns true: from then on it neither reads nor writes,
+    /// and keeps the connection open (a proxy that lost its backend).
+    fn serve_h2(io: DuplexStream, mut frozen: watch::Receiver<bool>) {
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(|_: http::Request<Incoming>| async {
+                Ok::<_, Infallible>(quiet_watch())
+            });
+            let connection = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(io), service);
+            tokio::pin!(connection);
+            let frozen = async move { frozen.wait_for(|frozen| *frozen).await.is_ok() };
+            tokio::select! {
+                _ = &mut connection => {}
+                true = frozen => std::future::pending::<()>().await,
+            }
+        });
+    }
+
+    /// Serves HTTP/1.1 on `io`, every request answered with 200 and `ok`.
+    fn serve_h1(io: DuplexStream) {
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(|_: http::Request<Incoming>| async {
+                Ok::<_, Infallible>(http::Response::new(http_body_util::Full::new(
+                    Bytes::from_static(b"ok"),
+                )))
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(io), service)
+                .await;
+        });
+    }
+
+    fn get(path: &str) -> http::Request<Empty<Bytes>> {
+        http::Request::get(format!("http://apiserver.test{path}"))
+            .body(Empty::new())
+            .expect("request")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_http2_connection_that_answers_pings_is_kept() {
+        let (_freeze, frozen) = watch::channel(false);
+        let servers = Servers::new(true, move |_, io| serve_h2(io, frozen.clone()));
+        let opened = Arc::clone(&servers.opened);
+        let client: LegacyClient<Servers, Empty<Bytes>> = pool().build(servers);
+        let mut body = client
+            .request(get("/w?watch=true"))
+            .await
+            .expect("headers")
+            .into_body();
+        let first = body.frame().await;
+        assert!(matches!(first, Some(Ok(_))), "{first:?}");
+        // Ten minutes without an event: pinged every 30 s, answered, kept.
+        let quiet = tokio::time::timeout(Duration::from_secs(600), body.frame()).await;
+        assert!(
+            quiet.is_err(),
+            "cut while the server answered pings: {quiet:?}"
+        );
+        assert_eq!(opened.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_http2_connection_is_closed_within_45_s_and_the_next_request_opens_another() {
+        let (freeze, frozen) = watch::channel(false);
+        let servers = Servers::new(true, move |number, io| {
+            // Only the first connection freezes.
+            let frozen = if number == 1 {
+                frozen.clone()
+            } else {
+                watch::channel(false).1
+            };
+            serve_h2(io, frozen)
+        });
+        let opened = Arc::clone(&servers.opened);
+        let client: LegacyClient<Servers, Empty<Bytes>> = pool().build(servers);
+        let mut body = client
+            .request(get("/w?watch=true"))
+            .await
+            .expect("headers")
+            .into_body();
+        let first = body.frame().await;
+        assert!(matches!(first, Some(Ok(_))), "{first:?}");
+        // The last frame came now; the server goes silent.
+        freeze.send_replace(true);
+        let silent = tokio::time::Instant::now();
+        let end = tokio::time::timeout(Duration::from_secs(600), body.frame()).await;
+        let took = silent.elapsed();
+        assert!(
+            matches!(end, Ok(Some(Err(_)) | None)),
+            "the stream outlived its silent connection: {end:?}"
+        );
+        assert!(
+            took > PING_AFTER && took <= PING_AFTER + PING_TIMEOUT + Duration::from_millis(100),
+            "noticed after {took:?}"
+        );
+        // The next request gets a new connection, and an answer.
+        let mut body = client
+            .request(get("/w?watch=true"))
+            .await
+            .expect("headers")
+            .into_body();
+        let first = body.frame().await;
+        assert!(matches!(first, Some(Ok(_))), "{first:?}");
+        assert_eq!(opened.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_http1_connection_is_not_reused_after_a_request_on_it_timed_out_nor_after_30_s_idle()
+    {
+        // The first connection reads the request and never answers.
+        let servers = Servers::new(false, |number, io| {
+            if number == 1 {
+                tokio::spawn(async move {
+                    let _held = io;
+                    std::future::pending::<()>().await
+                });
+            } else {
+                serve_h1(io)
+            }
+        });
+        let opened = Arc::clone(&servers.opened);
+        let client: LegacyClient<Servers, Empty<Bytes>> = pool().build(servers);
+        let ok = |client: LegacyClient<Servers, Empty<Bytes>>| async move {
+            let response = client.request(get("/version")).await.expect("response");
+            let body = response.into_body().collect().await.expect("body");
+            assert_eq!(body.to_bytes(), Bytes::from_static(b"ok"));
+            // Time for the connection to go back to the pool.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+
+        // As the request deadline gives a request up: its future dropped.
+        let given_up =
+            tokio::time::timeout(Duration::from_secs(15), client.request(get("/version"))).await;
+        assert!(given_up.is_err(), "{given_up:?}");
+        ok(client.clone()).await;
+        assert_eq!(opened.load(Ordering::SeqCst), 2, "the silent one reused");
+
+        // An answered request leaves its connection for the next one...
+        tokio::time::sleep(IDLE_REUSE - Duration::from_secs(1)).await;
+        ok(client.clone()).await;
+        assert_eq!(opened.load(Ordering::SeqCst), 2);
+        // ... but not once it has been idle longer than IDLE_REUSE.
+        tokio::time::sleep(IDLE_REUSE + Duration::from_secs(1)).await;
+        ok(client.clone()).await;
+        assert_eq!(opened.load(Ordering::SeqCst), 3);
     }
 }

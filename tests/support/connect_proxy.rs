@@ -6,7 +6,10 @@
 //! the API server only through it. It opens tunnels to loopback addresses
 //! only; anything else is answered 502. [`Answer::Refuse`] makes it answer
 //! every CONNECT with that status instead. [`ConnectProxy::start_tls`]
-//! makes it an `https://` proxy.
+//! makes it an `https://` proxy. [`ConnectProxy::freeze_open`] makes every
+//! tunnel open at that moment go silent for good (nothing forwarded either
+//! way, both sockets kept open, so the client's kernel still sees its data
+//! acknowledged and TCP keepalive answered), while new tunnels work.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -15,6 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 
 /// How the proxy answers CONNECT.
 #[derive(Clone, Copy, Debug)]
@@ -31,6 +35,9 @@ pub struct ConnectProxy {
     pub addr: SocketAddr,
     tunnels: Arc<AtomicUsize>,
     targets: Arc<Mutex<Vec<String>>>,
+    /// Bumped by [`ConnectProxy::freeze_open`]; each tunnel subscribes when
+    /// it opens, so only a later bump freezes it.
+    freeze: watch::Sender<u64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -96,22 +103,24 @@ impl ConnectProxy {
         );
         let tunnels = Arc::new(AtomicUsize::new(0));
         let targets = Arc::new(Mutex::new(Vec::new()));
+        let (freeze, _) = watch::channel(0);
         let task = tokio::spawn({
-            let (tunnels, targets) = (Arc::clone(&tunnels), Arc::clone(&targets));
+            let shared = Shared {
+                names,
+                tunnels: Arc::clone(&tunnels),
+                targets: Arc::clone(&targets),
+                freeze: freeze.clone(),
+            };
             async move {
                 while let Ok((client, _)) = listener.accept().await {
-                    let (names, tunnels, targets) = (
-                        Arc::clone(&names),
-                        Arc::clone(&tunnels),
-                        Arc::clone(&targets),
-                    );
+                    let shared = shared.clone();
                     let tls = tls.clone();
                     tokio::spawn(async move {
                         match tls {
-                            None => serve(client, answer, &names, &tunnels, &targets).await,
+                            None => serve(client, answer, &shared).await,
                             Some(tls) => {
                                 if let Ok(client) = tls.accept(client).await {
-                                    serve(client, answer, &names, &tunnels, &targets).await;
+                                    serve(client, answer, &shared).await;
                                 }
                             }
                         }
@@ -123,8 +132,19 @@ impl ConnectProxy {
             addr,
             tunnels,
             targets,
+            freeze,
             task,
         }
+    }
+
+    /// Freezes every tunnel open now: from here on it forwards nothing in
+    /// either direction, and keeps both its sockets open (the client's
+    /// kernel still acknowledges what it sends; nothing ever answers).
+    /// Tunnels opened later work. Returns how many tunnels it froze.
+    pub fn freeze_open(&self) -> usize {
+        let open = self.freeze.receiver_count();
+        self.freeze.send_modify(|generation| *generation += 1);
+        open
     }
 
     /// `http://127.0.0.1:<port>`.
@@ -143,13 +163,22 @@ impl ConnectProxy {
     }
 }
 
-async fn serve(
-    mut client: impl AsyncRead + AsyncWrite + Unpin,
-    answer: Answer,
-    names: &HashMap<String, IpAddr>,
-    tunnels: &AtomicUsize,
-    targets: &Mutex<Vec<String>>,
-) {
+/// What every connection's task shares with the proxy.
+#[derive(Clone)]
+struct Shared {
+    names: Arc<HashMap<String, IpAddr>>,
+    tunnels: Arc<AtomicUsize>,
+    targets: Arc<Mutex<Vec<String>>>,
+    freeze: watch::Sender<u64>,
+}
+
+async fn serve(mut client: impl AsyncRead + AsyncWrite + Unpin, answer: Answer, shared: &Shared) {
+    let Shared {
+        names,
+        tunnels,
+        targets,
+        freeze,
+    } = shared;
     let mut head = Vec::new();
     while !head.ends_with(b"\r\n\r\n") {
         if head.len() > 16 * 1024 {
@@ -205,6 +234,15 @@ async fn serve(
     {
         return;
     }
+    // Subscribed now: only a later freeze concerns this tunnel.
+    let mut frozen = freeze.subscribe();
     tunnels.fetch_add(1, Ordering::SeqCst);
-    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+    tokio::select! {
+        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+        Ok(()) = frozen.changed() => {
+            // Silent for good: both sockets stay open, nothing is read or
+            // written, until the test's runtime ends.
+            std::future::pending::<()>().await;
+        }
+    }
 }
