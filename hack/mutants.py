@@ -133,6 +133,9 @@ def main():
     in_place = args.in_place or bool(args.rotate)
     rows, bad = [], 0
     scratch = None
+    # A mutant fails property tests on purpose: their failing seeds must not be
+    # saved into proptest-regressions/ as if they were the code's.
+    os.environ["PROPTEST_DISABLE_FAILURE_PERSISTENCE"] = "1"
     if in_place:
         cwd, env = ROOT, dict(os.environ)
     else:
