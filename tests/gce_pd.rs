@@ -469,7 +469,8 @@ impl World {
 type VaError = (String, Option<i32>);
 
 /// Every `attachError` (message, errorCode) VA `name` shows, in order (a
-/// repeat of the last one is not recorded again), by a watch that is
+/// repeat of the last one is not recorded again; upstream's PV-cache miss is
+/// not recorded), by a watch that is
 /// established before [`ErrorRecorder::start`] returns and ends on drop.
 struct ErrorRecorder {
     seen: Arc<Mutex<Vec<VaError>>>,
@@ -500,6 +501,13 @@ impl ErrorRecorder {
                     continue;
                 };
                 let entry = (error.message.unwrap_or_default(), error.error_code);
+                // Upstream saves a PV its informer has not seen yet as an
+                // error and retries (ours asks the API server): a cache's lag
+                // on a loaded machine, not the driver's answer under test
+                // (a clean-clone CI run saw it first on upstream's VA).
+                if entry.0.starts_with("persistentvolume \"") && entry.0.ends_with("\" not found") {
+                    continue;
+                }
                 let mut seen = sink.lock().unwrap_or_else(PoisonError::into_inner);
                 if seen.last() != Some(&entry) {
                     seen.push(entry);
