@@ -81,6 +81,34 @@ async fn pause(ms: u64) {
 impl Injector {
     /// Waits (up to 8 s) for a Publish/Unpublish ledger line matching `pred`;
     /// a note for the fault's log: empty, or that no call came.
+    /// Holds an API-server fault at least `min_ms`, then until the audit log
+    /// shows a replica's request received since `since` answered with one of
+    /// `codes`, at most 8 s in all: the fault acts on a request, not on a
+    /// quiet moment (a clean-clone CI run had two binding windows in which no
+    /// replica wrote, and failed on the skipped faults' share).
+    async fn hold_until_answered(&self, since: i128, min_ms: u64, codes: &[i64]) {
+        pause(min_ms).await;
+        let deadline = since + 8 * 1_000_000_000;
+        while crate::world::now_nanos() < deadline {
+            let answered = self.world.cp.lock().await.audit_events().iter().any(|e| {
+                e["user"]["username"]
+                    .as_str()
+                    .is_some_and(|u| u.starts_with("chaos-replica-"))
+                    && e["requestReceivedTimestamp"]
+                        .as_str()
+                        .and_then(crate::check::parse_time)
+                        .is_some_and(|t| t >= since)
+                    && e["responseStatus"]["code"]
+                        .as_i64()
+                        .is_some_and(|c| codes.contains(&c))
+            });
+            if answered {
+                return;
+            }
+            pause(250).await;
+        }
+    }
+
     async fn met(
         &self,
         rx: &mut tokio::sync::broadcast::Receiver<Value>,
@@ -235,8 +263,9 @@ impl Injector {
                 });
                 let path =
                     "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings";
+                let since = crate::world::now_nanos();
                 let created = crate::post(&self.client, path, &binding).await;
-                pause(ms).await;
+                self.hold_until_answered(since, ms, &[422, 403]).await;
                 let deleted = crate::delete(&self.client, &format!("{path}/chaos-reject")).await;
                 (
                     format!(
@@ -263,8 +292,9 @@ impl Injector {
                         }],
                     },
                 });
+                let since = crate::world::now_nanos();
                 let created = crate::post(&self.client, path, &schema).await;
-                pause(ms).await;
+                self.hold_until_answered(since, ms, &[429]).await;
                 let deleted = crate::delete(&self.client, &format!("{path}/chaos-attachers")).await;
                 (
                     format!(
