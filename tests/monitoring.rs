@@ -1,6 +1,8 @@
 //! deploy/monitoring/: the alert rules pass `promtool check rules` and their
 //! unit tests (`promtool test rules`), the PrometheusRule and PodMonitor agree
-//! with the rule file and the deployment, and every metric the dashboard and
+//! with the rule file and the deployment, the rules select no job and keep
+//! every name the attacher shares with other components to its targets (a
+//! join with `csi_attacher_build_info`), and every metric the dashboard and
 //! the rules query is served by a running attacher after real attaches and
 //! detaches (or, for `apiserver_*`, by the real kube-apiserver).
 //!
@@ -82,34 +84,44 @@ fn run_promtool(args: &[&str]) -> String {
     text
 }
 
+/// Every rule of the plain rule file (alerting and recording), in order.
+fn rules() -> Vec<serde_yaml_ng::Value> {
+    let mut rules = Vec::new();
+    for group in yaml(RULES)["groups"].as_sequence().expect("groups") {
+        rules.extend(group["rules"].as_sequence().expect("rules").iter().cloned());
+    }
+    rules
+}
+
 /// Alert names of the plain rule file, in order.
 fn alert_names() -> Vec<String> {
-    let rules = yaml(RULES);
-    let mut names = Vec::new();
-    for group in rules["groups"].as_sequence().expect("groups") {
-        for rule in group["rules"].as_sequence().expect("rules") {
-            names.push(
-                rule["alert"]
-                    .as_str()
-                    .expect("alerting rules only")
-                    .to_string(),
-            );
-        }
-    }
-    names
+    rules()
+        .iter()
+        .filter_map(|rule| rule["alert"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// The series the rule file records (`csi_attacher:*`, from the attacher's
+/// own series: no running attacher serves them).
+fn recorded_names() -> BTreeSet<String> {
+    rules()
+        .iter()
+        .filter_map(|rule| rule["record"].as_str().map(str::to_string))
+        .collect()
 }
 
 /// Every PromQL expression of the rules and of the dashboard's panels.
 fn expressions() -> Vec<(String, String)> {
     let mut exprs = Vec::new();
-    for group in yaml(RULES)["groups"].as_sequence().expect("groups") {
-        for rule in group["rules"].as_sequence().expect("rules") {
-            let name = rule["alert"].as_str().unwrap_or("?");
-            exprs.push((
-                format!("rule {name}"),
-                rule["expr"].as_str().expect("expr").to_string(),
-            ));
-        }
+    for rule in rules() {
+        let name = rule["alert"]
+            .as_str()
+            .or_else(|| rule["record"].as_str())
+            .expect("alert or record");
+        exprs.push((
+            format!("rule {name}"),
+            rule["expr"].as_str().expect("expr").to_string(),
+        ));
     }
     let dashboard: serde_json::Value =
         serde_json::from_str(&read(DASHBOARD)).expect("dashboard JSON");
@@ -173,9 +185,9 @@ fn sample_names(exposition: &str) -> BTreeSet<String> {
 #[test]
 fn promtool_checks_the_alert_rules() {
     let out = run_promtool(&["check", "rules", RULES]);
-    let alerts = alert_names().len();
+    let count = rules().len();
     assert!(
-        out.contains(&format!("SUCCESS: {alerts} rules found")),
+        out.contains(&format!("SUCCESS: {count} rules found")),
         "{out}"
     );
 }
@@ -239,13 +251,12 @@ fn the_pod_monitor_selects_the_deployments_pods_and_port() {
         );
     }
     // The job is the endpoint's own, not a pod label every container's
-    // endpoint of the pod shares, and the rules select it.
+    // endpoint of the pod shares (the dashboard's job variable picks it; the
+    // rules select no job).
     assert!(
         monitor["spec"]["jobLabel"].is_null(),
         "{POD_MONITOR}: jobLabel names a pod label, shared by every endpoint of the pod"
     );
-    let job_matcher =
-        regex::Regex::new(&format!("^(?:{})$", rules_job_regex())).expect("job regex");
     let attacher = template["spec"]["containers"]
         .as_sequence()
         .expect("containers")
@@ -278,11 +289,7 @@ fn the_pod_monitor_selects_the_deployments_pods_and_port() {
             .find(|r| r["targetLabel"].as_str() == Some("job"))
             .and_then(|r| r["replacement"].as_str())
             .unwrap_or_else(|| panic!("{POD_MONITOR}: endpoint {port} sets no job of its own"));
-        assert!(
-            job_matcher.is_match(job),
-            "job {job:?} is not selected by the rules' job=~{:?}",
-            rules_job_regex()
-        );
+        assert_eq!(job, "csi-attacher", "{POD_MONITOR}: endpoint {port}");
         assert_eq!(endpoint["path"].as_str(), Some("/metrics"), "{port_arg}");
     }
 }
@@ -302,6 +309,15 @@ fn metric_names_are_found_in_expressions() {
             "up"
         ]
     );
+    let names = metric_names(
+        r#"group by (namespace, driver_name) (present_over_time(csi_attacher:driver:info[1d]))
+           unless on (driver_name) csi_attacher:driver:info
+           or sum by (job) (leader_election_master_status * on (job, instance) group_left (driver_name) csi_attacher:driver:info)"#,
+    );
+    assert_eq!(
+        names.into_iter().collect::<Vec<_>>(),
+        ["csi_attacher:driver:info", "leader_election_master_status"]
+    );
     assert_eq!(
         literal_matchers(r#"x{a="1", b!="2", c=~"3", d="$d"}"#)
             .into_iter()
@@ -310,39 +326,158 @@ fn metric_names_are_found_in_expressions() {
     );
 }
 
-/// The job regex every selector of the rules carries.
-const JOB_MATCHER: &str = r#"job=~"csi-attacher.*""#;
+/// The join that keeps a selector to the attacher's targets: `and` (or `*`
+/// with `group_left`) `on (job, instance)` with `csi_attacher_build_info`,
+/// or with a series the rule file records from it (`csi_attacher:*`).
+const JOIN: &str = r"(?:\band|\*)\s+on\s*\(\s*job\s*,\s*instance\s*\)\s*(?:group_left\s*\([^)]*\)\s*)?(csi_attacher_build_info|csi_attacher:[A-Za-z0-9_:]+)\b";
 
-fn rules_job_regex() -> &'static str {
-    "csi-attacher.*"
+/// PromQL's aggregation operators: their parentheses hold a group of their
+/// own (the join must sit inside them, before the labels are aggregated away).
+const AGGREGATIONS: &str =
+    "sum min max avg group stddev stdvar count count_values bottomk topk quantile limitk limit_ratio";
+
+/// Words before a parenthesis that opens no function call.
+const CLAUSES: &str = "by without on ignoring group_left group_right and or unless bool";
+
+/// The expression with each string literal's bytes replaced by `x` (same
+/// length, so positions stay): no parenthesis or name inside a label value counts.
+fn mask_strings(expr: &str) -> String {
+    let mut masked = Vec::with_capacity(expr.len());
+    let mut in_string = false;
+    let mut escaped = false;
+    for byte in expr.bytes() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if byte == b'\\' {
+                escaped = true;
+            } else if byte == b'"' {
+                in_string = false;
+                masked.push(byte);
+                continue;
+            }
+            masked.push(b'x');
+        } else {
+            in_string = byte == b'"';
+            masked.push(byte);
+        }
+    }
+    String::from_utf8(masked).expect("ASCII")
 }
 
-#[test]
-fn every_selector_of_the_rules_selects_the_attachers_job() {
-    assert_eq!(JOB_MATCHER, format!(r#"job=~"{}""#, rules_job_regex()));
-    let mut bare = Vec::new();
-    for (source, expr) in expressions()
-        .into_iter()
-        .filter(|(s, _)| s.starts_with("rule "))
-    {
-        for name in metric_names(&expr) {
-            // Every occurrence of the name is a selector with the matcher.
-            let selector =
-                regex::Regex::new(&format!(r"\b{name}\b(\{{[^}}]*\}})?")).expect("selector regex");
-            for found in selector.captures_iter(&expr) {
-                if !found
-                    .get(1)
-                    .is_some_and(|m| m.as_str().contains(JOB_MATCHER))
-                {
-                    bare.push(format!("{source}: {}", &found[0]));
+/// Where the part of `expr` (masked) that holds the selector at byte `at`
+/// ends: the closing parenthesis of the innermost parenthesised group or
+/// aggregation around it (function calls such as `rate(...)` are looked
+/// through), or the end of the expression.
+fn selector_scope_end(expr: &str, at: usize) -> usize {
+    let bytes = expr.as_bytes();
+    let ident = regex::Regex::new(r"([A-Za-z_][A-Za-z0-9_]*)\s*$").expect("regex");
+    let mut depth = 0usize;
+    let mut open = at;
+    while open > 0 {
+        open -= 1;
+        match bytes[open] {
+            b')' => depth += 1,
+            b'(' if depth > 0 => depth -= 1,
+            b'(' => {
+                // A function call's parenthesis (a name right before it that
+                // is no aggregation and no clause keyword): look further out.
+                let before = &expr[..open];
+                let call = ident.captures(before).is_some_and(|c| {
+                    let name = &c[1];
+                    !AGGREGATIONS.split(' ').any(|a| a == name)
+                        && !CLAUSES.split(' ').any(|k| k == name)
+                });
+                if call {
+                    continue;
                 }
+                // Its closing parenthesis.
+                let mut inner = 0usize;
+                for (i, b) in bytes.iter().copied().enumerate().skip(open + 1) {
+                    match b {
+                        b'(' => inner += 1,
+                        b')' if inner == 0 => return i,
+                        b')' => inner -= 1,
+                        _ => {}
+                    }
+                }
+                return expr.len();
+            }
+            _ => {}
+        }
+    }
+    expr.len()
+}
+
+/// Selectors of names the attacher shares with the driver and the other
+/// sidecars (anything but `csi_attacher_*`, the series the rules record and
+/// kube-apiserver's `apiserver_*`) that no join keeps to the attacher's
+/// targets, as "<source>: <name> in <scope>".
+fn unjoined_shared_selectors(source: &str, expr: &str) -> Vec<String> {
+    let recorded = recorded_names();
+    let join = regex::Regex::new(JOIN).expect("join regex");
+    let masked = mask_strings(expr);
+    let mut bare = Vec::new();
+    for name in metric_names(expr) {
+        if name.starts_with("csi_attacher_")
+            || recorded.contains(&name)
+            || name.starts_with("apiserver_")
+        {
+            continue;
+        }
+        let selector =
+            regex::Regex::new(&format!(r"(?:^|[^A-Za-z0-9_:]){name}\b")).expect("selector regex");
+        for found in selector.find_iter(&masked) {
+            let at = found.end() - name.len();
+            let scope = &masked[at..selector_scope_end(&masked, at)];
+            let joined = join.captures_iter(scope).any(|c| {
+                let with = &c[1];
+                with == "csi_attacher_build_info" || recorded.contains(with)
+            });
+            if !joined {
+                bare.push(format!("{source}: {name} in `{}`", scope.trim()));
             }
         }
     }
+    bare
+}
+
+#[test]
+fn a_selector_of_a_name_other_components_share_is_joined_to_the_attachers_targets() {
+    // The checker itself.
+    let cases = [
+        ("sum by (namespace) (leader_election_master_status) == 0", 1),
+        ("sum by (namespace) (leader_election_master_status * on (job, instance) group_left (driver_name) csi_attacher:driver:info) == 0", 0),
+        ("sum by (le) (rate(csi_sidecar_operations_seconds_bucket{a=\"(\"}[5m]) and on (job, instance) csi_attacher_build_info)", 0),
+        // Joined after the aggregation dropped job and instance: not joined.
+        ("sum(rate(workqueue_depth[5m])) and on (job, instance) csi_attacher_build_info", 1),
+        ("max by (pod) (process_open_fds and on (job, instance) csi_attacher_lane_depth)", 1),
+        ("group by (driver_name) (csi_attacher:driver:info) unless on (driver_name) csi_attacher_build_info", 0),
+    ];
+    for (expr, want) in cases {
+        assert_eq!(
+            unjoined_shared_selectors("case", expr).len(),
+            want,
+            "{expr}"
+        );
+    }
+    assert!(recorded_names().contains("csi_attacher:driver:info"));
+
+    let job = regex::Regex::new(r"\bjob\s*(?:=|!=|=~|!~)").expect("regex");
+    let mut problems = Vec::new();
+    for (source, expr) in expressions() {
+        problems.extend(unjoined_shared_selectors(&source, &expr));
+        // A job is named by whatever scrapes the attacher (a driver chart's
+        // ServiceMonitor, an annotation-based scrape config): the rules
+        // select none. The dashboard's $job comes from csi_attacher_build_info.
+        if source.starts_with("rule ") && job.is_match(&expr) {
+            problems.push(format!("{source} selects a job: {expr}"));
+        }
+    }
     assert!(
-        bare.is_empty(),
-        "selectors without {JOB_MATCHER} (they would match the driver's or other sidecars' series):\n  {}",
-        bare.join("\n  ")
+        problems.is_empty(),
+        "selectors that would take the driver's or other sidecars' series (join them `and on (job, instance) csi_attacher_build_info`), or select a job:\n  {}",
+        problems.join("\n  ")
     );
 }
 
@@ -361,6 +496,11 @@ fn github_anchor(heading: &str) -> String {
         .collect()
 }
 
+/// The base of every runbook_url in the rule files: a placeholder (the
+/// project publishes no docs site) that the rule file's header and
+/// docs/operations.md tell how to replace with a sed one-liner.
+const RUNBOOK_BASE: &str = "https://csi-attacher-rs.example.com/";
+
 #[test]
 fn every_alert_has_a_runbook_section_in_operations_md() {
     let operations = read("docs/operations.md");
@@ -369,24 +509,46 @@ fn every_alert_has_a_runbook_section_in_operations_md() {
         .filter_map(|l| l.strip_prefix("### "))
         .map(github_anchor)
         .collect();
-    let rules = yaml(RULES);
     let mut problems = Vec::new();
-    for group in rules["groups"].as_sequence().expect("groups") {
-        for rule in group["rules"].as_sequence().expect("rules") {
-            let name = rule["alert"].as_str().expect("alert");
-            let want = format!("docs/operations.md#{}", name.to_lowercase());
-            match rule["annotations"]["runbook_url"].as_str() {
-                Some(url) if url == want => {}
-                other => problems.push(format!("{name}: runbook_url {other:?}, want {want:?}")),
+    for rule in rules().iter().filter(|r| r["alert"].as_str().is_some()) {
+        let name = rule["alert"].as_str().expect("alert");
+        // <base>docs/operations.md#<anchor>: an absolute URL a receiver can
+        // open, on the one base the header's sed replaces.
+        let url = rule["annotations"]["runbook_url"].as_str().unwrap_or("");
+        match url.split_once("docs/operations.md#") {
+            Some((base, anchor)) => {
+                if base != RUNBOOK_BASE {
+                    problems.push(format!(
+                        "{name}: runbook_url {url:?} is not on the base {RUNBOOK_BASE:?}"
+                    ));
+                }
+                if anchor != name.to_lowercase() {
+                    problems.push(format!(
+                        "{name}: runbook_url {url:?} points at #{anchor}, want #{}",
+                        name.to_lowercase()
+                    ));
+                }
             }
-            if !anchors.contains(&name.to_lowercase()) {
-                problems.push(format!(
-                    "{name}: no `### {name}` section in docs/operations.md"
-                ));
-            }
+            None => problems.push(format!(
+                "{name}: runbook_url {url:?}, want {RUNBOOK_BASE}docs/operations.md#{}",
+                name.to_lowercase()
+            )),
+        }
+        if !anchors.contains(&name.to_lowercase()) {
+            problems.push(format!(
+                "{name}: no `### {name}` section in docs/operations.md"
+            ));
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+    // Where the base is said to be changed names the base in use.
+    for (path, text) in [(RULES, read(RULES)), ("docs/operations.md", operations)] {
+        assert!(
+            text.contains(&format!("s|{RUNBOOK_BASE}|")),
+            "{path} does not show how to replace the runbook base {RUNBOOK_BASE}"
+        );
+    }
+    assert!(RUNBOOK_BASE.starts_with("https://") && RUNBOOK_BASE.ends_with('/'));
     assert_eq!(github_anchor("CSIAttacherNoLeader"), "csiattachernoleader");
     assert_eq!(
         github_anchor("The image and the driver socket"),
@@ -469,6 +631,8 @@ async fn dashboard_and_rules_query_only_metrics_a_running_attacher_serves() {
         .expect("kube-apiserver /metrics");
     let apiserver_served = sample_names(&apiserver);
 
+    let recorded = recorded_names();
+    let shadow_source = read("src/shadow/report.rs");
     let mut missing = Vec::new();
     let mut checked = BTreeSet::new();
     for (source, expr) in expressions() {
@@ -478,6 +642,13 @@ async fn dashboard_and_rules_query_only_metrics_a_running_attacher_serves() {
             } else if name == "up" {
                 // Prometheus's own series for each target it scrapes.
                 true
+            } else if recorded.contains(&name) {
+                // Recorded by the rule file from the names checked here.
+                true
+            } else if name.starts_with("csi_attacher_shadow_") {
+                // Served by `csi-attacher shadow` only (the rules leave its
+                // instances out): registered there.
+                shadow_source.contains(&format!("\"{name}\""))
             } else {
                 served.contains(&name)
             };
@@ -509,6 +680,7 @@ async fn dashboard_and_rules_query_only_metrics_a_running_attacher_serves() {
         "csi_attacher_attach_latency_seconds_bucket",
         "csi_attacher_lane_oldest_waiting_seconds",
         "csi_sidecar_operations_seconds_count",
+        "csi_attacher_build_info",
         "csi_attacher_reconcile_failures_total",
         "csi_attacher_failing_volumeattachments",
         "csi_attacher_sync_panics_total",
