@@ -87,8 +87,10 @@ pub struct PassReport {
 }
 
 impl PassReport {
-    /// Records this successful pass, which took `took`, on `metrics`.
-    fn record(&self, took: Duration, metrics: &ReconcileMetrics, orphans: &mut Orphans) {
+    /// Records this successful pass, which took `took`, on `metrics`; its
+    /// unclaimed pairs go to `orphans` (taken, not copied: the pass's log
+    /// line does not list them).
+    fn record(&mut self, took: Duration, metrics: &ReconcileMetrics, orphans: &mut Orphans) {
         metrics.pass_seconds.observe(took.as_secs_f64());
         metrics.pages.observe(self.pages as f64);
         metrics
@@ -99,7 +101,7 @@ impl PassReport {
             .mismatches
             .with_label_values(&["published_not_attached"])
             .inc_by(self.published_not_attached as u64);
-        let (count, new) = orphans.observe(self.unclaimed.clone());
+        let (count, new) = orphans.observe(std::mem::take(&mut self.unclaimed));
         metrics
             .orphans
             .set(i64::try_from(count).unwrap_or(i64::MAX));
@@ -123,7 +125,7 @@ pub async fn run(
     loop {
         let started = Instant::now();
         match pass(&ctx, &queue, max_entries, limit).await {
-            Ok(report) => {
+            Ok(mut report) => {
                 report.record(started.elapsed(), &metrics, &mut orphans);
                 if report.attached_not_published + report.published_not_attached > 0 {
                     tracing::info!(
