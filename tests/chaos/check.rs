@@ -1160,9 +1160,10 @@ pub fn i9(h: &History, f: &mut Findings) {
 /// I12: no driver call unpublishes a (volume, node ID) that a live,
 /// attached VA holds: from a replica's `attached=true` write on a VA until
 /// the suite asks to delete it, no Unpublish that reached the driver starts
-/// for the node ID of the OK Publish it was attached through, unless a later
-/// OK Publish moved it to another ID of its node (the driver re-registered:
-/// the VA's own re-publish unpublishes the old one).
+/// for the node ID of the OK Publish it was attached through, until its node
+/// re-registered with another ID (a `csinode-reregistered` fault: the VA is
+/// where the new ID is, and its own re-publish unpublishes the old one
+/// before it publishes the new) or a later OK Publish moved it.
 pub fn i12(h: &History, f: &mut Findings) {
     for (_, inst, at) in attached_writes(h) {
         let Some(held) = inst.and_then(|inst| Some((inst, published_before(h, inst, at)?))) else {
@@ -1176,10 +1177,18 @@ pub fn i12(h: &History, f: &mut Findings) {
             .filter(|c| c.method == "ControllerPublishVolume" && c.node != held.node && c.end > at)
             .map(|c| c.end)
             .min();
-        let until = inst
-            .deleted
-            .unwrap_or(i128::MAX)
-            .min(moved.unwrap_or(i128::MAX));
+        let reregistered = format!("{} re-registered as ", inst.node);
+        let reregistered = h
+            .windows
+            .iter()
+            .filter(|w| !w.skipped && w.note.starts_with(&reregistered) && w.start > at)
+            .map(|w| w.start)
+            .min();
+        let until = [inst.deleted, moved, reregistered]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(i128::MAX);
         for c in h.calls.iter().filter(|c| {
             c.method == "ControllerUnpublishVolume"
                 && c.volume == inst.handle

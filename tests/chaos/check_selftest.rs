@@ -620,6 +620,22 @@ fn i12_reports_an_unpublish_from_under_a_live_attached_va() {
     h.instances[1].deleted = Some(t(8.5));
     h.calls.push(call(UNPUB, 0, "vol-a", "node-2-id", 9.0, 9.1));
     assert!(check(&h).of("I12").is_empty(), "{:#?}", check(&h));
+    // Its node re-registered with another ID: its own re-publish unpublishes
+    // the old ID first (chaos seed 1 in a clean-clone CI run).
+    let mut h = clean();
+    holder(&mut h);
+    h.windows.push(window(
+        "csinode-reregistered",
+        7.0,
+        7.5,
+        "node-2 re-registered as node-2-id.7: None",
+    ));
+    h.calls.push(call(UNPUB, 0, "vol-a", "node-2-id", 9.0, 9.1));
+    h.calls.push(call(PUB, 0, "vol-a", "node-2-id.7", 9.2, 9.3));
+    assert!(check(&h).of("I12").is_empty(), "{:#?}", check(&h));
+    // Another node's re-registration changes nothing.
+    h.windows[0].note = "node-1 re-registered as node-1-id.7: None".into();
+    only(&check(&h), "I12");
     // Moved by a re-registration: its own re-publish to the new ID, then the
     // old one unpublished.
     let mut h = clean();
