@@ -52,6 +52,9 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// A metric family the crate refused (a bug in its definition).
+    #[error("metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
 }
 
 /// The report.
@@ -244,7 +247,7 @@ pub async fn report(config: &Config) -> Result<Report, Error> {
         config.kube_api_qps,
         config.kube_api_burst,
     )?;
-    let metrics = Metrics::new();
+    let metrics = Metrics::new()?;
     let (client, _loss) = Client::connect(
         &address,
         DIAL_TIMEOUT,

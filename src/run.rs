@@ -60,6 +60,9 @@ pub enum RunError {
     /// Leader-election durations client-go's `NewLeaderElector` refuses.
     #[error(transparent)]
     LeaderElection(#[from] leader::InvalidTiming),
+    /// A metric family the crate refused (a bug in its definition).
+    #[error("metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
 }
 
 impl RunError {
@@ -82,7 +85,7 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
     let (kube, election_client) = kube_clients(&config).await?;
 
     // Metrics registry: owned here, handed to everything that records.
-    let metrics = Metrics::new();
+    let metrics = Metrics::new()?;
     let readiness = Readiness::default();
 
     let (client, mut loss, info) = connect_driver(&config, &address, &metrics).await?;

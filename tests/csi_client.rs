@@ -22,7 +22,7 @@ use tonic::Code;
 use support::mock::MockDriver;
 
 async fn connect(mock: &MockDriver, timeout: Duration) -> (Client, Metrics) {
-    let metrics = Metrics::new();
+    let metrics = Metrics::new().expect("metrics");
     let (client, _loss) = Client::connect(
         &mock.socket,
         DIAL_TIMEOUT,

@@ -1041,7 +1041,7 @@ async fn backoff_sequence(socket: &Path, node: &str, volume: &str) -> Vec<(Strin
     use csi_attacher::csi::proto::{
         ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest, VolumeCapability,
     };
-    let metrics = csi_attacher::metrics::Metrics::new();
+    let metrics = csi_attacher::metrics::Metrics::new().expect("metrics");
     let (client, _loss) = csi_attacher::csi::Client::connect(
         socket,
         csi_attacher::csi::DIAL_TIMEOUT,

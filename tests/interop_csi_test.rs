@@ -71,7 +71,7 @@ fn records(path: &Path) -> Vec<Value> {
 #[tokio::test]
 async fn client_interoperates_with_csi_test_mock_driver() {
     let driver = start_go_driver("csi-test.example.com");
-    let metrics = Metrics::new();
+    let metrics = Metrics::new().expect("metrics");
     let (client, _loss) = Client::connect(
         &driver.socket,
         DIAL_TIMEOUT,
@@ -254,7 +254,7 @@ async fn every_access_mode_decodes_to_the_same_name_in_go() {
         &driver.socket,
         DIAL_TIMEOUT,
         Duration::from_secs(5),
-        Arc::clone(&Metrics::new().csi),
+        Arc::clone(&Metrics::new().expect("metrics").csi),
     )
     .await
     .expect("connect");

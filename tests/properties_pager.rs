@@ -276,7 +276,7 @@ fn new_harness() -> Harness {
                     .add_service(service)
                     .serve_with_incoming(UnixListenerStream::new(listener)),
             );
-            let metrics = csi_attacher::metrics::Metrics::new();
+            let metrics = csi_attacher::metrics::Metrics::new().expect("metrics");
             let (client, _loss) = Client::connect(
                 &socket,
                 Duration::from_secs(10),

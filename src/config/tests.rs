@@ -549,7 +549,7 @@ fn go_usage_errors_and_help() {
         assert_eq!(err.exit_code(), 0);
         // The usage names the `check` and `shadow` subcommands (main takes them off before parsing).
         let ParseError::Help { usage } = err else {
-            unreachable!()
+            panic!("not help: {err:?}")
         };
         assert!(usage.contains("csi-attacher check [OPTIONS]"), "{usage}");
         assert!(usage.contains("csi-attacher shadow [OPTIONS]"), "{usage}");

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use prometheus::{IntCounter, Opts, Registry};
+use prometheus::IntCounter;
 use tokio::sync::mpsc;
 
 use crate::controller::error::FlowError;
@@ -44,17 +44,14 @@ pub struct FailureEvents {
 }
 
 impl FailureEvents {
-    /// Events reported as `reporter`; the drop counter is registered in `registry`.
+    /// Events reported as `reporter`; `dropped` counts the Events the full queue drops.
     ///
     /// Spawns the poster task (it ends when this value is dropped), so it must
     /// be called inside a Tokio runtime.
-    pub fn new(client: kube::Client, reporter: Reporter, registry: &Registry) -> Self {
+    pub fn new(client: kube::Client, reporter: Reporter, dropped: IntCounter) -> Self {
         let (queue, pending) = mpsc::channel(QUEUE_CAPACITY);
         tokio::spawn(post(Recorder::new(client, reporter), pending));
-        Self {
-            queue,
-            dropped: dropped_counter(registry),
-        }
+        Self { queue, dropped }
     }
 
     /// Called after each failed sync of `va` in `lane`; `failures` counts
@@ -108,22 +105,6 @@ fn reference(va: &CachedVa) -> ObjectReference {
     }
 }
 
-fn dropped_counter(registry: &Registry) -> IntCounter {
-    let opts = Opts::new(
-        "csi_attacher_events_dropped_total",
-        "Warning Events not posted because the queue in front of the Events API was full.",
-    );
-    let counter = IntCounter::with_opts(opts).unwrap_or_else(|_| unreachable_counter());
-    if let Err(err) = registry.register(Box::new(counter.clone())) {
-        tracing::debug!(error = %err, "Event drop counter not registered");
-    }
-    counter
-}
-
-fn unreachable_counter() -> IntCounter {
-    unreachable!("a counter with a literal, valid name") // allow-panic: constant input
-}
-
 /// Posts queued Events one by one until the queue's sender is gone.
 async fn post(recorder: Recorder, mut pending: mpsc::Receiver<Pending>) {
     let forbidden_logged = AtomicBool::new(false);
@@ -167,12 +148,12 @@ mod tests {
     #[tokio::test]
     async fn a_full_queue_drops_and_counts_without_waiting() {
         let (client, _listener) = hanging_client();
-        let registry = Registry::new();
+        let metrics = crate::metrics::Metrics::new().expect("metrics");
         let reporter = Reporter {
             controller: "test".into(),
             instance: None,
         };
-        let events = FailureEvents::new(client, reporter, &registry);
+        let events = FailureEvents::new(client, reporter, metrics.flows.events_dropped.clone());
         let va: CachedVa =
             serde_json::from_value(serde_json::json!({"metadata": {"name": "va"}})).expect("va");
         let err = FlowError::PvNotFound("pv".into());
@@ -185,9 +166,7 @@ mod tests {
         }
         assert!(started.elapsed() < std::time::Duration::from_secs(1));
         assert!(events.dropped() >= 49, "dropped {}", events.dropped());
-        let text = prometheus::TextEncoder::new()
-            .encode_to_string(&registry.gather())
-            .expect("encode");
+        let text = metrics.render();
         assert!(text.contains("csi_attacher_events_dropped_total"), "{text}");
     }
 }

@@ -587,7 +587,7 @@ mod tests {
 
     /// A queue called `name` with the lanes `L`, and its metrics.
     fn metered<L: QueueLane>(name: &'static str) -> (crate::metrics::Metrics, WorkQueue<L>) {
-        let metrics = crate::metrics::Metrics::new();
+        let metrics = crate::metrics::Metrics::new().expect("metrics");
         let q = WorkQueue::new(name, BACKOFF, Some(&metrics.queues));
         (metrics, q)
     }

@@ -445,7 +445,7 @@ impl World {
             csinodes: store_from(csinodes),
             pv_refs,
         };
-        let flow_metrics = Metrics::new().flows;
+        let flow_metrics = Metrics::new().expect("metrics").flows;
         let ctx = Ctx {
             driver_name: DRIVER.into(),
             finalizer: FIN.into(),

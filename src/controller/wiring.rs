@@ -257,7 +257,7 @@ pub async fn run(
         events: settings
             .reporter
             .clone()
-            .map(|r| events::FailureEvents::new(client, r, metrics.registry())),
+            .map(|r| events::FailureEvents::new(client, r, metrics.flows.events_dropped.clone())),
         pacer,
     });
     let ctx = Arc::new(Ctx {

@@ -2,7 +2,7 @@
 
 use prometheus::{IntGaugeVec, Opts, Registry};
 
-use super::family::{register, unreachable};
+use super::family::register;
 
 /// The crate version (Cargo.toml).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -15,7 +15,7 @@ pub const RUSTC_VERSION: &str = env!("CSI_ATTACHER_RUSTC_VERSION");
 
 /// `csi_attacher_build_info{version,commit,build_date,rustc_version} 1`: joins
 /// any series to the build that produced it (`* on(pod) group_left(version)`).
-pub(super) fn register_build_info(registry: &Registry) {
+pub(super) fn register_build_info(registry: &Registry) -> prometheus::Result<()> {
     let info = register(
         registry,
         IntGaugeVec::new(
@@ -24,9 +24,9 @@ pub(super) fn register_build_info(registry: &Registry) {
                 "A metric with a constant '1' value labeled by the version, git commit, build date and rustc version this attacher was built from.",
             ),
             &["version", "commit", "build_date", "rustc_version"],
-        )
-        .unwrap_or_else(|_| unreachable()),
-    );
+        ),
+    )?;
     info.with_label_values(&[VERSION, GIT_COMMIT, BUILD_DATE, RUSTC_VERSION])
         .set(1);
+    Ok(())
 }

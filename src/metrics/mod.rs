@@ -40,24 +40,22 @@ pub struct Metrics {
 
 impl Metrics {
     /// A fresh registry with Go's process families, CSI call, work queue and flow metrics.
-    pub fn new() -> Self {
+    ///
+    /// Registration errors only mean a name clash, impossible with the fixed
+    /// names here: logged, a missing family is better than a sidecar that does
+    /// not start. A definition the crate refuses is an error.
+    pub fn new() -> prometheus::Result<Self> {
         let registry = Registry::new();
-        // Registration errors only mean a name clash, impossible with the fixed names here;
-        // a missing family is better than a sidecar that does not start.
-        process::register_process(&registry);
-        build::register_build_info(&registry);
-        runtime::register_alive_tasks(&registry);
-        let csi = Arc::new(CsiCallMetrics::new(registry.clone()));
-        let queues = Arc::new(QueueFamilies::new(&registry));
-        let flows = Arc::new(FlowMetrics::new(&registry));
-        let reconcile = ReconcileMetrics::new(&registry);
-        Self {
+        process::register_process(&registry)?;
+        build::register_build_info(&registry)?;
+        runtime::register_alive_tasks(&registry)?;
+        Ok(Self {
+            csi: Arc::new(CsiCallMetrics::new(registry.clone())),
+            queues: Arc::new(QueueFamilies::new(&registry)?),
+            flows: Arc::new(FlowMetrics::new(&registry)?),
+            reconcile: ReconcileMetrics::new(&registry)?,
             registry,
-            csi,
-            queues,
-            flows,
-            reconcile,
-        }
+        })
     }
 
     /// The registry to serve.
@@ -68,12 +66,6 @@ impl Metrics {
     /// Everything in the registry, in Prometheus text format as Go's client_golang writes it.
     pub fn render(&self) -> String {
         encode_text(&self.registry.gather())
-    }
-}
-
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
     }
 }
 

@@ -19,8 +19,6 @@ use prometheus::core::{Collector, Desc};
 use prometheus::proto::{Counter, Gauge, Metric, MetricFamily, MetricType};
 use prometheus::Registry;
 
-use super::family::unreachable;
-
 /// client_golang's process families.
 #[derive(Clone, Copy)]
 enum Family {
@@ -142,7 +140,7 @@ struct ProcessCollector {
 }
 
 impl ProcessCollector {
-    fn new(proc: impl Into<PathBuf>) -> Self {
+    fn new(proc: impl Into<PathBuf>) -> prometheus::Result<Self> {
         let descs = Family::ALL
             .iter()
             .map(|family| {
@@ -153,17 +151,16 @@ impl ProcessCollector {
                     Vec::new(),
                     HashMap::new(),
                 )
-                .unwrap_or_else(|_| unreachable())
             })
-            .collect();
+            .collect::<prometheus::Result<_>>()?;
         let ticks = rustix::param::clock_ticks_per_second();
-        Self {
+        Ok(Self {
             descs,
             proc: proc.into(),
             ticks_per_second: if ticks == 0 { 100.0 } else { ticks as f64 },
             page_size: rustix::param::page_size() as f64,
             start_time: OnceLock::new(),
-        }
+        })
     }
 
     /// `/proc/stat`'s `btime` (whole seconds) plus the process's start in ticks
@@ -240,8 +237,9 @@ impl Collector for ProcessCollector {
 /// Registers the process families (a clash is impossible with the fixed names:
 /// nothing else defines `process_*`; a missing family is better than a
 /// sidecar that does not start).
-pub(super) fn register_process(registry: &Registry) {
-    let _ = registry.register(Box::new(ProcessCollector::new("/proc")));
+pub(super) fn register_process(registry: &Registry) -> prometheus::Result<()> {
+    let _ = registry.register(Box::new(ProcessCollector::new("/proc")?));
+    Ok(())
 }
 
 /// The fields of `/proc/self/stat` the families need.
@@ -379,7 +377,7 @@ mod tests {
 
     #[test]
     fn every_family_is_read_from_proc() {
-        let families = ProcessCollector::new("/proc").collect();
+        let families = ProcessCollector::new("/proc").expect("collector").collect();
         let mut served = names(&families);
         served.sort_unstable();
         let mut all = Family::ALL.map(|f| f.definition().0);
@@ -391,7 +389,7 @@ mod tests {
     #[test]
     fn a_family_that_cannot_be_read_is_skipped() {
         let root = tempfile::tempdir().expect("tempdir");
-        let collector = ProcessCollector::new(root.path());
+        let collector = ProcessCollector::new(root.path()).expect("collector");
         // Nothing to read: nothing served, nothing fatal.
         assert!(collector.collect().is_empty());
 

@@ -8,8 +8,6 @@ use prometheus::proto::MetricFamily;
 use prometheus::{IntGauge, Registry};
 use tokio::runtime::Handle;
 
-use super::family::unreachable;
-
 /// Reads the alive tasks of `handle`'s runtime when gathered.
 struct AliveTasks {
     handle: Handle,
@@ -30,18 +28,18 @@ impl Collector for AliveTasks {
 
 /// Registers the gauge for the runtime this is called on; outside a runtime
 /// there is none to read, and nothing is registered.
-pub(super) fn register_alive_tasks(registry: &Registry) {
+pub(super) fn register_alive_tasks(registry: &Registry) -> prometheus::Result<()> {
     let Ok(handle) = Handle::try_current() else {
-        return;
+        return Ok(());
     };
     let gauge = IntGauge::new(
         "csi_attacher_runtime_alive_tasks",
         "Tasks alive on the runtime that runs the controller (watches, workers, timers, calls in flight).",
-    )
-    .unwrap_or_else(|_| unreachable());
+    )?;
     // A name clash is impossible with the fixed name here; a missing family is
     // better than a sidecar that does not start.
     let _ = registry.register(Box::new(AliveTasks { handle, gauge }));
+    Ok(())
 }
 
 #[cfg(test)]
@@ -51,7 +49,7 @@ mod tests {
     #[tokio::test]
     async fn the_gauge_counts_the_runtimes_tasks_at_each_scrape() {
         let registry = Registry::new();
-        register_alive_tasks(&registry);
+        register_alive_tasks(&registry).expect("registered");
         let read = |registry: &Registry| {
             let families = registry.gather();
             families
@@ -79,7 +77,7 @@ mod tests {
     #[test]
     fn outside_a_runtime_nothing_is_registered() {
         let registry = Registry::new();
-        register_alive_tasks(&registry);
+        register_alive_tasks(&registry).expect("registered");
         assert!(registry.gather().is_empty());
     }
 }

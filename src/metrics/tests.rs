@@ -4,7 +4,7 @@ use prometheus::{IntGaugeVec, Opts};
 
 #[test]
 fn samples_before_the_name_is_known_are_recorded_as_unknown_driver() {
-    let metrics = Metrics::new();
+    let metrics = Metrics::new().expect("metrics");
     metrics
         .csi
         .observe("/csi.v1.Identity/Probe", "OK", Origin::Csi, 0.01);
@@ -28,7 +28,7 @@ fn samples_before_the_name_is_known_are_recorded_as_unknown_driver() {
 
 #[test]
 fn histogram_buckets_and_values_are_rendered_as_go_does() {
-    let metrics = Metrics::new();
+    let metrics = Metrics::new().expect("metrics");
     let queue = metrics.queues.for_queue("csi-attacher-va", &["attach"]);
     queue.queue_duration.observe(0.05);
     queue.adds.inc_by(1_234_567);
@@ -84,7 +84,7 @@ fn label_values_and_help_are_escaped_like_expfmt() {
 
 #[test]
 fn build_info_is_one_series_with_the_build_identity() {
-    let text = Metrics::new().render();
+    let text = Metrics::new().expect("metrics").render();
     let series: Vec<&str> = text
         .lines()
         .filter(|l| l.starts_with("csi_attacher_build_info{"))
@@ -116,7 +116,7 @@ fn build_info_is_one_series_with_the_build_identity() {
 
 #[test]
 fn samples_before_the_driver_is_named_are_bounded() {
-    let metrics = Metrics::new();
+    let metrics = Metrics::new().expect("metrics");
     let max = crate::csi::metrics::MAX_UNNAMED_SAMPLES;
     for _ in 0..max + 500 {
         metrics
@@ -133,7 +133,7 @@ fn samples_before_the_driver_is_named_are_bounded() {
 
 #[test]
 fn migration_drivers_get_the_migrated_label() {
-    let metrics = Metrics::new();
+    let metrics = Metrics::new().expect("metrics");
     metrics.csi.set_driver_name("pd.csi.storage.gke.io");
     metrics.csi.observe(
         "/csi.v1.Controller/ControllerPublishVolume",
@@ -167,7 +167,7 @@ fn clock_seconds(id: rustix::time::ClockId) -> f64 {
 #[test]
 fn cpu_seconds_rise_with_sub_second_resolution() {
     use rustix::time::ClockId;
-    let metrics = Metrics::new();
+    let metrics = Metrics::new().expect("metrics");
     let before = process_sample(&metrics, "process_cpu_seconds_total").expect("cpu family");
     // Burn 0.3 s of this thread's CPU time (not wall time: the machine may be busy).
     let start = clock_seconds(ClockId::ThreadCPUTime);
@@ -211,7 +211,7 @@ fn boot_and_start_ticks() -> (f64, f64) {
 #[test]
 fn start_time_has_the_fraction_of_the_kernels_ticks() {
     use rustix::time::ClockId;
-    let metrics = Metrics::new();
+    let metrics = Metrics::new().expect("metrics");
     let value = process_sample(&metrics, "process_start_time_seconds").expect("start family");
     // SAFETY: sysconf has no preconditions.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
@@ -235,7 +235,7 @@ fn start_time_has_the_fraction_of_the_kernels_ticks() {
 
 #[test]
 fn process_families_have_gos_help_and_type() {
-    let metrics = Metrics::new();
+    let metrics = Metrics::new().expect("metrics");
     let text = metrics.render();
     for (name, kind, help) in [
         (

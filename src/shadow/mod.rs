@@ -72,6 +72,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A metric family the crate refused (a bug in its definition).
+    #[error("metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
 }
 
 /// What the loop reads, fixed at start.
@@ -110,8 +113,8 @@ pub async fn run(
     let clients =
         kube_client::build_prioritized(api_config, config.kube_api_qps, config.kube_api_burst)?;
     let kube = clients.normal.clone();
-    let metrics = Metrics::new();
-    let shadow_metrics = ShadowMetrics::new(metrics.registry());
+    let metrics = Metrics::new()?;
+    let shadow_metrics = ShadowMetrics::new(metrics.registry())?;
     let readiness = Readiness::default();
     let served = Arc::new(std::sync::Mutex::new(String::from("{}")));
     let mut tasks = JoinSet::new();

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
 use serde::Serialize;
 
-use crate::metrics::family::{register, unreachable, E2E_BUCKETS};
+use crate::metrics::family::{register, E2E_BUCKETS};
 use crate::shadow::expect::{Finding, Kind, Prediction};
 use crate::shadow::timing::Summary;
 
@@ -136,7 +136,7 @@ pub struct ShadowMetrics {
 
 impl ShadowMetrics {
     /// Registers the families on `registry` (every kind at zero).
-    pub fn new(registry: &Registry) -> Self {
+    pub fn new(registry: &Registry) -> prometheus::Result<Self> {
         let divergences = register(
             registry,
             IntCounterVec::new(
@@ -145,22 +145,20 @@ impl ShadowMetrics {
                     "Shadow mode: differences between what the active attacher did and what we would do, by kind.",
                 ),
                 &["kind"],
-            )
-            .unwrap_or_else(|_| unreachable()),
-        );
+            ),
+        )?;
         for kind in Kind::ALL {
             divergences.with_label_values(&[kind.name()]);
         }
-        Self {
+        Ok(Self {
             divergences,
             volume_attachments: register(
                 registry,
                 IntGauge::with_opts(Opts::new(
                     "csi_attacher_shadow_volumeattachments",
                     "Shadow mode: VolumeAttachments of the driver followed now.",
-                ))
-                .unwrap_or_else(|_| unreachable()),
-            ),
+                )),
+            )?,
             latency: register(
                 registry,
                 HistogramVec::new(
@@ -170,9 +168,8 @@ impl ShadowMetrics {
                     )
                     .buckets(E2E_BUCKETS.to_vec()),
                     &["operation", "side"],
-                )
-                .unwrap_or_else(|_| unreachable()),
-            ),
-        }
+                ),
+            )?,
+        })
     }
 }

@@ -6,7 +6,7 @@ use prometheus::{
     IntGaugeVec, Opts, Registry,
 };
 
-use crate::metrics::family::{register, unreachable, workqueue_buckets};
+use crate::metrics::family::{register, workqueue_buckets};
 
 /// Upstream's `workqueue_*` families (label `name`) and ours per lane (label `lane`).
 pub struct QueueFamilies {
@@ -25,25 +25,25 @@ pub struct QueueFamilies {
 
 impl QueueFamilies {
     /// Registers the families on `registry`.
-    pub fn new(registry: &Registry) -> Self {
+    pub fn new(registry: &Registry) -> prometheus::Result<Self> {
         let name = &["name"];
         let lane = &["lane"];
         let opts = |n: &str, h: &str| Opts::new(n, h);
-        let hist = |n: &str, h: &str| HistogramOpts::new(n, h).buckets(workqueue_buckets());
-        // Metric definitions are literals: `new` only fails on invalid names.
-        Self {
-            depth: register(registry, IntGaugeVec::new(opts("workqueue_depth", "[ALPHA] Current depth of workqueue"), name).unwrap_or_else(|_| unreachable())),
-            adds: register(registry, IntCounterVec::new(opts("workqueue_adds_total", "[ALPHA] Total number of adds handled by workqueue"), name).unwrap_or_else(|_| unreachable())),
-            queue_duration: register(registry, HistogramVec::new(hist("workqueue_queue_duration_seconds", "[ALPHA] How long in seconds an item stays in workqueue before being requested."), name).unwrap_or_else(|_| unreachable())),
-            work_duration: register(registry, HistogramVec::new(hist("workqueue_work_duration_seconds", "[ALPHA] How long in seconds processing an item from workqueue takes."), name).unwrap_or_else(|_| unreachable())),
-            unfinished: register(registry, GaugeVec::new(opts("workqueue_unfinished_work_seconds", "[ALPHA] How many seconds of work has done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads. One can deduce the number of stuck threads by observing the rate at which this increases."), name).unwrap_or_else(|_| unreachable())),
-            longest: register(registry, GaugeVec::new(opts("workqueue_longest_running_processor_seconds", "[ALPHA] How many seconds has the longest running processor for workqueue been running."), name).unwrap_or_else(|_| unreachable())),
-            retries: register(registry, IntCounterVec::new(opts("workqueue_retries_total", "[ALPHA] Total number of retries handled by workqueue"), name).unwrap_or_else(|_| unreachable())),
-            lane_depth: register(registry, IntGaugeVec::new(opts("csi_attacher_lane_depth", "Keys waiting to be processed, per lane (attach, detach, pv)."), lane).unwrap_or_else(|_| unreachable())),
-            lane_oldest: register(registry, GaugeVec::new(opts("csi_attacher_lane_oldest_waiting_seconds", "Age in seconds of the oldest key waiting in a lane; 0 when the lane is empty."), lane).unwrap_or_else(|_| unreachable())),
-            nodes_held: register(registry, IntGaugeVec::new(opts("csi_attacher_nodes_held", "Nodes whose new work in a lane is held because the driver answered ResourceExhausted for them (attach lane)."), lane).unwrap_or_else(|_| unreachable())),
-            suggested_timeout: register(registry, GaugeVec::new(opts("csi_attacher_suggested_timeout_seconds", "A --timeout that would fit the driver's completed operations, set once calls often end at the deadline (5 of the last 100); 0 until then."), &["operation"]).unwrap_or_else(|_| unreachable())),
-        }
+        let buckets = workqueue_buckets()?;
+        let hist = |n: &str, h: &str| HistogramOpts::new(n, h).buckets(buckets.clone());
+        Ok(Self {
+            depth: register(registry, IntGaugeVec::new(opts("workqueue_depth", "[ALPHA] Current depth of workqueue"), name))?,
+            adds: register(registry, IntCounterVec::new(opts("workqueue_adds_total", "[ALPHA] Total number of adds handled by workqueue"), name))?,
+            queue_duration: register(registry, HistogramVec::new(hist("workqueue_queue_duration_seconds", "[ALPHA] How long in seconds an item stays in workqueue before being requested."), name))?,
+            work_duration: register(registry, HistogramVec::new(hist("workqueue_work_duration_seconds", "[ALPHA] How long in seconds processing an item from workqueue takes."), name))?,
+            unfinished: register(registry, GaugeVec::new(opts("workqueue_unfinished_work_seconds", "[ALPHA] How many seconds of work has done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads. One can deduce the number of stuck threads by observing the rate at which this increases."), name))?,
+            longest: register(registry, GaugeVec::new(opts("workqueue_longest_running_processor_seconds", "[ALPHA] How many seconds has the longest running processor for workqueue been running."), name))?,
+            retries: register(registry, IntCounterVec::new(opts("workqueue_retries_total", "[ALPHA] Total number of retries handled by workqueue"), name))?,
+            lane_depth: register(registry, IntGaugeVec::new(opts("csi_attacher_lane_depth", "Keys waiting to be processed, per lane (attach, detach, pv)."), lane))?,
+            lane_oldest: register(registry, GaugeVec::new(opts("csi_attacher_lane_oldest_waiting_seconds", "Age in seconds of the oldest key waiting in a lane; 0 when the lane is empty."), lane))?,
+            nodes_held: register(registry, IntGaugeVec::new(opts("csi_attacher_nodes_held", "Nodes whose new work in a lane is held because the driver answered ResourceExhausted for them (attach lane)."), lane))?,
+            suggested_timeout: register(registry, GaugeVec::new(opts("csi_attacher_suggested_timeout_seconds", "A --timeout that would fit the driver's completed operations, set once calls often end at the deadline (5 of the last 100); 0 until then."), &["operation"]))?,
+        })
     }
 
     /// Handles for the VA queue's pacer.

@@ -418,7 +418,10 @@ mod tests {
             writer: Writer::default(),
             pv_refs: PvRefs::default(),
             failing: Arc::new(FailingVas::new(
-                &crate::metrics::Metrics::new().flows.failing,
+                &crate::metrics::Metrics::new()
+                    .expect("metrics")
+                    .flows
+                    .failing,
             )),
             undos,
             driver: testing::DRIVER.into(),

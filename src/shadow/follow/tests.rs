@@ -55,7 +55,11 @@ fn follower() -> Follower {
         driver_lists_published_nodes: true,
         ..Report::default()
     };
-    Follower::new(report, ShadowMetrics::new(&prometheus::Registry::new()), 4)
+    Follower::new(
+        report,
+        ShadowMetrics::new(&prometheus::Registry::new()).expect("metrics"),
+        4,
+    )
 }
 
 fn kinds(f: &Follower) -> Vec<(String, Kind)> {

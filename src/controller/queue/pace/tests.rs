@@ -125,7 +125,7 @@ async fn after_a_deadline_the_retry_keeps_its_backoff_and_the_operation_is_timed
 
 #[tokio::test(start_paused = true)]
 async fn calls_past_the_timeout_suggest_one_that_fits() {
-    let metrics = crate::metrics::Metrics::new();
+    let metrics = crate::metrics::Metrics::new().expect("metrics");
     let q = Arc::new(WorkQueue::<Lane>::new("test", BACKOFF, None));
     let pacer = Pacer::new(
         q,

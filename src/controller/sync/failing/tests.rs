@@ -177,7 +177,7 @@ async fn a_failing_va_that_is_deleted_stops_counting_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn a_va_gone_from_a_re_list_and_a_va_failing_in_the_other_lane_are_counted_right() {
-    let metrics = Metrics::new();
+    let metrics = Metrics::new().expect("metrics");
     let failing = FailingVas::new(&metrics.flows.failing);
     let g = |lane: &str| metrics.flows.failing.with_label_values(&[lane]).get();
     failing.failed("a", Lane::Attach, || true);
