@@ -12,6 +12,8 @@ more than one file: every group of files that import each other.
     hack/cycles.py --check FILE    # exit 1 if a cycle is not listed in FILE
     hack/cycles.py --edges         # also print each cycle's imports (file -> file)
     hack/cycles.py --max-lines 600 # also fail when a file's production part is longer
+    hack/cycles.py --max-fn-lines 80
+                                   # also fail when a production function is longer
     hack/cycles.py --rooms controller:watch,queue,sync,flows,seams
                                    # also fail when a room imports an earlier one
 
@@ -65,6 +67,68 @@ def production_text(path: Path) -> str:
         pending_cfg_test = False
         lines.append(line)
     return "\n".join(lines)
+
+
+def functions(text: str):
+    """(name, first line, lines) of every `fn` with a body in `text`, nested
+    ones too (they count in their outer function as well). A small lexer:
+    braces inside strings, raw strings, chars and comments do not count."""
+    out, stack, pending = [], [], None  # stack: (name, line, depth) of open fns
+    depth, line, i, n = 0, 1, 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\n":
+            line += 1
+        elif text.startswith("//", i):
+            i = text.find("\n", i)
+            i = n if i < 0 else i
+            continue
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            end = n if end < 0 else end + 2
+            line += text.count("\n", i, end)
+            i = end
+            continue
+        elif c == "r" and re.match(r'r#*"', text[i : i + 8]) and not (text[i - 1 : i].isalnum() or text[i - 1 : i] == "_"):
+            hashes = len(re.match(r"r(#*)", text[i:]).group(1))
+            close = '"' + "#" * hashes
+            end = text.find(close, i + 2 + hashes)
+            end = n if end < 0 else end + len(close)
+            line += text.count("\n", i, end)
+            i = end
+            continue
+        elif c == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            line += text.count("\n", i, j)
+            i = j + 1
+            continue
+        elif c == "'":
+            m = re.match(r"'(\\.[^']*|[^'\\])'", text[i:])
+            if m:
+                i += m.end()
+                continue
+        elif c == "{":
+            depth += 1
+            if pending is not None:
+                stack.append((pending[0], pending[1], depth))
+                pending = None
+        elif c == "}":
+            if stack and stack[-1][2] == depth:
+                name, first, _ = stack.pop()
+                out.append((name, first, line - first + 1))
+            depth -= 1
+        elif c == ";" and pending is not None and pending[2] == depth:
+            pending = None  # a declaration without a body
+        elif c == "f" and text.startswith("fn", i) and not (text[i - 1 : i].isalnum() or text[i - 1 : i] == "_"):
+            m = re.match(r"fn\s+(\w+)", text[i:])
+            if m:
+                pending = (m.group(1), line, depth)
+                i += m.end()
+                continue
+        i += 1
+    return out
 
 
 def expand_use(tree: str) -> list:
@@ -132,6 +196,7 @@ def main() -> int:
     parser.add_argument("--check", metavar="FILE")
     parser.add_argument("--edges", action="store_true")
     parser.add_argument("--max-lines", type=int, metavar="N")
+    parser.add_argument("--max-fn-lines", type=int, metavar="N")
     parser.add_argument("--rooms", metavar="PARENT:A,B,...")
     args = parser.parse_args()
 
@@ -213,6 +278,14 @@ def main() -> int:
                 long_files += 1
                 print(f"too long: {path.relative_to(ROOT)}: {lines} production lines (at most {args.max_lines})")
         print(f"files over {args.max_lines} production lines: {long_files}")
+    long_fns = 0
+    if args.max_fn_lines:
+        for module, path in sorted(files.items(), key=lambda kv: str(kv[1])):
+            for fn, first, lines in functions(production_text(path)):
+                if lines > args.max_fn_lines:
+                    long_fns += 1
+                    print(f"too long: {path.relative_to(ROOT)}:{first}: fn {fn}: {lines} lines (at most {args.max_fn_lines})")
+        print(f"functions over {args.max_fn_lines} lines: {long_fns}")
     back = 0
     if args.rooms:
         parent, _, names = args.rooms.partition(":")
@@ -234,7 +307,7 @@ def main() -> int:
                     back += 1
                     print(f"calls back up: {name(module)} -> {name(target)}")
         print(f"imports of an earlier room: {back}")
-    return 1 if (args.check and new) or long_files or back else 0
+    return 1 if (args.check and new) or long_files or long_fns or back else 0
 
 
 if __name__ == "__main__":

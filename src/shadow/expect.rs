@@ -15,6 +15,7 @@ use crate::controller::error::FlowError;
 use crate::controller::flows::node_id::{Lookup, NodeIds};
 use crate::controller::flows::request::{self, SecretName};
 use crate::controller::flows::source::{self, Source};
+use crate::controller::model::names::NODE_ID_ANNOTATION;
 use crate::controller::model::store::Stores;
 use crate::controller::model::CachedVa;
 use crate::controller::seams::cluster::KubeApi;
@@ -339,148 +340,173 @@ pub struct Observed<'a> {
     pub attached_metadata: Option<&'a [(String, String)]>,
 }
 
+/// A finding where we differ by accident (no contract anchor).
+fn finding(kind: Kind, expected: impl Into<String>, observed: impl Into<String>) -> Finding {
+    Finding {
+        kind,
+        expected: expected.into(),
+        observed: observed.into(),
+        deliberate: None,
+    }
+}
+
 /// The findings for one VA as it is now.
 pub fn compare(observed: &Observed<'_>) -> Vec<Finding> {
     let va = observed.va;
     let ours = va.has_finalizer(observed.finalizer);
-    let mut out = Vec::new();
     if !observed.attach_required {
-        if ours {
-            out.push(Finding {
-                kind: Kind::Finalizer,
-                expected: "no finalizer (the driver has no ControllerPublish)".into(),
-                observed: format!("finalizer {}", observed.finalizer),
-                deliberate: None,
-            });
-        }
-        return out;
+        return if ours {
+            vec![finding(
+                Kind::Finalizer,
+                "no finalizer (the driver has no ControllerPublish)",
+                format!("finalizer {}", observed.finalizer),
+            )]
+        } else {
+            Vec::new()
+        };
     }
-    let status = va.status();
     if va.is_deleting() {
-        if let (Some(error), Some(Ok(plan))) = (
-            status.and_then(|s| s.detach_error()),
-            &observed.now.unpublish,
-        ) {
-            let message = error.message.clone().unwrap_or_default();
-            if ours && !is_driver_error(&message) && !message.starts_with("failed to load secret") {
-                out.push(Finding {
-                    kind: Kind::Outcome,
-                    expected: format!("Unpublish {} from {:?}", plan.volume_id, plan.node_ids),
-                    observed: format!("detachError {message:?}"),
-                    deliberate: None,
-                });
-            }
-        }
-        return out;
+        return compare_deleting(observed, ours).into_iter().collect();
     }
     let plan = observed
         .before_attach
         .unwrap_or(observed.now)
         .publish
         .as_ref();
-    let Some(plan) = plan else {
-        return out;
+    match plan {
+        None => Vec::new(),
+        Some(plan) if va.attached() => compare_attached(observed, ours, plan),
+        Some(plan) => compare_not_attached(observed, ours, plan),
+    }
+}
+
+/// A VA being deleted: its detach error, when it is not the driver's.
+fn compare_deleting(observed: &Observed<'_>, ours: bool) -> Option<Finding> {
+    let error = observed.va.status().and_then(|s| s.detach_error())?;
+    let Some(Ok(plan)) = &observed.now.unpublish else {
+        return None;
     };
-    let recorded = va.annotation(crate::controller::model::names::NODE_ID_ANNOTATION);
-    let metadata = status
+    let message = error.message.clone().unwrap_or_default();
+    (ours && !is_driver_error(&message) && !message.starts_with("failed to load secret")).then(
+        || {
+            finding(
+                Kind::Outcome,
+                format!("Unpublish {} from {:?}", plan.volume_id, plan.node_ids),
+                format!("detachError {message:?}"),
+            )
+        },
+    )
+}
+
+/// The metadata the VA's status holds.
+fn metadata<'a>(observed: &Observed<'a>) -> &'a [(String, String)] {
+    observed
+        .va
+        .status()
         .and_then(|s| s.attachment_metadata())
-        .unwrap_or_default();
-    if va.attached() {
-        match plan {
-            Err(err) => out.push(Finding {
-                kind: Kind::Outcome,
-                expected: format!("no Publish: {err}"),
-                observed: "attached=true".into(),
-                deliberate: None,
-            }),
-            Ok(publish) => {
-                if !ours {
-                    out.push(Finding {
-                        kind: Kind::Finalizer,
-                        expected: format!(
-                            "finalizer {} on the VA before Publish",
-                            observed.finalizer
-                        ),
-                        observed: "attached=true without it".into(),
-                        deliberate: None,
-                    });
-                }
-                if observed.pv_has_finalizer == Some(false) {
-                    out.push(Finding {
-                        kind: Kind::PvFinalizer,
-                        expected: format!(
-                            "finalizer {} on the PV before Publish",
-                            observed.finalizer
-                        ),
-                        observed: "attached=true, the PV without it".into(),
-                        deliberate: None,
-                    });
-                }
-                if recorded != Some(publish.node_id.as_str()) {
-                    out.push(node_id_finding(publish, recorded));
-                }
+        .unwrap_or_default()
+}
+
+/// An attached VA: what had to come before Publish, and the metadata.
+fn compare_attached(
+    observed: &Observed<'_>,
+    ours: bool,
+    plan: &Result<PlannedPublish, String>,
+) -> Vec<Finding> {
+    let fin = observed.finalizer;
+    let mut out = Vec::new();
+    match plan {
+        Err(err) => out.push(finding(
+            Kind::Outcome,
+            format!("no Publish: {err}"),
+            "attached=true",
+        )),
+        Ok(publish) => {
+            if !ours {
+                out.push(finding(
+                    Kind::Finalizer,
+                    format!("finalizer {fin} on the VA before Publish"),
+                    "attached=true without it",
+                ));
+            }
+            if observed.pv_has_finalizer == Some(false) {
+                out.push(finding(
+                    Kind::PvFinalizer,
+                    format!("finalizer {fin} on the PV before Publish"),
+                    "attached=true, the PV without it",
+                ));
+            }
+            let recorded = observed.va.annotation(NODE_ID_ANNOTATION);
+            if recorded != Some(publish.node_id.as_str()) {
+                out.push(node_id_finding(publish, recorded));
             }
         }
-        // We write the driver's publish context as it is; the driver gives a
-        // publication the same one every time.
-        if let Some(first) = observed
-            .attached_metadata
-            .filter(|first| *first != metadata)
-        {
-            out.push(Finding {
-                kind: Kind::Metadata,
-                expected: format!(
-                    "attachmentMetadata {:?} (the publish context recorded at attach)",
-                    Pairs(first)
-                ),
-                observed: format!("attachmentMetadata {:?}", Pairs(metadata)),
-                deliberate: None,
-            });
-        }
-        return out;
     }
+    // We write the driver's publish context as it is; the driver gives a
+    // publication the same one every time.
+    let metadata = metadata(observed);
+    if let Some(first) = observed
+        .attached_metadata
+        .filter(|first| *first != metadata)
+    {
+        out.push(finding(
+            Kind::Metadata,
+            format!(
+                "attachmentMetadata {:?} (the publish context recorded at attach)",
+                Pairs(first)
+            ),
+            format!("attachmentMetadata {:?}", Pairs(metadata)),
+        ));
+    }
+    out
+}
+
+/// A VA not attached (yet): no metadata, our node ID, the attach error.
+fn compare_not_attached(
+    observed: &Observed<'_>,
+    ours: bool,
+    plan: &Result<PlannedPublish, String>,
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let metadata = metadata(observed);
     if !metadata.is_empty() {
-        out.push(Finding {
-            kind: Kind::Metadata,
-            expected: "no attachmentMetadata on a VA that is not attached".into(),
-            observed: format!("attachmentMetadata {:?}", Pairs(metadata)),
-            deliberate: None,
-        });
+        out.push(finding(
+            Kind::Metadata,
+            "no attachmentMetadata on a VA that is not attached",
+            format!("attachmentMetadata {:?}", Pairs(metadata)),
+        ));
     }
-    if let (Ok(publish), Some(recorded)) = (plan, recorded) {
+    if let (Ok(publish), Some(recorded)) = (plan, observed.va.annotation(NODE_ID_ANNOTATION)) {
         if ours && recorded != publish.node_id {
             out.push(node_id_finding(publish, Some(recorded)));
         }
     }
-    let Some(error) = status.and_then(|s| s.attach_error()) else {
+    let Some(error) = observed.va.status().and_then(|s| s.attach_error()) else {
         return out;
     };
     let message = error.message.clone().unwrap_or_default();
     out.extend(our_error_code(error.error_code, &message));
     match plan {
-        Err(err) if is_driver_error(&message) => out.push(Finding {
-            kind: Kind::Outcome,
-            expected: format!("no Publish: {err}"),
-            observed: format!("the driver called: {message:?}"),
-            deliberate: None,
-        }),
-        Err(err) if *err != message => out.push(Finding {
-            kind: Kind::ErrorText,
-            expected: format!("attachError {err:?}"),
-            observed: format!("attachError {message:?}"),
-            deliberate: None,
-        }),
+        Err(err) if is_driver_error(&message) => out.push(finding(
+            Kind::Outcome,
+            format!("no Publish: {err}"),
+            format!("the driver called: {message:?}"),
+        )),
+        Err(err) if *err != message => out.push(finding(
+            Kind::ErrorText,
+            format!("attachError {err:?}"),
+            format!("attachError {message:?}"),
+        )),
         Err(_) => {}
         Ok(_) if is_driver_error(&message) => {}
         // Shadow mode names the secret, it does not read it.
         Ok(publish) if publish.secret.is_some() && message.starts_with("failed to load secret") => {
         }
-        Ok(publish) => out.push(Finding {
-            kind: Kind::Outcome,
-            expected: format!("Publish {} to node {}", publish.volume_id, publish.node_id),
-            observed: format!("attachError {message:?}"),
-            deliberate: None,
-        }),
+        Ok(publish) => out.push(finding(
+            Kind::Outcome,
+            format!("Publish {} to node {}", publish.volume_id, publish.node_id),
+            format!("attachError {message:?}"),
+        )),
     }
     out
 }

@@ -105,149 +105,31 @@ pub async fn run(
     config: &Config,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<Report, Error> {
-    let address = csi::parse_address(&config.csi_address)?;
-    let api_config = kube_client::bounded(
-        kube_client::load_config(&config.kubeconfig).await?,
-        config.timeout,
-    );
-    let clients =
-        kube_client::build_prioritized(api_config, config.kube_api_qps, config.kube_api_burst)?;
-    let kube = clients.normal.clone();
-    let metrics = Metrics::new()?;
-    let shadow_metrics = ShadowMetrics::new(metrics.registry())?;
-    let readiness = Readiness::default();
-    let served = Arc::new(std::sync::Mutex::new(String::from("{}")));
-    let mut tasks = JoinSet::new();
-    serve_http(
-        config,
-        &metrics,
-        &readiness,
-        Arc::clone(&served),
-        &mut tasks,
-    )
-    .await?;
-
-    let (client, _loss) = Client::connect(
-        &address,
-        DIAL_TIMEOUT,
-        config.timeout,
-        Arc::clone(&metrics.csi),
-    )
-    .await?;
-    client.probe_until_ready().await?;
-    let driver = client.plugin_info().await?.name;
-    metrics.csi.set_driver_name(&driver);
-    let capabilities = client.capabilities().await?;
-    readiness.set_driver_ready();
-    let lists = capabilities.can_reconcile();
-    tracing::info!(driver = %driver, ?capabilities, "Shadow mode: read-only, no Lease, no Publish or Unpublish");
-    if config.leader_election {
-        tracing::info!("--leader-election has no effect in shadow mode: it takes no Lease");
-    }
-
-    let (vas, mut va_writer) = reflector::store::<CachedVa>();
-    let (pvs, pv_writer) = reflector::store::<CachedPv>();
-    let (csinodes, csinode_writer) = reflector::store::<CSINode>();
-    let fin = finalizer(&driver);
-    spawn_caches(&mut tasks, &kube, &driver, &fin, pv_writer, csinode_writer);
-    let setup = Setup {
-        driver: driver.clone(),
-        finalizer: fin,
-        capabilities,
-        default_fs_type: config.default_fstype.clone(),
-        stores: Stores {
-            vas,
-            pvs,
-            csinodes,
-            pv_refs: PvRefs::default(),
-        },
-        api: KubeApi::new(clients),
-    };
-    let report = Report {
-        driver: driver.clone(),
-        driver_lists_published_nodes: lists,
-        ..Report::default()
-    };
-    let mut follower = Follower::new(
-        report,
-        shadow_metrics,
-        usize::try_from(config.worker_threads)
-            .unwrap_or(usize::MAX)
-            .max(1),
-    );
-    follower.rtt = round_trip(&kube).await;
-
+    let mut shadow = Shadow::start(config).await?;
     let mut events = watch::watch_proto(
-        Api::<crate::controller::model::Wire<CachedVa>>::all(kube.clone()),
+        Api::<crate::controller::model::Wire<CachedVa>>::all(shadow.kube.clone()),
         "VolumeAttachment",
     );
     let mut evaluate = tokio::time::interval(EVALUATE_EVERY);
     let period = config.reconcile_sync;
-    let mut list = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    let mut list = tokio::time::interval_at(Instant::now() + period, period);
     let mut publish = tokio::time::interval(PUBLISH_REPORT_EVERY);
-    let mut summary =
-        tokio::time::interval_at(tokio::time::Instant::now() + SUMMARY_EVERY, SUMMARY_EVERY);
-    let mut relisted: HashSet<String> = HashSet::new();
+    let mut summary = tokio::time::interval_at(Instant::now() + SUMMARY_EVERY, SUMMARY_EVERY);
     let mut timed = 0;
     tokio::pin!(stop);
     loop {
         tokio::select! {
             () = &mut stop => break,
-            event = events.next() => {
-                let Some(event) = event else { break };
-                match event {
-                    Event::Init => {
-                        relisted.clear();
-                        va_writer.apply_watcher_event(&Event::Init);
-                    }
-                    Event::InitApply(va) => {
-                        if va.attacher() == driver {
-                            relisted.insert(va.name().to_string());
-                            va_writer.apply_watcher_event(&Event::InitApply(va.clone()));
-                            follower.observe(va, &setup.inputs(true)).await;
-                        }
-                    }
-                    Event::InitDone => {
-                        va_writer.apply_watcher_event(&Event::InitDone);
-                        readiness.set_caches_synced();
-                        for name in follower.names() {
-                            if !relisted.contains(&name) {
-                                follower.gone(&name, Instant::now(), &setup.inputs(false)).await;
-                            }
-                        }
-                    }
-                    Event::Apply(va) => {
-                        if va.attacher() == driver {
-                            va_writer.apply_watcher_event(&Event::Apply(va.clone()));
-                            follower.observe(va, &setup.inputs(true)).await;
-                        }
-                    }
-                    Event::Delete(va) => {
-                        if va.attacher() == driver {
-                            let name = va.name().to_string();
-                            va_writer.apply_watcher_event(&Event::Delete(va));
-                            follower.gone(&name, Instant::now(), &setup.inputs(false)).await;
-                        }
-                    }
-                }
-            }
-            _ = evaluate.tick() => follower.evaluate(&setup.inputs(false)).await,
-            _ = list.tick(), if lists => {
-                let started = Instant::now();
-                match reconcile::list_published(&client, config.max_entries).await {
-                    Ok((published, _pages)) => follower.compare_published(started, &published, &setup.inputs(false)),
-                    Err(err) => tracing::warn!(error = %err, "Shadow: ListVolumes failed; published nodes not compared this time"),
-                }
-            }
-            _ = publish.tick() => {
-                match serde_json::to_string_pretty(follower.snapshot()) {
-                    Ok(json) => *served.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = json,
-                    Err(err) => tracing::warn!(error = %err, "Shadow: cannot encode the report"),
-                }
-            }
+            event = events.next() => match event {
+                Some(event) => shadow.on_event(event).await,
+                None => break,
+            },
+            _ = evaluate.tick() => shadow.follower.evaluate(&shadow.setup.inputs(false)).await,
+            _ = list.tick(), if shadow.lists => shadow.compare_published(config.max_entries).await,
+            _ = publish.tick() => shadow.publish(),
             _ = summary.tick() => {
-                follower.rtt = round_trip(&kube).await;
-                let report = follower.snapshot();
+                shadow.follower.rtt = round_trip(&shadow.kube).await;
+                let report = shadow.follower.snapshot();
                 let now = report.timing.attach.count + report.timing.detach.count;
                 if now != timed {
                     timed = now;
@@ -256,11 +138,181 @@ pub async fn run(
             }
         }
     }
-    follower.rtt = round_trip(&kube).await;
-    let report = follower.snapshot();
-    log_summary(report);
-    tasks.shutdown().await;
-    Ok(std::mem::take(&mut follower.report))
+    shadow.follower.rtt = round_trip(&shadow.kube).await;
+    log_summary(shadow.follower.snapshot());
+    shadow.tasks.shutdown().await;
+    Ok(std::mem::take(&mut shadow.follower.report))
+}
+
+/// Shadow mode running: the driver, the caches and what follows the VAs.
+struct Shadow {
+    setup: Setup,
+    follower: Follower,
+    client: Client,
+    kube: kube::Client,
+    readiness: Readiness,
+    /// The report served on `/shadow`.
+    served: Arc<std::sync::Mutex<String>>,
+    tasks: JoinSet<()>,
+    va_writer: reflector::store::Writer<CachedVa>,
+    /// Whether the driver lists published nodes.
+    lists: bool,
+    /// The VAs of the watch's current (re)list.
+    relisted: HashSet<String>,
+}
+
+impl Shadow {
+    /// Serves `/metrics` and `/shadow`, identifies the driver, starts the PV
+    /// and CSINode caches.
+    async fn start(config: &Config) -> Result<Self, Error> {
+        let address = csi::parse_address(&config.csi_address)?;
+        let api_config = kube_client::bounded(
+            kube_client::load_config(&config.kubeconfig).await?,
+            config.timeout,
+        );
+        let clients =
+            kube_client::build_prioritized(api_config, config.kube_api_qps, config.kube_api_burst)?;
+        let kube = clients.normal.clone();
+        let metrics = Metrics::new()?;
+        let shadow_metrics = ShadowMetrics::new(metrics.registry())?;
+        let readiness = Readiness::default();
+        let served = Arc::new(std::sync::Mutex::new(String::from("{}")));
+        let mut tasks = JoinSet::new();
+        serve_http(
+            config,
+            &metrics,
+            &readiness,
+            Arc::clone(&served),
+            &mut tasks,
+        )
+        .await?;
+
+        let (client, _loss) = Client::connect(
+            &address,
+            DIAL_TIMEOUT,
+            config.timeout,
+            Arc::clone(&metrics.csi),
+        )
+        .await?;
+        client.probe_until_ready().await?;
+        let driver = client.plugin_info().await?.name;
+        metrics.csi.set_driver_name(&driver);
+        let capabilities = client.capabilities().await?;
+        readiness.set_driver_ready();
+        let lists = capabilities.can_reconcile();
+        tracing::info!(driver = %driver, ?capabilities, "Shadow mode: read-only, no Lease, no Publish or Unpublish");
+        if config.leader_election {
+            tracing::info!("--leader-election has no effect in shadow mode: it takes no Lease");
+        }
+
+        let (vas, va_writer) = reflector::store::<CachedVa>();
+        let (pvs, pv_writer) = reflector::store::<CachedPv>();
+        let (csinodes, csinode_writer) = reflector::store::<CSINode>();
+        let fin = finalizer(&driver);
+        spawn_caches(&mut tasks, &kube, &driver, &fin, pv_writer, csinode_writer);
+        let report = Report {
+            driver: driver.clone(),
+            driver_lists_published_nodes: lists,
+            ..Report::default()
+        };
+        let workers = usize::try_from(config.worker_threads).unwrap_or(usize::MAX);
+        let mut follower = Follower::new(report, shadow_metrics, workers.max(1));
+        follower.rtt = round_trip(&kube).await;
+        let setup = Setup {
+            driver,
+            finalizer: fin,
+            capabilities,
+            default_fs_type: config.default_fstype.clone(),
+            stores: Stores {
+                vas,
+                pvs,
+                csinodes,
+                pv_refs: PvRefs::default(),
+            },
+            api: KubeApi::new(clients),
+        };
+        Ok(Self {
+            setup,
+            follower,
+            client,
+            kube,
+            readiness,
+            served,
+            tasks,
+            va_writer,
+            lists,
+            relisted: HashSet::new(),
+        })
+    }
+
+    /// One event of the VA watch: into the cache, and to the follower when
+    /// the VA is the driver's.
+    async fn on_event(&mut self, event: Event<CachedVa>) {
+        let ours = |va: &CachedVa| va.attacher() == self.setup.driver;
+        match event {
+            Event::Init => {
+                self.relisted.clear();
+                self.va_writer.apply_watcher_event(&Event::Init);
+            }
+            Event::InitApply(va) if ours(&va) => {
+                self.relisted.insert(va.name().to_string());
+                self.va_writer
+                    .apply_watcher_event(&Event::InitApply(va.clone()));
+                self.follower.observe(va, &self.setup.inputs(true)).await;
+            }
+            Event::InitDone => {
+                self.va_writer.apply_watcher_event(&Event::InitDone);
+                self.readiness.set_caches_synced();
+                for name in self.follower.names() {
+                    if !self.relisted.contains(&name) {
+                        self.follower
+                            .gone(&name, Instant::now(), &self.setup.inputs(false))
+                            .await;
+                    }
+                }
+            }
+            Event::Apply(va) if ours(&va) => {
+                self.va_writer
+                    .apply_watcher_event(&Event::Apply(va.clone()));
+                self.follower.observe(va, &self.setup.inputs(true)).await;
+            }
+            Event::Delete(va) if ours(&va) => {
+                let name = va.name().to_string();
+                self.va_writer.apply_watcher_event(&Event::Delete(va));
+                self.follower
+                    .gone(&name, Instant::now(), &self.setup.inputs(false))
+                    .await;
+            }
+            Event::InitApply(_) | Event::Apply(_) | Event::Delete(_) => {}
+        }
+    }
+
+    /// The driver's published nodes against the VAs.
+    async fn compare_published(&mut self, max_entries: i32) {
+        let started = Instant::now();
+        match reconcile::list_published(&self.client, max_entries).await {
+            Ok((published, _pages)) => {
+                self.follower
+                    .compare_published(started, &published, &self.setup.inputs(false));
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "Shadow: ListVolumes failed; published nodes not compared this time")
+            }
+        }
+    }
+
+    /// Refreshes the report served on `/shadow`.
+    fn publish(&mut self) {
+        match serde_json::to_string_pretty(self.follower.snapshot()) {
+            Ok(json) => {
+                *self
+                    .served
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = json
+            }
+            Err(err) => tracing::warn!(error = %err, "Shadow: cannot encode the report"),
+        }
+    }
 }
 
 /// The PV and CSINode caches (the VA one is kept by the loop).
