@@ -233,24 +233,7 @@ pub async fn run(
         () = &mut shutdown => return tasks.shutdown().await,
     }
 
-    let csi: Arc<dyn Driver> = Arc::new(csi);
-    let mut pacer = Pacer::new(
-        Arc::clone(&queues.va),
-        settings.backoff,
-        csi.timeout(),
-        Some(metrics.queues.for_pacer()),
-    );
-    if settings.poll_pending_after_deadline {
-        pacer = pacer.with_poll();
-    }
-    let pacer = Arc::new(pacer);
-    let driver = FencedDriver::new(csi, leadership);
-    let (driver, pacer) = if settings.schedule_per_node {
-        let listener: Arc<dyn Listener> = pacer.clone();
-        (driver.with_listener(listener), Some(pacer))
-    } else {
-        (driver, None)
-    };
+    let (driver, pacer) = fenced_driver(csi, leadership, &settings, &metrics, &queues);
     let policy = Arc::new(ErrorPolicy {
         error_codes: settings.error_codes,
         failing,
@@ -272,22 +255,55 @@ pub async fn run(
         flow_metrics: Arc::clone(&metrics.flows),
         undos,
     });
-    let mut workers_set = start_leading(&mut tasks, &ctx, &policy, &queues, &settings, &metrics);
+    let workers_set = start_leading(&mut tasks, &ctx, &policy, &queues, &settings, &metrics);
 
     shutdown.await;
+    drain(&queues, workers_set, settings.drain_timeout).await;
+    tasks.shutdown().await;
+}
+
+/// The driver behind the leadership's fence and, when `--schedule-per-node`
+/// holds nodes, the pacer that listens to its answers.
+fn fenced_driver(
+    csi: csi::Client,
+    leadership: Leadership,
+    settings: &Settings,
+    metrics: &Metrics,
+    queues: &Queues,
+) -> (FencedDriver, Option<Arc<Pacer>>) {
+    let csi: Arc<dyn Driver> = Arc::new(csi);
+    let mut pacer = Pacer::new(
+        Arc::clone(&queues.va),
+        settings.backoff,
+        csi.timeout(),
+        Some(metrics.queues.for_pacer()),
+    );
+    if settings.poll_pending_after_deadline {
+        pacer = pacer.with_poll();
+    }
+    let pacer = Arc::new(pacer);
+    let driver = FencedDriver::new(csi, leadership);
+    if settings.schedule_per_node {
+        let listener: Arc<dyn Listener> = pacer.clone();
+        (driver.with_listener(listener), Some(pacer))
+    } else {
+        (driver, None)
+    }
+}
+
+/// Shuts the queues down and waits up to `timeout` for the workers' work in flight.
+async fn drain(queues: &Queues, mut workers: JoinSet<()>, timeout: Duration) {
     tracing::info!("Stopping workers; waiting for in-flight operations");
     queues.va.shut_down();
     queues.pv.shut_down();
-    let drain_timeout = settings.drain_timeout;
-    let drained = tokio::time::timeout(drain_timeout, async {
-        while workers_set.join_next().await.is_some() {}
+    let drained = tokio::time::timeout(timeout, async {
+        while workers.join_next().await.is_some() {}
     })
     .await;
     if drained.is_err() {
-        tracing::warn!(timeout = ?drain_timeout, "In-flight operations did not finish in time");
-        workers_set.shutdown().await;
+        tracing::warn!(?timeout, "In-flight operations did not finish in time");
+        workers.shutdown().await;
     }
-    tasks.shutdown().await;
 }
 
 /// What fills the caches.
