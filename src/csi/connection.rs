@@ -165,7 +165,6 @@ pub async fn connect(path: &Path, timeout: Duration) -> Result<(Channel, Connect
                 tracing::warn!(address = %shown, error = %err, "Still connecting to CSI driver");
             }
         });
-    let mut last_error = String::from("no attempt finished");
     match tokio::time::timeout(timeout, attempt).await {
         Ok(Ok(channel)) => {
             tracing::info!(address = %path.display(), "Connected to CSI driver");
@@ -176,15 +175,13 @@ pub async fn connect(path: &Path, timeout: Duration) -> Result<(Channel, Connect
                 message: SocketAccess::inspect(path).to_string(),
             })
         }
-        Ok(Err(err)) => {
-            last_error = err.to_string();
-            Err(connect_timeout(path, timeout, last_error))
-        }
+        Ok(Err(err)) => Err(connect_timeout(path, timeout, err.to_string())),
         Err(_) => {
             // The dial itself reports why: try once more without waiting to say it.
-            if let Ok(Err(err)) = tokio::time::timeout(Duration::from_millis(100), dial()).await {
-                last_error = format!("{err}: {}", source_chain(&err));
-            }
+            let last_error = match tokio::time::timeout(Duration::from_millis(100), dial()).await {
+                Ok(Err(err)) => format!("{err}: {}", source_chain(&err)),
+                _ => String::from("no attempt finished"),
+            };
             Err(connect_timeout(path, timeout, last_error))
         }
     }

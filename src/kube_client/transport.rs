@@ -77,57 +77,14 @@ pub(super) fn transport(
     if let proxy::Route::Proxy(proxy, origin) = &route {
         tracing::debug!(%proxy, %origin, server = %config.cluster_url, "API requests go through a proxy");
     }
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_nodelay(true);
-    http.set_connect_timeout(config.connect_timeout);
-    // A peer that is gone (node died, network cut, no RST) is noticed on an
-    // idle connection, such as a watch waiting for events, within
-    // KEEPALIVE_IDLE + KEEPALIVE_RETRIES × KEEPALIVE_INTERVAL = 30 s, where
-    // the kernel's defaults take over two hours (client-go: ~45 s, from its
-    // HTTP/2 pings). `docs/bounds.md` lists it with the other bounds.
-    http.set_keepalive(Some(KEEPALIVE_IDLE));
-    http.set_keepalive_interval(Some(KEEPALIVE_INTERVAL));
-    http.set_keepalive_retries(Some(KEEPALIVE_RETRIES));
-    let connector = proxy::Connector::new(
-        http,
-        &route,
-        || config.rustls_client_config(),
-        config.tls_server_name.as_deref(),
-        config.connect_timeout,
-    )
-    .map_err(Error::Build)?;
-    let https = match version {
-        Http::One => config
-            .rustls_https_connector_with_connector(connector)
-            .map_err(Error::Build)?,
-        Http::Two => https_connector_h2(&config, connector)?,
-    };
-    // A plain-http API server behind a proxy gets its requests forwarded,
-    // with the proxy's credentials on each (Go's transport does the same).
-    let forward_auth = match &route {
-        proxy::Route::Proxy(proxy, _) if config.cluster_url.scheme_str() == Some("http") => {
-            proxy.authorization()
-        }
-        _ => None,
-    };
+    let https = connector(&config, &route, version)?;
+    let forward_auth = forward_auth(&config, &route);
     let client = pool().build(https);
     // Each request in a debug span ("HTTP", method, URL, status: shown at
     // `--v=6`, like client-go's request log), its failures as errors, as
     // kube's own builder traces them.
     let trace = TraceLayer::new_for_http()
-        .make_span_with(|request: &http::Request<kube::client::Body>| {
-            tracing::debug_span!(
-                target: REQUEST_LOG_TARGET,
-                "HTTP",
-                http.method = %request.method(),
-                http.url = %request.uri(),
-                http.status_code = tracing::field::Empty,
-                otel.name = request.extensions().get::<&'static str>().unwrap_or(&"HTTP"),
-                otel.kind = "client",
-                otel.status_code = tracing::field::Empty,
-            )
-        })
+        .make_span_with(request_span)
         .on_request(|_: &http::Request<kube::client::Body>, _: &Span| tracing::debug!(target: REQUEST_LOG_TARGET, "requesting"))
         .on_response(
             |response: &http::Response<Incoming>, _: Duration, span: &Span| {
@@ -178,6 +135,66 @@ pub(super) fn transport(
         BoxService::new(service),
         config.default_namespace,
     ))
+}
+
+/// A request's span: "HTTP", method, URL, and its status once known.
+fn request_span(request: &http::Request<kube::client::Body>) -> Span {
+    tracing::debug_span!(
+        target: REQUEST_LOG_TARGET,
+        "HTTP",
+        http.method = %request.method(),
+        http.url = %request.uri(),
+        http.status_code = tracing::field::Empty,
+        otel.name = request.extensions().get::<&'static str>().unwrap_or(&"HTTP"),
+        otel.kind = "client",
+        otel.status_code = tracing::field::Empty,
+    )
+}
+
+/// A plain-http API server behind a proxy gets its requests forwarded, with
+/// the proxy's credentials on each (Go's transport does the same).
+fn forward_auth(config: &kube::Config, route: &proxy::Route) -> Option<http::HeaderValue> {
+    match route {
+        proxy::Route::Proxy(proxy, _) if config.cluster_url.scheme_str() == Some("http") => {
+            proxy.authorization()
+        }
+        _ => None,
+    }
+}
+
+/// TCP (no delay, keepalive, the connect timeout), then the proxy of
+/// `route` if any, then TLS offering `version`.
+fn connector(
+    config: &kube::Config,
+    route: &proxy::Route,
+    version: Http,
+) -> Result<hyper_rustls::HttpsConnector<proxy::Connector>, Error> {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(config.connect_timeout);
+    // A peer that is gone (node died, network cut, no RST) is noticed on an
+    // idle connection, such as a watch waiting for events, within
+    // KEEPALIVE_IDLE + KEEPALIVE_RETRIES × KEEPALIVE_INTERVAL = 30 s, where
+    // the kernel's defaults take over two hours (client-go: ~45 s, from its
+    // HTTP/2 pings). `docs/bounds.md` lists it with the other bounds.
+    http.set_keepalive(Some(KEEPALIVE_IDLE));
+    http.set_keepalive_interval(Some(KEEPALIVE_INTERVAL));
+    http.set_keepalive_retries(Some(KEEPALIVE_RETRIES));
+    let connector = proxy::Connector::new(
+        http,
+        route,
+        || config.rustls_client_config(),
+        config.tls_server_name.as_deref(),
+        config.connect_timeout,
+    )
+    .map_err(Error::Build)?;
+    Ok(match version {
+        Http::One => config
+            .rustls_https_connector_with_connector(connector)
+            .map_err(Error::Build)?,
+        Http::Two => https_connector_h2(config, connector)?,
+    })
 }
 
 /// hyper's client as every API client uses it: HTTP/2 connections pinged
