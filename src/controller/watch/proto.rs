@@ -88,99 +88,112 @@ where
     K: FromProto + kube::Resource<DynamicType = ()>,
 {
     match state {
-        State::Empty => {
-            let uri = format!(
-                "{path}?watch=true&timeoutSeconds={TIMEOUT_SECONDS}&allowWatchBookmarks=true\
-                 &sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
-            );
-            match open(client, &uri).await {
-                Ok(frames) => (Some(Ok(Event::Init)), State::Listing(frames)),
-                Err(err) => (
-                    Some(Err(watcher::Error::WatchStartFailed(err))),
-                    State::Empty,
-                ),
-            }
+        State::Empty => list(client, path).await,
+        State::Resume(rv) => resume(client, path, rv).await,
+        State::Listing(frames) => listing(frames).await,
+        State::Watching(frames, rv) => watching(frames, rv).await,
+    }
+}
+
+/// Starts the streaming list.
+async fn list<K>(client: &kube::Client, path: &str) -> Step<K> {
+    let uri = format!(
+        "{path}?watch=true&timeoutSeconds={TIMEOUT_SECONDS}&allowWatchBookmarks=true\
+         &sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
+    );
+    match open(client, &uri).await {
+        Ok(frames) => (Some(Ok(Event::Init)), State::Listing(frames)),
+        Err(err) => (
+            Some(Err(watcher::Error::WatchStartFailed(err))),
+            State::Empty,
+        ),
+    }
+}
+
+/// Watches again from `rv`; from scratch when it is gone (410).
+async fn resume<K>(client: &kube::Client, path: &str, rv: String) -> Step<K> {
+    let uri = format!(
+        "{path}?watch=true&timeoutSeconds={TIMEOUT_SECONDS}&allowWatchBookmarks=true\
+         &resourceVersion={}",
+        percent_encoding::utf8_percent_encode(&rv, percent_encoding::NON_ALPHANUMERIC)
+    );
+    match open(client, &uri).await {
+        Ok(frames) => (None, State::Watching(frames, rv)),
+        Err(err) => {
+            let gone = matches!(&err, kube::Error::Api(s) if s.code == 410);
+            let next = if gone {
+                State::Empty
+            } else {
+                State::Resume(rv)
+            };
+            (Some(Err(watcher::Error::WatchStartFailed(err))), next)
         }
-        State::Resume(rv) => {
-            let uri = format!(
-                "{path}?watch=true&timeoutSeconds={TIMEOUT_SECONDS}&allowWatchBookmarks=true\
-                 &resourceVersion={}",
-                percent_encoding::utf8_percent_encode(&rv, percent_encoding::NON_ALPHANUMERIC)
-            );
-            match open(client, &uri).await {
-                Ok(frames) => (None, State::Watching(frames, rv)),
-                Err(err) => {
-                    let gone = matches!(&err, kube::Error::Api(s) if s.code == 410);
-                    let next = if gone {
-                        State::Empty
-                    } else {
-                        State::Resume(rv)
-                    };
-                    (Some(Err(watcher::Error::WatchStartFailed(err))), next)
-                }
-            }
-        }
-        State::Listing(mut frames) => match frames.next_event().await {
-            None => (None, State::Empty),
-            Some(Err(err)) => (Some(Err(watcher::Error::WatchFailed(err))), State::Empty),
-            Some(Ok(WatchItem::Object(kind, raw))) => match kind.as_str() {
-                "ADDED" | "MODIFIED" => (
-                    Some(decode::<K>(&raw).map(Event::InitApply)),
-                    State::Listing(frames),
-                ),
-                // None are sent before the end bookmark; kube-runtime skips them too.
-                _ => (None, State::Listing(frames)),
-            },
-            Some(Ok(WatchItem::Bookmark { rv, end })) => match (end, rv) {
-                (true, Some(rv)) => (Some(Ok(Event::InitDone)), State::Watching(frames, rv)),
-                (true, None) => (Some(Err(watcher::Error::NoResourceVersion)), State::Empty),
-                (false, _) => (None, State::Listing(frames)),
-            },
-            Some(Ok(WatchItem::Error(status))) => {
-                let next = if status.code == 410 {
-                    State::Empty
-                } else {
-                    State::Listing(frames)
-                };
-                (Some(Err(watcher::Error::WatchError(status))), next)
-            }
-        },
-        State::Watching(mut frames, rv) => match frames.next_event().await {
-            None => (None, State::Resume(rv)),
-            Some(Err(err)) => (
-                Some(Err(watcher::Error::WatchFailed(err))),
-                State::Resume(rv),
+    }
+}
+
+/// The next initial event, until the end bookmark.
+async fn listing<K: FromProto>(mut frames: Frames) -> Step<K> {
+    match frames.next_event().await {
+        None => (None, State::Empty),
+        Some(Err(err)) => (Some(Err(watcher::Error::WatchFailed(err))), State::Empty),
+        Some(Ok(WatchItem::Object(kind, raw))) => match kind.as_str() {
+            "ADDED" | "MODIFIED" => (
+                Some(decode::<K>(&raw).map(Event::InitApply)),
+                State::Listing(frames),
             ),
-            Some(Ok(WatchItem::Object(kind, raw))) => {
-                let event = decode::<K>(&raw).map(|obj| {
-                    let rv = obj.meta().resource_version.clone();
-                    let event = if kind == "DELETED" {
-                        Event::Delete(obj)
-                    } else {
-                        Event::Apply(obj)
-                    };
-                    (event, rv)
-                });
-                match event {
-                    Ok((event, new_rv)) => (
-                        Some(Ok(event)),
-                        State::Watching(frames, new_rv.unwrap_or(rv)),
-                    ),
-                    Err(err) => (Some(Err(err)), State::Watching(frames, rv)),
-                }
-            }
-            Some(Ok(WatchItem::Bookmark { rv: new_rv, .. })) => {
-                (None, State::Watching(frames, new_rv.unwrap_or(rv)))
-            }
-            Some(Ok(WatchItem::Error(status))) => {
-                let next = if status.code == 410 {
-                    State::Empty
-                } else {
-                    State::Watching(frames, rv)
-                };
-                (Some(Err(watcher::Error::WatchError(status))), next)
-            }
+            // None are sent before the end bookmark; kube-runtime skips them too.
+            _ => (None, State::Listing(frames)),
         },
+        Some(Ok(WatchItem::Bookmark { rv, end })) => match (end, rv) {
+            (true, Some(rv)) => (Some(Ok(Event::InitDone)), State::Watching(frames, rv)),
+            (true, None) => (Some(Err(watcher::Error::NoResourceVersion)), State::Empty),
+            (false, _) => (None, State::Listing(frames)),
+        },
+        Some(Ok(WatchItem::Error(status))) => {
+            let next = if status.code == 410 {
+                State::Empty
+            } else {
+                State::Listing(frames)
+            };
+            (Some(Err(watcher::Error::WatchError(status))), next)
+        }
+    }
+}
+
+/// The next change, its resource version kept to resume from.
+async fn watching<K>(mut frames: Frames, rv: String) -> Step<K>
+where
+    K: FromProto + kube::Resource<DynamicType = ()>,
+{
+    match frames.next_event().await {
+        None => (None, State::Resume(rv)),
+        Some(Err(err)) => (
+            Some(Err(watcher::Error::WatchFailed(err))),
+            State::Resume(rv),
+        ),
+        Some(Ok(WatchItem::Object(kind, raw))) => match decode::<K>(&raw) {
+            Ok(obj) => {
+                let new_rv = obj.meta().resource_version.clone().unwrap_or(rv);
+                let event = if kind == "DELETED" {
+                    Event::Delete(obj)
+                } else {
+                    Event::Apply(obj)
+                };
+                (Some(Ok(event)), State::Watching(frames, new_rv))
+            }
+            Err(err) => (Some(Err(err)), State::Watching(frames, rv)),
+        },
+        Some(Ok(WatchItem::Bookmark { rv: new_rv, .. })) => {
+            (None, State::Watching(frames, new_rv.unwrap_or(rv)))
+        }
+        Some(Ok(WatchItem::Error(status))) => {
+            let next = if status.code == 410 {
+                State::Empty
+            } else {
+                State::Watching(frames, rv)
+            };
+            (Some(Err(watcher::Error::WatchError(status))), next)
+        }
     }
 }
 
