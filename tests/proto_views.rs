@@ -410,6 +410,17 @@ async fn the_watch_client_speaks_http2_and_the_others_http1() {
 /// deletion a `Delete`.
 #[tokio::test]
 async fn the_protobuf_watch_streams_the_views_a_json_read_decodes() {
+    protobuf_watch_decodes_as_json(false).await;
+}
+
+/// The same with the paginated protobuf LISTs that replace a refused
+/// streaming list.
+#[tokio::test]
+async fn the_paginated_protobuf_list_holds_the_views_a_json_read_decodes() {
+    protobuf_watch_decodes_as_json(true).await;
+}
+
+async fn protobuf_watch_decodes_as_json(paginated: bool) {
     let cp = controlplane::shared();
     let client = cp.client().await;
     let prefix = unique("proto-watch");
@@ -420,7 +431,7 @@ async fn the_protobuf_watch_streams_the_views_a_json_read_decodes() {
         .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
         .collect();
 
-    let mut events = proto_watch::watcher::<Wire<CachedPv>>(client.clone());
+    let mut events = proto_watch::watcher::<Wire<CachedPv>>(client.clone(), paginated);
     let deadline = Duration::from_secs(30);
     let mut listed = BTreeMap::new();
     let mut init = false;

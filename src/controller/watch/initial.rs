@@ -30,8 +30,10 @@
 
 use futures::stream::BoxStream;
 use futures::StreamExt;
-use kube::api::Api;
 use kube::runtime::watcher::{self, Event};
+
+use super::proto;
+use crate::controller::model::proto::FromProto;
 
 /// The environment variable client-go reads for its `WatchListClient` gate.
 pub const WATCH_LIST_ENV: &str = "KUBE_FEATURE_WatchListClient";
@@ -76,17 +78,6 @@ impl InitialList {
             mode
         })
     }
-
-    /// kube-runtime's watcher configuration for this mode.
-    pub fn config(self) -> watcher::Config {
-        let config = watcher::Config::default();
-        match self {
-            Self::Streaming => config.streaming_lists(),
-            // kube-runtime's defaults: 500 objects a page, `ListSemantic::MostRecent`
-            // (no resourceVersion, so every page is a consistent read).
-            Self::Paginated => config,
-        }
-    }
 }
 
 /// Go's `strconv.ParseBool`.
@@ -98,13 +89,13 @@ fn parse_go_bool(value: &str) -> Option<bool> {
     }
 }
 
-/// Whether `err` is the API server refusing a streaming list (422, 400) or
-/// the protobuf it is asked for (406, 415): not a failure to retry.
+/// Whether `err` is the API server refusing a streaming list (422, 400):
+/// not a failure to retry.
 pub fn is_refusal(err: &watcher::Error) -> bool {
     matches!(
         err,
         watcher::Error::WatchStartFailed(kube::Error::Api(status))
-            if matches!(status.code, 400 | 406 | 415 | 422)
+            if matches!(status.code, 400 | 422)
     )
 }
 
@@ -154,171 +145,50 @@ impl Attempts {
     }
 }
 
-/// kube-runtime's watcher in `mode`: in [`InitialList::Streaming`], switched
-/// to paginated lists when the API server refuses streaming ones (module
-/// docs).
-pub fn watcher<K>(
-    api: Api<K>,
-    mode: InitialList,
-    kind: &'static str,
-) -> BoxStream<'static, Result<Event<K>, watcher::Error>>
-where
-    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
-{
-    let inner = watcher::watcher(api.clone(), mode.config()).boxed();
-    if mode == InitialList::Paginated {
-        return inner;
-    }
-    with_fallback(inner, api, kind)
-}
-
-/// The protobuf watcher ([`super::proto`]) in [`InitialList::Streaming`],
-/// switched to kube-runtime's paginated lists (in JSON) when the API server
-/// refuses its streaming lists or protobuf (406, 415); kube-runtime's
-/// paginated watcher in [`InitialList::Paginated`].
+/// The protobuf watcher ([`super::proto`]) in `mode`: in
+/// [`InitialList::Streaming`], switched to paginated lists when the API
+/// server refuses streaming ones (module docs).
 pub fn proto_watcher<K>(
-    api: Api<K>,
+    client: kube::Client,
     mode: InitialList,
     kind: &'static str,
 ) -> BoxStream<'static, Result<Event<K>, watcher::Error>>
 where
-    K: kube::Resource<DynamicType = ()>
-        + crate::controller::model::proto::FromProto
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + 'static,
+    K: kube::Resource<DynamicType = ()> + FromProto + Send + 'static,
 {
     if mode == InitialList::Paginated {
-        return watcher(api, mode, kind);
+        return proto::watcher(client, true);
     }
-    let inner = super::proto::watcher(kube::Client::from(api.clone()));
-    with_fallback(inner, api, kind)
-}
-
-/// `streaming` until the API server refuses it ([`Attempts`]), then
-/// kube-runtime's paginated watcher of `api`. A stream that switches ends
-/// its open attempt with the paginated watcher's own `Init`, so consumers
-/// see one re-list.
-fn with_fallback<K>(
-    streaming: BoxStream<'static, Result<Event<K>, watcher::Error>>,
-    api: Api<K>,
-    kind: &'static str,
-) -> BoxStream<'static, Result<Event<K>, watcher::Error>>
-where
-    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
-{
-    let state = (streaming, Some(Attempts::default()), api);
-    futures::stream::unfold(state, move |(mut inner, mut attempts, api)| async move {
-        loop {
-            let item = inner.next().await?;
-            if let Some(seen) = attempts.as_mut() {
-                if let Verdict::FallBack(reason) = seen.observe(&item) {
-                    match &item {
-                        Err(err) => tracing::info!(
-                            kind,
-                            reason,
-                            error = %crate::kube_client::error_chain(err),
-                            "listing in pages from now on"
-                        ),
-                        Ok(_) => tracing::warn!(kind, reason, "listing in pages from now on"),
+    let state = (
+        proto::watcher(client.clone(), false),
+        Some(Attempts::default()),
+    );
+    // A stream that switches ends its open attempt with the paginated
+    // watcher's own `Init`, so consumers see one re-list.
+    futures::stream::unfold(state, move |(mut inner, mut attempts)| {
+        let client = client.clone();
+        async move {
+            loop {
+                let item = inner.next().await?;
+                if let Some(seen) = attempts.as_mut() {
+                    if let Verdict::FallBack(reason) = seen.observe(&item) {
+                        match &item {
+                            Err(err) => tracing::info!(
+                                kind,
+                                reason,
+                                error = %crate::kube_client::error_chain(err),
+                                "listing in pages from now on"
+                            ),
+                            Ok(_) => tracing::warn!(kind, reason, "listing in pages from now on"),
+                        }
+                        inner = proto::watcher(client.clone(), true);
+                        attempts = None;
+                        continue;
                     }
-                    inner = watcher::watcher(api.clone(), InitialList::Paginated.config()).boxed();
-                    attempts = None;
-                    continue;
                 }
+                return Some((item, (inner, attempts)));
             }
-            return Some((item, (inner, attempts, api)));
         }
     })
     .boxed()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use kube::core::Status;
-
-    fn api_error(code: u16) -> watcher::Error {
-        watcher::Error::WatchStartFailed(kube::Error::Api(Box::new(Status::failure(
-            "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
-            "Invalid",
-        ).with_code(code))))
-    }
-
-    #[test]
-    fn the_environment_switches_streaming_off_as_client_go_reads_it() {
-        assert_eq!(InitialList::from_env_value(None).0, InitialList::Streaming);
-        for on in ["1", "t", "T", "TRUE", "true", "True"] {
-            assert_eq!(
-                InitialList::from_env_value(Some(on)),
-                (InitialList::Streaming, None)
-            );
-        }
-        for off in ["0", "f", "F", "FALSE", "false", "False"] {
-            assert_eq!(
-                InitialList::from_env_value(Some(off)),
-                (InitialList::Paginated, None)
-            );
-        }
-        for bad in ["", "no", "off", "tRUE", " false"] {
-            let (mode, warning) = InitialList::from_env_value(Some(bad));
-            assert_eq!(mode, InitialList::Streaming, "{bad:?}");
-            assert!(
-                warning.is_some_and(|w| w.contains(WATCH_LIST_ENV)),
-                "{bad:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn paginated_lists_are_consistent_pages_of_500() {
-        let config = InitialList::Paginated.config();
-        assert_eq!(
-            config.initial_list_strategy,
-            watcher::InitialListStrategy::ListWatch
-        );
-        assert_eq!(config.page_size, Some(500));
-        assert_eq!(config.list_semantic, watcher::ListSemantic::MostRecent);
-        assert_eq!(
-            InitialList::Streaming.config().initial_list_strategy,
-            watcher::InitialListStrategy::StreamingList
-        );
-    }
-
-    #[test]
-    fn a_refused_stream_falls_back_and_other_failures_do_not() {
-        assert!(is_refusal(&api_error(422)));
-        assert!(is_refusal(&api_error(400)));
-        assert!(is_refusal(&api_error(406)), "protobuf not served");
-        for code in [403, 410, 429, 500, 503] {
-            assert!(!is_refusal(&api_error(code)), "{code}");
-        }
-        let mut attempts = Attempts::default();
-        let item: Result<Event<()>, _> = Err(api_error(503));
-        assert_eq!(attempts.observe(&item), Verdict::Stream);
-        let item: Result<Event<()>, _> = Err(api_error(422));
-        assert!(matches!(attempts.observe(&item), Verdict::FallBack(_)));
-    }
-
-    #[test]
-    fn two_unfinished_attempts_in_a_row_fall_back_and_one_does_not() {
-        let mut attempts = Attempts::default();
-        let init: Result<Event<()>, watcher::Error> = Ok(Event::Init);
-        let done: Result<Event<()>, watcher::Error> = Ok(Event::InitDone);
-        assert_eq!(attempts.observe(&init), Verdict::Stream);
-        assert_eq!(
-            attempts.observe(&init),
-            Verdict::Stream,
-            "one dropped stream"
-        );
-        assert_eq!(attempts.observe(&done), Verdict::Stream);
-        // Finished attempts reset the count.
-        assert_eq!(attempts.observe(&init), Verdict::Stream);
-        assert_eq!(attempts.observe(&done), Verdict::Stream);
-        assert_eq!(attempts.observe(&init), Verdict::Stream);
-        assert_eq!(attempts.observe(&init), Verdict::Stream);
-        assert!(matches!(attempts.observe(&init), Verdict::FallBack(_)));
-    }
 }

@@ -204,57 +204,33 @@ pub async fn run_csinode_informer(api: Api<CSINode>, mut writer: Writer<CSINode>
     }
 }
 
-/// A watch of every `kind` object as views: each object is decoded once,
-/// straight into its view, and unwrapped from [`Wire`] here, before any
-/// cache or enqueue decision sees it.
-pub fn watch<T>(
-    api: Api<Wire<T>>,
-    kind: &'static str,
-) -> futures::stream::BoxStream<'static, Event<T>>
-where
-    Wire<T>:
-        kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
-    T: Send + 'static,
-{
-    unwrap_views(watch_raw(api, kind))
-}
-
-/// [`watch`] in protobuf ([`proto`]), as upstream's client-go asks for VAs
-/// and PVs: fewer bytes and less of the API server's CPU than JSON. Its
-/// paginated fallback lists in JSON.
+/// A watch of every `kind` object as views, in protobuf ([`proto`]), as
+/// upstream's client-go asks for VAs, PVs and CSINodes: each object is
+/// decoded once, straight into its view, and unwrapped from [`Wire`] here,
+/// before any cache or enqueue decision sees it.
 pub fn watch_proto<T>(
     api: Api<Wire<T>>,
     kind: &'static str,
 ) -> futures::stream::BoxStream<'static, Event<T>>
 where
-    Wire<T>: kube::Resource<DynamicType = ()>
-        + FromProto
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + 'static,
+    Wire<T>: kube::Resource<DynamicType = ()> + FromProto + Send + 'static,
     T: Send + 'static,
 {
     unwrap_views(watch_raw_proto(api, kind))
 }
 
-/// [`watch_raw`] in protobuf ([`initial::proto_watcher`]).
+/// A watch of every `kind` object in protobuf, listed as
+/// [`initial::InitialList::from_env`] says and retried as [`WatchBackoff`]
+/// says; failures are logged and the watch goes on.
 fn watch_raw_proto<K>(
     api: Api<K>,
     kind: &'static str,
 ) -> futures::stream::BoxStream<'static, Event<K>>
 where
-    K: kube::Resource<DynamicType = ()>
-        + FromProto
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + 'static,
+    K: kube::Resource<DynamicType = ()> + FromProto + Send + 'static,
 {
     retried(
-        initial::proto_watcher(api, initial::InitialList::from_env(), kind),
+        initial::proto_watcher(api.into_client(), initial::InitialList::from_env(), kind),
         kind,
     )
 }
@@ -271,19 +247,6 @@ fn unwrap_views<T: Send + 'static>(
             Event::Delete(obj) => Event::Delete(obj.view),
         })
         .boxed()
-}
-
-/// A watch of every `kind` object, listed as [`initial::InitialList::from_env`]
-/// says and retried as [`WatchBackoff`] says; failures are logged and the
-/// watch goes on.
-fn watch_raw<K>(api: Api<K>, kind: &'static str) -> futures::stream::BoxStream<'static, Event<K>>
-where
-    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
-{
-    retried(
-        initial::watcher(api, initial::InitialList::from_env(), kind),
-        kind,
-    )
 }
 
 /// `events` retried as [`WatchBackoff`] says; failures are logged and the

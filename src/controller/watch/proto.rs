@@ -10,6 +10,10 @@
 //! - then the watch's events, resumed from the last resource version seen
 //!   when the server ends it (`timeoutSeconds=290`) or it fails; an `ERROR`
 //!   event 410 (Gone) lists again;
+//! - paginated instead (`paginated`: where the API server refuses streaming
+//!   lists, or `KUBE_FEATURE_WatchListClient=false`): LISTs of 500 objects a
+//!   page with no `resourceVersion` (consistent reads), followed by their
+//!   `continue` tokens, then the watch from the list's resource version;
 //! - every failure is an item of the stream, for the caller's backoff, as
 //!   kube-runtime's are, with its error variants (so [`super::initial`]'s
 //!   fallback to paginated lists, and the backoff's observer, read them the
@@ -35,6 +39,12 @@ use crate::controller::model::proto::{meta_of, unwrap_envelope, FromProto};
 /// What the watch asks the API server for.
 pub const ACCEPT: &str = "application/vnd.kubernetes.protobuf;stream=watch";
 
+/// What a paginated LIST asks for.
+const ACCEPT_LIST: &str = "application/vnd.kubernetes.protobuf";
+
+/// Objects per page of a paginated LIST (client-go's pager, kube-runtime's).
+const PAGE: u32 = 500;
+
 /// The bookmark annotation that ends a streaming list's initial events.
 const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 
@@ -54,23 +64,37 @@ enum State {
     Empty,
     /// Receiving the initial events.
     Listing(Frames),
+    /// Receiving the initial objects in pages.
+    Paging(Page),
     /// To watch again from `rv`.
     Resume(String),
     /// Watching from `rv`.
     Watching(Frames, String),
 }
 
-/// The streaming list and watch of every `K`, in protobuf.
-pub fn watcher<K>(client: kube::Client) -> BoxStream<'static, Result<Event<K>, watcher::Error>>
+/// A page of a paginated LIST being handed out.
+struct Page {
+    items: std::vec::IntoIter<Vec<u8>>,
+    /// The next page's `continue` token.
+    next: Option<String>,
+    /// The list's resource version, to watch from.
+    rv: String,
+}
+
+/// The list (streaming, or `paginated`) and watch of every `K`, in protobuf.
+pub fn watcher<K>(
+    client: kube::Client,
+    paginated: bool,
+) -> BoxStream<'static, Result<Event<K>, watcher::Error>>
 where
     K: FromProto + kube::Resource<DynamicType = ()> + Send + 'static,
 {
     let path = K::url_path(&(), None);
     futures::stream::unfold(
         (State::Empty, client, path),
-        |(mut state, client, path)| async move {
+        move |(mut state, client, path)| async move {
             loop {
-                let (item, next) = step::<K>(state, &client, &path).await;
+                let (item, next) = step::<K>(state, &client, &path, paginated).await;
                 state = next;
                 if let Some(item) = item {
                     return Some((item, (state, client, path)));
@@ -83,12 +107,20 @@ where
 
 type Step<K> = (Option<Result<Event<K>, watcher::Error>>, State);
 
-async fn step<K>(state: State, client: &kube::Client, path: &str) -> Step<K>
+async fn step<K>(state: State, client: &kube::Client, path: &str, paginated: bool) -> Step<K>
 where
     K: FromProto + kube::Resource<DynamicType = ()>,
 {
     match state {
+        State::Empty if paginated => match page(client, path, None).await {
+            Ok(page) => (Some(Ok(Event::Init)), State::Paging(page)),
+            Err(err) => (
+                Some(Err(watcher::Error::InitialListFailed(err))),
+                State::Empty,
+            ),
+        },
         State::Empty => list(client, path).await,
+        State::Paging(page) => paging(client, path, page).await,
         State::Resume(rv) => resume(client, path, rv).await,
         State::Listing(frames) => listing(frames).await,
         State::Watching(frames, rv) => watching(frames, rv).await,
@@ -108,6 +140,56 @@ async fn list<K>(client: &kube::Client, path: &str) -> Step<K> {
             State::Empty,
         ),
     }
+}
+
+/// The next object of the pages; the next page; the end of the list.
+async fn paging<K: FromProto>(client: &kube::Client, path: &str, mut current: Page) -> Step<K> {
+    if let Some(raw) = current.items.next() {
+        return (
+            Some(decode::<K>(&raw).map(Event::InitApply)),
+            State::Paging(current),
+        );
+    }
+    let Some(token) = current.next else {
+        if current.rv.is_empty() {
+            return (Some(Err(watcher::Error::NoResourceVersion)), State::Empty);
+        }
+        return (Some(Ok(Event::InitDone)), State::Resume(current.rv));
+    };
+    match page(client, path, Some(&token)).await {
+        Ok(next) => (None, State::Paging(next)),
+        // A token that expired (410) or any other failure: list again.
+        Err(err) => (
+            Some(Err(watcher::Error::InitialListFailed(err))),
+            State::Empty,
+        ),
+    }
+}
+
+/// One page of a LIST: no `resourceVersion`, so each is a consistent read.
+async fn page(client: &kube::Client, path: &str, token: Option<&str>) -> Result<Page, kube::Error> {
+    let mut uri = format!("{path}?limit={PAGE}");
+    if let Some(token) = token {
+        uri.push_str("&continue=");
+        uri.extend(percent_encoding::utf8_percent_encode(
+            token,
+            percent_encoding::NON_ALPHANUMERIC,
+        ));
+    }
+    let body = send(client, &uri, ACCEPT_LIST).await?;
+    let body = http_body_util::Limited::new(body, MAX_FRAME)
+        .collect()
+        .await
+        .map_err(|e| kube::Error::ReadEvents(io::Error::other(e)))?
+        .to_bytes();
+    let (_, raw) = unwrap_envelope(&body).map_err(invalid)?;
+    let list = messages::List::decode(raw.as_slice()).map_err(invalid)?;
+    let meta = list.metadata.unwrap_or_default();
+    Ok(Page {
+        items: list.items.into_iter(),
+        next: meta.r#continue.filter(|c| !c.is_empty()),
+        rv: meta.resource_version.unwrap_or_default(),
+    })
 }
 
 /// Watches again from `rv`; from scratch when it is gone (410).
@@ -207,14 +289,24 @@ fn invalid(e: impl std::error::Error + Send + Sync + 'static) -> kube::Error {
 
 /// Starts a watch: its frames, or the API server's answer as an error.
 async fn open(client: &kube::Client, uri: &str) -> Result<Frames, kube::Error> {
+    Ok(Frames::new(send(client, uri, ACCEPT).await?))
+}
+
+/// A GET of `uri` accepting `accept`: the body of a success, or the API
+/// server's answer as an error.
+async fn send(
+    client: &kube::Client,
+    uri: &str,
+    accept: &str,
+) -> Result<kube::client::Body, kube::Error> {
     let request = http::Request::get(uri)
-        .header(http::header::ACCEPT, ACCEPT)
+        .header(http::header::ACCEPT, accept)
         .body(kube::client::Body::empty())
         .map_err(kube::Error::HttpError)?;
     let response = client.send(request).await?;
     let status = response.status();
     if status.is_success() {
-        return Ok(Frames::new(response.into_body()));
+        return Ok(response.into_body());
     }
     let json = response
         .headers()

@@ -56,6 +56,25 @@ pub struct Status {
     pub code: Option<i32>,
 }
 
+/// Any `*List` (`VolumeAttachmentList`, ...): its `ListMeta` and each item's
+/// bytes, decoded one by one as the objects of a watch are.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct List {
+    #[prost(message, optional, tag = "1")]
+    pub metadata: Option<ListMeta>,
+    #[prost(bytes = "vec", repeated, tag = "2")]
+    pub items: Vec<Vec<u8>>,
+}
+
+/// `metav1.ListMeta`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ListMeta {
+    #[prost(string, optional, tag = "2")]
+    pub resource_version: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    pub r#continue: Option<String>,
+}
+
 /// Any object's metadata alone (a bookmark, or the kind a frame carries).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct MetaOnly {

@@ -142,11 +142,20 @@ fn scripted(
     let answers = Arc::new(Mutex::new(std::collections::VecDeque::from(answers)));
     let seen = asked.clone();
     let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
-        seen.lock().unwrap().push(request.uri().to_string());
+        let uri = request.uri().to_string();
+        let expected = if uri.contains("watch=true") {
+            ACCEPT
+        } else {
+            ACCEPT_LIST
+        };
+        seen.lock().unwrap().push(uri);
         let accept = request.headers().get(http::header::ACCEPT).cloned();
         let next = answers.lock().unwrap().pop_front();
         async move {
-            assert_eq!(accept.as_ref().and_then(|v| v.to_str().ok()), Some(ACCEPT));
+            assert_eq!(
+                accept.as_ref().and_then(|v| v.to_str().ok()),
+                Some(expected)
+            );
             let (status, body) = next.unwrap_or((503, Vec::new()));
             Ok::<_, std::convert::Infallible>(
                 http::Response::builder()
@@ -197,7 +206,10 @@ async fn lists_resumes_relists_after_410_and_reports_a_refusal() {
         ),
         (422, envelope(refused.encode_to_vec())),
     ]);
-    let items: Vec<_> = watcher::<Wire<CachedPv>>(client).take(9).collect().await;
+    let items: Vec<_> = watcher::<Wire<CachedPv>>(client, false)
+        .take(9)
+        .collect()
+        .await;
     let seen: Vec<String> = items
         .iter()
         .map(|item| match item {
@@ -248,7 +260,10 @@ async fn a_stream_cut_inside_a_frame_is_an_error_and_the_list_starts_again() {
     let mut cut = framed(&[event("ADDED", pv("a", "5"))]);
     cut.truncate(cut.len() - 3);
     let (client, asked) = scripted(vec![(200, cut), (200, framed(&[]))]);
-    let items: Vec<_> = watcher::<Wire<CachedPv>>(client).take(3).collect().await;
+    let items: Vec<_> = watcher::<Wire<CachedPv>>(client, false)
+        .take(3)
+        .collect()
+        .await;
     assert!(matches!(items[0], Ok(Event::Init)));
     assert!(
         matches!(&items[1], Err(watcher::Error::WatchFailed(e)) if e.to_string().contains("inside a frame")),
@@ -264,7 +279,10 @@ async fn a_stream_cut_inside_a_frame_is_an_error_and_the_list_starts_again() {
 async fn an_oversized_error_answer_is_not_read_and_its_http_status_stands() {
     use crate::controller::model::{CachedPv, Wire};
     let (client, _) = scripted(vec![(406, vec![b'x'; MAX_ERROR_BODY + 1])]);
-    let items: Vec<_> = watcher::<Wire<CachedPv>>(client).take(1).collect().await;
+    let items: Vec<_> = watcher::<Wire<CachedPv>>(client, false)
+        .take(1)
+        .collect()
+        .await;
     match &items[0] {
         Err(watcher::Error::WatchStartFailed(kube::Error::Api(status))) => {
             assert_eq!(status.code, 406);
@@ -272,4 +290,112 @@ async fn an_oversized_error_answer_is_not_read_and_its_http_status_stands() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+fn list_page(items: Vec<Vec<u8>>, rv: &str, next: Option<&str>) -> Vec<u8> {
+    envelope(
+        m::List {
+            metadata: Some(m::ListMeta {
+                resource_version: Some(rv.into()),
+                r#continue: next.map(str::to_string),
+            }),
+            items,
+        }
+        .encode_to_vec(),
+    )
+}
+
+fn names(
+    items: &[Result<
+        Event<crate::controller::model::Wire<crate::controller::model::CachedPv>>,
+        watcher::Error,
+    >],
+) -> Vec<String> {
+    items
+        .iter()
+        .map(|item| match item {
+            Ok(Event::Init) => "Init".to_string(),
+            Ok(Event::InitApply(pv)) => format!("InitApply {}", pv.view.name()),
+            Ok(Event::InitDone) => "InitDone".to_string(),
+            Ok(Event::Apply(pv)) => format!("Apply {}", pv.view.name()),
+            Ok(Event::Delete(pv)) => format!("Delete {}", pv.view.name()),
+            Err(watcher::Error::InitialListFailed(kube::Error::Api(s))) => {
+                format!("InitialListFailed {}", s.code)
+            }
+            Err(other) => format!("{other}"),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn paginated_lists_follow_their_tokens_in_protobuf_then_watch_from_the_list() {
+    use crate::controller::model::{CachedPv, Wire};
+    let (client, asked) = scripted(vec![
+        (
+            200,
+            list_page(vec![pv("a", "5"), pv("b", "6")], "7", Some("tok/1")),
+        ),
+        (200, list_page(vec![pv("c", "8")], "7", None)),
+        (200, framed(&[event("MODIFIED", pv("c", "10"))])),
+    ]);
+    let items: Vec<_> = watcher::<Wire<CachedPv>>(client, true)
+        .take(6)
+        .collect()
+        .await;
+    assert_eq!(
+        names(&items),
+        [
+            "Init",
+            "InitApply a",
+            "InitApply b",
+            "InitApply c",
+            "InitDone",
+            "Apply c"
+        ]
+    );
+    let asked = asked.lock().unwrap().clone();
+    assert_eq!(asked[0], "/api/v1/persistentvolumes?limit=500");
+    assert_eq!(
+        asked[1],
+        "/api/v1/persistentvolumes?limit=500&continue=tok%2F1"
+    );
+    assert!(
+        asked[2].contains("watch=true") && asked[2].ends_with("&resourceVersion=7"),
+        "{}",
+        asked[2]
+    );
+    assert!(!asked[2].contains("sendInitialEvents"), "{}", asked[2]);
+}
+
+#[tokio::test]
+async fn an_expired_token_lists_again_from_the_first_page() {
+    use crate::controller::model::{CachedPv, Wire};
+    let expired = m::Status {
+        code: Some(410),
+        reason: Some("Expired".into()),
+        ..Default::default()
+    };
+    let (client, asked) = scripted(vec![
+        (200, list_page(vec![pv("a", "5")], "7", Some("tok"))),
+        (410, envelope(expired.encode_to_vec())),
+        (200, list_page(vec![], "9", None)),
+    ]);
+    let items: Vec<_> = watcher::<Wire<CachedPv>>(client, true)
+        .take(5)
+        .collect()
+        .await;
+    assert_eq!(
+        names(&items),
+        [
+            "Init",
+            "InitApply a",
+            "InitialListFailed 410",
+            "Init",
+            "InitDone"
+        ]
+    );
+    assert_eq!(
+        asked.lock().unwrap()[2],
+        "/api/v1/persistentvolumes?limit=500"
+    );
 }
