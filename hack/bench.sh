@@ -31,6 +31,10 @@ fi
 
 CSI_ATTACHER_TOOLS_BIN=$(bash hack/build-controlplane.sh | tail -n1)
 export CSI_ATTACHER_TOOLS_BIN
+# The commit, date, machine and command, written into results.json and
+# results.md (hack/figures.py quotes them).
+CSI_ATTACHER_PROVENANCE=$(python3 hack/figures.py --provenance "hack/bench.sh $*")
+export CSI_ATTACHER_PROVENANCE
 
 # Wire formats: a benchmark of its own (release build).
 if [[ "${1:-}" == --wire-format ]]; then

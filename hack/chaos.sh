@@ -11,6 +11,9 @@
 # Exits non-zero when an invariant is violated; the summary is written either way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The commit, date, machine and command, written into the report (hack/figures.py).
+CSI_ATTACHER_PROVENANCE=$(python3 hack/figures.py --provenance "hack/chaos.sh $*")
+export CSI_ATTACHER_PROVENANCE
 
 export CHAOS_SIZE=ci
 while [ $# -gt 0 ]; do

@@ -15,6 +15,7 @@ The scratch worktree shares the repository's target directory
 """
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -171,7 +172,12 @@ def main():
     table = "\n".join(lines) + "\n"
     print(table)
     if args.table:
-        Path(args.table).write_text(table)
+        # The run's provenance first, as hack/figures.py reads it.
+        sys.path.insert(0, str(ROOT / "hack"))
+        import figures
+        command = "python3 hack/mutants.py " + " ".join(sys.argv[1:])
+        provenance = json.dumps(figures.run_provenance(command))
+        Path(args.table).write_text(f"<!-- provenance: {provenance} -->\n\n{table}")
     return 1 if bad else 0
 
 

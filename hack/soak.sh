@@ -10,6 +10,9 @@
 # series grows, the attacher exits, or a volume does not attach or detach in time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The commit, date, machine and command, written into the report (hack/figures.py).
+CSI_ATTACHER_PROVENANCE=$(python3 hack/figures.py --provenance "hack/soak.sh $*")
+export CSI_ATTACHER_PROVENANCE
 
 minutes=120
 while [ $# -gt 0 ]; do

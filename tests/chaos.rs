@@ -138,7 +138,7 @@ fn chaos() {
         .expect("chaos run");
     eprintln!("{report}");
     if let Ok(path) = std::env::var("CHAOS_REPORT") {
-        std::fs::write(&path, &report).expect("write CHAOS_REPORT");
+        std::fs::write(&path, support::with_provenance(&report)).expect("write CHAOS_REPORT");
     }
     assert!(
         report.contains("\n## Invariant violations\n\nNone.\n"),

@@ -18,9 +18,19 @@ use crate::stats::Summary;
 pub fn write(results: &Results, sizes: &Sizes, smoke: bool, out: &Path) -> Result<()> {
     std::fs::create_dir_all(out)?;
     let machine = machine();
+    let provenance: serde_json::Value = std::env::var("CSI_ATTACHER_PROVENANCE")
+        .ok()
+        .and_then(|p| serde_json::from_str(&p).ok())
+        .unwrap_or(serde_json::Value::Null);
     let md = markdown(results, sizes, smoke, &machine);
+    // The run's provenance after the title, as hack/figures.py reads it.
+    let md = match md.split_once('\n') {
+        Some((title, rest)) => format!("{title}\n\n<!-- provenance: {provenance} -->\n{rest}"),
+        None => md,
+    };
     std::fs::write(out.join("results.md"), &md)?;
     let json = json!({
+        "provenance": provenance,
         "sizes": sizes.to_json(),
         "smoke": smoke,
         "machine": machine,

@@ -217,7 +217,7 @@ fn soak() {
     let (report, ok) = runtime.block_on(run(Duration::from_secs(minutes * 60)));
     eprintln!("{report}");
     if let Ok(path) = std::env::var("SOAK_REPORT") {
-        std::fs::write(&path, &report).expect("write SOAK_REPORT");
+        std::fs::write(&path, crate::support::with_provenance(&report)).expect("write SOAK_REPORT");
     }
     assert!(ok, "the soak found growth or failed: see the report above");
 }

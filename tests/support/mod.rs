@@ -28,6 +28,17 @@ pub fn unique(prefix: &str) -> String {
     )
 }
 
+/// `report` (Markdown) with the run's provenance after its title, as
+/// `hack/figures.py` reads it: `CSI_ATTACHER_PROVENANCE`, set by the hack/
+/// scripts that publish reports; a run started otherwise says so.
+#[allow(dead_code)] // not every test binary writes a report
+pub fn with_provenance(report: &str) -> String {
+    let provenance = std::env::var("CSI_ATTACHER_PROVENANCE")
+        .unwrap_or_else(|_| r#"{"note": "not run by a hack/ script: no provenance"}"#.into());
+    let (title, rest) = report.split_once('\n').unwrap_or((report, ""));
+    format!("{title}\n\n<!-- provenance: {provenance} -->\n{rest}")
+}
+
 /// Now, in Unix nanoseconds: the clock of the mock driver's ledger.
 pub fn unix_nanos() -> u64 {
     std::time::SystemTime::now()
