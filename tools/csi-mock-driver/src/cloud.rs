@@ -48,7 +48,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use csi_attacher::csi::proto::VolumeCapability;
-use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{oneshot, watch, Semaphore};
 use tokio::time::Instant;
 use tonic::{Code, Status};
 
@@ -56,6 +56,7 @@ use crate::ledger::Ledger;
 #[cfg(test)]
 use crate::profile::BUILTIN;
 use crate::profile::{fill, GoneUnpublish, OnBusy, OnThrottle, Pending, Profile, SlotScope};
+use crate::slots::{NodeSlots, SlotPermit};
 use crate::state::Published;
 
 /// Attach (ControllerPublishVolume) or detach (ControllerUnpublishVolume).
@@ -114,7 +115,7 @@ struct State {
     backoff: HashMap<Key, BackoffEntry>,
     /// Instances the cloud no longer has.
     gone: HashSet<String>,
-    slots: HashMap<String, Arc<Semaphore>>,
+    slots: HashMap<String, Arc<NodeSlots>>,
     /// Per node, its one operation at a time in the cloud (`node.cloud_serial`).
     instances: HashMap<String, Arc<Semaphore>>,
     /// The API's token buckets: one (index 0) unless `api.per_kind`, then
@@ -316,7 +317,7 @@ impl Cloud {
             }
             // The driver's lock: taken before its checks, held until it
             // answers; waited for until the caller's deadline.
-            SlotScope::Call => match until(deadline, self.slot(&key.1)).await {
+            SlotScope::Call => match until(deadline, self.slot(kind, &key.1)).await {
                 Ok(_slot) => self.run(kind, &key, attach, attempt, deadline).await,
                 Err(status) => Err(status),
             },
@@ -527,7 +528,7 @@ impl Cloud {
             self.take_token(kind, &mut jitter).await?;
         }
         let permit = match self.profile.node.slot_scope {
-            SlotScope::Operation => until(deadline, self.slot(&key.1)).await?,
+            SlotScope::Operation => until(deadline, self.slot(kind, &key.1)).await?,
             SlotScope::Call => None,
         };
         // A caller already gone never reaches the cloud (the module docs).
@@ -608,26 +609,24 @@ impl Cloud {
         result
     }
 
-    /// The node's operation slot (a permit of its semaphore), or the busy error.
-    async fn slot(&self, node_id: &str) -> Result<Option<OwnedSemaphorePermit>, Status> {
+    /// The node's operation slot, or the busy error; a waiting detach goes
+    /// first where the profile says so (`node.detach_first`).
+    async fn slot(&self, kind: Kind, node_id: &str) -> Result<Option<SlotPermit>, Status> {
         let node = &self.profile.node;
         if node.max_operations == 0 {
             return Ok(None);
         }
-        let semaphore = Arc::clone(
+        let slots = Arc::clone(
             self.state()
                 .slots
                 .entry(node_id.to_string())
-                .or_insert_with(|| Arc::new(Semaphore::new(node.max_operations))),
+                .or_insert_with(|| NodeSlots::new(node.max_operations, node.detach_first)),
         );
-        let busy = || Status::new(node.busy_code.0, fill(&node.busy_message, "", node_id));
         match node.on_busy {
-            OnBusy::Fail => semaphore.try_acquire_owned().map(Some).map_err(|_| busy()),
-            OnBusy::Wait => semaphore
-                .acquire_owned()
-                .await
-                .map(Some)
-                .map_err(|_| busy()),
+            OnBusy::Fail => slots.try_acquire().map(Some).ok_or_else(|| {
+                Status::new(node.busy_code.0, fill(&node.busy_message, "", node_id))
+            }),
+            OnBusy::Wait => Ok(Some(slots.acquire(kind == Kind::Detach).await)),
         }
     }
 
@@ -1287,6 +1286,37 @@ mod tests {
         cloud.unpublish("d-1", "i-1", None).await.expect("detached");
         assert!(Instant::now() > t);
         assert!(cloud.published().context("d-1", "i-1").is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn serial_per_node_a_waiting_detach_gets_the_slot_before_a_waiting_attach() {
+        // alibaba-cloud-csi-driver v1.37.1 pkg/disk/attachdetach_slot.go:
+        // serialADSlot.Release wakes a detach on its highPriorityChannel first.
+        let cloud = cloud("serial-per-node");
+        assert!(cloud.profile().node.detach_first);
+        let cap = args("", "").capability;
+        cloud.published().insert("old", "i-1", &cap, false);
+        let holder = spawn_publish(&cloud, "first", "i-1");
+        settle().await;
+        // Waiting in this order: an attach, then a detach.
+        let attach = spawn_publish(&cloud, "second", "i-1");
+        settle().await;
+        let detach = {
+            let cloud = Arc::clone(&cloud);
+            tokio::spawn(async move {
+                let result = cloud.unpublish("old", "i-1", None).await;
+                (result, Instant::now())
+            })
+        };
+        holder.await.expect("join").0.expect("first");
+        let (attached, attach_end) = attach.await.expect("join");
+        let (detached, detach_end) = detach.await.expect("join");
+        attached.expect("second");
+        detached.expect("old");
+        assert!(
+            detach_end < attach_end,
+            "the detach went first: {detach_end:?} vs {attach_end:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]

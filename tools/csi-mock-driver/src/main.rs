@@ -20,6 +20,7 @@ mod faults;
 mod ledger;
 mod profile;
 mod service;
+mod slots;
 mod state;
 
 use std::net::SocketAddr;

@@ -200,6 +200,10 @@ pub struct Node {
     /// end, also one whose caller gave up (whatever the driver's slots).
     #[serde(default)]
     pub cloud_serial: bool,
+    /// A freed slot goes to a waiting detach before any waiting attach
+    /// (default: first come, first served).
+    #[serde(default)]
+    pub detach_first: bool,
     #[serde(default = "internal")]
     pub busy_code: GrpcCode,
     #[serde(default)]
@@ -226,6 +230,7 @@ impl Default for Node {
             on_busy: OnBusy::Wait,
             slot_scope: SlotScope::Operation,
             cloud_serial: false,
+            detach_first: false,
             busy_code: internal(),
             busy_message: String::new(),
             gone_publish_code: not_found(),
