@@ -3,8 +3,9 @@
 //! ControllerUnpublishVolume under load.
 //!
 //! One call goes through, in this order (each step only when the profile has
-//! it): the driver's duplicate check (a call for the same key still being
-//! served), the per-(node, volume) backoff's fail-fast, the deleted-instance
+//! it): the per-(node, volume) backoff's fail-fast, the driver's duplicate
+//! check (a call for the same key still being served; its answer counts for
+//! the backoff as any error does), the deleted-instance
 //! rules, idempotency (already attached / already detached), a cloud
 //! operation still pending for the key (an earlier caller gave up, the cloud
 //! did not), another node's operation on the volume, the single-node and
@@ -280,14 +281,23 @@ impl Cloud {
         deadline: Option<Instant>,
     ) -> Result<(), Status> {
         let around = &self.profile.operation;
+        // The backoff's fail-fast comes first, before the duplicate check
+        // (gcp-compute-persistent-disk-csi-driver v1.26.4
+        // pkg/gce-pd-csi-driver/controller.go: ControllerPublishVolume checks
+        // errorBackoff.blocking before executeControllerPublishVolume takes
+        // the per-(node, volume) lock).
+        if let Some(status) = self.backing_off(kind, &key) {
+            return Err(status);
+        }
         let mut serving = None;
         if let Some(code) = around.duplicate_code {
-            let mut state = self.state();
-            if !state.serving.insert(key.clone()) {
-                return Err(Status::new(
-                    code.0,
-                    fill(&around.duplicate_message, &key.0, &key.1),
-                ));
+            let duplicate = !self.state().serving.insert(key.clone());
+            if duplicate {
+                let status = Status::new(code.0, fill(&around.duplicate_message, &key.0, &key.1));
+                // An error like any other for the backoff (same file: the
+                // lock's Aborted returns through errorBackoff.next).
+                self.note_outcome(&key, &Err(status.clone()));
+                return Err(status);
             }
             serving = Some(ServingGuard {
                 cloud: self,
@@ -300,9 +310,6 @@ impl Cloud {
             *n += 1;
             *n
         };
-        if let Some(status) = self.backing_off(kind, &key) {
-            return Err(status);
-        }
         // A caller that goes away counts as an error for the backoff (the
         // driver's context ends, its cloud call returns the context's error).
         let mut abandoned = AbandonGuard {
@@ -1039,6 +1046,31 @@ mod tests {
             !err.message().contains("backoff"),
             "200 ms, not 1.6 s: {err:?}"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn gce_pd_a_duplicates_aborted_starts_the_backoff_which_is_checked_before_the_lock() {
+        let cloud = cloud("gce-pd");
+        let first = spawn_publish(&cloud, "v", "vm-1");
+        settle().await;
+        let dup = cloud.publish(args("v", "vm-1")).await.expect_err("dup");
+        assert_eq!(dup.code(), Code::Aborted);
+        assert!(dup.message().contains("already exists"), "{dup:?}");
+        // The Aborted started the 200 ms backoff: the next call fails fast
+        // with the backoff's answer (and its code), not the lock's.
+        let fast = cloud.publish(args("v", "vm-1")).await.expect_err("backoff");
+        assert_eq!(fast.code(), Code::Aborted);
+        assert!(fast.message().contains("backoff condition"), "{fast:?}");
+        // Past it, the lock answers again, and the period doubled.
+        tokio::time::sleep(Duration::from_millis(201)).await;
+        let dup = cloud.publish(args("v", "vm-1")).await.expect_err("dup");
+        assert!(dup.message().contains("already exists"), "{dup:?}");
+        tokio::time::sleep(Duration::from_millis(201)).await;
+        let fast = cloud.publish(args("v", "vm-1")).await.expect_err("400 ms");
+        assert!(fast.message().contains("backoff condition"), "{fast:?}");
+        // The first call's success resets it.
+        first.await.expect("join").0.expect("attached");
+        cloud.publish(args("v", "vm-1")).await.expect("attached");
     }
 
     #[tokio::test(start_paused = true)]
