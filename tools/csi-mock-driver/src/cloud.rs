@@ -85,6 +85,8 @@ type Key = (String, String);
 enum Draw {
     Latency,
     Jitter,
+    /// The delays of a call's polls.
+    Poll,
 }
 
 /// The outcome of a cloud operation, shared with every call that waits on it.
@@ -440,7 +442,17 @@ impl Cloud {
                         ))
                     }
                     Pending::Wait => {
+                        // The driver learns the outcome at its own next poll,
+                        // its polls counted from when it joined, not at the
+                        // operation's end (aws-ebs-csi-driver v1.64.0
+                        // pkg/cloud/cloud.go AttachDisk: a device already
+                        // assigned goes to WaitForAttachmentState, whose
+                        // backoff starts with the call).
+                        let joined = Instant::now();
                         let _ = done.wait_for(Option::is_some).await;
+                        let waited = joined.elapsed();
+                        let seen = self.seen_by_polls(kind, key, attempt, waited);
+                        tokio::time::sleep(seen.saturating_sub(waited)).await;
                         continue;
                     }
                 }
@@ -569,6 +581,7 @@ impl Cloud {
         });
         let cloud = Arc::clone(self);
         let op_key = key.clone();
+        let key_for_polls = key.clone();
         let key = key.clone();
         let work = async move {
             let started = Instant::now();
@@ -611,9 +624,19 @@ impl Cloud {
             done
         };
         // The driver answers at its first poll after the operation completed.
-        let seen = self.profile.operation.seen_after(took, self.scale);
+        let seen = self.seen_by_polls(kind, &key_for_polls, attempt, took);
         tokio::time::sleep(seen.saturating_sub(took)).await;
         result
+    }
+
+    /// When call `attempt` of `key`, polling since an operation started
+    /// that took `took`, sees it done (`operation.poll_*`).
+    fn seen_by_polls(&self, kind: Kind, key: &Key, attempt: u64, took: Duration) -> Duration {
+        let around = &self.profile.operation;
+        let mut rng = self.rng(Draw::Poll, kind, key, attempt);
+        around.seen_after(took, self.scale, || {
+            around.poll_delay(rng.f64(), self.scale)
+        })
     }
 
     /// The node's operation slot, or the busy error; a waiting detach goes
@@ -822,8 +845,10 @@ impl Cloud {
         mix(&[0]);
         mix(key.1.as_bytes());
         mix(&count.to_le_bytes());
-        if draw == Draw::Jitter {
-            mix(b"jitter");
+        match draw {
+            Draw::Latency => {}
+            Draw::Jitter => mix(b"jitter"),
+            Draw::Poll => mix(b"poll"),
         }
         fastrand::Rng::with_seed(hash)
     }
@@ -1442,6 +1467,24 @@ mod tests {
                 "{a} not at a poll: {answers:?}"
             );
         }
+    }
+
+    /// Fixed 10 s operations that outlive their caller, polled at 0, 1,
+    /// 2.8, 6.04, 11.872 s, … (aws-ebs's schedule); a retry joins.
+    const POLLED: &str = "[operation]\noutlives_caller = true\npending = \"wait\"\n\
+                          poll_initial_ms = 1000\npoll_factor = 1.8\n";
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_that_joins_a_running_operation_answers_at_its_own_polls() {
+        let cloud = custom(&format!("{FIXED}{POLLED}"));
+        abandon_attach(&cloud, "v", "n").await;
+        // Joins 3.3 s in; the operation ends 6.7 s later, which this call's
+        // polls (0, 1, 2.8, 6.04, 11.872 s after it joined) see at 11.872 s.
+        tokio::time::sleep(Duration::from_millis(3300)).await;
+        let t = Instant::now();
+        cloud.publish(args("v", "n")).await.expect("joined");
+        let took = t.elapsed().as_secs_f64();
+        assert!((took - 11.872).abs() < 1e-3, "{took}");
     }
 
     #[tokio::test(start_paused = true)]

@@ -320,6 +320,11 @@ pub struct Around {
     pub poll_initial_ms: u64,
     #[serde(default = "one")]
     pub poll_factor: f64,
+    /// Each poll reads the state up to this long (uniform) after it is due
+    /// (a batcher of the driver's Describe calls); the next wait starts
+    /// after it. 0: at once.
+    #[serde(default)]
+    pub poll_delay_max_ms: u64,
     /// A call for a volume with an operation running on another node; none
     /// (or empty): no check.
     #[serde(default, deserialize_with = "optional_code")]
@@ -339,6 +344,7 @@ impl Default for Around {
             pending_message: String::new(),
             poll_initial_ms: 0,
             poll_factor: 1.0,
+            poll_delay_max_ms: 0,
             volume_busy_code: None,
             volume_busy_message: String::new(),
         }
@@ -480,20 +486,32 @@ impl Profile {
 }
 
 impl Around {
-    /// When the driver sees an operation that took `took` done: its first
-    /// poll at or after it, the polls' waits multiplied by `scale` (the
-    /// driver's `--time-scale`, as every other duration of the profile).
-    pub fn seen_after(&self, took: std::time::Duration, scale: f64) -> std::time::Duration {
-        if self.poll_initial_ms == 0 || took.is_zero() {
+    /// When the driver sees an operation that took `took` (since its polls
+    /// started) done: its first poll that reads the state at or after it,
+    /// the polls' waits multiplied by `scale` (the driver's `--time-scale`,
+    /// as every other duration of the profile), each poll reading the state
+    /// `delay()` after it is due (already scaled).
+    pub fn seen_after(
+        &self,
+        took: Duration,
+        scale: f64,
+        mut delay: impl FnMut() -> Duration,
+    ) -> Duration {
+        if self.poll_initial_ms == 0 {
             return took;
         }
-        let mut at = std::time::Duration::ZERO;
+        let mut at = delay();
         let mut wait = self.poll_initial_ms as f64 * scale / 1e3;
         while at < took {
-            at += std::time::Duration::from_secs_f64(wait);
+            at += Duration::from_secs_f64(wait) + delay();
             wait *= self.poll_factor;
         }
         at
+    }
+
+    /// One poll's delay from `u` uniform in [0, 1), scaled.
+    pub fn poll_delay(&self, u: f64, scale: f64) -> Duration {
+        Duration::from_secs_f64(self.poll_delay_max_ms as f64 * scale / 1e3 * u)
     }
 }
 
@@ -566,14 +584,28 @@ mod tests {
         assert_eq!(p.operation.volume_busy_code, Some(GrpcCode(Code::Aborted)));
         // Polls at 0, 1, 2.8, 6.04, 11.872, 22.3696 s.
         let secs = |s: f64| Duration::from_secs_f64(s);
-        let seen = |took: f64| p.operation.seen_after(secs(took), 1.0).as_secs_f64();
+        let seen = |took: f64| {
+            p.operation
+                .seen_after(secs(took), 1.0, || Duration::ZERO)
+                .as_secs_f64()
+        };
         assert!((seen(0.5) - 1.0).abs() < 1e-6);
         assert!((seen(2.0) - 2.8).abs() < 1e-6);
         assert!((seen(12.0) - 22.3696).abs() < 1e-6);
         let no_polls = Profile::parse(base, "t").expect("profile");
-        assert_eq!(no_polls.operation.seen_after(secs(3.3), 1.0), secs(3.3));
+        assert_eq!(
+            no_polls.operation.seen_after(secs(3.3), 1.0, || secs(1.0)),
+            secs(3.3)
+        );
+        // Each poll reads the state its delay after it is due, and the next
+        // wait starts then: 0.1, 1.2, 3.1 s for 0.1 s each.
+        let delayed = p.operation.seen_after(secs(2.0), 1.0, || secs(0.1));
+        assert!((delayed.as_secs_f64() - 3.1).abs() < 1e-6, "{delayed:?}");
         // Scaled as every other duration: polls at 0, 0.01, 0.028, … s.
-        let scaled = p.operation.seen_after(secs(0.02), 0.01).as_secs_f64();
+        let scaled = p
+            .operation
+            .seen_after(secs(0.02), 0.01, || Duration::ZERO)
+            .as_secs_f64();
         assert!((scaled - 0.028).abs() < 1e-9, "{scaled}");
     }
 
