@@ -1449,7 +1449,15 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn aws_ebs_answers_at_the_drivers_first_poll_after_the_attach_completed() {
-        let cloud = cloud("aws-ebs");
+        // Without the Describe batcher's delays (below), exactly at polls.
+        let (_, text) = BUILTIN
+            .iter()
+            .find(|(name, _)| *name == "aws-ebs")
+            .expect("aws-ebs");
+        assert!(text.contains("\npoll_delay_max_ms = 500 "));
+        let text = text.replace("\npoll_delay_max_ms = 500 ", "\npoll_delay_max_ms = 0 ");
+        let profile = Profile::parse(&text, "aws-ebs-undelayed").expect("profile");
+        let cloud = Arc::new(Cloud::new(profile, 1, 1.0, Default::default()));
         let mut answers = Vec::new();
         for i in 0..20 {
             let t = Instant::now();
@@ -1485,6 +1493,27 @@ mod tests {
         cloud.publish(args("v", "n")).await.expect("joined");
         let took = t.elapsed().as_secs_f64();
         assert!((took - 11.872).abs() < 1e-3, "{took}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn aws_ebs_each_poll_waits_for_the_describe_batcher() {
+        // pkg/cloud/cloud.go: batchMaxDelay = 500 ms, the chart's --batching=true.
+        assert_eq!(cloud("aws-ebs").profile().operation.poll_delay_max_ms, 500);
+        let cloud = custom(&format!("{FIXED}{POLLED}poll_delay_max_ms = 500\n"));
+        let mut answers = Vec::new();
+        for i in 0..5 {
+            let t = Instant::now();
+            cloud
+                .publish(args(&format!("v{i}"), "n"))
+                .await
+                .expect("attach");
+            answers.push(t.elapsed().as_secs_f64());
+        }
+        // The fifth poll (11.872 s) plus five delays of at most 0.5 s each.
+        for a in &answers {
+            assert!(*a > 11.873 && *a <= 14.372 + 1e-3, "{answers:?}");
+        }
+        assert!(answers.windows(2).any(|w| w[0] != w[1]), "{answers:?}");
     }
 
     #[tokio::test(start_paused = true)]
