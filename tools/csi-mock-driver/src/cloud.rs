@@ -469,6 +469,15 @@ impl Cloud {
                 }
                 _ => {
                     if !self.published().contains(volume, node_id) {
+                        // Sent to the cloud all the same where the driver
+                        // does not look first: a token of the detach API.
+                        let sends = self.profile.api.as_ref().is_some_and(|api| {
+                            api.detach_unattached_takes_token && self.profile.batch.is_none()
+                        });
+                        if sends {
+                            let mut jitter = self.rng(Draw::Jitter, kind, key, attempt);
+                            self.take_token(kind, &mut jitter).await?;
+                        }
                         return Ok(());
                     }
                 }
@@ -1182,6 +1191,33 @@ mod tests {
         }
         detach_after_attach(true).await.expect("detach's own token");
         let err = detach_after_attach(false).await.expect_err("one bucket");
+        assert_eq!(err.message(), "RequestLimitExceeded");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn aws_ebs_an_unpublish_of_a_volume_not_attached_still_takes_a_detach_token() {
+        // pkg/cloud/cloud.go DetachDisk calls ec2 DetachVolume whether or not
+        // the device is assigned; IncorrectState -> ErrNotFound -> OK.
+        let builtin = cloud("aws-ebs");
+        let api = builtin.profile().api.clone().expect("api");
+        assert!(api.detach_unattached_takes_token);
+        let cloud = custom(&format!(
+            "{FIXED}[api]\nbucket = 1\nrefill_per_s = 0.001\nper_kind = true\n\
+             on_throttle = \"fail\"\nthrottle_message = \"RequestLimitExceeded\"\n\
+             detach_unattached_takes_token = true\n"
+        ));
+        cloud
+            .unpublish("never", "n", None)
+            .await
+            .expect("nothing to detach");
+        cloud
+            .publish(args("a", "n"))
+            .await
+            .expect("attach's own bucket");
+        let err = cloud
+            .unpublish("a", "n", None)
+            .await
+            .expect_err("the detach bucket is empty");
         assert_eq!(err.message(), "RequestLimitExceeded");
     }
 

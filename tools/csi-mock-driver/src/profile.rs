@@ -158,6 +158,10 @@ pub struct Api {
     pub retry_base_ms: u64,
     #[serde(default)]
     pub retry_max_backoff_ms: u64,
+    /// An Unpublish of a volume not attached to the node still sends the
+    /// detach request (a token; waited for or failed as `on_throttle` says).
+    #[serde(default)]
+    pub detach_unattached_takes_token: bool,
     #[serde(default = "internal")]
     pub throttle_code: GrpcCode,
     #[serde(default)]
