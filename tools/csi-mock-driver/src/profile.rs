@@ -43,6 +43,10 @@ pub struct Profile {
     pub name: String,
     #[serde(default)]
     pub summary: String,
+    /// The CSI capabilities the real driver advertises by default (names as
+    /// `--capabilities` takes them); empty: the mock's default list.
+    #[serde(default)]
+    pub capabilities: Vec<String>,
     pub attach: Operation,
     pub detach: Operation,
     /// The cloud API's token bucket for mutating calls; none: no limit.
@@ -452,6 +456,8 @@ impl Profile {
     }
 
     fn validate(&self) -> Result<(), String> {
+        crate::parse_capabilities(&self.capabilities.join(","))
+            .map_err(|e| format!("capabilities: {e}"))?;
         self.attach.latency.validate()?;
         self.detach.latency.validate()?;
         if let Some(api) = &self.api {
