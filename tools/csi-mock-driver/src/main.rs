@@ -94,7 +94,7 @@ struct Args {
     #[arg(long)]
     serialize_volumes: bool,
     /// Behave as a real cloud driver under load: a built-in profile (aws-ebs,
-    /// azure-disk, gce-pd, serial-per-node; docs/driver-profiles.md).
+    /// azure-disk, azure-disk-fast, gce-pd, serial-per-node; docs/driver-profiles.md).
     #[arg(long, conflicts_with = "profile_file")]
     profile: Option<String>,
     /// A profile of your own, a TOML file in the schema of docs/driver-profiles.md.

@@ -12,9 +12,13 @@ use serde::Deserialize;
 use tonic::Code;
 
 /// The built-in profiles: name and TOML text.
-pub const BUILTIN: [(&str, &str); 4] = [
+pub const BUILTIN: [(&str, &str); 5] = [
     ("aws-ebs", include_str!("profiles/aws-ebs.toml")),
     ("azure-disk", include_str!("profiles/azure-disk.toml")),
+    (
+        "azure-disk-fast",
+        include_str!("profiles/azure-disk-fast.toml"),
+    ),
     ("gce-pd", include_str!("profiles/gce-pd.toml")),
     (
         "serial-per-node",
@@ -543,10 +547,28 @@ mod tests {
     }
 
     #[test]
+    fn azure_disk_fast_is_azure_disk_with_a_6_s_median_and_nothing_else() {
+        let base = Profile::builtin("azure-disk").expect("azure-disk");
+        let mut fast = Profile::builtin("azure-disk-fast").expect("azure-disk-fast");
+        let median = |latency: Latency| match latency {
+            Latency::Lognormal { median_ms, .. } => median_ms,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(median(fast.attach.latency), 6000);
+        assert_eq!(median(fast.detach.latency), 6000);
+        // With azure-disk's name, summary and medians it is azure-disk.
+        fast.name = base.name.clone();
+        fast.summary = base.summary.clone();
+        fast.attach.latency = base.attach.latency;
+        fast.detach.latency = base.detach.latency;
+        assert_eq!(fast, base);
+    }
+
+    #[test]
     fn an_unknown_profile_names_the_built_in_ones() {
         let err = Profile::builtin("nfs").unwrap_err().to_string();
         assert!(
-            err.contains("aws-ebs, azure-disk, gce-pd, serial-per-node"),
+            err.contains("aws-ebs, azure-disk, azure-disk-fast, gce-pd, serial-per-node"),
             "{err}"
         );
     }
