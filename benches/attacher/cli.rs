@@ -41,7 +41,7 @@ pub struct Cli {
     /// P8's burst cases (scale-up, noisy neighbour) create their VAs at this many per second, one after another, instead of all at once (a scale-up's VAs as kube-controller-manager's attach/detach controller writes them: its client's --kube-api-qps, 20 by default).
     #[arg(long, value_name = "QPS", value_parser = parse_qps)]
     p8_create_qps: Option<f64>,
-    /// P8 runs only its floor (the driver calls alone, and the cloud operations' bound from its driver's ledger), no attacher: the rounds draw the same seeds as a full run's.
+    /// P8 runs only its floor side, the reference schedule (the driver calls alone, a schedule with the knowledge it has, not a lower bound; and the cloud operations' bound from its driver's ledger), no attacher: the rounds draw the same seeds as a full run's.
     #[arg(long)]
     pub p8_floor_only: bool,
     /// Another binary (or a profiling wrapper) to run as ours [default: this build's csi-attacher].
