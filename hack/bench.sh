@@ -6,7 +6,8 @@
 #   hack/bench.sh                 full run (3 rounds, ~70 min on 2 cores, then P8 ~50 min) → bench/results.{md,json}
 #   hack/bench.sh --smoke         tiny sizes, one round (CI) → $TMPDIR/csi-attacher-bench-smoke
 #   hack/bench.sh --only p5,p6    some scenarios (p1 p2 p3 p4 p5 p6 limit p1-workers p4-load p7 growth floor
-#                                 p8 p8-aws-ebs p8-azure-disk p8-gce-pd p8-serial-per-node cost)
+#                                 p8 p8-aws-ebs p8-azure-disk p8-gce-pd p8-serial-per-node cost;
+#                                 p8-azure-disk-fast, the sensitivity row, runs only when named)
 #   hack/bench.sh --rounds N      another number of rounds
 #   hack/bench.sh --out DIR       where results go
 #   hack/bench.sh --ours-only     skip upstream (profiling; CSI_ATTACHER_BENCH_OURS=wrapper, or

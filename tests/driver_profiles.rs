@@ -107,7 +107,7 @@ fn a_bad_profile_is_refused_at_start_with_a_clear_error() {
     assert_eq!(code, Some(1));
     assert!(
         stderr.contains("unknown profile \"nfs\"")
-            && stderr.contains("aws-ebs, azure-disk, gce-pd, serial-per-node"),
+            && stderr.contains("aws-ebs, azure-disk, azure-disk-fast, gce-pd, serial-per-node"),
         "{stderr}"
     );
     let file = ProfileFile::new(

@@ -41,7 +41,7 @@ pub struct Cli {
     /// P8's burst cases (scale-up, noisy neighbour) create their VAs at this many per second, one after another, instead of all at once (a scale-up's VAs as kube-controller-manager's attach/detach controller writes them: its client's --kube-api-qps, 20 by default).
     #[arg(long, value_name = "QPS", value_parser = parse_qps)]
     p8_create_qps: Option<f64>,
-    /// P8 runs only its floor (the driver calls alone, and the cloud operations' bound from its driver's ledger), no attacher: the rounds draw the same seeds as a full run's.
+    /// P8 runs only its floor side, the reference schedule (the driver calls alone, a schedule with the knowledge it has, not a lower bound; and the cloud operations' bound from its driver's ledger), no attacher: the rounds draw the same seeds as a full run's.
     #[arg(long)]
     pub p8_floor_only: bool,
     /// Another binary (or a profiling wrapper) to run as ours [default: this build's csi-attacher].
@@ -84,6 +84,9 @@ pub enum Key {
     /// P8 with the azure-disk profile only.
     #[value(name = "p8-azure-disk")]
     P8AzureDisk,
+    /// P8's sensitivity row: azure-disk with a 6 s median (azure-disk-fast), only when named.
+    #[value(name = "p8-azure-disk-fast")]
+    P8AzureDiskFast,
     /// P8 with the gce-pd profile only.
     #[value(name = "p8-gce-pd")]
     P8GcePd,
@@ -94,10 +97,11 @@ pub enum Key {
 
 impl Key {
     /// The keys that select P8, and with which profile (`None`: all of them).
-    pub const P8_PROFILES: [(Key, Option<Profile>); 5] = [
+    pub const P8_PROFILES: [(Key, Option<Profile>); 6] = [
         (Key::P8, None),
         (Key::P8AwsEbs, Some(Profile::AwsEbs)),
         (Key::P8AzureDisk, Some(Profile::AzureDisk)),
+        (Key::P8AzureDiskFast, Some(Profile::AzureDiskFast)),
         (Key::P8GcePd, Some(Profile::GcePd)),
         (Key::P8SerialPerNode, Some(Profile::SerialPerNode)),
     ];
@@ -267,10 +271,23 @@ mod tests {
 
     #[test]
     fn p8_runs_every_profile_or_those_named() {
-        assert_eq!(parse(&[]).unwrap().p8_profiles(), Profile::ALL);
+        assert_eq!(parse(&[]).unwrap().p8_profiles(), Profile::MAIN);
         assert_eq!(
             parse(&["--only", "p8"]).unwrap().p8_profiles(),
+            Profile::MAIN
+        );
+        // The sensitivity row only when named, beside the others if asked.
+        assert_eq!(
+            parse(&["--only", "p8,p8-azure-disk-fast"])
+                .unwrap()
+                .p8_profiles(),
             Profile::ALL
+        );
+        assert_eq!(
+            parse(&["--smoke", "--only", "p8-azure-disk-fast"])
+                .unwrap()
+                .p8_profiles(),
+            [Profile::AzureDiskFast]
         );
         assert_eq!(
             parse(&["--only", "p8-gce-pd,p8-aws-ebs"])

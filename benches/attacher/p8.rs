@@ -14,13 +14,27 @@ use crate::stats::percentile;
 pub enum Profile {
     AwsEbs,
     AzureDisk,
+    /// The sensitivity row: azure-disk with a 6 s median instead of 15 s,
+    /// everything else the same (docs/driver-profiles.md, "azure-disk-fast").
+    AzureDiskFast,
     GcePd,
     /// Alibaba Cloud's disk driver: one operation per instance at a time.
     SerialPerNode,
 }
 
 impl Profile {
-    pub const ALL: [Profile; 4] = [
+    /// Every profile P8 knows, in the order of its tables.
+    pub const ALL: [Profile; 5] = [
+        Profile::AwsEbs,
+        Profile::AzureDisk,
+        Profile::AzureDiskFast,
+        Profile::GcePd,
+        Profile::SerialPerNode,
+    ];
+
+    /// The profiles `p8` runs; the sensitivity row runs when named
+    /// (`--only p8-azure-disk-fast`).
+    pub const MAIN: [Profile; 4] = [
         Profile::AwsEbs,
         Profile::AzureDisk,
         Profile::GcePd,
@@ -32,6 +46,7 @@ impl Profile {
         match self {
             Profile::AwsEbs => "aws-ebs",
             Profile::AzureDisk => "azure-disk",
+            Profile::AzureDiskFast => "azure-disk-fast",
             Profile::GcePd => "gce-pd",
             Profile::SerialPerNode => "serial-per-node",
         }
@@ -43,6 +58,9 @@ impl Profile {
         match self {
             Profile::AwsEbs => "aws-ebs-csi-driver chart 2.64.0",
             Profile::AzureDisk => "azuredisk-csi-driver chart v1.34.5",
+            Profile::AzureDiskFast => {
+                "azuredisk-csi-driver chart v1.34.5 (sensitivity row: a 6 s median VM update)"
+            }
             Profile::GcePd => "gcp-compute-persistent-disk-csi-driver deploy/ at v1.26.4",
             Profile::SerialPerNode => "alibaba-cloud-csi-driver chart at v1.37.1 (disk)",
         }
@@ -58,7 +76,7 @@ impl Profile {
                 "--kube-api-burst=100",
                 "--timeout=6m",
             ],
-            Profile::AzureDisk => &[
+            Profile::AzureDisk | Profile::AzureDiskFast => &[
                 "--worker-threads=1000",
                 "--kube-api-qps=200",
                 "--kube-api-burst=400",
@@ -82,6 +100,9 @@ impl Profile {
             }
             Profile::AzureDisk => {
                 include_str!("../../tools/csi-mock-driver/src/profiles/azure-disk.toml")
+            }
+            Profile::AzureDiskFast => {
+                include_str!("../../tools/csi-mock-driver/src/profiles/azure-disk-fast.toml")
             }
             Profile::GcePd => include_str!("../../tools/csi-mock-driver/src/profiles/gce-pd.toml"),
             Profile::SerialPerNode => {
@@ -703,6 +724,13 @@ mod tests {
         assert_eq!(Profile::GcePd.call_bucket(), Some((1500, 25.0, false)));
         // A token per VM update (a batch), not per call; no bucket.
         assert_eq!(Profile::AzureDisk.call_bucket(), None);
+        // The sensitivity row: azure-disk's node, flags and batching.
+        assert_eq!(Profile::AzureDiskFast.node_limit(), 8);
+        assert_eq!(Profile::AzureDiskFast.call_bucket(), None);
+        assert_eq!(
+            Flags::Chart.args(Profile::AzureDiskFast),
+            Flags::Chart.args(Profile::AzureDisk)
+        );
         assert_eq!(Profile::SerialPerNode.call_bucket(), None);
         assert!(Profile::SerialPerNode.cloud_serial());
         assert!(!Profile::GcePd.cloud_serial() && !Profile::AwsEbs.cloud_serial());

@@ -153,7 +153,7 @@ pub const FULL: Sizes = Sizes {
     ],
     p8: P8Sizes {
         rounds: 1,
-        profiles: &Profile::ALL,
+        profiles: &Profile::MAIN,
         flags: &Flags::ALL,
         cases: &Case::ALL,
         scale_nodes: 40,
@@ -210,7 +210,7 @@ pub const SMOKE: Sizes = Sizes {
         rounds: 1,
         // All four profiles at once, their durations scaled by --time-scale,
         // at their charts' flags only (the harness is the same at upstream's).
-        profiles: &Profile::ALL,
+        profiles: &Profile::MAIN,
         flags: &[Flags::Chart],
         cases: &Case::ALL,
         scale_nodes: 2,

@@ -3,8 +3,9 @@
 //! ControllerUnpublishVolume under load.
 //!
 //! One call goes through, in this order (each step only when the profile has
-//! it): the driver's duplicate check (a call for the same key still being
-//! served), the per-(node, volume) backoff's fail-fast, the deleted-instance
+//! it): the per-(node, volume) backoff's fail-fast, the driver's duplicate
+//! check (a call for the same key still being served; its answer counts for
+//! the backoff as any error does), the deleted-instance
 //! rules, idempotency (already attached / already detached), a cloud
 //! operation still pending for the key (an earlier caller gave up, the cloud
 //! did not), another node's operation on the volume, the single-node and
@@ -48,7 +49,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use csi_attacher::csi::proto::VolumeCapability;
-use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{oneshot, watch, Semaphore};
 use tokio::time::Instant;
 use tonic::{Code, Status};
 
@@ -56,6 +57,7 @@ use crate::ledger::Ledger;
 #[cfg(test)]
 use crate::profile::BUILTIN;
 use crate::profile::{fill, GoneUnpublish, OnBusy, OnThrottle, Pending, Profile, SlotScope};
+use crate::slots::{NodeSlots, SlotPermit};
 use crate::state::Published;
 
 /// Attach (ControllerPublishVolume) or detach (ControllerUnpublishVolume).
@@ -83,6 +85,8 @@ type Key = (String, String);
 enum Draw {
     Latency,
     Jitter,
+    /// The delays of a call's polls.
+    Poll,
 }
 
 /// The outcome of a cloud operation, shared with every call that waits on it.
@@ -114,7 +118,7 @@ struct State {
     backoff: HashMap<Key, BackoffEntry>,
     /// Instances the cloud no longer has.
     gone: HashSet<String>,
-    slots: HashMap<String, Arc<Semaphore>>,
+    slots: HashMap<String, Arc<NodeSlots>>,
     /// Per node, its one operation at a time in the cloud (`node.cloud_serial`).
     instances: HashMap<String, Arc<Semaphore>>,
     /// The API's token buckets: one (index 0) unless `api.per_kind`, then
@@ -279,14 +283,23 @@ impl Cloud {
         deadline: Option<Instant>,
     ) -> Result<(), Status> {
         let around = &self.profile.operation;
+        // The backoff's fail-fast comes first, before the duplicate check
+        // (gcp-compute-persistent-disk-csi-driver v1.26.4
+        // pkg/gce-pd-csi-driver/controller.go: ControllerPublishVolume checks
+        // errorBackoff.blocking before executeControllerPublishVolume takes
+        // the per-(node, volume) lock).
+        if let Some(status) = self.backing_off(kind, &key) {
+            return Err(status);
+        }
         let mut serving = None;
         if let Some(code) = around.duplicate_code {
-            let mut state = self.state();
-            if !state.serving.insert(key.clone()) {
-                return Err(Status::new(
-                    code.0,
-                    fill(&around.duplicate_message, &key.0, &key.1),
-                ));
+            let duplicate = !self.state().serving.insert(key.clone());
+            if duplicate {
+                let status = Status::new(code.0, fill(&around.duplicate_message, &key.0, &key.1));
+                // An error like any other for the backoff (same file: the
+                // lock's Aborted returns through errorBackoff.next).
+                self.note_outcome(&key, &Err(status.clone()));
+                return Err(status);
             }
             serving = Some(ServingGuard {
                 cloud: self,
@@ -299,9 +312,6 @@ impl Cloud {
             *n += 1;
             *n
         };
-        if let Some(status) = self.backing_off(kind, &key) {
-            return Err(status);
-        }
         // A caller that goes away counts as an error for the backoff (the
         // driver's context ends, its cloud call returns the context's error).
         let mut abandoned = AbandonGuard {
@@ -316,7 +326,7 @@ impl Cloud {
             }
             // The driver's lock: taken before its checks, held until it
             // answers; waited for until the caller's deadline.
-            SlotScope::Call => match until(deadline, self.slot(&key.1)).await {
+            SlotScope::Call => match until(deadline, self.slot(kind, &key.1)).await {
                 Ok(_slot) => self.run(kind, &key, attach, attempt, deadline).await,
                 Err(status) => Err(status),
             },
@@ -432,7 +442,17 @@ impl Cloud {
                         ))
                     }
                     Pending::Wait => {
+                        // The driver learns the outcome at its own next poll,
+                        // its polls counted from when it joined, not at the
+                        // operation's end (aws-ebs-csi-driver v1.64.0
+                        // pkg/cloud/cloud.go AttachDisk: a device already
+                        // assigned goes to WaitForAttachmentState, whose
+                        // backoff starts with the call).
+                        let joined = Instant::now();
                         let _ = done.wait_for(Option::is_some).await;
+                        let waited = joined.elapsed();
+                        let seen = self.seen_by_polls(kind, key, attempt, waited);
+                        tokio::time::sleep(seen.saturating_sub(waited)).await;
                         continue;
                     }
                 }
@@ -449,6 +469,15 @@ impl Cloud {
                 }
                 _ => {
                     if !self.published().contains(volume, node_id) {
+                        // Sent to the cloud all the same where the driver
+                        // does not look first: a token of the detach API.
+                        let sends = self.profile.api.as_ref().is_some_and(|api| {
+                            api.detach_unattached_takes_token && self.profile.batch.is_none()
+                        });
+                        if sends {
+                            let mut jitter = self.rng(Draw::Jitter, kind, key, attempt);
+                            self.take_token(kind, &mut jitter).await?;
+                        }
                         return Ok(());
                     }
                 }
@@ -527,7 +556,7 @@ impl Cloud {
             self.take_token(kind, &mut jitter).await?;
         }
         let permit = match self.profile.node.slot_scope {
-            SlotScope::Operation => until(deadline, self.slot(&key.1)).await?,
+            SlotScope::Operation => until(deadline, self.slot(kind, &key.1)).await?,
             SlotScope::Call => None,
         };
         // A caller already gone never reaches the cloud (the module docs).
@@ -561,6 +590,7 @@ impl Cloud {
         });
         let cloud = Arc::clone(self);
         let op_key = key.clone();
+        let key_for_polls = key.clone();
         let key = key.clone();
         let work = async move {
             let started = Instant::now();
@@ -603,31 +633,39 @@ impl Cloud {
             done
         };
         // The driver answers at its first poll after the operation completed.
-        let seen = self.profile.operation.seen_after(took, self.scale);
+        let seen = self.seen_by_polls(kind, &key_for_polls, attempt, took);
         tokio::time::sleep(seen.saturating_sub(took)).await;
         result
     }
 
-    /// The node's operation slot (a permit of its semaphore), or the busy error.
-    async fn slot(&self, node_id: &str) -> Result<Option<OwnedSemaphorePermit>, Status> {
+    /// When call `attempt` of `key`, polling since an operation started
+    /// that took `took`, sees it done (`operation.poll_*`).
+    fn seen_by_polls(&self, kind: Kind, key: &Key, attempt: u64, took: Duration) -> Duration {
+        let around = &self.profile.operation;
+        let mut rng = self.rng(Draw::Poll, kind, key, attempt);
+        around.seen_after(took, self.scale, || {
+            around.poll_delay(rng.f64(), self.scale)
+        })
+    }
+
+    /// The node's operation slot, or the busy error; a waiting detach goes
+    /// first where the profile says so (`node.detach_first`).
+    async fn slot(&self, kind: Kind, node_id: &str) -> Result<Option<SlotPermit>, Status> {
         let node = &self.profile.node;
         if node.max_operations == 0 {
             return Ok(None);
         }
-        let semaphore = Arc::clone(
+        let slots = Arc::clone(
             self.state()
                 .slots
                 .entry(node_id.to_string())
-                .or_insert_with(|| Arc::new(Semaphore::new(node.max_operations))),
+                .or_insert_with(|| NodeSlots::new(node.max_operations, node.detach_first)),
         );
-        let busy = || Status::new(node.busy_code.0, fill(&node.busy_message, "", node_id));
         match node.on_busy {
-            OnBusy::Fail => semaphore.try_acquire_owned().map(Some).map_err(|_| busy()),
-            OnBusy::Wait => semaphore
-                .acquire_owned()
-                .await
-                .map(Some)
-                .map_err(|_| busy()),
+            OnBusy::Fail => slots.try_acquire().map(Some).ok_or_else(|| {
+                Status::new(node.busy_code.0, fill(&node.busy_message, "", node_id))
+            }),
+            OnBusy::Wait => Ok(Some(slots.acquire(kind == Kind::Detach).await)),
         }
     }
 
@@ -816,8 +854,10 @@ impl Cloud {
         mix(&[0]);
         mix(key.1.as_bytes());
         mix(&count.to_le_bytes());
-        if draw == Draw::Jitter {
-            mix(b"jitter");
+        match draw {
+            Draw::Latency => {}
+            Draw::Jitter => mix(b"jitter"),
+            Draw::Poll => mix(b"poll"),
         }
         fastrand::Rng::with_seed(hash)
     }
@@ -1043,6 +1083,31 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn gce_pd_a_duplicates_aborted_starts_the_backoff_which_is_checked_before_the_lock() {
+        let cloud = cloud("gce-pd");
+        let first = spawn_publish(&cloud, "v", "vm-1");
+        settle().await;
+        let dup = cloud.publish(args("v", "vm-1")).await.expect_err("dup");
+        assert_eq!(dup.code(), Code::Aborted);
+        assert!(dup.message().contains("already exists"), "{dup:?}");
+        // The Aborted started the 200 ms backoff: the next call fails fast
+        // with the backoff's answer (and its code), not the lock's.
+        let fast = cloud.publish(args("v", "vm-1")).await.expect_err("backoff");
+        assert_eq!(fast.code(), Code::Aborted);
+        assert!(fast.message().contains("backoff condition"), "{fast:?}");
+        // Past it, the lock answers again, and the period doubled.
+        tokio::time::sleep(Duration::from_millis(201)).await;
+        let dup = cloud.publish(args("v", "vm-1")).await.expect_err("dup");
+        assert!(dup.message().contains("already exists"), "{dup:?}");
+        tokio::time::sleep(Duration::from_millis(201)).await;
+        let fast = cloud.publish(args("v", "vm-1")).await.expect_err("400 ms");
+        assert!(fast.message().contains("backoff condition"), "{fast:?}");
+        // The first call's success resets it.
+        first.await.expect("join").0.expect("attached");
+        cloud.publish(args("v", "vm-1")).await.expect("attached");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn aws_ebs_duplicate_in_flight_is_aborted_and_a_retry_while_attaching_joins_it() {
         let cloud = cloud("aws-ebs");
         let around = cloud.profile().operation.clone();
@@ -1126,6 +1191,33 @@ mod tests {
         }
         detach_after_attach(true).await.expect("detach's own token");
         let err = detach_after_attach(false).await.expect_err("one bucket");
+        assert_eq!(err.message(), "RequestLimitExceeded");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn aws_ebs_an_unpublish_of_a_volume_not_attached_still_takes_a_detach_token() {
+        // pkg/cloud/cloud.go DetachDisk calls ec2 DetachVolume whether or not
+        // the device is assigned; IncorrectState -> ErrNotFound -> OK.
+        let builtin = cloud("aws-ebs");
+        let api = builtin.profile().api.clone().expect("api");
+        assert!(api.detach_unattached_takes_token);
+        let cloud = custom(&format!(
+            "{FIXED}[api]\nbucket = 1\nrefill_per_s = 0.001\nper_kind = true\n\
+             on_throttle = \"fail\"\nthrottle_message = \"RequestLimitExceeded\"\n\
+             detach_unattached_takes_token = true\n"
+        ));
+        cloud
+            .unpublish("never", "n", None)
+            .await
+            .expect("nothing to detach");
+        cloud
+            .publish(args("a", "n"))
+            .await
+            .expect("attach's own bucket");
+        let err = cloud
+            .unpublish("a", "n", None)
+            .await
+            .expect_err("the detach bucket is empty");
         assert_eq!(err.message(), "RequestLimitExceeded");
     }
 
@@ -1290,6 +1382,37 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn serial_per_node_a_waiting_detach_gets_the_slot_before_a_waiting_attach() {
+        // alibaba-cloud-csi-driver v1.37.1 pkg/disk/attachdetach_slot.go:
+        // serialADSlot.Release wakes a detach on its highPriorityChannel first.
+        let cloud = cloud("serial-per-node");
+        assert!(cloud.profile().node.detach_first);
+        let cap = args("", "").capability;
+        cloud.published().insert("old", "i-1", &cap, false);
+        let holder = spawn_publish(&cloud, "first", "i-1");
+        settle().await;
+        // Waiting in this order: an attach, then a detach.
+        let attach = spawn_publish(&cloud, "second", "i-1");
+        settle().await;
+        let detach = {
+            let cloud = Arc::clone(&cloud);
+            tokio::spawn(async move {
+                let result = cloud.unpublish("old", "i-1", None).await;
+                (result, Instant::now())
+            })
+        };
+        holder.await.expect("join").0.expect("first");
+        let (attached, attach_end) = attach.await.expect("join");
+        let (detached, detach_end) = detach.await.expect("join");
+        attached.expect("second");
+        detached.expect("old");
+        assert!(
+            detach_end < attach_end,
+            "the detach went first: {detach_end:?} vs {attach_end:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn serial_per_node_a_caller_that_gives_up_frees_the_slot_and_a_retry_meets_attaching() {
         let cloud = cloud("serial-per-node");
         assert_eq!(cloud.profile().node.slot_scope, SlotScope::Call);
@@ -1362,7 +1485,15 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn aws_ebs_answers_at_the_drivers_first_poll_after_the_attach_completed() {
-        let cloud = cloud("aws-ebs");
+        // Without the Describe batcher's delays (below), exactly at polls.
+        let (_, text) = BUILTIN
+            .iter()
+            .find(|(name, _)| *name == "aws-ebs")
+            .expect("aws-ebs");
+        assert!(text.contains("\npoll_delay_max_ms = 500 "));
+        let text = text.replace("\npoll_delay_max_ms = 500 ", "\npoll_delay_max_ms = 0 ");
+        let profile = Profile::parse(&text, "aws-ebs-undelayed").expect("profile");
+        let cloud = Arc::new(Cloud::new(profile, 1, 1.0, Default::default()));
         let mut answers = Vec::new();
         for i in 0..20 {
             let t = Instant::now();
@@ -1380,6 +1511,45 @@ mod tests {
                 "{a} not at a poll: {answers:?}"
             );
         }
+    }
+
+    /// Fixed 10 s operations that outlive their caller, polled at 0, 1,
+    /// 2.8, 6.04, 11.872 s, … (aws-ebs's schedule); a retry joins.
+    const POLLED: &str = "[operation]\noutlives_caller = true\npending = \"wait\"\n\
+                          poll_initial_ms = 1000\npoll_factor = 1.8\n";
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_that_joins_a_running_operation_answers_at_its_own_polls() {
+        let cloud = custom(&format!("{FIXED}{POLLED}"));
+        abandon_attach(&cloud, "v", "n").await;
+        // Joins 3.3 s in; the operation ends 6.7 s later, which this call's
+        // polls (0, 1, 2.8, 6.04, 11.872 s after it joined) see at 11.872 s.
+        tokio::time::sleep(Duration::from_millis(3300)).await;
+        let t = Instant::now();
+        cloud.publish(args("v", "n")).await.expect("joined");
+        let took = t.elapsed().as_secs_f64();
+        assert!((took - 11.872).abs() < 1e-3, "{took}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn aws_ebs_each_poll_waits_for_the_describe_batcher() {
+        // pkg/cloud/cloud.go: batchMaxDelay = 500 ms, the chart's --batching=true.
+        assert_eq!(cloud("aws-ebs").profile().operation.poll_delay_max_ms, 500);
+        let cloud = custom(&format!("{FIXED}{POLLED}poll_delay_max_ms = 500\n"));
+        let mut answers = Vec::new();
+        for i in 0..5 {
+            let t = Instant::now();
+            cloud
+                .publish(args(&format!("v{i}"), "n"))
+                .await
+                .expect("attach");
+            answers.push(t.elapsed().as_secs_f64());
+        }
+        // The fifth poll (11.872 s) plus five delays of at most 0.5 s each.
+        for a in &answers {
+            assert!(*a > 11.873 && *a <= 14.372 + 1e-3, "{answers:?}");
+        }
+        assert!(answers.windows(2).any(|w| w[0] != w[1]), "{answers:?}");
     }
 
     #[tokio::test(start_paused = true)]

@@ -20,6 +20,7 @@ mod faults;
 mod ledger;
 mod profile;
 mod service;
+mod slots;
 mod state;
 
 use std::net::SocketAddr;
@@ -57,12 +58,11 @@ struct Args {
     name: String,
     /// Comma list of CSI capability names (plugin: CONTROLLER_SERVICE; controller: e.g.
     /// PUBLISH_UNPUBLISH_VOLUME, PUBLISH_READONLY, LIST_VOLUMES, LIST_VOLUMES_PUBLISHED_NODES,
-    /// SINGLE_NODE_MULTI_WRITER). Empty: no capabilities.
-    #[arg(
-        long,
-        default_value = "CONTROLLER_SERVICE,PUBLISH_UNPUBLISH_VOLUME,PUBLISH_READONLY,LIST_VOLUMES,LIST_VOLUMES_PUBLISHED_NODES"
-    )]
-    capabilities: String,
+    /// SINGLE_NODE_MULTI_WRITER). Empty: no capabilities. Default: the profile's
+    /// `capabilities` (what its real driver advertises by default), else
+    /// CONTROLLER_SERVICE,PUBLISH_UNPUBLISH_VOLUME,PUBLISH_READONLY,LIST_VOLUMES,LIST_VOLUMES_PUBLISHED_NODES.
+    #[arg(long)]
+    capabilities: Option<String>,
     /// JSON-lines call ledger.
     #[arg(long)]
     ledger: Option<PathBuf>,
@@ -94,7 +94,7 @@ struct Args {
     #[arg(long)]
     serialize_volumes: bool,
     /// Behave as a real cloud driver under load: a built-in profile (aws-ebs,
-    /// azure-disk, gce-pd, serial-per-node; docs/driver-profiles.md).
+    /// azure-disk, azure-disk-fast, gce-pd, serial-per-node; docs/driver-profiles.md).
     #[arg(long, conflicts_with = "profile_file")]
     profile: Option<String>,
     /// A profile of your own, a TOML file in the schema of docs/driver-profiles.md.
@@ -175,7 +175,6 @@ async fn save_state_on_shutdown(
 }
 
 async fn serve(args: Args) -> anyhow::Result<()> {
-    let (plugin_caps, controller_caps) = parse_capabilities(&args.capabilities)?;
     let sockets = args
         .endpoint
         .iter()
@@ -187,6 +186,8 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         (None, Some(path)) => Some(profile::Profile::from_file(path)?),
         (None, None) => None,
     };
+    let capabilities = capabilities(args.capabilities.as_deref(), profile.as_ref());
+    let (plugin_caps, controller_caps) = parse_capabilities(&capabilities)?;
     if !(args.time_scale.is_finite() && args.time_scale > 0.0) {
         anyhow::bail!(
             "--time-scale must be a positive number, got {}",
@@ -393,7 +394,20 @@ async fn shutdown() {
     }
 }
 
-fn parse_capabilities(list: &str) -> anyhow::Result<(Vec<PluginService>, Vec<Rpc>)> {
+/// What the mock advertises without `--capabilities` or a profile's own.
+const DEFAULT_CAPABILITIES: &str = "CONTROLLER_SERVICE,PUBLISH_UNPUBLISH_VOLUME,PUBLISH_READONLY,LIST_VOLUMES,LIST_VOLUMES_PUBLISHED_NODES";
+
+/// What the mock advertises: `--capabilities` if given, else the profile's,
+/// else [`DEFAULT_CAPABILITIES`].
+fn capabilities(flag: Option<&str>, profile: Option<&profile::Profile>) -> String {
+    match (flag, profile) {
+        (Some(list), _) => list.to_owned(),
+        (None, Some(profile)) if !profile.capabilities.is_empty() => profile.capabilities.join(","),
+        (None, _) => DEFAULT_CAPABILITIES.to_owned(),
+    }
+}
+
+pub(crate) fn parse_capabilities(list: &str) -> anyhow::Result<(Vec<PluginService>, Vec<Rpc>)> {
     let mut plugin = Vec::new();
     let mut controller = Vec::new();
     for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -409,4 +423,53 @@ fn parse_capabilities(list: &str) -> anyhow::Result<(Vec<PluginService>, Vec<Rpc
         }
     }
     Ok((plugin, controller))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The controller capabilities advertised for `flag` and `profile`.
+    fn controller(flag: Option<&str>, profile: Option<&str>) -> Vec<Rpc> {
+        let profile = profile.map(|name| profile::Profile::builtin(name).expect("profile"));
+        parse_capabilities(&capabilities(flag, profile.as_ref()))
+            .expect("capabilities")
+            .1
+    }
+
+    #[test]
+    fn each_profile_advertises_what_its_real_driver_does_by_default() {
+        let lists = |caps: &[Rpc]| {
+            (
+                caps.contains(&Rpc::ListVolumes),
+                caps.contains(&Rpc::ListVolumesPublishedNodes),
+            )
+        };
+        for name in ["aws-ebs", "azure-disk", "serial-per-node"] {
+            let caps = controller(None, Some(name));
+            assert_eq!(lists(&caps), (false, false), "{name}: {caps:?}");
+            assert!(caps.contains(&Rpc::PublishUnpublishVolume), "{name}");
+        }
+        assert_eq!(lists(&controller(None, Some("gce-pd"))), (true, true));
+        // EBS and Azure do not advertise PUBLISH_READONLY; GCE PD does.
+        assert!(!controller(None, Some("aws-ebs")).contains(&Rpc::PublishReadonly));
+        assert!(controller(None, Some("gce-pd")).contains(&Rpc::PublishReadonly));
+        // The flag wins (a test that needs the reconciler says so); without
+        // a profile, the mock's old default.
+        let asked = controller(
+            Some("CONTROLLER_SERVICE,PUBLISH_UNPUBLISH_VOLUME,LIST_VOLUMES,LIST_VOLUMES_PUBLISHED_NODES"),
+            Some("aws-ebs"),
+        );
+        assert_eq!(lists(&asked), (true, true));
+        assert_eq!(lists(&controller(None, None)), (true, true));
+    }
+
+    #[test]
+    fn a_profile_with_an_unknown_capability_is_refused() {
+        let text = "name = \"x\"\ncapabilities = [\"LIST_VOLUMEZ\"]\n[attach.latency]\nkind = \"fixed\"\nms = 1\n[detach.latency]\nkind = \"fixed\"\nms = 1\n";
+        let err = profile::Profile::parse(text, "t")
+            .expect_err("unknown")
+            .to_string();
+        assert!(err.contains("LIST_VOLUMEZ"), "{err}");
+    }
 }

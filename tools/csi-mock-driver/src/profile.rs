@@ -12,9 +12,13 @@ use serde::Deserialize;
 use tonic::Code;
 
 /// The built-in profiles: name and TOML text.
-pub const BUILTIN: [(&str, &str); 4] = [
+pub const BUILTIN: [(&str, &str); 5] = [
     ("aws-ebs", include_str!("profiles/aws-ebs.toml")),
     ("azure-disk", include_str!("profiles/azure-disk.toml")),
+    (
+        "azure-disk-fast",
+        include_str!("profiles/azure-disk-fast.toml"),
+    ),
     ("gce-pd", include_str!("profiles/gce-pd.toml")),
     (
         "serial-per-node",
@@ -43,6 +47,10 @@ pub struct Profile {
     pub name: String,
     #[serde(default)]
     pub summary: String,
+    /// The CSI capabilities the real driver advertises by default (names as
+    /// `--capabilities` takes them); empty: the mock's default list.
+    #[serde(default)]
+    pub capabilities: Vec<String>,
     pub attach: Operation,
     pub detach: Operation,
     /// The cloud API's token bucket for mutating calls; none: no limit.
@@ -158,6 +166,10 @@ pub struct Api {
     pub retry_base_ms: u64,
     #[serde(default)]
     pub retry_max_backoff_ms: u64,
+    /// An Unpublish of a volume not attached to the node still sends the
+    /// detach request (a token; waited for or failed as `on_throttle` says).
+    #[serde(default)]
+    pub detach_unattached_takes_token: bool,
     #[serde(default = "internal")]
     pub throttle_code: GrpcCode,
     #[serde(default)]
@@ -200,6 +212,10 @@ pub struct Node {
     /// end, also one whose caller gave up (whatever the driver's slots).
     #[serde(default)]
     pub cloud_serial: bool,
+    /// A freed slot goes to a waiting detach before any waiting attach
+    /// (default: first come, first served).
+    #[serde(default)]
+    pub detach_first: bool,
     #[serde(default = "internal")]
     pub busy_code: GrpcCode,
     #[serde(default)]
@@ -226,6 +242,7 @@ impl Default for Node {
             on_busy: OnBusy::Wait,
             slot_scope: SlotScope::Operation,
             cloud_serial: false,
+            detach_first: false,
             busy_code: internal(),
             busy_message: String::new(),
             gone_publish_code: not_found(),
@@ -315,6 +332,11 @@ pub struct Around {
     pub poll_initial_ms: u64,
     #[serde(default = "one")]
     pub poll_factor: f64,
+    /// Each poll reads the state up to this long (uniform) after it is due
+    /// (a batcher of the driver's Describe calls); the next wait starts
+    /// after it. 0: at once.
+    #[serde(default)]
+    pub poll_delay_max_ms: u64,
     /// A call for a volume with an operation running on another node; none
     /// (or empty): no check.
     #[serde(default, deserialize_with = "optional_code")]
@@ -334,6 +356,7 @@ impl Default for Around {
             pending_message: String::new(),
             poll_initial_ms: 0,
             poll_factor: 1.0,
+            poll_delay_max_ms: 0,
             volume_busy_code: None,
             volume_busy_message: String::new(),
         }
@@ -437,6 +460,8 @@ impl Profile {
     }
 
     fn validate(&self) -> Result<(), String> {
+        crate::parse_capabilities(&self.capabilities.join(","))
+            .map_err(|e| format!("capabilities: {e}"))?;
         self.attach.latency.validate()?;
         self.detach.latency.validate()?;
         if let Some(api) = &self.api {
@@ -475,20 +500,32 @@ impl Profile {
 }
 
 impl Around {
-    /// When the driver sees an operation that took `took` done: its first
-    /// poll at or after it, the polls' waits multiplied by `scale` (the
-    /// driver's `--time-scale`, as every other duration of the profile).
-    pub fn seen_after(&self, took: std::time::Duration, scale: f64) -> std::time::Duration {
-        if self.poll_initial_ms == 0 || took.is_zero() {
+    /// When the driver sees an operation that took `took` (since its polls
+    /// started) done: its first poll that reads the state at or after it,
+    /// the polls' waits multiplied by `scale` (the driver's `--time-scale`,
+    /// as every other duration of the profile), each poll reading the state
+    /// `delay()` after it is due (already scaled).
+    pub fn seen_after(
+        &self,
+        took: Duration,
+        scale: f64,
+        mut delay: impl FnMut() -> Duration,
+    ) -> Duration {
+        if self.poll_initial_ms == 0 {
             return took;
         }
-        let mut at = std::time::Duration::ZERO;
+        let mut at = delay();
         let mut wait = self.poll_initial_ms as f64 * scale / 1e3;
         while at < took {
-            at += std::time::Duration::from_secs_f64(wait);
+            at += Duration::from_secs_f64(wait) + delay();
             wait *= self.poll_factor;
         }
         at
+    }
+
+    /// One poll's delay from `u` uniform in [0, 1), scaled.
+    pub fn poll_delay(&self, u: f64, scale: f64) -> Duration {
+        Duration::from_secs_f64(self.poll_delay_max_ms as f64 * scale / 1e3 * u)
     }
 }
 
@@ -510,10 +547,28 @@ mod tests {
     }
 
     #[test]
+    fn azure_disk_fast_is_azure_disk_with_a_6_s_median_and_nothing_else() {
+        let base = Profile::builtin("azure-disk").expect("azure-disk");
+        let mut fast = Profile::builtin("azure-disk-fast").expect("azure-disk-fast");
+        let median = |latency: Latency| match latency {
+            Latency::Lognormal { median_ms, .. } => median_ms,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(median(fast.attach.latency), 6000);
+        assert_eq!(median(fast.detach.latency), 6000);
+        // With azure-disk's name, summary and medians it is azure-disk.
+        fast.name = base.name.clone();
+        fast.summary = base.summary.clone();
+        fast.attach.latency = base.attach.latency;
+        fast.detach.latency = base.detach.latency;
+        assert_eq!(fast, base);
+    }
+
+    #[test]
     fn an_unknown_profile_names_the_built_in_ones() {
         let err = Profile::builtin("nfs").unwrap_err().to_string();
         assert!(
-            err.contains("aws-ebs, azure-disk, gce-pd, serial-per-node"),
+            err.contains("aws-ebs, azure-disk, azure-disk-fast, gce-pd, serial-per-node"),
             "{err}"
         );
     }
@@ -561,14 +616,28 @@ mod tests {
         assert_eq!(p.operation.volume_busy_code, Some(GrpcCode(Code::Aborted)));
         // Polls at 0, 1, 2.8, 6.04, 11.872, 22.3696 s.
         let secs = |s: f64| Duration::from_secs_f64(s);
-        let seen = |took: f64| p.operation.seen_after(secs(took), 1.0).as_secs_f64();
+        let seen = |took: f64| {
+            p.operation
+                .seen_after(secs(took), 1.0, || Duration::ZERO)
+                .as_secs_f64()
+        };
         assert!((seen(0.5) - 1.0).abs() < 1e-6);
         assert!((seen(2.0) - 2.8).abs() < 1e-6);
         assert!((seen(12.0) - 22.3696).abs() < 1e-6);
         let no_polls = Profile::parse(base, "t").expect("profile");
-        assert_eq!(no_polls.operation.seen_after(secs(3.3), 1.0), secs(3.3));
+        assert_eq!(
+            no_polls.operation.seen_after(secs(3.3), 1.0, || secs(1.0)),
+            secs(3.3)
+        );
+        // Each poll reads the state its delay after it is due, and the next
+        // wait starts then: 0.1, 1.2, 3.1 s for 0.1 s each.
+        let delayed = p.operation.seen_after(secs(2.0), 1.0, || secs(0.1));
+        assert!((delayed.as_secs_f64() - 3.1).abs() < 1e-6, "{delayed:?}");
         // Scaled as every other duration: polls at 0, 0.01, 0.028, … s.
-        let scaled = p.operation.seen_after(secs(0.02), 0.01).as_secs_f64();
+        let scaled = p
+            .operation
+            .seen_after(secs(0.02), 0.01, || Duration::ZERO)
+            .as_secs_f64();
         assert!((scaled - 0.028).abs() < 1e-9, "{scaled}");
     }
 

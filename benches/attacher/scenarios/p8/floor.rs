@@ -1,12 +1,14 @@
-//! P8's floor: the driver calls of a case alone, made straight to the
+//! P8's floor side, a reference schedule with the knowledge it has (not a
+//! lower bound; results.md and bench/README.md call it "the reference
+//! schedule"): the driver calls of a case alone, made straight to the
 //! profile's mock driver, with no API server, no VolumeAttachments and no
-//! attacher. Whatever an attacher does, it makes these calls on this driver
-//! and waits for them, and the writes below through its throttle; the time
-//! they alone take is a floor under its time to attached (as the floor
-//! attacher is under P1's rate), measured, not proven: a driver that queues
-//! or throttles can reward an order other than this one, so a floor more
-//! than one round's noise above an attacher's time is no floor there
-//! (results.md says so per row).
+//! attacher. An attacher makes these calls on this driver and waits for
+//! them, and the writes below through its throttle, but without what this
+//! schedule knows (the noisy node, the bucket it paces to, each volume's
+//! whole chain, finished first): a driver that queues or throttles can
+//! reward another order, and an attacher then beats it (ours did on
+//! gce-pd's out-of-service case). Where it is more than one round's noise
+//! above an attacher's time, results.md says so per row.
 //!
 //! How the calls are made is the best order we know for the case, within
 //! the run's own limits:
