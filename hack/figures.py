@@ -38,9 +38,11 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = [
     "bench/results.json",
     "bench/p8/results.json",
+    "bench/fresh-machine.json",
     "docs/chaos-results.md",
+    "docs/chaos-results-2.md",
     "docs/soak-results.md",
-    "docs/mutants.md",
+    "docs/mutants-results.md",
 ]
 
 BLOCK = re.compile(r"(<!-- figures:(\S+) -->\n)(.*?)(<!-- /figures -->)", re.S)
@@ -175,9 +177,30 @@ def p8(source):
     return "\n".join(lines) + "\n"
 
 
+def mutants(source):
+    text = MD_PROVENANCE.sub("", (ROOT / source).read_text()).strip()
+    p = provenance(source) or {}
+    return f"{stamp(p)}, from `{source}`:\n\n{text}\n"
+
+
+def minutes(seconds):
+    return f"{seconds // 60} min {seconds % 60} s"
+
+
+def fresh(source):
+    data = json.loads((ROOT / source).read_text())
+    return (
+        f"`hack/demo.sh` **{minutes(data['demo_s'])}**, then `hack/test.sh` "
+        f"**{minutes(data['test_s'])}**: **{minutes(data['total_s'])}** for both, "
+        f"{stamp(data.get('provenance') or {})}, from `{source}`.\n"
+    )
+
+
 GENERATORS = {
     "performance": (performance, "bench/results.json"),
     "p8": (p8, "bench/p8/results.json"),
+    "mutants": (mutants, "docs/mutants-results.md"),
+    "fresh": (fresh, "bench/fresh-machine.json"),
 }
 
 DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")), "bench/README.md"]
@@ -217,6 +240,9 @@ def main():
         return 0
     bad = 0
     for rel in RESULTS:
+        if not (ROOT / rel).exists():
+            print(f"{rel}: not yet run (hack/evidence.sh writes it)")
+            continue
         p = provenance(rel)
         if not p or "commit" not in p:
             print(f"{rel}: no provenance (commit, date, machine, command)")

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Every result the docs publish, measured at the current commit: unattended,
+# and resumable after a failure without redoing the parts already done.
+#
+#   hack/evidence.sh                 every part not yet done at HEAD (many hours)
+#   hack/evidence.sh --list          the parts and whether each is done at HEAD
+#   hack/evidence.sh --only a,b      some parts
+#
+# Parts, in order (each writes its results with their provenance, the commit,
+# date, machine and command, through hack/figures.py --provenance):
+#   mutants   the full mutation table            docs/mutants-results.md
+#   bench     P1-P7, limits, growth, floor, cost  bench/results.{md,json} and charts (3 rounds)
+#   p8        P8 at the charts' flags and at upstream's defaults, 5 rounds (5 distinct
+#             seeds per cell), with the azure-disk-fast sensitivity row   bench/p8/
+#   chaos-1   a 500-fault chaos run, seed from the commit     docs/chaos-results.md
+#   chaos-2   another, the next seed                          docs/chaos-results-2.md
+#   soak      two hours                                       docs/soak-results.md
+#   fresh     README's two commands on a fresh machine (empty crate registry, Go
+#             module and build caches, tool cache, a fresh clone)  bench/fresh-machine.json
+# then `hack/figures.py --write` regenerates every quoted table. Commit the results.
+#
+# State: target/evidence/<commit>/<part>.{log,done}. A part that fails leaves no
+# .done and is run again next time; the script goes on with the other parts
+# and exits 1 at the end. The product (src/, tools/, Cargo.*) must not differ
+# from HEAD: a figure describes a commit.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+all=(mutants bench p8 chaos-1 chaos-2 soak fresh)
+parts=("${all[@]}")
+list=false
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --list) list=true ;;
+    --only) IFS=, read -r -a parts <<<"$2"; shift ;;
+    --only=*) IFS=, read -r -a parts <<<"${1#*=}" ;;
+    *) echo "usage: hack/evidence.sh [--list] [--only PART,...]" >&2; exit 2 ;;
+  esac
+  shift
+done
+for p in "${parts[@]}"; do
+  [[ " ${all[*]} " == *" $p "* ]] || { echo "evidence: no part $p (parts: ${all[*]})" >&2; exit 2; }
+done
+
+commit=$(git rev-parse --short HEAD)
+state=target/evidence/$commit
+mkdir -p "$state"
+if $list; then
+  for p in "${all[@]}"; do
+    if [ -e "$state/$p.done" ]; then echo "$p: done at $commit ($(cat "$state/$p.done"))"; else echo "$p: to do"; fi
+  done
+  exit 0
+fi
+if [ -n "$(git status --porcelain -- src tools Cargo.toml Cargo.lock)" ]; then
+  echo "evidence: src/, tools/ or Cargo.* differ from HEAD ($commit): commit first" >&2
+  exit 1
+fi
+
+CSI_ATTACHER_TOOLS_BIN=$(bash hack/build-controlplane.sh | tail -n1)
+export CSI_ATTACHER_TOOLS_BIN
+# Two seeds from the commit: new ones at every commit, the same on a re-run.
+seed=$(( 16#${commit:0:7} ))
+
+# README's two commands on a fresh machine: empty CARGO_HOME, Go module and
+# build caches, tool cache and a fresh clone, timed one after the other.
+fresh() {
+  local dir t0 t1 t2
+  dir=$(mktemp -d "${TMPDIR:-/tmp}/evidence-fresh.XXXXXX")
+  git clone -q "$root" "$dir/repo" || return 1
+  (
+    cd "$dir/repo" || exit 1
+    export CARGO_HOME=$dir/cargo GOMODCACHE=$dir/gomod GOCACHE=$dir/gocache GOPATH=$dir/gopath \
+      CSI_ATTACHER_CACHE=$dir/tools
+    unset CSI_ATTACHER_TOOLS_BIN
+    t0=$(date +%s)
+    hack/demo.sh || exit 1
+    t1=$(date +%s)
+    hack/test.sh || exit 1
+    t2=$(date +%s)
+    python3 - "$root/bench/fresh-machine.json" "$((t1 - t0))" "$((t2 - t1))" <<'EOF'
+import json, os, sys
+out, demo, test = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+provenance = json.loads(os.environ["CSI_ATTACHER_PROVENANCE"])
+json.dump({"provenance": provenance, "demo_s": demo, "test_s": test, "total_s": demo + test},
+          open(out, "w"), indent=2)
+open(out, "a").write("\n")
+EOF
+  )
+  local rc=$?
+  rm -rf "$dir"
+  return $rc
+}
+
+run_part() {
+  local part=$1
+  CSI_ATTACHER_PROVENANCE=$(python3 hack/figures.py --provenance "hack/evidence.sh --only $part")
+  export CSI_ATTACHER_PROVENANCE
+  case "$part" in
+    mutants) python3 hack/mutants.py --in-place --table docs/mutants-results.md ;;
+    bench) hack/bench.sh --only limit,p1,p2,p3,p4,p5,p6,p1-workers,p4-load,p7,growth,floor,cost --out bench ;;
+    p8) hack/bench.sh --only p8,p8-azure-disk-fast --rounds 5 --out bench/p8 ;;
+    chaos-1) CHAOS_REPORT=$root/docs/chaos-results.md hack/chaos.sh --full --seed "$seed" ;;
+    chaos-2) CHAOS_REPORT=$root/docs/chaos-results-2.md hack/chaos.sh --full --seed "$((seed + 1))" ;;
+    soak) hack/soak.sh ;;
+    fresh) fresh ;;
+  esac
+}
+
+failed=()
+for part in "${parts[@]}"; do
+  if [ -e "$state/$part.done" ]; then
+    echo "evidence: $part done at $commit, skipped"
+    continue
+  fi
+  echo "evidence: $part (log: $state/$part.log)"
+  started=$(date +%s)
+  if run_part "$part" >"$state/$part.log" 2>&1; then
+    echo "$(date -u +%FT%TZ), $(( $(date +%s) - started )) s" >"$state/$part.done"
+    echo "evidence: $part done in $(( $(date +%s) - started )) s"
+  else
+    echo "evidence: $part FAILED (see $state/$part.log)" >&2
+    failed+=("$part")
+  fi
+done
+python3 hack/figures.py --write
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "evidence: failed: ${failed[*]}; run hack/evidence.sh again to retry them" >&2
+  exit 1
+fi
+echo "evidence: every part done at $commit; commit the results"
