@@ -12,7 +12,6 @@ use k8s_openapi::jiff::Timestamp;
 use crate::controller::error::FlowError;
 use crate::controller::flows::metrics::FlowMetrics;
 use crate::controller::flows::node_id;
-use crate::controller::flows::undo::Undos;
 use crate::controller::model::store::Stores;
 use crate::controller::seams::cluster::ClusterApi;
 use crate::controller::seams::fenced::FencedDriver;
@@ -39,8 +38,6 @@ pub struct Ctx {
     pub node_gone_detached: bool,
     /// End-to-end latency histograms.
     pub flow_metrics: Arc<FlowMetrics>,
-    /// Publishes owed an Unpublish should their VA go away.
-    pub undos: Arc<Undos>,
 }
 
 impl Ctx {
@@ -57,7 +54,7 @@ impl Ctx {
         };
         tracing::warn!(va, holder = %holder.name(), volume, node_id,
             "Not unpublishing: another VolumeAttachment holds the volume on this node ID, and its detach unpublishes it");
-        self.undos.paid(va, volume, node_id);
+        self.driver.undos().paid(va, volume, node_id);
         true
     }
 

@@ -456,7 +456,6 @@ impl World {
             driver: FencedDriver::new(driver.clone(), Leadership::unbounded()),
             node_gone_detached: false,
             flow_metrics,
-            undos: Default::default(),
         };
         let policy = ErrorPolicy {
             error_codes: true,

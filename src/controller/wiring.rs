@@ -15,7 +15,6 @@ use tracing::Instrument;
 
 use crate::controller::context::Ctx;
 use crate::controller::events;
-use crate::controller::flows::undo::Undos;
 use crate::controller::model::names;
 use crate::controller::model::store::PvRefs;
 use crate::controller::model::store::Stores;
@@ -37,6 +36,7 @@ use crate::controller::reconcile;
 use crate::controller::seams::cluster::KubeApi;
 use crate::controller::seams::driver::Driver;
 use crate::controller::seams::fenced::FencedDriver;
+use crate::controller::seams::undo::Undos;
 use crate::controller::sync;
 use crate::controller::sync::failing;
 use crate::controller::sync::failing::FailingVas;
@@ -234,6 +234,7 @@ pub async fn run(
     }
 
     let (driver, pacer) = fenced_driver(csi, leadership, &settings, &metrics, &queues);
+    let driver = driver.with_undos(undos);
     let policy = Arc::new(ErrorPolicy {
         error_codes: settings.error_codes,
         failing,
@@ -253,7 +254,6 @@ pub async fn run(
         driver,
         node_gone_detached: settings.node_gone_detached,
         flow_metrics: Arc::clone(&metrics.flows),
-        undos,
     });
     let workers_set = start_leading(&mut tasks, &ctx, &policy, &queues, &settings, &metrics);
 

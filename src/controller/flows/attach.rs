@@ -32,11 +32,11 @@ use crate::controller::flows::node_id::NodeIds;
 use crate::controller::flows::request;
 use crate::controller::flows::source;
 use crate::controller::flows::source::Source;
-use crate::controller::flows::undo::{self, Published};
 use crate::controller::model::CachedVa;
 use crate::controller::seams::driver::Origin;
 use crate::controller::seams::patches;
 use crate::controller::seams::patches::VaPatch;
+use crate::controller::seams::undo::Published;
 use crate::csi::proto::{ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest};
 
 /// One attach attempt. Safe to repeat after any failure, restart or failover.
@@ -128,9 +128,9 @@ async fn mark_attached_failed(
         // replica with a newer cache detached it already, or the API server
         // deleted it, and nobody else will unpublish what we just published.
         // Undo it; owed until the driver says so, so that a failed undo is
-        // retried although the VA is gone (`undo`).
-        let undo = ctx.undos.owe(va, &published);
-        return ctx.undos.pay(&ctx.driver, &undo).await;
+        // retried although the VA is gone (`seams::undo`).
+        let undo = ctx.driver.undos().owe(va, &published);
+        return ctx.driver.pay(&undo).await;
     }
     // Saved on the VA only when refused for good (`FlowError::saved_on_va`).
     Err(FlowError::MarkAttached(err))
@@ -168,9 +168,7 @@ async fn publish(
             node_id: stale,
             secrets: request.secrets.clone(),
         };
-        let node_id = unpublish.node_id.clone();
         ctx.driver.unpublish(unpublish, origin, va).await??;
-        ctx.undos.paid(va.name(), &request.volume_id, &node_id);
     }
 
     // From the VA write on, a detach is owed.
@@ -180,26 +178,9 @@ async fn publish(
             .await
             .map_err(FlowError::SaveVolumeAttachment)?;
     }
-    let published = Published {
-        request: ControllerUnpublishVolumeRequest {
-            volume_id: request.volume_id.clone(),
-            node_id: request.node_id.clone(),
-            secrets: request.secrets.clone(),
-        },
-        origin,
-    };
-    let answer = ctx.driver.publish(request, origin, va).await;
-    let (volume, node_id) = (&published.request.volume_id, &published.request.node_id);
-    match &answer {
-        Ok(Ok(_)) => ctx.undos.paid(va.name(), volume, node_id),
-        Ok(Err(status)) if !undo::may_have_acted(status.code) => {}
-        // It may have acted, or act still: owed an Unpublish should the VA
-        // go away before a later attempt settles it.
-        Ok(Err(_)) | Err(_) => {
-            ctx.undos.owe(va, &published);
-        }
-    }
-    let context = answer??;
+    // The driver's answer keeps the books of a Publish in doubt (`seams::undo`).
+    let published = Published::of(&request, origin);
+    let context = ctx.driver.publish(request, origin, va).await??;
     Ok((context.into_iter().collect(), published))
 }
 

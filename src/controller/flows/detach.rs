@@ -88,10 +88,9 @@ async fn unpublish(ctx: &Ctx, va: &CachedVa) -> Result<(), FlowError> {
         if ctx.held_elsewhere(va.name(), &request.volume_id, &node_id) {
             continue;
         }
+        // An OK settles what the VA owed there (`FencedDriver::unpublish`).
         match ctx.driver.unpublish(request, volume.origin, va).await? {
-            Ok(()) => ctx
-                .undos
-                .paid(va.name(), &volume.csi.volume_handle, &node_id),
+            Ok(()) => {}
             Err(status) if status.code == tonic::Code::NotFound && ctx.node_gone_detached => {
                 if ctx
                     .api
@@ -103,7 +102,8 @@ async fn unpublish(ctx: &Ctx, va: &CachedVa) -> Result<(), FlowError> {
                 }
                 tracing::warn!(va = %va.name(), node = %va.node_name(), error = %status,
                     "Unpublish answered NotFound and the Node is gone: counted as detached (--unpublish-not-found-node-gone)");
-                ctx.undos
+                ctx.driver
+                    .undos()
                     .paid(va.name(), &volume.csi.volume_handle, &node_id);
             }
             Err(status) => return Err(status.into()),

@@ -22,4 +22,3 @@ pub mod pv_finalizer;
 pub mod request;
 pub mod source;
 pub mod trivial;
-pub mod undo;

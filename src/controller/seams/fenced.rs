@@ -9,7 +9,9 @@
 //!
 //! Every Publish and Unpublish answer is also reported to a [`Listener`]
 //! (the queue's pacer, which paces nodes and polls operations in doubt by
-//! it).
+//! it), and settles the books of Publishes owed an Unpublish ([`Undos`]):
+//! a Publish that may have acted without an OK is owed, an OK for the pair
+//! strikes it off. The flows keep no such books.
 //!
 //! (`csi-attacher check` lists volumes on its own client: it takes no Lease
 //! and writes nothing, so it has no window to keep.)
@@ -19,11 +21,13 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::controller::error::FlowError;
 use crate::controller::model::CachedVa;
 use crate::controller::model::Lane;
 use crate::controller::queue::pace::Listener;
 use crate::controller::seams::driver::Driver;
 use crate::controller::seams::driver::Origin;
+use crate::controller::seams::undo::{may_have_acted, Published, Undo, Undos};
 use crate::csi::proto::{ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest};
 use crate::csi::RpcStatus;
 use crate::leader::{Leadership, NotLeading};
@@ -34,6 +38,7 @@ pub struct FencedDriver {
     driver: Arc<dyn Driver>,
     leadership: Leadership,
     listener: Option<Arc<dyn Listener>>,
+    undos: Arc<Undos>,
 }
 
 impl FencedDriver {
@@ -43,7 +48,30 @@ impl FencedDriver {
             driver,
             leadership,
             listener: None,
+            undos: Arc::default(),
         }
+    }
+
+    /// Keeps the Publishes owed an Unpublish in `undos` (shared with the VA
+    /// watch, which queues a VA gone while owed one).
+    pub fn with_undos(mut self, undos: Arc<Undos>) -> Self {
+        self.undos = undos;
+        self
+    }
+
+    /// The Publishes owed an Unpublish.
+    pub fn undos(&self) -> &Undos {
+        &self.undos
+    }
+
+    /// Unpublishes what `undo` owes; struck off once the driver answers OK.
+    pub async fn pay(&self, undo: &Undo) -> Result<(), FlowError> {
+        let request = &undo.published.request;
+        tracing::info!(va = %undo.va.name(), volume = %request.volume_id, node_id = %request.node_id,
+            "VolumeAttachment gone while its Publish may have acted; unpublishing");
+        self.unpublish(request.clone(), undo.published.origin, &undo.va)
+            .await?
+            .map_err(FlowError::UndoPublish)
     }
 
     /// Reports every Publish and Unpublish answer to `listener`.
@@ -72,6 +100,27 @@ impl FencedDriver {
         origin: Origin,
         va: &CachedVa,
     ) -> Result<Result<HashMap<String, String>, RpcStatus>, NotLeading> {
+        let published = Published::of(&request, origin);
+        let answer = self.publish_fenced(request, origin, va).await;
+        let (volume, node_id) = (&published.request.volume_id, &published.request.node_id);
+        match &answer {
+            Ok(Ok(_)) => self.undos.paid(va.name(), volume, node_id),
+            Ok(Err(status)) if !may_have_acted(status.code) => {}
+            // It may have acted, or act still: owed an Unpublish should the VA
+            // go away before a later attempt settles it.
+            Ok(Err(_)) | Err(_) => {
+                self.undos.owe(va, &published);
+            }
+        }
+        answer
+    }
+
+    async fn publish_fenced(
+        &self,
+        request: ControllerPublishVolumeRequest,
+        origin: Origin,
+        va: &CachedVa,
+    ) -> Result<Result<HashMap<String, String>, RpcStatus>, NotLeading> {
         // Not even built outside the window (a driver may act on the call itself).
         if !self.leadership.may_start() {
             return Err(NotLeading);
@@ -86,7 +135,8 @@ impl FencedDriver {
         answer
     }
 
-    /// `ControllerUnpublishVolume` inside the window (as [`Self::publish`]).
+    /// `ControllerUnpublishVolume` inside the window (as [`Self::publish`]);
+    /// an OK settles what VA `va` owed on that pair.
     pub async fn unpublish(
         &self,
         request: ControllerUnpublishVolumeRequest,
@@ -97,6 +147,7 @@ impl FencedDriver {
         if !self.leadership.may_start() {
             return Err(NotLeading);
         }
+        let pair = (request.volume_id.clone(), request.node_id.clone());
         let started = tokio::time::Instant::now();
         let answer = self
             .leadership
@@ -104,6 +155,9 @@ impl FencedDriver {
             .await;
         self.note_deadline(&answer);
         self.report(Lane::Detach, va, started, &answer);
+        if matches!(answer, Ok(Ok(()))) {
+            self.undos.paid(va.name(), &pair.0, &pair.1);
+        }
         answer
     }
 
@@ -167,6 +221,7 @@ impl FencedDriver {
             driver: Arc::clone(&self.driver),
             leadership,
             listener: self.listener.clone(),
+            undos: Arc::clone(&self.undos),
         }
     }
 }

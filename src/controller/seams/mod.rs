@@ -6,9 +6,11 @@
 //!   the patch's type);
 //! - `driver`: [`driver::Driver`], the controller RPCs ([`crate::csi::Client`]);
 //! - `fenced`: [`fenced::FencedDriver`], the only way to the driver, with
-//!   the leadership window inside.
+//!   the leadership window inside, and where every answer arrives: the
+//!   Publishes owed an Unpublish (`undo`) are kept there.
 
 pub mod cluster;
 pub mod driver;
 pub mod fenced;
 pub mod patches;
+pub mod undo;

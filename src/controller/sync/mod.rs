@@ -133,11 +133,11 @@ pub async fn sync_va(
     let current = ctx.stores.va(key);
     // A Publish that may have acted for a VA now gone or replaced is undone
     // first (nobody else will); a re-created VA waits for that.
-    if let Some(undo) = ctx.undos.due(key, current.as_deref()) {
+    if let Some(undo) = ctx.driver.undos().due(key, current.as_deref()) {
         let request = &undo.published.request;
         // Not from under another VA that holds the volume there.
         if !ctx.held_elsewhere(key, &request.volume_id, &request.node_id) {
-            ctx.undos.pay(&ctx.driver, &undo).await?;
+            ctx.driver.pay(&undo).await?;
         }
     }
     // Gone from the cache: deleted (the cache holds our driver's VAs only).

@@ -192,3 +192,76 @@ where
     })
     .boxed()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::Status;
+
+    fn api_error(code: u16) -> watcher::Error {
+        watcher::Error::WatchStartFailed(kube::Error::Api(Box::new(Status::failure(
+            "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+            "Invalid",
+        ).with_code(code))))
+    }
+
+    #[test]
+    fn the_environment_switches_streaming_off_as_client_go_reads_it() {
+        assert_eq!(InitialList::from_env_value(None).0, InitialList::Streaming);
+        for on in ["1", "t", "T", "TRUE", "true", "True"] {
+            assert_eq!(
+                InitialList::from_env_value(Some(on)),
+                (InitialList::Streaming, None)
+            );
+        }
+        for off in ["0", "f", "F", "FALSE", "false", "False"] {
+            assert_eq!(
+                InitialList::from_env_value(Some(off)),
+                (InitialList::Paginated, None)
+            );
+        }
+        for bad in ["", "no", "off", "tRUE", " false"] {
+            let (mode, warning) = InitialList::from_env_value(Some(bad));
+            assert_eq!(mode, InitialList::Streaming, "{bad:?}");
+            assert!(
+                warning.is_some_and(|w| w.contains(WATCH_LIST_ENV)),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_refused_stream_falls_back_and_other_failures_do_not() {
+        assert!(is_refusal(&api_error(422)));
+        assert!(is_refusal(&api_error(400)));
+        // Protobuf refused is a failure, not a reason to page (the pages are protobuf too).
+        for code in [403, 406, 410, 415, 429, 500, 503] {
+            assert!(!is_refusal(&api_error(code)), "{code}");
+        }
+        let mut attempts = Attempts::default();
+        let item: Result<Event<()>, _> = Err(api_error(503));
+        assert_eq!(attempts.observe(&item), Verdict::Stream);
+        let item: Result<Event<()>, _> = Err(api_error(422));
+        assert!(matches!(attempts.observe(&item), Verdict::FallBack(_)));
+    }
+
+    #[test]
+    fn two_unfinished_attempts_in_a_row_fall_back_and_one_does_not() {
+        let mut attempts = Attempts::default();
+        let init: Result<Event<()>, watcher::Error> = Ok(Event::Init);
+        let done: Result<Event<()>, watcher::Error> = Ok(Event::InitDone);
+        assert_eq!(attempts.observe(&init), Verdict::Stream);
+        assert_eq!(
+            attempts.observe(&init),
+            Verdict::Stream,
+            "one dropped stream"
+        );
+        assert_eq!(attempts.observe(&done), Verdict::Stream);
+        // Finished attempts reset the count.
+        assert_eq!(attempts.observe(&init), Verdict::Stream);
+        assert_eq!(attempts.observe(&done), Verdict::Stream);
+        assert_eq!(attempts.observe(&init), Verdict::Stream);
+        assert_eq!(attempts.observe(&init), Verdict::Stream);
+        assert!(matches!(attempts.observe(&init), Verdict::FallBack(_)));
+    }
+}

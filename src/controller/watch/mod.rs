@@ -23,7 +23,6 @@ use kube::runtime::watcher::Event;
 use kube::runtime::WatchStreamExt;
 
 use crate::controller::flows::pv_finalizer::needs_finalizer_check;
-use crate::controller::flows::undo::Undos;
 use crate::controller::model::names::NODE_ID_ANNOTATION;
 use crate::controller::model::proto::FromProto;
 use crate::controller::model::store::PvRefs;
@@ -33,6 +32,7 @@ use crate::controller::model::Lane;
 use crate::controller::model::Wire;
 use crate::controller::queue::lane::PvLane;
 use crate::controller::queue::WorkQueue;
+use crate::controller::seams::undo::Undos;
 use crate::controller::sync::failing::FailingVas;
 use crate::controller::watch::backoff::WatchBackoff;
 
@@ -340,9 +340,9 @@ mod proptests;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::flows::undo::Published;
     use crate::controller::queue::Backoff;
     use crate::controller::seams::driver::Origin;
+    use crate::controller::seams::undo::Published;
     use crate::controller::testing;
     use crate::csi::proto::ControllerUnpublishVolumeRequest;
     use k8s_openapi::api::storage::v1::{VolumeAttachment, VolumeAttachmentStatus, VolumeError};

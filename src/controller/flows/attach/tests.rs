@@ -618,7 +618,7 @@ async fn an_undo_is_left_to_another_va_holding_the_volume_on_the_node_with_our_f
         w.ctx.stores.pv_refs.upsert("va-2", Some("pv-1"));
         assert_eq!(sync(&w).await, Ok(()));
         assert_eq!(w.requests()[done..].iter().next(), undone);
-        assert!(!w.ctx.undos.owes("va-1"), "settled either way");
+        assert!(!w.ctx.driver.undos().owes("va-1"), "settled either way");
     }
 }
 

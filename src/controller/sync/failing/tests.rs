@@ -126,7 +126,6 @@ fn clone_ctx(ctx: &Ctx) -> Ctx {
         driver: ctx.driver.clone(),
         node_gone_detached: false,
         flow_metrics: Arc::clone(&ctx.flow_metrics),
-        undos: Default::default(),
     }
 }
 

@@ -13,10 +13,12 @@
 //! upstream). The same holds for the Publish that succeeded for a VA found
 //! gone at the status write, when its undo fails.
 //!
-//! So the attach flow records each such Publish here ([`Undos::owe`]), the
-//! flows strike it off when a call settles it ([`Undos::paid`]), and the sync
-//! of a key whose VA is gone or replaced first pays what is owed ([`Undos::pay`]),
-//! retried with the key's backoff until the driver answers OK. A VA
+//! So [`FencedDriver`](super::fenced::FencedDriver), where every driver
+//! answer arrives, records each such Publish here ([`Undos::owe`]) and strikes
+//! it off when a call settles it ([`Undos::paid`]: a Publish or an Unpublish
+//! of the pair that answered OK); the sync of a key whose VA is gone or
+//! replaced first pays what is owed (`FencedDriver::pay`), retried with the
+//! key's backoff until the driver answers OK. No flow keeps these books. A VA
 //! re-created under the same name waits for that: the old publication goes
 //! before the new one is made.
 //!
@@ -28,17 +30,29 @@ use std::sync::{Mutex, PoisonError};
 
 use tonic::Code;
 
-use crate::controller::error::FlowError;
 use crate::controller::model::CachedVa;
 use crate::controller::seams::driver::Origin;
-use crate::controller::seams::fenced::FencedDriver;
-use crate::csi::proto::ControllerUnpublishVolumeRequest;
+use crate::csi::proto::{ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest};
 
 /// What undoes a Publish: its Unpublish (secrets included; never logged).
 #[derive(Clone)]
 pub struct Published {
     pub request: ControllerUnpublishVolumeRequest,
     pub origin: Origin,
+}
+
+impl Published {
+    /// The Unpublish that undoes `publish`.
+    pub fn of(publish: &ControllerPublishVolumeRequest, origin: Origin) -> Self {
+        Self {
+            request: ControllerUnpublishVolumeRequest {
+                volume_id: publish.volume_id.clone(),
+                node_id: publish.node_id.clone(),
+                secrets: publish.secrets.clone(),
+            },
+            origin,
+        }
+    }
 }
 
 /// A Publish owed an Unpublish, and the VA it was made for.
@@ -121,20 +135,6 @@ impl Undos {
     /// The names of the VAs owed one.
     pub fn names(&self) -> Vec<String> {
         self.owed().keys().cloned().collect()
-    }
-
-    /// Unpublishes what `undo` owes through `driver`; struck off once the
-    /// driver answers OK.
-    pub async fn pay(&self, driver: &FencedDriver, undo: &Undo) -> Result<(), FlowError> {
-        let request = &undo.published.request;
-        tracing::info!(va = %undo.va.name(), volume = %request.volume_id, node_id = %request.node_id,
-            "VolumeAttachment gone while its Publish may have acted; unpublishing");
-        driver
-            .unpublish(request.clone(), undo.published.origin, &undo.va)
-            .await?
-            .map_err(FlowError::UndoPublish)?;
-        self.paid(undo.va.name(), &request.volume_id, &request.node_id);
-        Ok(())
     }
 }
 
