@@ -76,6 +76,8 @@ pub struct Settings {
     pub poll_pending_after_deadline: bool,
     /// `--unpublish-not-found-node-gone`.
     pub node_gone_detached: bool,
+    /// `--unpublish-orphans`.
+    pub unpublish_orphans: bool,
     /// `--schedule-per-node`: nodes take turns, pacing, hand-offs, settling
     /// (false: upstream's first-queued, first-served order, failures the
     /// VA's own, and no per-node cap).
@@ -257,7 +259,7 @@ pub async fn run(
         events: settings
             .reporter
             .clone()
-            .map(|r| events::FailureEvents::new(client, r, metrics.registry())),
+            .map(|r| Arc::new(events::FailureEvents::new(client, r, metrics.registry()))),
         pacer,
     });
     let ctx = Arc::new(Ctx {
@@ -421,6 +423,10 @@ fn start_leading(
                 settings.reconcile_period,
                 settings.max_entries,
                 metrics.reconcile.clone(),
+                reconcile::orphans::Handling {
+                    events: policy.events.clone(),
+                    unpublish: settings.unpublish_orphans,
+                },
             )
             .instrument(tracing::info_span!("reconcile")),
         );

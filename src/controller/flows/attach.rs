@@ -169,7 +169,7 @@ async fn publish(
             secrets: request.secrets.clone(),
         };
         let node_id = unpublish.node_id.clone();
-        ctx.driver.unpublish(unpublish, origin, va).await??;
+        ctx.driver.unpublish(unpublish, origin, Some(va)).await??;
         ctx.undos.paid(va.name(), &request.volume_id, &node_id);
     }
 

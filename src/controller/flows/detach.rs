@@ -88,16 +88,21 @@ async fn unpublish(ctx: &Ctx, va: &CachedVa) -> Result<(), FlowError> {
         if ctx.held_elsewhere(va.name(), &request.volume_id, &node_id) {
             continue;
         }
-        match ctx.driver.unpublish(request, volume.origin, va).await? {
+        match ctx
+            .driver
+            .unpublish(request, volume.origin, Some(va))
+            .await?
+        {
             Ok(()) => ctx
                 .undos
                 .paid(va.name(), &volume.csi.volume_handle, &node_id),
             Err(status) if status.code == tonic::Code::NotFound && ctx.node_gone_detached => {
                 if ctx
                     .api
-                    .node_exists(va.node_name())
+                    .node(va.node_name())
                     .await
                     .map_err(FlowError::NodeLookup)?
+                    .is_some()
                 {
                     return Err(status.into());
                 }

@@ -130,7 +130,7 @@ impl Undos {
         tracing::info!(va = %undo.va.name(), volume = %request.volume_id, node_id = %request.node_id,
             "VolumeAttachment gone while its Publish may have acted; unpublishing");
         driver
-            .unpublish(request.clone(), undo.published.origin, &undo.va)
+            .unpublish(request.clone(), undo.published.origin, Some(&undo.va))
             .await?
             .map_err(FlowError::UndoPublish)?;
         self.paid(undo.va.name(), &request.volume_id, &request.node_id);

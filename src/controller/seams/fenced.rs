@@ -86,12 +86,13 @@ impl FencedDriver {
         answer
     }
 
-    /// `ControllerUnpublishVolume` inside the window (as [`Self::publish`]).
+    /// `ControllerUnpublishVolume` inside the window (as [`Self::publish`]);
+    /// `None` for a call no VA stands behind (an orphan's: no listener hears it).
     pub async fn unpublish(
         &self,
         request: ControllerUnpublishVolumeRequest,
         origin: Origin,
-        va: &CachedVa,
+        va: Option<&CachedVa>,
     ) -> Result<Result<(), RpcStatus>, NotLeading> {
         // Not even built outside the window (a driver may act on the call itself).
         if !self.leadership.may_start() {
@@ -103,7 +104,9 @@ impl FencedDriver {
             .call(self.driver.unpublish(request, origin))
             .await;
         self.note_deadline(&answer);
-        self.report(Lane::Detach, va, started, &answer);
+        if let Some(va) = va {
+            self.report(Lane::Detach, va, started, &answer);
+        }
         answer
     }
 
@@ -208,7 +211,7 @@ mod tests {
             .unpublish(
                 ControllerUnpublishVolumeRequest::default(),
                 Origin::Csi,
-                &va(),
+                Some(&va()),
             )
             .await;
         assert!(unpublish.is_err(), "Unpublish outside the window");
@@ -279,7 +282,7 @@ mod tests {
             .unpublish(
                 ControllerUnpublishVolumeRequest::default(),
                 Origin::Csi,
-                &va(),
+                Some(&va()),
             )
             .await;
         assert!(matches!(failed, Ok(Err(_))), "{failed:?}");
@@ -324,7 +327,7 @@ mod tests {
             .unpublish(
                 ControllerUnpublishVolumeRequest::default(),
                 Origin::Csi,
-                &va()
+                Some(&va())
             )
             .await
             .is_ok());
