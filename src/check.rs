@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume};
 use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment, VolumeError};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
@@ -20,6 +20,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::config::Config;
+use crate::controller::error::ApiError;
 use crate::controller::model::names::finalizer;
 use crate::controller::model::store::store_from;
 use crate::controller::model::store::PvRefs;
@@ -27,6 +28,7 @@ use crate::controller::model::store::Stores;
 use crate::controller::model::CachedPv;
 use crate::controller::model::CachedVa;
 use crate::controller::reconcile;
+use crate::controller::reconcile::orphans::{self, PROBE_NODE};
 use crate::csi::{self, Client, DIAL_TIMEOUT};
 use crate::kube_client;
 use crate::metrics::Metrics;
@@ -77,6 +79,9 @@ pub struct Report {
     pub deleting_pvs: Vec<String>,
     /// VAs being deleted that still hold our finalizer.
     pub deleting_vas: Vec<String>,
+    /// With `--unpublish-orphans`: whether orphans would be unpublished (RBAC
+    /// may refuse the Node GETs it needs).
+    pub orphan_cleanup: Option<&'static str>,
     /// Flags of these arguments that upstream v4.12 does not define (it exits
     /// 2 on them): to remove before going back. Not trouble: `is_clean` does
     /// not read it.
@@ -151,6 +156,11 @@ impl Report {
             out.push_str(&format!(
                 "flags upstream v4.12 would refuse (exit 2): {}; remove them before going back (docs/flags.md)\n",
                 flags.join(" ")
+            ));
+        }
+        if let Some(cleanup) = self.orphan_cleanup {
+            out.push_str(&format!(
+                "orphan cleanup (--unpublish-orphans): {cleanup}\n"
             ));
         }
         if self.is_clean() {
@@ -260,6 +270,7 @@ pub async fn report(config: &Config) -> Result<Report, Error> {
     let capabilities = client.capabilities().await?;
     let fin = finalizer(&driver);
 
+    let orphan_cleanup = orphan_cleanup(config, &kube).await;
     let (vas, pvs, csinodes) = list_objects(kube, &driver).await?;
     let stores = Stores {
         vas: store_from(vas.iter().cloned()),
@@ -272,6 +283,7 @@ pub async fn report(config: &Config) -> Result<Report, Error> {
         driver: driver.clone(),
         volume_attachments: vas.len(),
         driver_lists_published_nodes: capabilities.can_reconcile(),
+        orphan_cleanup,
         // `--output` is this subcommand's own, not the sidecar's.
         not_in_upstream: config
             .not_in_upstream
@@ -298,8 +310,33 @@ pub async fn report(config: &Config) -> Result<Report, Error> {
             .map(|(volume, node_id)| Orphan { volume, node_id })
             .collect();
     }
+    stuck_objects(&mut report, &vas, &pvs, &fin);
+    Ok(report)
+}
+
+/// With `--unpublish-orphans`, whether the cleanup can run: one GET of a
+/// Node says whether RBAC allows it.
+async fn orphan_cleanup(config: &Config, kube: &kube::Client) -> Option<&'static str> {
+    if !config.unpublish_orphans {
+        return None;
+    }
+    let nodes = Api::<Node>::all(kube.clone());
+    let answer = nodes
+        .get_opt(PROBE_NODE)
+        .await
+        .map(|_| None)
+        .map_err(ApiError);
+    Some(match orphans::refused(&answer) {
+        true => "off: not allowed to get Nodes (deploy/kubernetes/rbac-nodes.yaml)",
+        false => "on",
+    })
+}
+
+/// The VAs' errors and the VAs and PVs being deleted that still hold our
+/// finalizer.
+fn stuck_objects(report: &mut Report, vas: &[CachedVa], pvs: &[CachedPv], fin: &str) {
     let now = Timestamp::now();
-    for va in &vas {
+    for va in vas {
         let status = va.status();
         for (operation, error) in [
             ("attach", status.and_then(|s| s.attach_error())),
@@ -309,16 +346,15 @@ pub async fn report(config: &Config) -> Result<Report, Error> {
                 report.errors.push(stuck(va, operation, error, now));
             }
         }
-        if va.is_deleting() && va.has_finalizer(&fin) {
+        if va.is_deleting() && va.has_finalizer(fin) {
             report.deleting_vas.push(va.name().to_string());
         }
     }
     report.deleting_pvs = pvs
         .iter()
-        .filter(|pv| pv.is_deleting() && pv.has_finalizer(&fin))
+        .filter(|pv| pv.is_deleting() && pv.has_finalizer(fin))
         .map(|pv| pv.name().to_string())
         .collect();
-    Ok(report)
 }
 
 fn stuck(

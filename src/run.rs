@@ -189,6 +189,7 @@ fn note_ignored_flags(config: &Config) {
         schedule_per_node,
         poll_pending_after_deadline: _,
         unpublish_not_found_node_gone: _,
+        unpublish_orphans: _,
         default_fstype: _,
         kube_api_qps: _,
         kube_api_burst: _,
@@ -369,6 +370,7 @@ fn controller_settings(
         schedule_per_node: config.schedule_per_node,
         poll_pending_after_deadline: config.poll_pending_after_deadline,
         node_gone_detached: config.unpublish_not_found_node_gone,
+        unpublish_orphans: config.unpublish_orphans,
         backoff: Backoff {
             start: config.retry_interval_start,
             max: config.retry_interval_max,

@@ -12,7 +12,7 @@ use support::env::Env;
 use support::objects::pv;
 use support::unique;
 
-async fn events_for(env: &Env, va_name: &str, reason: &str) -> Vec<Event> {
+pub(crate) async fn events_for(env: &Env, va_name: &str, reason: &str) -> Vec<Event> {
     let events: Api<Event> = Api::namespaced(env.client.clone(), "default");
     events
         .list(&Default::default())

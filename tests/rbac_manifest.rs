@@ -481,3 +481,45 @@ async fn the_deployment_manifest_is_accepted_by_the_api_server() {
         .await
         .expect("server-side validation of deployment.yaml");
 }
+
+/// `--unpublish-orphans` needs `get` on nodes: under `rbac.yaml` alone the
+/// attacher says once that cleanup is off (and attaches as before), and
+/// `check` says so too; with `rbac-nodes.yaml` `check` says it is on.
+#[tokio::test]
+async fn orphan_cleanup_is_off_and_said_once_without_rbac_nodes() {
+    let base = manifest("rbac.yaml");
+    let env = Env::without_attacher(&[]).await;
+    let (refused, _) = apply(&env, &base, None).await;
+    let with_nodes = [&base[..], &manifest("rbac-nodes.yaml")[..]].concat();
+    let (allowed, _) = apply(&env, &with_nodes, None).await;
+    let check = |kubeconfig: &std::path::Path| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_csi-attacher"))
+            .arg("check")
+            .arg(format!("--csi-address={}", env.mock.address()))
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg("--unpublish-orphans")
+            .output()
+            .expect("run check");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let off = check(&refused);
+    assert!(
+        off.contains("orphan cleanup (--unpublish-orphans): off: not allowed to get Nodes"),
+        "{off}"
+    );
+    let on = check(&allowed);
+    assert!(
+        on.contains("orphan cleanup (--unpublish-orphans): on"),
+        "{on}"
+    );
+
+    let env = env.with_attacher(&refused, &["--unpublish-orphans", "--reconcile-sync=300ms"]);
+    env.attached().await;
+    let before = env.mock.calls("ListVolumes").await.len();
+    support::eventually("more reconcile passes", Duration::from_secs(20), || async {
+        (env.mock.calls("ListVolumes").await.len() >= before + 3).then_some(())
+    })
+    .await;
+    let said = env.logs().matches("orphan cleanup off").count();
+    assert_eq!(said, 1, "{}", env.logs());
+}

@@ -5,6 +5,7 @@ use crate::support;
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Node;
 use serde_json::json;
 
 use support::env::Env;
@@ -224,4 +225,136 @@ async fn a_publication_left_by_a_stripped_finalizer_is_reported_as_an_orphan() {
     );
     assert_eq!(env.mock.published().await[&handle], json!([node_id]));
     assert_eq!(env.mock.calls("ControllerUnpublishVolume").await.len(), 0);
+}
+
+/// A Node object called `node` whose kubelet lists `in_use` in
+/// `status.volumesInUse`.
+async fn node_using(env: &Env, node: &str, in_use: &[String]) {
+    let nodes: kube::Api<Node> = kube::Api::all(env.client.clone());
+    let object: Node = serde_json::from_value(json!({"metadata": {"name": node}})).expect("Node");
+    if nodes.get_opt(node).await.expect("get Node").is_none() {
+        nodes
+            .create(&Default::default(), &object)
+            .await
+            .expect("create Node");
+    }
+    let status = json!({"status": {"volumesInUse": in_use}});
+    let params = kube::api::PatchParams::default();
+    nodes
+        .patch_status(node, &params, &kube::api::Patch::Merge(&status))
+        .await
+        .expect("patch the Node's status");
+}
+
+/// A PV of this driver that the driver lists as published to `node_id`, with
+/// no VA: an orphan publication. Returns (PV name, handle).
+async fn orphan(env: &Env, node_id: &str) -> (String, String) {
+    let name = unique("pv");
+    let volume = pv(&name, &env.driver);
+    let handle = volume.handle();
+    env.create_pv(volume.build()).await;
+    let mut table = env.mock.published().await;
+    table[&handle] = json!([node_id]);
+    env.mock.set_published(table).await;
+    (name, handle)
+}
+
+/// The Unpublish calls the mock driver got for `handle`.
+async fn unpublishes(env: &Env, handle: &str) -> usize {
+    let calls = env.mock.calls("ControllerUnpublishVolume").await;
+    calls.iter().filter(|c| c["volume_id"] == handle).count()
+}
+
+/// Waits until the driver has been listed `passes` more times.
+async fn passes(env: &Env, passes: usize) {
+    let before = env.mock.calls("ListVolumes").await.len();
+    support::eventually("more reconcile passes", Duration::from_secs(20), || async {
+        (env.mock.calls("ListVolumes").await.len() >= before + passes).then_some(())
+    })
+    .await;
+}
+
+/// `--unpublish-orphans`: an orphan whose Node lists the volume in
+/// `status.volumesInUse` (a pod may still use it) stays, whatever other
+/// drivers' entries say; once kubelet drops it, it is unpublished, logged,
+/// and its PV has had the `OrphanPublication` Event.
+#[tokio::test]
+async fn with_cleanup_an_orphan_is_unpublished_only_once_its_node_no_longer_uses_it() {
+    let env = Env::start(&[], &[FAST[0], FAST[1], "--unpublish-orphans"]).await;
+    let node = unique("node");
+    env.create_node(&node).await;
+    let node_id = format!("{node}-id");
+    let (pv_name, handle) = orphan(&env, &node_id).await;
+    let ours = format!("kubernetes.io/csi/{}^{handle}", env.driver);
+    let other = format!("kubernetes.io/csi/other.csi.example.com^{handle}");
+    node_using(&env, &node, &[other.clone(), ours]).await;
+    support::eventually("the orphan kept", Duration::from_secs(20), || async {
+        env.logs()
+            .lines()
+            .any(|l| l.contains("Orphan publication not unpublished") && l.contains("volumesInUse"))
+            .then_some(())
+    })
+    .await;
+    passes(&env, 3).await;
+    assert_eq!(unpublishes(&env, &handle).await, 0, "in use: never pulled");
+    support::eventually("the Event on the PV", Duration::from_secs(10), || async {
+        let events = crate::events::events_for(&env, &pv_name, "OrphanPublication").await;
+        (!events.is_empty()).then_some(())
+    })
+    .await;
+
+    node_using(&env, &node, &[other]).await;
+    support::eventually(
+        "the orphan unpublished",
+        Duration::from_secs(20),
+        || async { (unpublishes(&env, &handle).await == 1).then_some(()) },
+    )
+    .await;
+    let calls = env.mock.calls("ControllerUnpublishVolume").await;
+    assert_eq!(calls[0]["node_id"], node_id);
+    assert!(env.mock.published().await.get(&handle).is_none());
+    assert!(env.logs().contains("Unpublished an orphan publication"));
+    passes(&env, 2).await;
+    assert_eq!(unpublishes(&env, &handle).await, 1, "once");
+}
+
+/// Without `--unpublish-orphans` an orphan is only reported, even on a node
+/// that does not use it.
+#[tokio::test]
+async fn an_orphan_is_never_unpublished_without_cleanup() {
+    let env = Env::start(&[], &FAST).await;
+    let node = unique("node");
+    env.create_node(&node).await;
+    let (_, handle) = orphan(&env, &format!("{node}-id")).await;
+    node_using(&env, &node, &[]).await;
+    support::eventually("the orphan reported", Duration::from_secs(20), || async {
+        env.logs().contains("an orphan publication").then_some(())
+    })
+    .await;
+    passes(&env, 3).await;
+    assert_eq!(unpublishes(&env, &handle).await, 0);
+}
+
+/// With `--unpublish-orphans`, a node ID no CSINode has (a deleted VM's, a
+/// driver's nonsense) is never unpublished, while an orphan on a node of
+/// ours that does not use it is.
+#[tokio::test]
+async fn with_cleanup_an_orphan_on_a_node_id_of_no_csinode_is_never_unpublished() {
+    let env = Env::start(&[], &[FAST[0], FAST[1], "--unpublish-orphans"]).await;
+    let node = unique("node");
+    env.create_node(&node).await;
+    node_using(&env, &node, &[]).await;
+    let (_, stray) = orphan(&env, &unique("nobody")).await;
+    let (_, ours) = orphan(&env, &format!("{node}-id")).await;
+    support::eventually(
+        "the orphan of our node unpublished",
+        Duration::from_secs(20),
+        || async { (unpublishes(&env, &ours).await == 1).then_some(()) },
+    )
+    .await;
+    passes(&env, 2).await;
+    assert_eq!(unpublishes(&env, &stray).await, 0);
+    assert!(env
+        .logs()
+        .contains("its node ID is the CSINode's of 0 nodes"));
 }

@@ -174,6 +174,11 @@ pub struct Config {
           action = ArgAction::Set)]
     pub unpublish_not_found_node_gone: bool,
 
+    /// Not in upstream: unpublish an orphan publication (listed by the driver as published with no VolumeAttachment for two reconcile passes) when its node ID is a CSINode's and that Node's status.volumesInUse does not name the volume (needs get on nodes).
+    #[arg(long, require_equals = true, default_value = "false", value_parser = bool_flag,
+          action = ArgAction::Set)]
+    pub unpublish_orphans: bool,
+
     /// Not in upstream: after a driver call ends at --timeout and a retry is answered Aborted (the operation still runs), retry an eighth of the operation's time so far (at least --retry-interval-start) instead of after the doubling backoff; false: the backoff. Needs --schedule-per-node.
     #[arg(long, require_equals = true, default_value = "true", value_parser = bool_flag,
           action = ArgAction::Set)]

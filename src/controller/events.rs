@@ -1,9 +1,10 @@
-//! Kubernetes Events for attaches and detaches that keep failing.
-//! Contract: `docs/contract.md#events`.
+//! Kubernetes Events for attaches and detaches that keep failing, and for
+//! orphan publications. Contract: `docs/contract.md#events`.
 //!
 //! From the third consecutive failure of a VA on, each failure (the backoff
 //! spaces them) posts a Warning Event on the VolumeAttachment: reason
-//! `AttachFailed` or `DetachFailed`, the error message as note. If RBAC does
+//! `AttachFailed` or `DetachFailed`, the error message as note. An orphan
+//! publication posts one on its PV ([`FailureEvents::warn`]). If RBAC does
 //! not allow Events, that is logged once and the attacher carries on.
 //!
 //! # Off the worker path
@@ -15,13 +16,14 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolume};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use prometheus::IntCounter;
 use tokio::sync::mpsc;
 
 use crate::controller::error::FlowError;
+use crate::controller::model::CachedPv;
 use crate::controller::model::CachedVa;
 use crate::controller::model::Lane;
 
@@ -65,15 +67,21 @@ impl FailureEvents {
             Lane::Detach => ("DetachFailed", "Detach"),
             Lane::Attach => ("AttachFailed", "Attach"),
         };
+        self.warn(reference(va), reason, action, err.to_string());
+    }
+
+    /// Queues a Warning Event on `about` (never waits: dropped and counted
+    /// when the queue is full).
+    pub fn warn(&self, about: ObjectReference, reason: &str, action: &str, note: String) {
         let pending = Pending {
             event: Event {
                 type_: EventType::Warning,
                 reason: reason.into(),
-                note: Some(err.to_string()),
+                note: Some(note),
                 action: action.into(),
                 secondary: None,
             },
-            reference: reference(va),
+            reference: about,
         };
         if let Err(err) = self.queue.try_send(pending) {
             self.dropped.inc();
@@ -101,6 +109,18 @@ fn reference(va: &CachedVa) -> ObjectReference {
         name: va.meta.rest.name.clone(),
         namespace: va.meta.rest.namespace.clone(),
         uid: va.uid().map(str::to_owned),
+        ..ObjectReference::default()
+    }
+}
+
+/// What an Event on `pv` is about (as [`reference`]).
+pub fn pv_reference(pv: &CachedPv) -> ObjectReference {
+    use k8s_openapi::Resource as _;
+    ObjectReference {
+        api_version: Some(PersistentVolume::API_VERSION.to_owned()),
+        kind: Some(PersistentVolume::KIND.to_owned()),
+        name: Some(pv.name().to_owned()),
+        uid: pv.uid().map(str::to_owned),
         ..ObjectReference::default()
     }
 }

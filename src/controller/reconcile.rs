@@ -16,8 +16,8 @@
 //! - ABORTED (invalid token) restarts the listing from the start, once per pass;
 //!   a token that repeats ends the pass with an error instead of looping.
 //! - A VA already queued, in flight or in backoff is left to its lane: no storms.
-//! - Volumes published without any VA are left alone (never detach behind the
-//!   attach/detach controller's back), but found: [`orphans`].
+//! - Volumes published without any VA are found ([`orphans`]): reported, and
+//!   unpublished only with `--unpublish-orphans` when no kubelet uses them.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -89,8 +89,13 @@ pub struct PassReport {
 impl PassReport {
     /// Records this successful pass, which took `took`, on `metrics`; its
     /// unclaimed pairs go to `orphans` (taken, not copied: the pass's log
-    /// line does not list them).
-    fn record(&mut self, took: Duration, metrics: &ReconcileMetrics, orphans: &mut Orphans) {
+    /// line does not list them). Returns the orphans now and the new ones.
+    fn record(
+        &mut self,
+        took: Duration,
+        metrics: &ReconcileMetrics,
+        orphans: &mut Orphans,
+    ) -> (Vec<orphans::Pair>, Vec<orphans::Pair>) {
         metrics.pass_seconds.observe(took.as_secs_f64());
         metrics.pages.observe(self.pages as f64);
         metrics
@@ -101,14 +106,11 @@ impl PassReport {
             .mismatches
             .with_label_values(&["published_not_attached"])
             .inc_by(self.published_not_attached as u64);
-        let (count, new) = orphans.observe(std::mem::take(&mut self.unclaimed));
+        let (all, new) = orphans.observe(std::mem::take(&mut self.unclaimed));
         metrics
             .orphans
-            .set(i64::try_from(count).unwrap_or(i64::MAX));
-        for (volume, node_id) in new {
-            tracing::warn!(volume = %volume, node_id = %node_id,
-                "Volume published to a node with no VolumeAttachment (an orphan publication): the node keeps it attached; see docs/operations.md");
-        }
+            .set(i64::try_from(all.len()).unwrap_or(i64::MAX));
+        (all, new)
     }
 }
 
@@ -119,19 +121,34 @@ pub async fn run(
     period: Duration,
     max_entries: i32,
     metrics: ReconcileMetrics,
+    handling: orphans::Handling,
 ) {
     let limit = pass_limit(period, ctx.driver.timeout());
     let mut orphans = Orphans::default();
+    let handling = handling.checked(ctx.api.as_ref()).await;
+    // A VA may come between the pass and an orphan's cleanup.
+    let unclaimed_now = |(volume, node_id): &orphans::Pair| {
+        let published = HashMap::from([(volume.clone(), HashSet::from([node_id.clone()]))]);
+        !unclaimed(&ctx.stores, &ctx.driver_name, &published).is_empty()
+    };
     loop {
         let started = Instant::now();
         match pass(&ctx, &queue, max_entries, limit).await {
             Ok(mut report) => {
-                report.record(started.elapsed(), &metrics, &mut orphans);
+                let (all, new) = report.record(started.elapsed(), &metrics, &mut orphans);
                 if report.attached_not_published + report.published_not_attached > 0 {
                     tracing::info!(
                         ?report,
                         "Reconciler found VolumeAttachments out of sync with the driver"
                     );
+                }
+                for pair in &new {
+                    handling.say(&ctx.stores, &ctx.driver_name, pair);
+                }
+                for pair in all.iter().filter(|_| handling.unpublish) {
+                    let first = new.contains(pair);
+                    let counter = &metrics.orphan_unpublishes;
+                    orphans::unpublish(&ctx, pair, first, unclaimed_now, counter).await;
                 }
             }
             Err(err) => {
@@ -320,7 +337,7 @@ pub async fn list_published_within(
         };
         pages += 1;
         for (volume, nodes) in page.published {
-            published.entry(volume).or_default().extend(nodes);
+            crate::csi::merge_published(&mut published, volume, nodes);
         }
         if page.next_token.is_empty() {
             return Ok((published, pages));

@@ -29,6 +29,7 @@ use crate::controller::model::CachedPv;
 use crate::controller::model::CachedVa;
 use crate::controller::queue::Trigger;
 use crate::controller::seams::cluster::ClusterApi;
+use crate::controller::seams::cluster::{NodeStatusView, NodeView};
 use crate::controller::seams::driver::Driver;
 use crate::controller::seams::driver::Origin;
 use crate::controller::seams::fenced::FencedDriver;
@@ -105,6 +106,8 @@ pub struct FakeApi {
     csinodes: Mutex<HashMap<String, String>>,
     /// Nodes that do not exist (every other one does).
     gone_nodes: Mutex<HashSet<String>>,
+    /// Nodes as set by a test (any other has a status with nothing in use).
+    nodes: Mutex<HashMap<String, NodeView>>,
     secrets: Mutex<HashMap<String, BTreeMap<String, String>>>,
     failures: Mutex<HashMap<&'static str, VecDeque<ApiError>>>,
 }
@@ -113,6 +116,12 @@ impl FakeApi {
     /// The next `kind` request fails with `err`.
     pub fn fail(&self, kind: &'static str, err: ApiError) {
         lock(&self.failures).entry(kind).or_default().push_back(err);
+    }
+
+    /// The Node called `name` is `node` (its JSON).
+    pub fn set_node(&self, name: &str, node: Value) {
+        let view = serde_json::from_value(node).unwrap_or_default();
+        lock(&self.nodes).insert(name.to_string(), view);
     }
 
     /// The Node called `name` is deleted.
@@ -232,10 +241,15 @@ impl ClusterApi for FakeApi {
             .map(|()| lock(&self.pvs).get(name).cloned());
         async move { result }.boxed()
     }
-    fn node_exists<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, ApiError>> {
+    fn node<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<NodeView>, ApiError>> {
         let result = self
             .record("get_node", format!("GET node/{name}"))
-            .map(|()| !lock(&self.gone_nodes).contains(name));
+            .map(|()| {
+                let gone = lock(&self.gone_nodes).contains(name);
+                let status = Some(NodeStatusView::default());
+                let node = lock(&self.nodes).get(name).cloned();
+                (!gone).then(|| node.unwrap_or(NodeView { status }))
+            });
         async move { result }.boxed()
     }
     fn csinode_node_id<'a>(

@@ -76,6 +76,8 @@ pub struct Settings {
     pub poll_pending_after_deadline: bool,
     /// `--unpublish-not-found-node-gone`.
     pub node_gone_detached: bool,
+    /// `--unpublish-orphans`.
+    pub unpublish_orphans: bool,
     /// `--schedule-per-node`: nodes take turns, pacing, hand-offs, settling
     /// (false: upstream's first-queued, first-served order, failures the
     /// VA's own, and no per-node cap).
@@ -234,14 +236,10 @@ pub async fn run(
     }
 
     let (driver, pacer) = fenced_driver(csi, leadership, &settings, &metrics, &queues);
-    let driver = driver.with_undos(undos);
     let policy = Arc::new(ErrorPolicy {
         error_codes: settings.error_codes,
         failing,
-        events: settings
-            .reporter
-            .clone()
-            .map(|r| events::FailureEvents::new(client, r, metrics.flows.events_dropped.clone())),
+        events: failure_events(&settings, client, &metrics),
         pacer,
     });
     let ctx = Arc::new(Ctx {
@@ -251,7 +249,7 @@ pub async fn run(
         default_fs_type: settings.default_fs_type.clone(),
         api: Arc::new(KubeApi::new(clients)),
         stores,
-        driver,
+        driver: driver.with_undos(undos),
         node_gone_detached: settings.node_gone_detached,
         flow_metrics: Arc::clone(&metrics.flows),
     });
@@ -289,6 +287,19 @@ fn fenced_driver(
     } else {
         (driver, None)
     }
+}
+
+/// The failure Events, when there is a reporter to post them.
+fn failure_events(
+    settings: &Settings,
+    client: kube::Client,
+    metrics: &Metrics,
+) -> Option<Arc<events::FailureEvents>> {
+    let dropped = metrics.flows.events_dropped.clone();
+    let reporter = settings.reporter.clone()?;
+    Some(Arc::new(events::FailureEvents::new(
+        client, reporter, dropped,
+    )))
 }
 
 /// Shuts the queues down and waits up to `timeout` for the workers' work in flight.
@@ -437,6 +448,10 @@ fn start_leading(
                 settings.reconcile_period,
                 settings.max_entries,
                 metrics.reconcile.clone(),
+                reconcile::orphans::Handling {
+                    events: policy.events.clone(),
+                    unpublish: settings.unpublish_orphans,
+                },
             )
             .instrument(tracing::info_span!("reconcile")),
         );

@@ -154,6 +154,22 @@ pub struct VolumePage {
     pub next_token: String,
 }
 
+/// Adds `nodes` to `volume`'s in `published`. A volume listed more than once
+/// (a driver's bug) is merged and said: no node ID is lost.
+pub fn merge_published<C: Default + Extend<String>>(
+    published: &mut HashMap<String, C>,
+    volume: String,
+    nodes: impl IntoIterator<Item = String>,
+) {
+    match published.entry(volume) {
+        std::collections::hash_map::Entry::Occupied(mut known) => {
+            tracing::info!(volume = %known.key(), "ListVolumes listed a volume more than once: its node IDs are merged");
+            known.get_mut().extend(nodes);
+        }
+        std::collections::hash_map::Entry::Vacant(slot) => slot.insert(C::default()).extend(nodes),
+    }
+}
+
 /// The driver connection, with the status trailers of its replies repaired.
 type Transport = sanitize::Sanitize<Channel>;
 
@@ -373,12 +389,11 @@ impl Client {
         };
         for entry in resp.entries {
             match (entry.volume, entry.status) {
-                (Some(volume), Some(status)) => {
-                    page.published
-                        .entry(volume.volume_id)
-                        .or_default()
-                        .extend(status.published_node_ids);
-                }
+                (Some(volume), Some(status)) => merge_published(
+                    &mut page.published,
+                    volume.volume_id,
+                    status.published_node_ids,
+                ),
                 _ => page.skipped += 1,
             }
         }

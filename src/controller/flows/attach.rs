@@ -168,7 +168,7 @@ async fn publish(
             node_id: stale,
             secrets: request.secrets.clone(),
         };
-        ctx.driver.unpublish(unpublish, origin, va).await??;
+        ctx.driver.unpublish(unpublish, origin, Some(va)).await??;
     }
 
     // From the VA write on, a detach is owed.

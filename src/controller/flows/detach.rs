@@ -89,14 +89,19 @@ async fn unpublish(ctx: &Ctx, va: &CachedVa) -> Result<(), FlowError> {
             continue;
         }
         // An OK settles what the VA owed there (`FencedDriver::unpublish`).
-        match ctx.driver.unpublish(request, volume.origin, va).await? {
+        match ctx
+            .driver
+            .unpublish(request, volume.origin, Some(va))
+            .await?
+        {
             Ok(()) => {}
             Err(status) if status.code == tonic::Code::NotFound && ctx.node_gone_detached => {
                 if ctx
                     .api
-                    .node_exists(va.node_name())
+                    .node(va.node_name())
                     .await
                     .map_err(FlowError::NodeLookup)?
+                    .is_some()
                 {
                     return Err(status.into());
                 }

@@ -17,6 +17,8 @@ pub struct ReconcileMetrics {
     pub failures: IntCounter,
     /// Orphan publications now (`reconcile::orphans`).
     pub orphans: IntGauge,
+    /// Orphans unpublished (`--unpublish-orphans`), by result.
+    pub orphan_unpublishes: IntCounterVec,
 }
 
 impl ReconcileMetrics {
@@ -28,6 +30,7 @@ impl ReconcileMetrics {
             mismatches: register(registry, IntCounterVec::new(Opts::new("csi_attacher_reconcile_mismatches_total", "VolumeAttachments whose attached status disagreed with the driver's published nodes."), &["kind"]))?,
             failures: register(registry, IntCounter::with_opts(Opts::new("csi_attacher_reconcile_failures_total", "ListVolumes reconciliation passes that failed.")))?,
             orphans: register(registry, IntGauge::with_opts(Opts::new("csi_attacher_orphan_publications", "Volumes the driver lists as published to a node with no VolumeAttachment of this driver, still so after two reconcile passes.")))?,
+            orphan_unpublishes: register(registry, IntCounterVec::new(Opts::new("csi_attacher_orphan_unpublishes_total", "Orphan publications unpublished by --unpublish-orphans, by result (unpublished, failed)."), &["result"]))?,
         })
     }
 }

@@ -223,3 +223,17 @@ async fn a_failed_or_looping_listing_forces_nothing() {
     );
     assert_eq!(q.depth(Lane::Attach), 0);
 }
+
+#[tokio::test]
+async fn a_volume_the_driver_lists_twice_keeps_the_node_ids_of_both_listings() {
+    let w = World::new(capabilities(true), vec![], vec![], vec![]);
+    w.driver.push_page(page(&[("vol-9", &["id-1"])], "t1"));
+    w.driver.push_page(page(&[("vol-9", &["", "id-2"])], ""));
+    let found = run_pass(&w, &queue()).await.expect("a pass");
+    let pair = |n: &str| ("vol-9".to_string(), n.to_string());
+    assert_eq!(
+        found.unclaimed,
+        [pair(""), pair("id-1"), pair("id-2")].into(),
+        "nonsense node IDs are reported as they are"
+    );
+}

@@ -66,8 +66,24 @@ pub trait ClusterApi: Send + Sync {
         namespace: &'a str,
         name: &'a str,
     ) -> BoxFuture<'a, Result<BTreeMap<String, String>, SecretError>>;
-    /// GET of the Node called `name`: whether it exists.
-    fn node_exists<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, ApiError>>;
+    /// GET of the Node called `name` (`None`: there is none).
+    fn node<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<NodeView>, ApiError>>;
+}
+
+/// What the attacher reads of a Node: `status.volumesInUse`.
+#[derive(Debug, Default, Clone, serde::Deserialize)]
+pub struct NodeView {
+    /// `status` (`None`: the Node has none).
+    pub status: Option<NodeStatusView>,
+}
+
+/// What the attacher reads of a Node's status.
+#[derive(Debug, Default, Clone, serde::Deserialize)]
+pub struct NodeStatusView {
+    /// `volumesInUse`: what kubelet has mounted or is mounting, as
+    /// `kubernetes.io/csi/<driver>^<volume handle>` for a CSI volume.
+    #[serde(rename = "volumesInUse", default)]
+    pub volumes_in_use: Option<Vec<String>>,
 }
 
 impl ClusterApi for KubeApi {
@@ -116,8 +132,8 @@ impl ClusterApi for KubeApi {
     ) -> BoxFuture<'a, Result<BTreeMap<String, String>, SecretError>> {
         KubeApi::secret_data(self, namespace, name).boxed()
     }
-    fn node_exists<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, ApiError>> {
-        KubeApi::node_exists(self, name).boxed()
+    fn node<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<NodeView>, ApiError>> {
+        KubeApi::node(self, name).boxed()
     }
 }
 
@@ -224,12 +240,12 @@ impl KubeApi {
         }
     }
 
-    /// GETs the Node called `name` (not decoded): whether it exists.
-    pub async fn node_exists(&self, name: &str) -> Result<bool, ApiError> {
+    /// GETs the Node called `name`, decoded as far as [`NodeView`].
+    pub async fn node(&self, name: &str) -> Result<Option<NodeView>, ApiError> {
         let request = Request::new(Node::url_path(&(), None)).get(name, &GetParams::default());
-        match self.send::<IgnoredAny>(request, "get").await {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(status)) if status.is_not_found() => Ok(false),
+        match self.send(request, "get").await {
+            Ok(node) => Ok(Some(node)),
+            Err(kube::Error::Api(status)) if status.is_not_found() => Ok(None),
             Err(err) => Err(ApiError(err)),
         }
     }

@@ -69,7 +69,7 @@ impl FencedDriver {
         let request = &undo.published.request;
         tracing::info!(va = %undo.va.name(), volume = %request.volume_id, node_id = %request.node_id,
             "VolumeAttachment gone while its Publish may have acted; unpublishing");
-        self.unpublish(request.clone(), undo.published.origin, &undo.va)
+        self.unpublish(request.clone(), undo.published.origin, Some(&undo.va))
             .await?
             .map_err(FlowError::UndoPublish)
     }
@@ -136,12 +136,13 @@ impl FencedDriver {
     }
 
     /// `ControllerUnpublishVolume` inside the window (as [`Self::publish`]);
-    /// an OK settles what VA `va` owed on that pair.
+    /// an OK settles what VA `va` owed on that pair; `None` for a call no VA
+    /// stands behind (an orphan's: no listener hears it, nothing was owed).
     pub async fn unpublish(
         &self,
         request: ControllerUnpublishVolumeRequest,
         origin: Origin,
-        va: &CachedVa,
+        va: Option<&CachedVa>,
     ) -> Result<Result<(), RpcStatus>, NotLeading> {
         // Not even built outside the window (a driver may act on the call itself).
         if !self.leadership.may_start() {
@@ -154,9 +155,11 @@ impl FencedDriver {
             .call(self.driver.unpublish(request, origin))
             .await;
         self.note_deadline(&answer);
-        self.report(Lane::Detach, va, started, &answer);
-        if matches!(answer, Ok(Ok(()))) {
-            self.undos.paid(va.name(), &pair.0, &pair.1);
+        if let Some(va) = va {
+            self.report(Lane::Detach, va, started, &answer);
+            if matches!(answer, Ok(Ok(()))) {
+                self.undos.paid(va.name(), &pair.0, &pair.1);
+            }
         }
         answer
     }
@@ -263,7 +266,7 @@ mod tests {
             .unpublish(
                 ControllerUnpublishVolumeRequest::default(),
                 Origin::Csi,
-                &va(),
+                Some(&va()),
             )
             .await;
         assert!(unpublish.is_err(), "Unpublish outside the window");
@@ -334,7 +337,7 @@ mod tests {
             .unpublish(
                 ControllerUnpublishVolumeRequest::default(),
                 Origin::Csi,
-                &va(),
+                Some(&va()),
             )
             .await;
         assert!(matches!(failed, Ok(Err(_))), "{failed:?}");
@@ -379,7 +382,7 @@ mod tests {
             .unpublish(
                 ControllerUnpublishVolumeRequest::default(),
                 Origin::Csi,
-                &va()
+                Some(&va())
             )
             .await
             .is_ok());

@@ -26,7 +26,7 @@ pub struct ErrorPolicy {
     /// VAs failing now (`csi_attacher_failing_volumeattachments`).
     pub failing: Arc<FailingVas>,
     /// Events on repeated failures (`None`: no Events).
-    pub events: Option<FailureEvents>,
+    pub events: Option<std::sync::Arc<FailureEvents>>,
     /// With per-node scheduling: retry delays for operations in doubt, and
     /// the hand-off of a detached volume.
     pub pacer: Option<Arc<Pacer>>,
