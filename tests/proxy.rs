@@ -1,5 +1,6 @@
 //! Proxies to the API server as client-go uses them, against a real CONNECT
-//! proxy on loopback (`support::connect_proxy`) that counts its tunnels.
+//! and SOCKS5 proxy on loopback (`support::connect_proxy`) that counts its
+//! tunnels.
 //!
 //! The API server listens on 127.0.0.1, which Go never proxies from the
 //! environment. So the kubeconfigs here name it `apiserver.test`, a name
@@ -218,30 +219,120 @@ async fn a_proxy_that_refuses_connect_is_named_in_the_log_with_its_status() {
     assert_eq!(proxy.tunnels(), 0);
 }
 
-/// A SOCKS5 `proxy-url` (client-go supports it, we do not) ends start-up
-/// with exit code 1 and an error naming the scheme; so does an unknown
-/// scheme, with client-go's text.
+/// `HTTPS_PROXY=socks5://…`: every API request goes through a SOCKS5 tunnel,
+/// the API server's name resolved by the proxy (Go sends it as a name).
+/// Before, the attacher exited 1 at start-up.
 #[tokio::test]
-async fn unsupported_proxy_schemes_end_start_up_with_the_scheme_named() {
+async fn a_socks5_proxy_carries_the_api_requests_with_the_name_resolved_by_the_proxy() {
+    let proxy = ConnectProxy::start(&[NAME], Answer::Tunnel).await;
     let env = Env::without_attacher(&[]).await;
-    let server = format!("https://{NAME}:{}", api_port(&env));
-    for (url, expected) in [
+    let target = format!("{NAME}:{}", api_port(&env));
+    let kubeconfig = kubeconfig(&env, &format!("https://{target}"), None);
+    let env = env.with_attacher_env(
+        &kubeconfig,
+        &[],
+        &[
+            ("HTTPS_PROXY", &proxy.socks_url()),
+            ("NO_PROXY", "127.0.0.1,localhost,other.test"),
+        ],
+    );
+    env.attached().await;
+    assert_tunnelled_to(&proxy, &target, &env);
+}
+
+/// A SOCKS5 `proxy-url` with userinfo logs in with username/password
+/// (RFC 1929, percent-decoded as Go decodes it), for every request whatever
+/// the environment says.
+#[tokio::test]
+async fn a_socks5_proxy_url_with_credentials_logs_in_with_them() {
+    let proxy = ConnectProxy::start(&[NAME], Answer::Tunnel).await;
+    proxy.require_login("csi", "p@ss:word");
+    let env = Env::without_attacher(&[]).await;
+    let target = format!("{NAME}:{}", api_port(&env));
+    let url = format!("socks5://csi:p%40ss%3Aword@{}", proxy.addr);
+    let kubeconfig = kubeconfig(&env, &format!("https://{target}"), Some(&url));
+    let env = env.with_attacher_env(
+        &kubeconfig,
+        &[],
+        &[("NO_PROXY", NAME), ("HTTPS_PROXY", "http://127.0.0.1:1")],
+    );
+    env.attached().await;
+    assert_tunnelled_to(&proxy, &target, &env);
+    assert!(
+        !env.logs().contains("p@ss"),
+        "the password stays out of the log"
+    );
+}
+
+/// A SOCKS5 proxy that refuses the CONNECT, or the login: the log names the
+/// proxy, the target and the reply as Go names it, and the attacher keeps
+/// retrying (no panic).
+#[tokio::test]
+async fn a_socks5_proxy_that_refuses_is_named_in_the_log_with_its_reply() {
+    let refusing = ConnectProxy::start(&[NAME], Answer::Refuse(403, "Forbidden")).await;
+    let login = ConnectProxy::start(&[NAME], Answer::Tunnel).await;
+    login.require_login("csi", "right");
+    let env = Env::without_attacher(&[]).await;
+    let target = format!("{NAME}:{}", api_port(&env));
+    let kubeconfig = kubeconfig(&env, &format!("https://{target}"), None);
+    let wrong_login = env.spawn_attacher_with_env(
+        &unique("wrong-login"),
+        &kubeconfig,
+        &[],
+        &[("HTTPS_PROXY", &format!("socks5://csi:wrong@{}", login.addr))],
+    );
+    let mut env =
+        env.with_attacher_env(&kubeconfig, &[], &[("HTTPS_PROXY", &refusing.socks_url())]);
+    for (logs, expected) in [
         (
-            "socks5://127.0.0.1:1080",
-            "proxy socks5://127.0.0.1:1080 (from the kubeconfig's proxy-url) uses the scheme \"socks5\", which csi-attacher-rs does not support",
+            &wrong_login.log,
+            format!(
+                "the proxy {} did not open a tunnel to {target}: username/password authentication failed",
+                login.socks_url()
+            ),
         ),
         (
-            "socks4://127.0.0.1:1080",
-            "invalid 'proxy-url' \"socks4://127.0.0.1:1080\" for cluster \"test\": unsupported scheme \"socks4\", must be http, https, or socks5",
+            &env.log,
+            format!(
+                "the proxy {} refused CONNECT to {target}: connection not allowed by ruleset",
+                refusing.socks_url()
+            ),
         ),
     ] {
-        let kubeconfig = kubeconfig(&env, &server, Some(url));
-        let mut replica = env.spawn_attacher_with_env(
-            &unique("refused"),
-            &kubeconfig,
-            &[],
-            &[("NO_PROXY", "")],
+        eventually(&expected, WAIT, || {
+            let seen = std::fs::read_to_string(logs)
+                .unwrap_or_default()
+                .contains(&expected);
+            async move { seen.then_some(()) }
+        })
+        .await;
+    }
+    let logs = env.logs() + &wrong_login.logs();
+    assert!(!logs.contains("panicked"), "{logs}");
+    let attacher = env.attacher.as_mut().expect("attacher");
+    assert!(
+        attacher.try_wait().expect("try_wait").is_none(),
+        "the attacher keeps running (and retrying):\n{}",
+        tail(&logs, 20)
+    );
+    assert_eq!(refusing.tunnels() + login.tunnels(), 0);
+}
+
+/// A `proxy-url` scheme client-go refuses ends start-up with exit code 1 and
+/// client-go's text: `socks5h` too (Go's transport takes it, client-go's
+/// kubeconfig check does not).
+#[tokio::test]
+async fn unsupported_proxy_schemes_end_start_up_with_client_gos_error() {
+    let env = Env::without_attacher(&[]).await;
+    let server = format!("https://{NAME}:{}", api_port(&env));
+    for scheme in ["socks4", "socks5h"] {
+        let url = format!("{scheme}://127.0.0.1:1080");
+        let expected = format!(
+            "invalid 'proxy-url' \"{url}\" for cluster \"test\": unsupported scheme \"{scheme}\", must be http, https, or socks5"
         );
+        let kubeconfig = kubeconfig(&env, &server, Some(&url));
+        let mut replica =
+            env.spawn_attacher_with_env(&unique("refused"), &kubeconfig, &[], &[("NO_PROXY", "")]);
         let status = eventually("the attacher to exit", Duration::from_secs(20), || {
             let status = replica.process.try_wait().expect("try_wait");
             async move { status }

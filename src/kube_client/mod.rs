@@ -67,7 +67,7 @@
 //! API server's, and knows nothing of Go's loopback rule. [`load_config`]
 //! keeps kube from reading the environment, and [`transport`]'s connector
 //! ([`proxy::Connector`]) dials the proxy with TCP_NODELAY too, tunnels
-//! with CONNECT, and rustls runs inside the tunnel.
+//! with CONNECT or SOCKS5, and rustls runs inside the tunnel.
 //!
 //! # Retries
 //! kube's default retry waits up to 15 times on 429/503/504, with delays

@@ -151,11 +151,15 @@ fn request_span(request: &http::Request<kube::client::Body>) -> Span {
     )
 }
 
-/// A plain-http API server behind a proxy gets its requests forwarded, with
-/// the proxy's credentials on each (Go's transport does the same).
+/// A plain-http API server behind an HTTP proxy gets its requests forwarded,
+/// with the proxy's credentials on each (Go's transport does the same;
+/// through SOCKS5 it tunnels).
 fn forward_auth(config: &kube::Config, route: &proxy::Route) -> Option<http::HeaderValue> {
     match route {
-        proxy::Route::Proxy(proxy, _) if config.cluster_url.scheme_str() == Some("http") => {
+        proxy::Route::Proxy(proxy, _)
+            if config.cluster_url.scheme_str() == Some("http")
+                && matches!(proxy.scheme, proxy::Scheme::Http | proxy::Scheme::Https) =>
+        {
             proxy.authorization()
         }
         _ => None,
@@ -559,5 +563,46 @@ mod tests {
         tokio::time::sleep(IDLE_REUSE + Duration::from_secs(1)).await;
         ok(client.clone()).await;
         assert_eq!(opened.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn a_plain_http_api_server_behind_socks5_is_tunnelled_without_proxy_authorization() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        // One loopback server plays the SOCKS5 proxy (no authentication
+        // chosen) and then, on the same connection, the API server.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let proxy = listener.local_addr().expect("addr");
+        let server = tokio::spawn(async move {
+            let (mut conn, _) = listener.accept().await.expect("accept");
+            let mut greeting = [0u8; 4];
+            conn.read_exact(&mut greeting).await.expect("greeting");
+            conn.write_all(&[5, 0]).await.expect("method");
+            let mut request = [0u8; 5 + 14 + 2];
+            conn.read_exact(&mut request).await.expect("request");
+            conn.write_all(&[5, 0, 0, 1, 0, 0, 0, 0, 0, 0])
+                .await
+                .expect("reply");
+            let mut head = Vec::new();
+            while !head.ends_with(b"\r\n\r\n") {
+                head.push(conn.read_u8().await.expect("head"));
+            }
+            conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
+                .await
+                .expect("answer");
+            (request, String::from_utf8_lossy(&head).to_lowercase())
+        });
+        let mut config = kube::Config::new("http://apiserver.test:8080".parse().expect("uri"));
+        config.proxy_url = Some(format!("socks5://u:p@{proxy}").parse().expect("proxy"));
+        let client = crate::kube_client::build_unthrottled(config).expect("client");
+        let get = http::Request::get("/version")
+            .body(Vec::new())
+            .expect("request");
+        assert_eq!(client.request_text(get).await.expect("answer"), "{}");
+        let (request, head) = server.await.expect("server");
+        assert_eq!(request[3..19], *b"\x03\x0eapiserver.test");
+        assert!(head.starts_with("get /version http/1.1"), "{head}");
+        assert!(!head.contains("proxy-authorization"), "{head}");
     }
 }

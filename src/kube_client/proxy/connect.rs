@@ -1,9 +1,10 @@
 //! Connections to the API server, direct or through a proxy: TCP_NODELAY,
-//! TLS to an `https` proxy, the CONNECT tunnel ([`Connector`]; see the
-//! [`proxy`](super) module docs, "How").
+//! TLS to an `https` proxy, the CONNECT tunnel or the SOCKS5 one
+//! ([`Connector`]; see the [`proxy`](super) module docs, "How").
 
 use std::future::Future;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -41,17 +42,19 @@ pub enum ConnectError {
         #[source]
         source: io::Error,
     },
-    /// The proxy answered CONNECT with another status than 200.
+    /// The proxy answered CONNECT with another status than 200 (HTTP), or
+    /// with another reply than "succeeded" (SOCKS5).
     #[error("the proxy {proxy} refused CONNECT to {target}: {status}")]
     Refused {
         /// The proxy.
         proxy: ProxyUrl,
         /// `host:port` asked for.
         target: String,
-        /// Its status line's code and reason.
+        /// Its status line's code and reason, or the SOCKS5 reply as Go
+        /// names it.
         status: String,
     },
-    /// The CONNECT exchange broke off or made no sense.
+    /// The CONNECT (or SOCKS5) exchange broke off or made no sense.
     #[error("the proxy {proxy} did not open a tunnel to {target}: {reason}")]
     Handshake {
         /// The proxy.
@@ -120,7 +123,7 @@ impl Connector {
                             })?;
                         Some((tokio_rustls::TlsConnector::from(Arc::new(config)), name))
                     }
-                    Scheme::Http | Scheme::Socks5 => None,
+                    Scheme::Http | Scheme::Socks5 | Scheme::Socks5h => None,
                 };
                 Some(Arc::new(Via {
                     proxy: proxy.clone(),
@@ -160,9 +163,12 @@ impl Service<Uri> for Connector {
             } else {
                 443
             };
-            let target = host_port(uri_host(&dst), dst.port_u16().unwrap_or(default_port));
-            let tunnel = dst.scheme_str() != Some("http");
-            let connecting = connect_via(&mut http, &via, &target, tunnel);
+            let port = dst.port_u16().unwrap_or(default_port);
+            let target = host_port(uri_host(&dst), port);
+            // Through SOCKS5 always a tunnel, as Go's transport.
+            let forwarded = dst.scheme_str() == Some("http")
+                && matches!(via.proxy.scheme, Scheme::Http | Scheme::Https);
+            let connecting = connect_via(&mut http, &via, (uri_host(&dst), port), !forwarded);
             let io = match via.timeout {
                 Some(timeout) => {
                     tokio::time::timeout(timeout, connecting)
@@ -175,20 +181,17 @@ impl Service<Uri> for Connector {
                 }
                 None => connecting.await?,
             };
-            Ok(Stream {
-                io,
-                forwarded: !tunnel,
-            })
+            Ok(Stream { io, forwarded })
         })
     }
 }
 
 /// A connection to the proxy, TLS to it if `https`, and the tunnel to
-/// `target` if `tunnel`.
+/// `host:port`: SOCKS5's, else CONNECT if `tunnel`.
 async fn connect_via(
     http: &mut HttpConnector,
     via: &Via,
-    target: &str,
+    (host, port): (&str, u16),
     tunnel: bool,
 ) -> Result<Io, ConnectError> {
     let proxy = &via.proxy;
@@ -227,11 +230,124 @@ async fn connect_via(
                 })?,
         )),
     };
-    if tunnel {
-        connect_tunnel(&mut io, proxy, target).await?;
+    match proxy.scheme {
+        Scheme::Socks5 | Scheme::Socks5h => socks5_connect(&mut io, proxy, (host, port)).await?,
+        _ if tunnel => connect_tunnel(&mut io, proxy, &host_port(host, port)).await?,
+        _ => {}
     }
     Ok(io)
 }
+
+/// RFC 1928 CONNECT to `host:port` as Go's `socksDialer` asks it: the host
+/// as named (the proxy resolves it) unless an IP; no authentication
+/// offered, and username/password too (RFC 1929) if the URL has userinfo.
+async fn socks5_connect(
+    io: &mut Io,
+    proxy: &ProxyUrl,
+    (host, port): (&str, u16),
+) -> Result<(), ConnectError> {
+    let target = host_port(host, port);
+    let handshake = |reason: String| ConnectError::Handshake {
+        proxy: proxy.clone(),
+        target: target.clone(),
+        reason,
+    };
+    let broke = |e: io::Error| handshake(format!("SOCKS5 exchange: {e}"));
+    let credentials = proxy.credentials.as_ref();
+    let methods: &[u8] = match credentials {
+        Some(_) => &[5, 2, 0, 2],
+        None => &[5, 1, 0],
+    };
+    io.write_all(methods).await.map_err(broke)?;
+    let mut answer = [0u8; 2];
+    io.read_exact(&mut answer).await.map_err(broke)?;
+    match (answer, credentials) {
+        ([5, 0], _) => {}
+        ([5, 2], Some((user, password))) => {
+            let (Ok(user_len @ 1..), Ok(password_len)) =
+                (u8::try_from(user.len()), u8::try_from(password.len()))
+            else {
+                return Err(handshake("invalid username/password".into()));
+            };
+            let auth = [
+                &[1, user_len],
+                user.as_bytes(),
+                &[password_len],
+                password.as_bytes(),
+            ];
+            io.write_all(&auth.concat()).await.map_err(broke)?;
+            io.read_exact(&mut answer).await.map_err(broke)?;
+            if answer != [1, 0] {
+                return Err(handshake("username/password authentication failed".into()));
+            }
+        }
+        ([5, 0xff], _) => return Err(handshake("no acceptable authentication methods".into())),
+        ([5, method], _) => {
+            return Err(handshake(format!(
+                "unsupported authentication method {method}"
+            )))
+        }
+        ([version, _], _) => {
+            return Err(handshake(format!("unexpected protocol version {version}")))
+        }
+    }
+    let request = socks5_request(host, port).ok_or_else(|| handshake("FQDN too long".into()))?;
+    io.write_all(&request).await.map_err(broke)?;
+    let mut reply = [0u8; 4];
+    io.read_exact(&mut reply).await.map_err(broke)?;
+    let len = match reply {
+        [5, 0, 0, 1] => 4,
+        [5, 0, 0, 4] => 16,
+        [5, 0, 0, 3] => io.read_u8().await.map_err(broke)?.into(),
+        [5, 0, 0, atyp] => return Err(handshake(format!("unknown address type {atyp}"))),
+        [5, 0, ..] => return Err(handshake("non-zero reserved field".into())),
+        [5, code, ..] => {
+            return Err(ConnectError::Refused {
+                proxy: proxy.clone(),
+                target: target.clone(),
+                status: SOCKS5_REPLIES
+                    .get(usize::from(code))
+                    .map_or_else(|| format!("unknown code: {code}"), |r| r.to_string()),
+            })
+        }
+        [version, ..] => return Err(handshake(format!("unexpected protocol version {version}"))),
+    };
+    // The address the proxy bound, which Go reads and ignores.
+    io.read_exact(&mut vec![0u8; len + 2])
+        .await
+        .map_err(broke)?;
+    Ok(())
+}
+
+/// The CONNECT request for `host:port`: an IP as an address, a name as a
+/// name (`None` past 255 bytes).
+fn socks5_request(host: &str, port: u16) -> Option<Vec<u8>> {
+    let mut request = vec![5, 1, 0];
+    match host.parse::<IpAddr>() {
+        Ok(IpAddr::V4(ip)) => request.extend([1].iter().chain(&ip.octets())),
+        Ok(IpAddr::V6(ip)) => request.extend([4].iter().chain(&ip.octets())),
+        Err(_) => request.extend(
+            [3, u8::try_from(host.len()).ok()?]
+                .iter()
+                .chain(host.as_bytes()),
+        ),
+    }
+    request.extend(port.to_be_bytes());
+    Some(request)
+}
+
+/// SOCKS5 reply codes as Go's `socksReply` names them.
+const SOCKS5_REPLIES: [&str; 9] = [
+    "succeeded",
+    "general SOCKS server failure",
+    "connection not allowed by ruleset",
+    "network unreachable",
+    "host unreachable",
+    "connection refused",
+    "TTL expired",
+    "command not supported",
+    "address type not supported",
+];
 
 /// Sends `CONNECT target` and reads the answer's head.
 async fn connect_tunnel(io: &mut Io, proxy: &ProxyUrl, target: &str) -> Result<(), ConnectError> {
@@ -420,3 +536,6 @@ impl Write for Stream {
         Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
     }
 }
+
+#[cfg(test)]
+mod tests;

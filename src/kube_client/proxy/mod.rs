@@ -21,9 +21,9 @@
 //! `https` API server only `HTTPS_PROXY` applies (no fallback to
 //! `HTTP_PROXY`); for `http`, only `HTTP_PROXY`, which a CGI process refuses
 //! (here at start-up, with Go's text; Go fails every request). A value
-//! without an `http`, `https` or `socks5` scheme is read as `http://<value>`
-//! (`proxy.corp:3128`); a value that does not parse is ignored, as Go
-//! ignores it.
+//! without an `http`, `https`, `socks5` or `socks5h` scheme is read as
+//! `http://<value>` (`proxy.corp:3128`); a value that does not parse is
+//! ignored, as Go ignores it.
 //!
 //! [`NoProxy`] is `useProxy`: a `localhost` host (exactly that, before any
 //! case folding) and loopback IPs (127.0.0.0/8, ::1, and IPv4-mapped
@@ -59,8 +59,19 @@
 //! which target with which status; hyper-util's `Tunnel` reports only
 //! "unsuccessful".
 //!
-//! SOCKS5 proxies (which client-go supports) are refused at start-up with
-//! an error that names the scheme.
+//! A `socks5` proxy (a kubeconfig's `proxy-url`, or from the environment
+//! `socks5` and `socks5h` alike, as Go's transport takes them; client-go's
+//! kubeconfig check refuses `socks5h`) tunnels every request, `http` API
+//! servers too, with RFC 1928 CONNECT as Go's `socksDialer` asks it: the
+//! API server's host as the URL names it (the proxy resolves it; an IP goes
+//! as an IP), no authentication offered, and username/password (RFC 1929,
+//! from the userinfo) too if the URL has userinfo. Hand-written too:
+//! hyper-util's `SocksV5` (feature `client-proxy`, which would add `ipnet`
+//! to the build) offers only username/password when given credentials, so a
+//! proxy that wants none would refuse what Go's offer gets through; and its
+//! error type is not exported, so a failure reads "SOCKS error: …" without
+//! the proxy or the target, and an unreachable proxy or a broken exchange
+//! without its cause.
 
 mod connect;
 mod no_proxy;

@@ -7,7 +7,7 @@ use std::fmt;
 use http::Uri;
 
 use super::no_proxy::NoProxy;
-use super::url::{go_scheme, uri_host, ProxyUrl, Scheme};
+use super::url::{go_scheme, uri_host, ProxyUrl};
 
 /// Why no proxy route could be chosen.
 #[derive(Debug, thiserror::Error)]
@@ -24,19 +24,12 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
-    /// A proxy scheme client-go supports and this build does not.
-    #[error(
-        "proxy {url} (from {origin}) uses the scheme {scheme:?}, which csi-attacher-rs does not support (client-go does); use an http:// or https:// proxy{hint}"
-    )]
-    Unsupported {
+    /// A kubeconfig `proxy-url` that [`check_kubeconfig_proxy_url`] let through
+    /// and [`ProxyUrl`] cannot read.
+    #[error("proxy {url} (from the kubeconfig's proxy-url): could not parse it")]
+    Unparseable {
         /// The proxy, credentials hidden.
         url: String,
-        /// Where it was set.
-        origin: Origin,
-        /// Its scheme.
-        scheme: String,
-        /// How else to get past it.
-        hint: &'static str,
     },
     /// `HTTP_PROXY` in a CGI process (`REQUEST_METHOD` set), as Go refuses it.
     #[error("refusing to use HTTP_PROXY value in CGI environment; see golang.org/s/cgihttpproxy")]
@@ -141,12 +134,8 @@ pub fn route(
     let (proxy, origin) = match kubeconfig_proxy {
         Some(uri) => {
             let text = uri.to_string();
-            let proxy = ProxyUrl::parse(&text).ok_or_else(|| Error::Unsupported {
-                url: redact(&text),
-                origin: Origin::Kubeconfig,
-                scheme: uri.scheme_str().unwrap_or_default().to_string(),
-                hint: "",
-            })?;
+            let proxy =
+                ProxyUrl::parse(&text).ok_or_else(|| Error::Unparseable { url: redact(&text) })?;
             (proxy, Origin::Kubeconfig)
         }
         None => {
@@ -179,18 +168,6 @@ pub fn route(
             (proxy, origin)
         }
     };
-    if proxy.scheme == Scheme::Socks5 {
-        return Err(Error::Unsupported {
-            url: proxy.to_string(),
-            origin,
-            scheme: "socks5".into(),
-            hint: if origin == Origin::Kubeconfig {
-                ""
-            } else {
-                ", or exempt the API server with NO_PROXY"
-            },
-        });
-    }
     Ok(Route::Proxy(proxy, origin))
 }
 

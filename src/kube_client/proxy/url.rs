@@ -12,8 +12,10 @@ pub enum Scheme {
     Http,
     /// TLS to the proxy.
     Https,
-    /// SOCKS5 (refused, see the [`proxy`](super) module docs).
+    /// SOCKS5, the proxy resolving the API server's name.
     Socks5,
+    /// The same, as `socks5h` (Go treats them alike).
+    Socks5h,
 }
 
 /// A parsed proxy URL.
@@ -25,8 +27,9 @@ pub struct ProxyUrl {
     pub host: String,
     /// Its port, or the scheme's (80, 443, 1080).
     pub port: u16,
-    /// Percent-decoded user and password from the userinfo.
-    credentials: Option<(String, String)>,
+    /// Percent-decoded user and password from the userinfo (the password
+    /// empty if not given).
+    pub(super) credentials: Option<(String, String)>,
 }
 
 impl fmt::Debug for ProxyUrl {
@@ -42,20 +45,22 @@ impl fmt::Display for ProxyUrl {
             Scheme::Http => "http",
             Scheme::Https => "https",
             Scheme::Socks5 => "socks5",
+            Scheme::Socks5h => "socks5h",
         };
         write!(f, "{scheme}://{}", host_port(&self.host, self.port))
     }
 }
 
 impl ProxyUrl {
-    /// A proxy URL with an `http`, `https` or `socks5` scheme (any case) and a
-    /// host, or `None`.
+    /// A proxy URL with an `http`, `https`, `socks5` or `socks5h` scheme (any
+    /// case) and a host, or `None`.
     pub fn parse(value: &str) -> Option<Self> {
         let uri: Uri = value.parse().ok()?;
         let scheme = match uri.scheme_str()?.to_ascii_lowercase().as_str() {
             "http" => Scheme::Http,
             "https" => Scheme::Https,
             "socks5" => Scheme::Socks5,
+            "socks5h" => Scheme::Socks5h,
             _ => return None,
         };
         let authority = uri.authority()?;
@@ -70,7 +75,7 @@ impl ProxyUrl {
         let port = authority.port_u16().unwrap_or(match scheme {
             Scheme::Http => 80,
             Scheme::Https => 443,
-            Scheme::Socks5 => 1080,
+            Scheme::Socks5 | Scheme::Socks5h => 1080,
         });
         let credentials = authority.as_str().rsplit_once('@').map(|(userinfo, _)| {
             let decode = |s: &str| {
@@ -92,14 +97,17 @@ impl ProxyUrl {
     }
 
     /// An environment value as `httpproxy`'s `parseProxy` reads it: a URL
-    /// with an `http`, `https` or `socks5` scheme, else `http://<value>`;
-    /// `None` for an empty or unparseable value.
+    /// with an `http`, `https`, `socks5` or `socks5h` scheme, else
+    /// `http://<value>`; `None` for an empty or unparseable value.
     pub fn from_env_value(value: &str) -> Option<Self> {
         if value.is_empty() {
             return None;
         }
         let known = go_scheme(value).is_some_and(|s| {
-            matches!(s.to_ascii_lowercase().as_str(), "http" | "https" | "socks5")
+            matches!(
+                s.to_ascii_lowercase().as_str(),
+                "http" | "https" | "socks5" | "socks5h"
+            )
         });
         let parsed = if known { Self::parse(value) } else { None };
         parsed.or_else(|| Self::parse(&format!("http://{value}")))

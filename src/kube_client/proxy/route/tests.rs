@@ -1,3 +1,4 @@
+use super::super::Scheme;
 use super::*;
 
 fn env(pairs: &[(&str, &str)]) -> Environment {
@@ -162,37 +163,29 @@ fn a_kubeconfig_proxy_url_applies_to_every_host_whatever_the_environment_says() 
 }
 
 #[test]
-fn socks5_is_refused_with_the_scheme_named_and_other_schemes_as_client_go_refuses_them() {
-    let err = route(
+fn socks5_is_routed_from_the_kubeconfig_and_socks5h_from_the_environment_too() {
+    let kubeconfig = route(
         &uri("https://apiserver.corp"),
-        Some(&uri("socks5://127.0.0.1:1080")),
+        Some(&uri("socks5://u:p%40ss@127.0.0.1:1080")),
         &Environment::default(),
-    )
-    .err()
-    .map(|e| e.to_string());
-    assert_eq!(
-        err.as_deref(),
-        Some(
-            "proxy socks5://127.0.0.1:1080 (from the kubeconfig's proxy-url) uses the scheme \
-             \"socks5\", which csi-attacher-rs does not support (client-go does); use an http:// \
-             or https:// proxy"
-        )
     );
-    let err = env_route(
-        &[("HTTPS_PROXY", "socks5://proxy")],
-        "https://apiserver.corp",
-    );
-    assert!(
-        err.starts_with(
-            "error: proxy socks5://proxy:1080 (from HTTPS_PROXY) uses the scheme \"socks5\""
-        ),
-        "{err}"
-    );
-    assert!(
-        err.ends_with("or exempt the API server with NO_PROXY"),
-        "{err}"
-    );
-    // Exempted or loopback: no error, as the proxy is not used.
+    let Ok(Route::Proxy(proxy, Origin::Kubeconfig)) = kubeconfig else {
+        panic!("{kubeconfig:?}");
+    };
+    assert_eq!(proxy.scheme, Scheme::Socks5);
+    assert_eq!(proxy.credentials, Some(("u".into(), "p@ss".into())));
+    // Go's transport takes socks5h as socks5; url.Parse lower-cases schemes.
+    for (value, expected) in [
+        ("socks5://proxy", "socks5://proxy:1080 (HTTPS_PROXY)"),
+        ("SOCKS5://proxy:1081", "socks5://proxy:1081 (HTTPS_PROXY)"),
+        ("socks5h://proxy", "socks5h://proxy:1080 (HTTPS_PROXY)"),
+    ] {
+        assert_eq!(
+            env_route(&[("HTTPS_PROXY", value)], "https://apiserver.corp"),
+            expected
+        );
+    }
+    // NO_PROXY exempts from a SOCKS5 proxy as from any other.
     assert_eq!(
         env_route(
             &[("HTTPS_PROXY", "socks5://proxy"), ("NO_PROXY", "corp")],
@@ -200,7 +193,10 @@ fn socks5_is_refused_with_the_scheme_named_and_other_schemes_as_client_go_refuse
         ),
         "direct"
     );
+}
 
+#[test]
+fn kubeconfig_proxy_url_schemes_are_checked_as_client_go_checks_them() {
     // client-go's parseProxyURL: http, https, socks5, else its text.
     for ok in ["http://p:1", "HTTPS://p", "socks5://p:1080"] {
         assert!(check_kubeconfig_proxy_url(ok, "c").is_ok(), "{ok}");
@@ -222,6 +218,8 @@ fn socks5_is_refused_with_the_scheme_named_and_other_schemes_as_client_go_refuse
          unsupported scheme \"p\", must be http, https, or socks5"
     );
     assert!(refused("127.0.0.1:3128").contains("unsupported scheme \"\""));
+    // Go's transport takes socks5h; client-go's kubeconfig check does not.
+    assert!(refused("socks5h://p").contains("unsupported scheme \"socks5h\""));
 }
 
 #[test]
