@@ -35,7 +35,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 // The attacher benchmark's /proc readers (it uses all of them; this file not `parse_stat`).
-#[path = "attacher/procstat.rs"]
+#[path = "../tools/bench/src/procstat.rs"]
 #[allow(dead_code)]
 mod procstat;
 #[path = "../tests/support/mod.rs"]

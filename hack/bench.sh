@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmarks csi-attacher-rs against the upstream Go csi-attacher v4.12.0, side by
-# side on one real control plane and one csi-mock-driver (benches/attacher/:
+# side on one real control plane and one csi-mock-driver (tools/bench/:
 # one module per scenario; `hack/bench.sh --help` lists every flag).
 #
 #   hack/bench.sh                 full run (3 rounds, ~70 min on 2 cores, then P8 ~50 min) → bench/results.{md,json}
@@ -25,9 +25,22 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+# The harness (tools/bench, a workspace member of its own) runs the
+# csi-attacher and csi-mock-driver built beside it, in one cargo invocation so
+# that they share its dependencies' features: release for a measurement, the
+# tests' profile for --smoke (CI), reusing hack/test.sh's build.
+profile=(--release)
+[[ " $* " == *" --smoke "* ]] && profile=()
+bench() {
+  cargo build --locked "${profile[@]}" -p csi-attacher-bench -p csi-attacher -p csi-mock-driver --bins
+  local dir=target/release
+  ((${#profile[@]})) || dir=target/debug
+  exec "$dir/csi-attacher-bench" "$@"
+}
+
 # Redrawing charts or printing the flags needs no control plane.
 if [[ " $* " == *" --charts-only "* || " $* " == *" --help "* ]]; then
-  exec cargo bench --locked --bench attacher -- "$@"
+  bench "$@"
 fi
 
 CSI_ATTACHER_TOOLS_BIN=$(bash hack/build-controlplane.sh | tail -n1)
@@ -43,6 +56,4 @@ if [[ "${1:-}" == --wire-format ]]; then
   exec cargo bench --locked --bench wire_format -- "$@"
 fi
 
-# Smoke: the harness in the test profile (the tests' build), no release build.
-[[ " $* " == *" --smoke "* ]] && exec cargo test --locked --bench attacher -- "$@"
-exec cargo bench --locked --bench attacher -- "$@"
+bench "$@"

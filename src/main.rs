@@ -90,7 +90,7 @@ fn print_version() {
 fn run_sidecar(config: Config, gates: csi_attacher::config::FeatureGates) -> ExitCode {
     // One thread: the attacher waits on the API server and the driver; a
     // single-threaded runtime spends less CPU on wake-ups and hand-offs than
-    // a work-stealing pool (benches/attacher/, P2).
+    // a work-stealing pool (tools/bench, P2).
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -1071,7 +1071,10 @@ async fn backoff_sequence(socket: &Path, node: &str, volume: &str) -> Vec<(Strin
     };
     let outcome = |r: Result<(), csi_attacher::csi::RpcStatus>| match r {
         Ok(()) => ("OK".to_string(), String::new()),
-        Err(status) => (status.code_name().to_string(), status.message),
+        Err(status) => (
+            csi_attacher::csi::go_code_name(status.code).to_string(),
+            status.message,
+        ),
     };
     let mut seen = Vec::new();
     // Detach from an instance the cloud does not have: already detached.

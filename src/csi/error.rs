@@ -43,16 +43,6 @@ pub enum Error {
     EmptyDriverName,
 }
 
-impl Error {
-    /// The gRPC status, when the error is one (for `attachError.errorCode`).
-    pub fn rpc_status(&self) -> Option<&RpcStatus> {
-        match self {
-            Self::Rpc(status) => Some(status),
-            _ => None,
-        }
-    }
-}
-
 /// A gRPC status with Go's text form.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("rpc error: code = {} desc = {message}", go_code_name(*.code))]
@@ -80,11 +70,6 @@ impl RpcStatus {
     /// The numeric gRPC code, as stored in `VolumeError.errorCode`.
     pub fn code_number(&self) -> i32 {
         self.code as i32
-    }
-
-    /// Go's name for the code (`Canceled`, `DeadlineExceeded`, ...).
-    pub fn code_name(&self) -> &'static str {
-        go_code_name(self.code)
     }
 }
 

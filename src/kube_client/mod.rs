@@ -25,7 +25,7 @@
 //! request waits for its answer, no normal request starts (those already
 //! sent go on). With 2,000 VAs created at once, this cut the p99 from Publish
 //! reply to `attached=true` seen from 73–76 ms to 48–64 ms, and the p50 from
-//! 8.3 to 6.2 ms, with the attach rate unchanged (benches/attacher, P4 and
+//! 8.3 to 6.2 ms, with the attach rate unchanged (tools/bench, P4 and
 //! P1 at QPS 10,000). Urgent requests cannot starve the rest: each follows a
 //! Publish, and each Publish follows normal writes; and each is bounded by
 //! the request deadline. Without a client-side limit (a negative

@@ -133,7 +133,7 @@ pub fn tools_dir() -> Result<PathBuf> {
     if let Some(dir) = std::env::var_os("CSI_ATTACHER_TOOLS_BIN") {
         return Ok(PathBuf::from(dir));
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("hack/build-controlplane.sh");
+    let script = super::repo_root().join("hack/build-controlplane.sh");
     let output = Command::new("bash")
         .arg(&script)
         .stderr(Stdio::inherit())

@@ -107,7 +107,7 @@ pub struct Scrape {
 
 /// `tests/corpus/`.
 pub fn corpus_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus")
+    super::repo_root().join("tests/corpus")
 }
 
 /// The fixture `tests/corpus/<file>`.
@@ -501,7 +501,7 @@ pub async fn run_fixture(file: &str, binary: Binary, driver: Driver<'_>) -> Run 
     let log = std::fs::File::create(&log_path).expect("log file");
     let mut command = match binary {
         Binary::Ours => {
-            let mut command = Command::new(env!("CARGO_BIN_EXE_csi-attacher"));
+            let mut command = Command::new(super::attacher_binary());
             // /dev/termination-log is a pod's; upstream has no such flag and only
             // writes there when the driver connection is lost.
             command.arg(format!(

@@ -138,7 +138,7 @@ impl Env {
         let log_path = self.dir.path().join(format!("{name}.log"));
         let log = std::fs::File::create(&log_path).expect("attacher log");
         let termination_log = self.dir.path().join(format!("{name}.termination-log"));
-        let mut command = Command::new(env!("CARGO_BIN_EXE_csi-attacher"));
+        let mut command = Command::new(super::attacher_binary());
         command
             .arg(format!("--csi-address={}", self.mock.address()))
             .arg(format!("--kubeconfig={}", kubeconfig.display()))

@@ -20,7 +20,7 @@ pub fn find(env_var: &str, build: &str) -> Result<PathBuf, String> {
         };
     }
     let mut args = build.split(' ');
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(args.next().unwrap_or_default());
+    let script = super::repo_root().join(args.next().unwrap_or_default());
     let output = Command::new("bash")
         .arg(&script)
         .args(args)

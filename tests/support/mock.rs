@@ -36,13 +36,17 @@ pub fn binary() -> PathBuf {
 
 fn locate_or_build() -> Result<PathBuf> {
     let exe = std::env::current_exe()?;
-    // target/<profile dir>/deps/<this binary>
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .context("no target directory above this test binary")?;
+    // target/<profile dir>/deps/<this test binary>, or target/<profile
+    // dir>/<the benchmark's binary>.
+    let dir = exe.parent().context("no directory above this binary")?;
+    let profile_dir = if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.parent()
+            .context("no target directory above this test binary")?
+    } else {
+        dir
+    };
     let path = profile_dir.join("csi-mock-driver");
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = super::repo_root();
     let sources = [root.join("tools/csi-mock-driver"), root.join("src/csi")];
     let built = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
     if built.is_some_and(|built| sources.iter().all(|dir| newest(dir) <= built)) {

@@ -18,6 +18,31 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+/// The repository's root: the product's manifest directory, or two above the
+/// benchmark's (tools/bench), which shares this module.
+pub fn repo_root() -> std::path::PathBuf {
+    let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    if here.join("hack").is_dir() {
+        here.to_path_buf()
+    } else {
+        here.join("../..")
+    }
+}
+
+/// The `csi-attacher` binary under test: cargo's for the product's tests,
+/// else the one beside the running executable (the benchmark's, built into
+/// the same target directory).
+#[allow(dead_code)] // not every binary starts an attacher
+pub fn attacher_binary() -> std::path::PathBuf {
+    match option_env!("CARGO_BIN_EXE_csi-attacher") {
+        Some(path) => path.into(),
+        None => std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(|dir| dir.join("csi-attacher")))
+            .unwrap_or_else(|| "csi-attacher".into()),
+    }
+}
+
 /// A DNS-1123 name unique within this test run: `<prefix>-<pid>-<n>`.
 pub fn unique(prefix: &str) -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);

@@ -96,17 +96,17 @@ impl Profile {
     fn toml(self) -> &'static str {
         match self {
             Profile::AwsEbs => {
-                include_str!("../../tools/csi-mock-driver/src/profiles/aws-ebs.toml")
+                include_str!("../../csi-mock-driver/src/profiles/aws-ebs.toml")
             }
             Profile::AzureDisk => {
-                include_str!("../../tools/csi-mock-driver/src/profiles/azure-disk.toml")
+                include_str!("../../csi-mock-driver/src/profiles/azure-disk.toml")
             }
             Profile::AzureDiskFast => {
-                include_str!("../../tools/csi-mock-driver/src/profiles/azure-disk-fast.toml")
+                include_str!("../../csi-mock-driver/src/profiles/azure-disk-fast.toml")
             }
-            Profile::GcePd => include_str!("../../tools/csi-mock-driver/src/profiles/gce-pd.toml"),
+            Profile::GcePd => include_str!("../../csi-mock-driver/src/profiles/gce-pd.toml"),
             Profile::SerialPerNode => {
-                include_str!("../../tools/csi-mock-driver/src/profiles/serial-per-node.toml")
+                include_str!("../../csi-mock-driver/src/profiles/serial-per-node.toml")
             }
         }
     }
@@ -664,10 +664,7 @@ pub fn cdf_points(values: &[f64], cap: f64) -> Vec<(f64, f64)> {
         .collect()
 }
 
-// Also compiled into the benchmark, which cargo builds with cfg(test) but no
-// test harness: there the #[test]s are dropped (they run in attacher_units).
 #[cfg(test)]
-#[allow(unused_imports, dead_code)]
 mod tests {
     use super::*;
 

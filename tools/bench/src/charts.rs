@@ -558,10 +558,7 @@ pub(crate) fn plot_error<E: std::fmt::Display>(err: E) -> anyhow::Error {
     anyhow::anyhow!("{err}")
 }
 
-// Also compiled into the benchmark, which cargo builds with cfg(test) but no
-// test harness: there the #[test]s are dropped (they run in attacher_units).
 #[cfg(test)]
-#[allow(unused_imports, dead_code)]
 mod tests {
     use super::*;
 

@@ -59,8 +59,8 @@ pub fn reset_peak_rss(pid: u32) -> Result<()> {
         .with_context(|| format!("resetting VmHWM of pid {pid}"))
 }
 
-// Also compiled into the benchmark, which cargo builds with cfg(test) but no
-// test harness: there the #[test]s are dropped (they run in attacher_units).
+// Also compiled into benches/wire_format.rs, which cargo builds with cfg(test)
+// but no test harness: there the #[test]s are dropped.
 #[cfg(test)]
 #[allow(unused_imports, dead_code)]
 mod tests {

@@ -120,10 +120,7 @@ pub fn pick(queue: &VecDeque<Next>, workers: usize, now: Instant) -> Vec<usize> 
         .collect()
 }
 
-// Also compiled into the benchmark, which cargo builds with cfg(test) but no
-// test harness: there the #[test]s are dropped (they run in attacher_units).
 #[cfg(test)]
-#[allow(dead_code)]
 mod tests {
     use super::*;
 

@@ -672,10 +672,7 @@ pub fn machine() -> String {
     format!("{cpus} CPUs ({model}), {mem:.0} GiB")
 }
 
-// Also compiled into the benchmark, which cargo builds with cfg(test) but no
-// test harness: there the #[test]s are dropped (they run in attacher_units).
 #[cfg(test)]
-#[allow(unused_imports, dead_code)]
 mod tests {
     use super::*;
     use crate::metric::catalogue::{growth::Curve, limit, p1, p5};

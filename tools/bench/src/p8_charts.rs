@@ -300,10 +300,7 @@ fn draw_panel(
     Ok(())
 }
 
-// Also compiled into the benchmark, which cargo builds with cfg(test) but no
-// test harness: there the #[test]s are dropped (they run in attacher_units).
 #[cfg(test)]
-#[allow(unused_imports, dead_code)]
 mod tests {
     use super::*;
     use serde_json::json;

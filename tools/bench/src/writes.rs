@@ -54,10 +54,7 @@ pub fn requests(metrics: &str, verb: &str, resource: &str) -> f64 {
         .sum()
 }
 
-// Also compiled into the benchmark, which cargo builds with cfg(test) but no
-// test harness: there the #[test]s are dropped (they run in attacher_units).
 #[cfg(test)]
-#[allow(unused_imports, dead_code)]
 mod tests {
     use super::*;
 

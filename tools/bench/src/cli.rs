@@ -1,6 +1,6 @@
 //! The harness's flags (`hack/bench.sh` passes its arguments through).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
 
@@ -176,7 +176,7 @@ impl Cli {
         match &self.out {
             Some(out) => out.clone(),
             None if self.smoke => std::env::temp_dir().join("csi-attacher-bench-smoke"),
-            None => Path::new(env!("CARGO_MANIFEST_DIR")).join("bench"),
+            None => crate::support::repo_root().join("bench"),
         }
     }
 
@@ -188,10 +188,7 @@ impl Cli {
     }
 }
 
-// Also compiled into the benchmark, which cargo builds with cfg(test) but no
-// test harness: there the #[test]s are dropped (they run in attacher_units).
 #[cfg(test)]
-#[allow(unused_imports, dead_code)]
 mod tests {
     use super::*;
 
@@ -206,10 +203,7 @@ mod tests {
         assert!(!cli.smoke && !cli.ours_only && !cli.charts_only);
         assert_eq!(cli.sizes().rounds, 3);
         assert_eq!(cli.sizes().p1_vas, FULL.p1_vas);
-        assert_eq!(
-            cli.out(),
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("bench")
-        );
+        assert_eq!(cli.out(), crate::support::repo_root().join("bench"));
         assert!(cli.wants(&[Key::Limit]) && cli.wants(&[Key::P6]));
     }
 

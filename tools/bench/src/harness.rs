@@ -107,7 +107,7 @@ impl Harness {
             client,
             mock,
             upstream,
-            ours: ours.unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_csi-attacher"))),
+            ours: ours.unwrap_or_else(crate::support::attacher_binary),
             sizes,
             logs,
             results: Mutex::new(Results::default()),

@@ -4,7 +4,7 @@
 //! upstream/ours round after round; P8 runs a third side at the same time,
 //! ours with `--schedule-per-node=false`. Writes `<out>/results.md` and
 //! `<out>/results.json`, and SVG charts of them. Run through `hack/bench.sh`
-//! (flags: `cargo bench --bench attacher -- --help`).
+//! (flags: `hack/bench.sh --help`).
 //!
 //! - `cli`: flags; `plan`: the scenarios and their order; `sizes`: full and smoke sizes;
 //! - `scenarios/`: one module per scenario;
@@ -15,8 +15,8 @@
 //! - `metric`: every metric with its direction, and the values of a run;
 //!   `stats`: percentiles and medians; `report`, `charts`: the files written.
 //!
-//! The pure modules' unit tests run in the `attacher_units` target
-//! (`cargo test --bench attacher_units`, part of `cargo test`).
+//! A workspace member of its own (tools/bench), not the product's: the pure
+//! modules' unit tests run with `cargo test --workspace`.
 
 // Test tooling (it shares tests/support): a failed set-up may panic here, as in
 // the tests; Cargo.toml's deny of unwrap/expect/panic is for the product.
@@ -40,7 +40,7 @@ mod report;
 mod scenarios;
 mod sizes;
 mod stats;
-#[path = "../../tests/support/mod.rs"]
+#[path = "../../../tests/support/mod.rs"]
 mod support;
 mod tracker;
 mod writes;
