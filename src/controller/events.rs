@@ -85,7 +85,8 @@ impl FailureEvents {
         self.warn(reference(va), reason, action, err.to_string());
         if let Some(claim) = pv.and_then(claims::claim_reference) {
             let (node, name) = (va.node_name(), va.name());
-            let note = format!("{doing} node {node} keeps failing (VolumeAttachment {name}): {err}");
+            let note =
+                format!("{doing} node {node} keeps failing (VolumeAttachment {name}): {err}");
             let mut event = warning(reason, action, note);
             event.secondary = Some(reference(va));
             self.send(event, claim, Some(node.to_owned()));
@@ -214,6 +215,58 @@ mod tests {
         let view: CachedVa = serde_json::from_value(json.clone()).expect("view");
         let full: VolumeAttachment = serde_json::from_value(json).expect("full");
         assert_eq!(reference(&view), full.object_ref(&()));
+    }
+
+    #[tokio::test]
+    async fn a_failure_of_a_bound_pv_is_queued_on_its_claim_too_naming_node_and_va() {
+        let (queue, mut pending) = mpsc::channel(8);
+        let dropped = IntCounter::new("dropped", "dropped").expect("counter");
+        let events = FailureEvents { queue, dropped };
+        let va: CachedVa = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "va-1"},
+            "spec": {"attacher": "d", "nodeName": "node-1", "source": {"persistentVolumeName": "pv"}},
+        }))
+        .expect("va");
+        let claim = serde_json::json!({"namespace": "ns", "name": "data", "uid": "u"});
+        let pv: CachedPv = serde_json::from_value(
+            serde_json::json!({"metadata": {"name": "pv"}, "spec": {"claimRef": claim}}),
+        )
+        .expect("pv");
+        let err = FlowError::PvNotFound("pv".into());
+        let before = FAILURES_BEFORE_EVENT - 1;
+        events
+            .failed(&va, Some(&pv), Lane::Attach, before, &err)
+            .await;
+        let at = FAILURES_BEFORE_EVENT;
+        events.failed(&va, Some(&pv), Lane::Attach, at, &err).await;
+        events.failed(&va, None, Lane::Detach, at, &err).await;
+        // A note longer than the Events API takes is cut on a character.
+        events.warn(reference(&va), "R", "A", "é".repeat(NOTE_LIMIT));
+        drop(events);
+        let mut queued = Vec::new();
+        while let Some(p) = pending.recv().await {
+            let kind = p.reference.kind.unwrap_or_default();
+            let related = p.event.secondary.and_then(|r| r.name);
+            queued.push((kind, p.event.reason, p.node, related, p.event.note));
+        }
+        let va_kind = || "VolumeAttachment".to_string();
+        let note = Some(err.to_string());
+        let claim_note =
+            format!("Attaching to node node-1 keeps failing (VolumeAttachment va-1): {err}");
+        let cut = Some("é".repeat(NOTE_LIMIT / 2));
+        let expected = vec![
+            (va_kind(), "AttachFailed".into(), None, None, note.clone()),
+            (
+                "PersistentVolumeClaim".into(),
+                "AttachFailed".into(),
+                Some("node-1".into()),
+                Some("va-1".into()),
+                Some(claim_note),
+            ),
+            (va_kind(), "DetachFailed".into(), None, None, note),
+            (va_kind(), "R".into(), None, None, cut),
+        ];
+        assert_eq!(queued, expected);
     }
 
     #[tokio::test]

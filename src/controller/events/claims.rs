@@ -19,9 +19,9 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod};
+use k8s_openapi::Resource as _;
 use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::events::{Event, Recorder};
-use k8s_openapi::Resource as _;
 use kube::Resource as _;
 
 use crate::controller::model::CachedPv;
@@ -61,7 +61,9 @@ impl Reach {
     fn describe(self) -> &'static str {
         match (self.claims, self.pods) {
             (true, true) => "on",
-            (true, false) => "on for PVCs, off for pods: not allowed to list pods in every namespace",
+            (true, false) => {
+                "on for PVCs, off for pods: not allowed to list pods in every namespace"
+            }
             (false, _) => "off: not allowed to create Events in every namespace",
         }
     }
@@ -147,7 +149,9 @@ pub async fn post(
     if reach.pods && !node.is_empty() {
         match users(client, claim, node).await {
             Ok(pods) => about.extend(pods.filter(|pod| limiter.allow(pod, &event.reason, now))),
-            Err(err) => tracing::debug!(error = %err, "Could not list the pods using a PersistentVolumeClaim"),
+            Err(err) => {
+                tracing::debug!(error = %err, "Could not list the pods using a PersistentVolumeClaim")
+            }
         }
     }
     for reference in &about {
@@ -253,7 +257,9 @@ mod tests {
             serde_json::from_value(json!({"metadata": {"name": "pv"}, "spec": {"claimRef": claim}}))
                 .expect("pv")
         };
-        let bound = pv(json!({"kind": "PersistentVolumeClaim", "namespace": "ns", "name": "data", "uid": "u"}));
+        let bound = pv(
+            json!({"kind": "PersistentVolumeClaim", "namespace": "ns", "name": "data", "uid": "u"}),
+        );
         let expected = ObjectReference {
             api_version: Some("v1".into()),
             uid: Some("u".into()),

@@ -95,7 +95,9 @@ async fn va_failed(
     if let (Some(events), Some(va)) = (&policy.events, va) {
         let pv = va.pv_name().and_then(|name| ctx.stores.pv(name));
         let failures = queue.failures(key);
-        events.failed(&va, pv.as_deref(), lane, failures, &err).await;
+        events
+            .failed(&va, pv.as_deref(), lane, failures, &err)
+            .await;
     }
 }
 
