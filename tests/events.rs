@@ -120,6 +120,9 @@ struct ClaimRun {
     /// VA's node, the pod on that node not using it and the pod using it on
     /// another node.
     counts: [i32; 4],
+    /// The attacher's requests in the claim's namespace, as `verb resource`,
+    /// refused ones too (from the audit log).
+    requests: Vec<String>,
     /// The claim's Event's note.
     note: Option<String>,
     /// The attacher's log lines saying what RBAC allows of claims' Events.
@@ -158,7 +161,7 @@ async fn a_failing_attach_on_a_claim(
     use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, ServiceAccount};
     use kube::api::PostParams;
     let env = Env::without_attacher(&[]).await;
-    let (kubeconfig, _) = crate::rbac_manifest::apply(&env, docs, without).await;
+    let (kubeconfig, user) = crate::rbac_manifest::apply(&env, docs, without).await;
     let (ns, pv_name, node) = (unique("ns"), unique("pv"), unique("node"));
     let post = PostParams::default();
     Api::<Namespace>::all(env.client.clone())
@@ -241,6 +244,22 @@ async fn a_failing_attach_on_a_claim(
             e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("PersistentVolumeClaim");
         on_claim.then(|| e.note.clone()).flatten()
     });
+    // The audit log is written before each answer (blocking mode).
+    let requests = env
+        .cp
+        .audit_events()
+        .iter()
+        .filter(|e| {
+            e["user"]["username"] == user.as_str() && e["objectRef"]["namespace"] == ns.as_str()
+        })
+        .map(|e| {
+            format!(
+                "{} {}",
+                e["verb"].as_str().unwrap_or_default(),
+                e["objectRef"]["resource"].as_str().unwrap_or_default()
+            )
+        })
+        .collect();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_csi-attacher"))
         .arg("check")
         .arg(format!("--csi-address={}", env.mock.address()))
@@ -263,6 +282,7 @@ async fn a_failing_attach_on_a_claim(
     );
     ClaimRun {
         counts,
+        requests,
         note,
         said,
         checked,
@@ -291,6 +311,9 @@ async fn a_failing_attach_is_posted_on_the_bound_claim_and_its_pod_when_rbac_all
     let on =
         "Events on PersistentVolumeClaims and Pods: on (deploy/kubernetes/rbac-pvc-events.yaml)";
     assert_eq!(full.counts, [1, 1, 0, 0], "{full:?}");
+    // Three failures, one Event each on the claim and its pod, one list of pods.
+    let requests = ["list pods", "create events", "create events"];
+    assert_eq!(full.requests, requests, "{full:?}");
     assert_eq!(full.note.as_deref(), Some(full.expected_note.as_str()));
     assert_eq!(full.checked, on);
     assert_eq!(full.said.len(), 1, "{full:?}");
@@ -298,12 +321,14 @@ async fn a_failing_attach_is_posted_on_the_bound_claim_and_its_pod_when_rbac_all
 
     let pvcs_only = "on for PVCs, off for pods: not allowed to list pods in every namespace";
     assert_eq!(no_pods.counts, [1, 0, 0, 0], "{no_pods:?}");
+    assert_eq!(no_pods.requests, ["create events"], "{no_pods:?}");
     assert!(no_pods.checked.contains(pvcs_only), "{no_pods:?}");
     assert_eq!(no_pods.said.len(), 1, "{no_pods:?}");
     assert!(no_pods.said[0].contains(pvcs_only), "{no_pods:?}");
 
     let off = "off: not allowed to create Events in every namespace";
     assert_eq!(none.counts, [0, 0, 0, 0], "{none:?}");
+    assert!(none.requests.is_empty(), "{none:?}");
     assert!(none.checked.contains(off), "{none:?}");
     assert_eq!(none.said.len(), 1, "{none:?}");
     assert!(none.said[0].contains(off), "{none:?}");
