@@ -2,22 +2,19 @@
 //! detach is also posted on the PersistentVolumeClaim bound to the VA's PV
 //! (its `claimRef`) and on the pods on the VA's node that use that claim.
 //!
-//! Opt-in by RBAC ([`RBAC_FILE`]), asked once when the poster starts with two
-//! SelfSubjectAccessReviews ([`reach`]) and said once in the log and by
+//! Opt-in by RBAC ([`RBAC_FILE`]), asked once when the poster starts
+//! ([`reach`]: SelfSubjectAccessReviews) and said once in the log and by
 //! `csi-attacher check`: `create` on events in every namespace turns the
 //! claims' Events on, `list` on pods in every namespace adds the pods'.
 //!
-//! At most one Event per object and reason per [`INTERVAL`] ([`Limiter`]).
-//! The interval is longer than kube's Recorder's 6-minute series window, so
-//! each one is a new Event carrying the driver's message of the moment (a
-//! series patch keeps the first note) and needs only `create`.
+//! At most one Event per object and reason per [`INTERVAL`] ([`Limiter`]):
+//! longer than kube's Recorder keeps a series (6 minutes), so each one is a
+//! new Event with the driver's message of the moment and needs only `create`.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
-};
+use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod};
 use k8s_openapi::Resource as _;
 use kube::api::{Api, ListParams, PostParams};
@@ -35,13 +32,13 @@ pub const RBAC_FILE: &str = "deploy/kubernetes/rbac-pvc-events.yaml";
 /// What RBAC lets the attacher post beyond the VA's Events.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Reach {
-    /// Events on claims (`create` on events in every namespace).
+    /// Events on claims.
     pub claims: bool,
-    /// Events on the pods using them (`list` on pods in every namespace too).
+    /// Events on the pods using them.
     pub pods: bool,
 }
 
-/// What RBAC allows, and that said in words (for the log and `check`).
+/// What RBAC allows, and that in words (for the log and `check`).
 pub async fn reach(client: &kube::Client) -> (Reach, String) {
     let asked = async {
         let claims = allowed(client, "events.k8s.io", "events", "create").await?;
@@ -49,22 +46,19 @@ pub async fn reach(client: &kube::Client) -> (Reach, String) {
         Ok::<_, kube::Error>(Reach { claims, pods })
     };
     match asked.await {
-        Ok(reach) => (reach, format!("{} ({RBAC_FILE})", reach.describe())),
-        Err(err) => (
-            Reach::default(),
-            format!("off: could not ask what RBAC allows: {err}"),
-        ),
-    }
-}
-
-impl Reach {
-    fn describe(self) -> &'static str {
-        match (self.claims, self.pods) {
-            (true, true) => "on",
-            (true, false) => {
-                "on for PVCs, off for pods: not allowed to list pods in every namespace"
-            }
-            (false, _) => "off: not allowed to create Events in every namespace",
+        Ok(reach) => {
+            let said = match (reach.claims, reach.pods) {
+                (true, true) => "on",
+                (true, false) => {
+                    "on for PVCs, off for pods: not allowed to list pods in every namespace"
+                }
+                (false, _) => "off: not allowed to create Events in every namespace",
+            };
+            (reach, format!("{said} ({RBAC_FILE})"))
+        }
+        Err(err) => {
+            let said = format!("off: could not ask what RBAC allows: {err}");
+            (Reach::default(), said)
         }
     }
 }
@@ -76,20 +70,13 @@ async fn allowed(
     resource: &str,
     verb: &str,
 ) -> Result<bool, kube::Error> {
-    let review = SelfSubjectAccessReview {
-        spec: SelfSubjectAccessReviewSpec {
-            resource_attributes: Some(ResourceAttributes {
-                group: Some(group.into()),
-                resource: Some(resource.into()),
-                verb: Some(verb.into()),
-                ..ResourceAttributes::default()
-            }),
-            ..SelfSubjectAccessReviewSpec::default()
-        },
-        ..SelfSubjectAccessReview::default()
-    };
-    let reviews = Api::<SelfSubjectAccessReview>::all(client.clone());
-    let answer = reviews.create(&PostParams::default(), &review).await?;
+    let attributes = serde_json::json!({"group": group, "resource": resource, "verb": verb});
+    let review = serde_json::json!({"spec": {"resourceAttributes": attributes}});
+    let review: SelfSubjectAccessReview =
+        serde_json::from_value(review).map_err(kube::Error::SerdeError)?;
+    let answer = Api::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await?;
     Ok(answer.status.is_some_and(|status| status.allowed))
 }
 
@@ -118,16 +105,12 @@ impl Limiter {
     pub fn allow(&mut self, about: &ObjectReference, reason: &str, now: Instant) -> bool {
         self.last
             .retain(|_, at| now.saturating_duration_since(*at) < INTERVAL);
-        let field = |f: &Option<String>| f.clone().unwrap_or_default();
-        let key = [&about.kind, &about.namespace, &about.name]
-            .map(field)
-            .join("/");
-        let key = format!("{key}/{reason}");
-        if self.last.contains_key(&key) {
-            return false;
-        }
-        self.last.insert(key, now);
-        true
+        let key = format!(
+            "{:?}/{:?}/{:?}/{reason}",
+            about.kind, about.namespace, about.name
+        );
+        let new = !self.last.contains_key(&key);
+        new && self.last.insert(key, now).is_none()
     }
 }
 
@@ -170,16 +153,14 @@ async fn users(
     claim: &ObjectReference,
     node: &str,
 ) -> Result<impl Iterator<Item = ObjectReference>, kube::Error> {
-    let (namespace, name) = (claim.namespace.as_deref(), claim.name.clone());
-    let pods = Api::<Pod>::namespaced(client.clone(), namespace.unwrap_or_default());
+    let namespace = claim.namespace.as_deref().unwrap_or_default();
     let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
-    let list = pods.list(&params).await?;
-    let name = name.unwrap_or_default();
-    Ok(list
-        .items
-        .into_iter()
-        .filter(move |pod| uses(pod, &name))
-        .map(|pod| pod.object_ref(&())))
+    let list = Api::<Pod>::namespaced(client.clone(), namespace)
+        .list(&params)
+        .await?;
+    let name = claim.name.clone().unwrap_or_default();
+    let pods = list.items.into_iter().filter(move |pod| uses(pod, &name));
+    Ok(pods.map(|pod| pod.object_ref(&())))
 }
 
 /// Whether a volume of `pod` is `claim`: by name, or as a generic ephemeral
