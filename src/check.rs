@@ -5,8 +5,9 @@
 //! disagrees with the driver's published nodes (when the driver can list
 //! them), VAs stuck with an attach or detach error, and PVs or VAs being
 //! deleted while still holding our finalizer. Exit 0 when clean, 1 when
-//! anything needs attention. It never writes: only GET/LIST on the API and
-//! Probe, GetPluginInfo, capabilities and ListVolumes on the driver.
+//! anything needs attention. It never writes: only GET/LIST on the API (and
+//! SelfSubjectAccessReviews, which store nothing) and Probe, GetPluginInfo,
+//! capabilities and ListVolumes on the driver.
 
 use std::sync::Arc;
 
@@ -21,6 +22,7 @@ use serde::Serialize;
 
 use crate::config::Config;
 use crate::controller::error::ApiError;
+use crate::controller::events;
 use crate::controller::model::names::finalizer;
 use crate::controller::model::store::store_from;
 use crate::controller::model::store::PvRefs;
@@ -82,6 +84,8 @@ pub struct Report {
     /// With `--unpublish-orphans`: whether orphans would be unpublished (RBAC
     /// may refuse the Node GETs it needs).
     pub orphan_cleanup: Option<&'static str>,
+    /// Whether failure Events also go on claims and pods (RBAC decides).
+    pub claim_events: String,
     /// Flags of these arguments that upstream v4.12 does not define (it exits
     /// 2 on them): to remove before going back. Not trouble: `is_clean` does
     /// not read it.
@@ -158,6 +162,10 @@ impl Report {
                 flags.join(" ")
             ));
         }
+        out.push_str(&format!(
+            "Events on PersistentVolumeClaims and Pods: {}\n",
+            self.claim_events
+        ));
         if let Some(cleanup) = self.orphan_cleanup {
             out.push_str(&format!(
                 "orphan cleanup (--unpublish-orphans): {cleanup}\n"
@@ -271,6 +279,7 @@ pub async fn report(config: &Config) -> Result<Report, Error> {
     let fin = finalizer(&driver);
 
     let orphan_cleanup = orphan_cleanup(config, &kube).await;
+    let (_, claim_events) = events::claims::reach(&kube).await;
     let (vas, pvs, csinodes) = list_objects(kube, &driver).await?;
     let stores = Stores {
         vas: store_from(vas.iter().cloned()),
@@ -284,6 +293,7 @@ pub async fn report(config: &Config) -> Result<Report, Error> {
         volume_attachments: vas.len(),
         driver_lists_published_nodes: capabilities.can_reconcile(),
         orphan_cleanup,
+        claim_events,
         // `--output` is this subcommand's own, not the sidecar's.
         not_in_upstream: config
             .not_in_upstream

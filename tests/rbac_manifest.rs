@@ -4,7 +4,10 @@
 //! election, and without any one of its rules that scenario does not complete;
 //! the opt-in `rbac-secrets.yaml` and `rbac-events.yaml` add publish secrets
 //! and failure Events; and every verb the three files grant shows up in the
-//! API server's audit log of one run (no unused verb).
+//! API server's audit log of one run (no unused verb). The opt-in
+//! `rbac-pvc-events.yaml` is applied and its two verbs seen used (and
+//! needed) by `tests/events.rs`
+//! `a_failing_attach_is_posted_on_the_bound_claim_and_its_pod_when_rbac_allows`.
 
 use crate::support;
 

@@ -3,9 +3,11 @@
 //!
 //! From the third consecutive failure of a VA on, each failure (the backoff
 //! spaces them) posts a Warning Event on the VolumeAttachment: reason
-//! `AttachFailed` or `DetachFailed`, the error message as note. An orphan
-//! publication posts one on its PV ([`FailureEvents::warn`]). If RBAC does
-//! not allow Events, that is logged once and the attacher carries on.
+//! `AttachFailed` or `DetachFailed`, the error message as note; where RBAC
+//! allows, also on the claim bound to its PV and the pods using it
+//! ([`claims`]). An orphan publication posts one on its PV
+//! ([`FailureEvents::warn`]). If RBAC does not allow Events, that is logged
+//! once and the attacher carries on.
 //!
 //! # Off the worker path
 //! A worker only puts the Event in a bounded queue ([`QUEUE_CAPACITY`]); one
@@ -14,7 +16,7 @@
 //! `csi_attacher_events_dropped_total` and logged at debug level: an Event is
 //! a courtesy, and no attach or detach may wait for one.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+pub mod claims;
 
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolume};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
@@ -33,10 +35,15 @@ pub const FAILURES_BEFORE_EVENT: u32 = 3;
 /// Events waiting to be posted, at most.
 pub const QUEUE_CAPACITY: usize = 256;
 
+/// The longest note the Events API takes, in bytes.
+const NOTE_LIMIT: usize = 1024;
+
 /// An Event and the object it is about.
 struct Pending {
     event: Event,
     reference: ObjectReference,
+    /// Set for an Event on a claim: the node whose pods using it get it too.
+    node: Option<String>,
 }
 
 /// Posts failure Events from a background task.
@@ -52,36 +59,51 @@ impl FailureEvents {
     /// be called inside a Tokio runtime.
     pub fn new(client: kube::Client, reporter: Reporter, dropped: IntCounter) -> Self {
         let (queue, pending) = mpsc::channel(QUEUE_CAPACITY);
-        tokio::spawn(post(Recorder::new(client, reporter), pending));
+        let recorder = Recorder::new(client.clone(), reporter);
+        tokio::spawn(post(client, recorder, pending));
         Self { queue, dropped }
     }
 
-    /// Called after each failed sync of `va` in `lane`; `failures` counts
-    /// consecutive failures. Never waits: the Event is queued, or dropped
-    /// when the queue is full.
-    pub async fn failed(&self, va: &CachedVa, lane: Lane, failures: u32, err: &FlowError) {
+    /// Called after each failed sync of `va` (of PV `pv`) in `lane`;
+    /// `failures` counts consecutive failures. Never waits: the Events are
+    /// queued, or dropped when the queue is full.
+    pub async fn failed(
+        &self,
+        va: &CachedVa,
+        pv: Option<&CachedPv>,
+        lane: Lane,
+        failures: u32,
+        err: &FlowError,
+    ) {
         if failures < FAILURES_BEFORE_EVENT {
             return;
         }
-        let (reason, action) = match lane {
-            Lane::Detach => ("DetachFailed", "Detach"),
-            Lane::Attach => ("AttachFailed", "Attach"),
+        let (reason, action, doing) = match lane {
+            Lane::Detach => ("DetachFailed", "Detach", "Detaching from"),
+            Lane::Attach => ("AttachFailed", "Attach", "Attaching to"),
         };
         self.warn(reference(va), reason, action, err.to_string());
+        if let Some(claim) = pv.and_then(claims::claim_reference) {
+            let (node, name) = (va.node_name(), va.name());
+            let note =
+                format!("{doing} node {node} keeps failing (VolumeAttachment {name}): {err}");
+            let mut event = warning(reason, action, note);
+            event.secondary = Some(reference(va));
+            self.send(event, claim, Some(node.to_owned()));
+        }
     }
 
     /// Queues a Warning Event on `about` (never waits: dropped and counted
     /// when the queue is full).
     pub fn warn(&self, about: ObjectReference, reason: &str, action: &str, note: String) {
+        self.send(warning(reason, action, note), about, None);
+    }
+
+    fn send(&self, event: Event, reference: ObjectReference, node: Option<String>) {
         let pending = Pending {
-            event: Event {
-                type_: EventType::Warning,
-                reason: reason.into(),
-                note: Some(note),
-                action: action.into(),
-                secondary: None,
-            },
-            reference: about,
+            event,
+            reference,
+            node,
         };
         if let Err(err) = self.queue.try_send(pending) {
             self.dropped.inc();
@@ -96,6 +118,22 @@ impl FailureEvents {
     /// Events dropped so far.
     pub fn dropped(&self) -> u64 {
         self.dropped.get()
+    }
+}
+
+/// A Warning Event, its note cut to what the Events API takes.
+fn warning(reason: &str, action: &str, mut note: String) -> Event {
+    let mut end = NOTE_LIMIT.min(note.len());
+    while !note.is_char_boundary(end) {
+        end -= 1;
+    }
+    note.truncate(end);
+    Event {
+        type_: EventType::Warning,
+        reason: reason.into(),
+        note: Some(note),
+        action: action.into(),
+        secondary: None,
     }
 }
 
@@ -125,14 +163,28 @@ pub fn pv_reference(pv: &CachedPv) -> ObjectReference {
     }
 }
 
-/// Posts queued Events one by one until the queue's sender is gone.
-async fn post(recorder: Recorder, mut pending: mpsc::Receiver<Pending>) {
-    let forbidden_logged = AtomicBool::new(false);
-    while let Some(Pending { event, reference }) = pending.recv().await {
+/// Posts queued Events one by one until the queue's sender is gone, after
+/// asking what RBAC allows of the claims' Events (said once).
+async fn post(client: kube::Client, recorder: Recorder, mut pending: mpsc::Receiver<Pending>) {
+    let (reach, said) = claims::reach(&client).await;
+    tracing::info!("Events on PersistentVolumeClaims and Pods: {said}");
+    let mut limiter = claims::Limiter::default();
+    let mut forbidden_logged = false;
+    while let Some(Pending {
+        event,
+        reference,
+        node,
+    }) = pending.recv().await
+    {
+        if let Some(node) = node {
+            let allowed = (reach, &mut limiter);
+            claims::post(&recorder, &client, allowed, &event, &reference, &node).await;
+            continue;
+        }
         match recorder.publish(&event, &reference).await {
             Ok(()) => {}
             Err(kube::Error::Api(status)) if status.code == 403 => {
-                if !forbidden_logged.swap(true, Ordering::Relaxed) {
+                if !std::mem::replace(&mut forbidden_logged, true) {
                     tracing::warn!(error = %status.message, "Not allowed to create Events; continuing without them");
                 }
             }
@@ -166,6 +218,58 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_failure_of_a_bound_pv_is_queued_on_its_claim_too_naming_node_and_va() {
+        let (queue, mut pending) = mpsc::channel(8);
+        let dropped = IntCounter::new("dropped", "dropped").expect("counter");
+        let events = FailureEvents { queue, dropped };
+        let va: CachedVa = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "va-1"},
+            "spec": {"attacher": "d", "nodeName": "node-1", "source": {"persistentVolumeName": "pv"}},
+        }))
+        .expect("va");
+        let claim = serde_json::json!({"namespace": "ns", "name": "data", "uid": "u"});
+        let pv: CachedPv = serde_json::from_value(
+            serde_json::json!({"metadata": {"name": "pv"}, "spec": {"claimRef": claim}}),
+        )
+        .expect("pv");
+        let err = FlowError::PvNotFound("pv".into());
+        let before = FAILURES_BEFORE_EVENT - 1;
+        events
+            .failed(&va, Some(&pv), Lane::Attach, before, &err)
+            .await;
+        let at = FAILURES_BEFORE_EVENT;
+        events.failed(&va, Some(&pv), Lane::Attach, at, &err).await;
+        events.failed(&va, None, Lane::Detach, at, &err).await;
+        // A note longer than the Events API takes is cut on a character.
+        events.warn(reference(&va), "R", "A", "é".repeat(NOTE_LIMIT));
+        drop(events);
+        let mut queued = Vec::new();
+        while let Some(p) = pending.recv().await {
+            let kind = p.reference.kind.unwrap_or_default();
+            let related = p.event.secondary.and_then(|r| r.name);
+            queued.push((kind, p.event.reason, p.node, related, p.event.note));
+        }
+        let va_kind = || "VolumeAttachment".to_string();
+        let note = Some(err.to_string());
+        let claim_note =
+            format!("Attaching to node node-1 keeps failing (VolumeAttachment va-1): {err}");
+        let cut = Some("é".repeat(NOTE_LIMIT / 2));
+        let expected = vec![
+            (va_kind(), "AttachFailed".into(), None, None, note.clone()),
+            (
+                "PersistentVolumeClaim".into(),
+                "AttachFailed".into(),
+                Some("node-1".into()),
+                Some("va-1".into()),
+                Some(claim_note),
+            ),
+            (va_kind(), "DetachFailed".into(), None, None, note),
+            (va_kind(), "R".into(), None, None, cut),
+        ];
+        assert_eq!(queued, expected);
+    }
+
+    #[tokio::test]
     async fn a_full_queue_drops_and_counts_without_waiting() {
         let (client, _listener) = hanging_client();
         let metrics = crate::metrics::Metrics::new().expect("metrics");
@@ -181,7 +285,7 @@ mod tests {
         // The poster takes one and hangs on it; the queue holds QUEUE_CAPACITY more.
         for _ in 0..QUEUE_CAPACITY + 50 {
             events
-                .failed(&va, Lane::Attach, FAILURES_BEFORE_EVENT, &err)
+                .failed(&va, None, Lane::Attach, FAILURES_BEFORE_EVENT, &err)
                 .await;
         }
         assert!(started.elapsed() < std::time::Duration::from_secs(1));

@@ -93,7 +93,11 @@ async fn va_failed(
         || tracing::warn!(error = %err, retry_in = ?delay, "VolumeAttachment sync failed"),
     );
     if let (Some(events), Some(va)) = (&policy.events, va) {
-        events.failed(&va, lane, queue.failures(key), &err).await;
+        let pv = va.pv_name().and_then(|name| ctx.stores.pv(name));
+        let failures = queue.failures(key);
+        events
+            .failed(&va, pv.as_deref(), lane, failures, &err)
+            .await;
     }
 }
 
