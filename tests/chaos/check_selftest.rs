@@ -795,7 +795,7 @@ fn faults_without_evidence_count_as_skipped_and_fail_the_run_above_5_percent() {
             "proxy-delay",
             30.0 + f64::from(i),
             30.5 + f64::from(i),
-            "every replica",
+            "every replica +100 ms per chunk for 500 ms (4 delayed)",
         ));
     }
     h.windows.push(window(
