@@ -854,8 +854,12 @@ impl Injector {
             }),
             ..DeleteParams::default()
         };
+        // Removed at once: answered with the object not marked for
+        // deletion (or with a Status); marked: a finalizer was back on it.
         let removed = match vas.delete(&inst.name, &params).await {
-            Ok(either) => either.is_right(),
+            Ok(answer) => answer
+                .left()
+                .is_none_or(|va| va.metadata.deletion_timestamp.is_none()),
             Err(_) => false,
         };
         self.work.deleted_by_fault(&inst.name, &inst.uid, at);
