@@ -7,8 +7,9 @@
 //! 429s from API Priority and Fairness, foreign finalizer writers, driver
 //! faults and restarts, attacher kills around Publish/Unpublish, a leader
 //! stopped past its lease, Lease deletion and theft, CSINode re-registration,
-//! a file-descriptor limit with an idle-connection flood. Then the invariants
-//! I1–I11 and the faults' evidence (docs/chaos.md) are checked from the audit log, the driver's ledger
+//! a file-descriptor limit with an idle-connection flood, finalizers stripped
+//! to make orphan publications. Then the invariants
+//! I1–I14 and the faults' evidence (docs/chaos.md) are checked from the audit log, the driver's ledger
 //! and state, the objects, metrics and logs.
 //!
 //! `CHAOS_SIZE=ci` (default, ≥ 60 faults) or `full` (≥ 500), `CHAOS_SEED=<u64>`
