@@ -7,8 +7,9 @@
 //! 429s from API Priority and Fairness, foreign finalizer writers, driver
 //! faults and restarts, attacher kills around Publish/Unpublish, a leader
 //! stopped past its lease, Lease deletion and theft, CSINode re-registration,
-//! a file-descriptor limit with an idle-connection flood. Then the invariants
-//! I1–I11 and the faults' evidence (docs/chaos.md) are checked from the audit log, the driver's ledger
+//! a file-descriptor limit with an idle-connection flood, finalizers stripped
+//! to make orphan publications. Then the invariants
+//! I1–I14 and the faults' evidence (docs/chaos.md) are checked from the audit log, the driver's ledger
 //! and state, the objects, metrics and logs.
 //!
 //! `CHAOS_SIZE=ci` (default, ≥ 60 faults) or `full` (≥ 500), `CHAOS_SEED=<u64>`
@@ -133,18 +134,28 @@ fn chaos() {
         .enable_all()
         .build()
         .expect("runtime");
-    let report = runtime
-        .block_on(run(seed, faults, &size))
-        .expect("chaos run");
+    // A red run's report is written as a green one's is (the assertion
+    // comes after), and so is a run that failed before its checks.
+    let result = runtime.block_on(run(seed, faults, &size));
+    let report = match &result {
+        Ok(report) => report.clone(),
+        Err(err) => format!(
+            "# Chaos run\n\n- size `{size}`, seed `{seed}`\n\n## Invariant violations\n\nThe run failed before its checks: {err:#}\n"
+        ),
+    };
     eprintln!("{report}");
     if let Ok(path) = std::env::var("CHAOS_REPORT") {
         std::fs::write(&path, support::with_provenance(&report)).expect("write CHAOS_REPORT");
     }
+    result.expect("chaos run");
     assert!(
         report.contains("\n## Invariant violations\n\nNone.\n"),
         "invariant violations (seed {seed}); see the report above"
     );
 }
+
+/// Reconcile passes of one leader the suite waits for after draining (I3).
+const PASSES_AFTER_DRAIN: u64 = 3;
 
 async fn run(seed: u64, fault_count: usize, size: &str) -> Result<String> {
     let started = Instant::now();
@@ -196,6 +207,9 @@ async fn run(seed: u64, fault_count: usize, size: &str) -> Result<String> {
     for k in 0..workload::NODES {
         let node = workload::node_name(k);
         faults::create_csinode(&client, &node, &format!("{node}-id")).await?;
+        // Nodes with a status no kubelet writes: --unpublish-orphans reads
+        // their volumesInUse (the orphan faults set it).
+        faults::create_node(&client, &node).await?;
     }
     // A leader and a first attach before the faults start.
     let work = workload::Workload::new(client.clone());
@@ -215,6 +229,7 @@ async fn run(seed: u64, fault_count: usize, size: &str) -> Result<String> {
         world: Arc::clone(&world),
         client: client.clone(),
         aimed: std::sync::Mutex::new(None),
+        work: Arc::clone(&work),
     };
     let mut plan: Vec<&str> = faults::KINDS.to_vec();
     for i in (1..plan.len()).rev() {
@@ -304,18 +319,21 @@ async fn run(seed: u64, fault_count: usize, size: &str) -> Result<String> {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let drained_after = drain.elapsed();
-    // One whole reconcile pass (--reconcile-sync=5s) after draining, so a
-    // driver that lost its state is repaired: wait for one leader's pass count
-    // to go up by two (the one running now may have started before the drain).
-    // Counts are per process: a new leader starts the count again.
+    // Whole reconcile passes (--reconcile-sync=5s) after draining, so a
+    // driver that lost its state is repaired and every orphan left has been
+    // through its grace (first seen, then two more passes: reported, and
+    // unpublished by --unpublish-orphans unless its Node uses it): wait for
+    // one leader's pass count to go up by three (the one running now may
+    // have started before the drain). Counts are per process: a new leader
+    // starts the count again.
     let passes = |text: &str| {
         text.lines()
             .find_map(|l| l.strip_prefix("csi_attacher_reconcile_pass_seconds_count "))
             .and_then(|n| n.trim().parse::<u64>().ok())
     };
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(30);
     let mut first: Option<(usize, u64)> = None;
-    after.reconcile_error = Some("no leader serving the pass count within 20 s".into());
+    after.reconcile_error = Some("no leader serving the pass count within 30 s".into());
     while Instant::now() < deadline {
         let now = match world.leader(&client).await {
             Some(l) => world
@@ -327,7 +345,7 @@ async fn run(seed: u64, fault_count: usize, size: &str) -> Result<String> {
             None => None,
         };
         match (first, now) {
-            (Some((fl, f)), Some((l, n))) if fl == l && n >= f + 2 => {
+            (Some((fl, f)), Some((l, n))) if fl == l && n >= f + PASSES_AFTER_DRAIN => {
                 after.reconcile_error = None;
                 break;
             }
@@ -338,8 +356,8 @@ async fn run(seed: u64, fault_count: usize, size: &str) -> Result<String> {
         }
         if let Some((l, f)) = first {
             after.reconcile_error = Some(format!(
-                "replica-{l}'s pass count stayed below {} (from {f}) for 20 s",
-                f + 2
+                "replica-{l}'s pass count stayed below {} (from {f}) for 30 s",
+                f + PASSES_AFTER_DRAIN
             ));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;

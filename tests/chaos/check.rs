@@ -114,7 +114,7 @@ pub struct AfterFaults {
     pub probe_error: Option<String>,
     /// What was still to do 60 s after the faults (empty: drained).
     pub pending: String,
-    /// Why two whole reconcile passes of one leader were not seen (`None`: seen).
+    /// Why three whole reconcile passes of one leader (after draining) were not seen (`None`: seen).
     pub reconcile_error: Option<String>,
     /// The leader's `/metrics` after draining (`None`: not served).
     pub leader_metrics: Option<String>,
@@ -273,6 +273,8 @@ pub fn check(h: &History) -> Findings {
     i10(h, &mut f);
     i11(h, &mut f);
     i12(h, &mut f);
+    i13(h, &mut f);
+    i14(h, &mut f);
     evidence(h, &mut f);
     f
 }
@@ -403,9 +405,25 @@ pub fn i1(h: &History, f: &mut Findings) {
             }
         }
     }
+    let stripped = stripped(h);
     for inst in &h.instances {
         if inst.deleted.is_none() || live.contains(&(inst.name.as_str(), inst.uid.as_str())) {
             continue; // not deleted, or still deleting (I2's business)
+        }
+        // Our finalizer stripped by the suite (a `finalizer-stripped-*`
+        // fault): gone without a detach, an orphan made on purpose (I13's).
+        if let Some(s) = stripped
+            .iter()
+            .find(|s| s.name == inst.name && s.uid == inst.uid)
+        {
+            f.exempt.push((
+                "I1".into(),
+                format!(
+                    "VA {} (uid {}, volume {}): our finalizer stripped by the suite (fault #{}): an orphan made on purpose",
+                    inst.name, inst.uid, inst.handle, s.fault
+                ),
+            ));
+            continue;
         }
         let node_ok = |id: &str| node_of_id(id).as_deref() == Some(inst.node.as_str());
         // The last Publish is the one to undo (a refused one may have
@@ -566,11 +584,11 @@ fn volume_and_node(h: &History, va: &Value) -> Option<(String, String)> {
 
 pub fn i3(h: &History, f: &mut Findings) {
     // A driver that lost its state is repaired by a reconcile pass: without
-    // two whole passes after draining, a difference proves nothing either way.
+    // whole passes after draining, a difference proves nothing either way.
     if let Some(why) = &h.after.reconcile_error {
         f.violation(
             "I3",
-            format!("two whole reconcile passes after draining not seen: {why}"),
+            format!("three whole reconcile passes after draining not seen: {why}"),
         );
     }
     let mut driver: BTreeSet<(String, String)> = BTreeSet::new();
@@ -610,7 +628,23 @@ pub fn i3(h: &History, f: &mut Findings) {
             .unwrap_or_else(|| format!("{node}-id"));
         expected.insert((handle, node_id));
     }
+    let stripped = stripped(h);
     for extra in driver.difference(&expected) {
+        // An orphan the suite made and its Node still uses: kept by
+        // --unpublish-orphans, rightly (the other orphans it made must be gone).
+        let kept = stripped.iter().find(|s| {
+            s.in_use && s.volume == extra.0 && node_of_id(&extra.1).as_deref() == Some(&s.node)
+        });
+        if let Some(s) = kept {
+            f.exempt.push((
+                "I3".into(),
+                format!(
+                    "{extra:?}: an orphan made by the suite (fault #{}, VA {}), kept: its Node lists it in status.volumesInUse",
+                    s.fault, s.name
+                ),
+            ));
+            continue;
+        }
         f.violations.push((
             "I3".into(),
             format!("driver has {extra:?} published, no live attached VA for it"),
@@ -1213,6 +1247,430 @@ pub fn i12(h: &History, f: &mut Findings) {
     }
 }
 
+/// A VA whose finalizer the suite stripped on purpose (a
+/// `finalizer-stripped-*` fault), as its note names it.
+#[derive(Debug, Clone)]
+pub struct Stripped {
+    /// The fault's index in the run.
+    pub fault: usize,
+    pub name: String,
+    pub uid: String,
+    pub volume: String,
+    pub node: String,
+    /// Its Node lists the volume in `status.volumesInUse` from the fault's start on.
+    pub in_use: bool,
+    /// Stripped and removed at once (no detach).
+    pub removed: bool,
+    pub start: i128,
+    pub end: i128,
+}
+
+/// Parses a `finalizer-stripped-*` fault's note: `stripped VA <name>
+/// uid=<uid> volume=<handle> node=<node> in-use=<yes|no> removed-at-once=<yes|no> ...`.
+pub fn parse_stripped(fault: usize, w: &Window) -> Option<Stripped> {
+    if !w.kind.starts_with("finalizer-stripped") {
+        return None;
+    }
+    let rest = w.note.strip_prefix("stripped VA ")?;
+    let mut words = rest.split_whitespace();
+    let name = words.next()?.to_string();
+    let field = |key: &str| {
+        rest.split_whitespace()
+            .find_map(|word| word.strip_prefix(key)?.strip_prefix('='))
+            .map(|v| v.trim_end_matches(';').to_string())
+    };
+    Some(Stripped {
+        fault,
+        name,
+        uid: field("uid")?,
+        volume: field("volume")?,
+        node: field("node")?,
+        in_use: field("in-use")? == "yes",
+        removed: field("removed-at-once")? == "yes",
+        start: w.start,
+        end: w.end,
+    })
+}
+
+/// Every VA the suite stripped of our finalizer (faults injected).
+pub fn stripped(h: &History) -> Vec<Stripped> {
+    h.windows
+        .iter()
+        .enumerate()
+        .filter(|(_, w)| !w.skipped)
+        .filter_map(|(i, w)| parse_stripped(i, w))
+        .collect()
+}
+
+/// A time span, [from, to).
+type Span = (i128, i128);
+
+/// When the ledger has each (volume, node ID) published: from an OK
+/// Publish's end to the OK Unpublish's end (completion order per driver
+/// process, as [`replay`]), or to the start of a `driver-restart-empty`.
+pub fn published_spans(h: &History) -> BTreeMap<(String, String), Vec<Span>> {
+    let mut restarts: Vec<&Window> = h
+        .windows
+        .iter()
+        .filter(|w| w.kind.starts_with("driver-restart") && !w.skipped)
+        .collect();
+    restarts.sort_by_key(|w| w.start);
+    let mut calls: Vec<&Call> = h.calls.iter().filter(|c| c.code == "OK").collect();
+    calls.sort_by_key(|c| (c.incarnation, c.end));
+    let mut open: BTreeMap<(String, String), i128> = BTreeMap::new();
+    let mut out: BTreeMap<(String, String), Vec<Span>> = BTreeMap::new();
+    let close_all = |open: &mut BTreeMap<(String, String), i128>,
+                     out: &mut BTreeMap<(String, String), Vec<Span>>,
+                     at: i128| {
+        for (pair, from) in std::mem::take(open) {
+            out.entry(pair).or_default().push((from, at));
+        }
+    };
+    let mut incarnation = 0;
+    for c in calls {
+        while incarnation < c.incarnation {
+            incarnation += 1;
+            if let Some(w) = restarts
+                .get(incarnation as usize - 1)
+                .filter(|w| w.kind == "driver-restart-empty")
+            {
+                close_all(&mut open, &mut out, w.start);
+            }
+        }
+        let key = (c.volume.clone(), c.node.clone());
+        match c.method.as_str() {
+            "ControllerPublishVolume" => {
+                open.entry(key).or_insert(c.end);
+            }
+            "ControllerUnpublishVolume" => {
+                if let Some(from) = open.remove(&key) {
+                    out.entry(key).or_default().push((from, c.end));
+                }
+            }
+            _ => {}
+        }
+    }
+    let last = h.calls.iter().map(|c| c.incarnation).max().unwrap_or(0);
+    if let Some(w) = restarts
+        .iter()
+        .skip(last as usize)
+        .find(|w| w.kind == "driver-restart-empty")
+    {
+        close_all(&mut open, &mut out, w.start);
+    }
+    close_all(&mut open, &mut out, i128::MAX);
+    out
+}
+
+/// When VA `inst` left the API server: the first answer showing it removed
+/// (a delete answered without a deletionTimestamp, or a write answered
+/// deleting with no finalizer left). `None`: not seen (live, or the event lost).
+fn removed_at(writes: &BTreeMap<&str, Vec<&Value>>, inst: &Instance) -> Option<i128> {
+    writes
+        .get(inst.name.as_str())
+        .into_iter()
+        .flatten()
+        .filter(|e| {
+            e["objectRef"]["subresource"].is_null()
+                && ok(e)
+                && e["responseObject"]["metadata"]["uid"] == inst.uid.as_str()
+        })
+        .copied()
+        .filter(|e| {
+            let meta = &e["responseObject"]["metadata"];
+            let deleting = meta["deletionTimestamp"].is_string();
+            let finalizers = meta["finalizers"].as_array().map_or(0, Vec::len);
+            (e["verb"] == "delete" && !deleting) || (deleting && finalizers == 0)
+        })
+        .map(received)
+        .min()
+}
+
+/// When a VA of the driver could name each (volume, node): from its
+/// creation to its removal (forever when the removal is not seen), by the
+/// node it is for and, while a `node-id-edited` fault had edited it, the
+/// node of the edited ID. A superset of what the attacher counts as claimed
+/// (its VAs by CSINode and recorded node ID), so I13 never asks for a report
+/// of a pair the attacher may rightly see as claimed.
+fn claims(h: &History) -> BTreeMap<(String, String), Vec<Span>> {
+    let mut out: BTreeMap<(String, String), Vec<Span>> = BTreeMap::new();
+    let mut writes: BTreeMap<&str, Vec<&Value>> = BTreeMap::new();
+    for e in h
+        .audit
+        .iter()
+        .filter(|e| e["objectRef"]["resource"] == "volumeattachments")
+    {
+        if let Some(name) = e["objectRef"]["name"].as_str() {
+            writes.entry(name).or_default().push(e);
+        }
+    }
+    let mut gone = BTreeMap::new();
+    for inst in &h.instances {
+        let until = removed_at(&writes, inst).unwrap_or(i128::MAX);
+        gone.insert((inst.name.as_str(), inst.uid.as_str()), until);
+        out.entry((inst.handle.clone(), inst.node.clone()))
+            .or_default()
+            .push((inst.created, until));
+    }
+    for va in &h.live_vas {
+        let name = va["metadata"]["name"].as_str().unwrap_or_default();
+        let uid = va["metadata"]["uid"].as_str().unwrap_or_default();
+        if gone.contains_key(&(name, uid)) {
+            continue;
+        }
+        if let Some(pair) = volume_and_node(h, va) {
+            out.entry(pair).or_default().push((i128::MIN, i128::MAX));
+        }
+    }
+    for w in h.windows.iter().filter(|w| w.kind == "node-id-edited") {
+        let Some(rest) = w.note.strip_prefix("edited VA ") else {
+            continue;
+        };
+        let name = rest.split('\'').next().unwrap_or_default();
+        let Some(edited) = rest
+            .split_once(" to ")
+            .and_then(|(_, r)| r.split(',').next())
+            .and_then(node_of_id)
+        else {
+            continue;
+        };
+        for inst in h.instances.iter().filter(|i| {
+            i.name == name
+                && i.created <= w.end
+                && gone[&(i.name.as_str(), i.uid.as_str())] > w.start
+        }) {
+            let until = if w.note.contains("deleted during the hold") {
+                gone[&(inst.name.as_str(), inst.uid.as_str())]
+            } else {
+                w.end
+            };
+            out.entry((inst.handle.clone(), edited.clone()))
+                .or_default()
+                .push((w.start, until.max(w.end)));
+        }
+    }
+    out
+}
+
+/// A (volume, node ID) the driver had published while no VA could claim it.
+#[derive(Debug, Clone)]
+pub struct OrphanSpan {
+    pub volume: String,
+    pub node_id: String,
+    pub from: i128,
+    pub to: i128,
+}
+
+/// Every span in which the ledger has a pair published and no VA claims it.
+pub fn orphan_spans(h: &History) -> Vec<OrphanSpan> {
+    let claims = claims(h);
+    let mut out = Vec::new();
+    for ((volume, node_id), spans) in published_spans(h) {
+        let node = node_of_id(&node_id).unwrap_or_default();
+        let mut claimed: Vec<Span> = claims
+            .get(&(volume.clone(), node))
+            .cloned()
+            .unwrap_or_default();
+        claimed.sort();
+        for (from, to) in spans {
+            // [from, to) minus the claimed spans.
+            let mut at = from;
+            for &(c_from, c_to) in &claimed {
+                if c_to <= at || c_from >= to {
+                    continue;
+                }
+                if c_from > at {
+                    out.push(OrphanSpan {
+                        volume: volume.clone(),
+                        node_id: node_id.clone(),
+                        from: at,
+                        to: c_from,
+                    });
+                }
+                at = at.max(c_to);
+            }
+            if at < to {
+                out.push(OrphanSpan {
+                    volume: volume.clone(),
+                    node_id: node_id.clone(),
+                    from: at,
+                    to,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The attacher's orphan warning (`src/controller/reconcile/orphans.rs`).
+pub const ORPHAN_SAID: &str = "Volume published to a node with no VolumeAttachment";
+
+/// Reconcile passes a pair stays unclaimed before the attacher reports it
+/// (its grace, `GRACE_PASSES`, is two passes after the one that first sees it).
+pub const ORPHAN_PASSES: usize = 3;
+
+/// The reconcile passes of each replica process: its OK ListVolumes calls
+/// (one per pass: the attacher lists without a page limit), each with its
+/// start, in order; a pass the replica logged as failed
+/// (`Failed to reconcile`) does not count, as the attacher does not count it.
+fn passes(h: &History) -> BTreeMap<(usize, usize), Vec<i128>> {
+    let mut lists: Vec<&Call> = h
+        .calls
+        .iter()
+        .filter(|c| c.method == "ListVolumes" && c.code == "OK")
+        .collect();
+    lists.sort_by_key(|c| c.start);
+    let mut out: BTreeMap<(usize, usize), Vec<i128>> = BTreeMap::new();
+    for c in &lists {
+        // Which process of its replica: one more after each exit.
+        let generation = h
+            .exits
+            .iter()
+            .filter(|x| x.replica == c.caller && x.at < c.start)
+            .count();
+        out.entry((c.caller, generation)).or_default().push(c.start);
+    }
+    for ((replica, _), starts) in out.iter_mut() {
+        let name = format!("replica-{replica} log");
+        let failed: Vec<i128> = h
+            .logs
+            .iter()
+            .filter(|(n, _)| *n == name)
+            .flat_map(|(_, log)| log.lines())
+            .filter(|l| l.contains("Failed to reconcile"))
+            .filter_map(|l| klog_time(l, starts[0]))
+            .collect();
+        let all = starts.clone();
+        starts.retain(|start| {
+            let next = all
+                .iter()
+                .find(|s| *s > start)
+                .copied()
+                .unwrap_or(i128::MAX);
+            !failed.iter().any(|t| start <= t && *t < next)
+        });
+    }
+    out
+}
+
+/// When a replica said `volume` on `node_id` was an orphan, in [from, to].
+fn orphan_said(
+    h: &History,
+    volume: &str,
+    node_id: &str,
+    from: i128,
+    to: i128,
+) -> Option<(String, i128)> {
+    let volume_field = format!("volume=\"{volume}\"");
+    h.logs
+        .iter()
+        .filter(|(n, _)| n.starts_with("replica-"))
+        .flat_map(|(n, log)| log.lines().map(move |l| (n, l)))
+        .filter(|(_, l)| {
+            l.contains(ORPHAN_SAID) && l.contains(&volume_field) && l.contains(node_id)
+        })
+        .filter_map(|(n, l)| Some((n.clone(), klog_time(l, from)?)))
+        .filter(|(_, t)| from <= *t && *t <= to)
+        .min_by_key(|(_, t)| *t)
+}
+
+/// I13: every orphan publication (a pair the ledger has published while no
+/// VA could claim it) that lasts through [`ORPHAN_PASSES`] reconcile passes
+/// of one replica process is reported (its warning line) before that
+/// process's next pass: within three reconcile periods, counted in passes,
+/// not in wall-clock time. A new leader, or a restarted one, starts counting
+/// again (the attacher keeps the count in memory).
+pub fn i13(h: &History, f: &mut Findings) {
+    let passes = passes(h);
+    let (mut due, mut reported) = (0, 0);
+    for o in orphan_spans(h) {
+        // The process that saw it through its passes first.
+        let seen = passes
+            .iter()
+            .filter_map(|(process, starts)| {
+                let within: Vec<i128> = starts
+                    .iter()
+                    .copied()
+                    .filter(|s| o.from <= *s && *s < o.to)
+                    .collect();
+                let third = *within.get(ORPHAN_PASSES - 1)?;
+                let next = starts.iter().copied().find(|s| *s > third);
+                let exit = h
+                    .exits
+                    .iter()
+                    .filter(|x| x.replica == process.0 && x.at > third)
+                    .map(|x| x.at)
+                    .min();
+                let by = [next, exit]
+                    .into_iter()
+                    .flatten()
+                    .min()
+                    .unwrap_or(i128::MAX);
+                Some((third, by, process.0, within))
+            })
+            .min_by_key(|(third, ..)| *third);
+        let Some((third, by, replica, within)) = seen else {
+            continue; // not due: no process saw it through its grace
+        };
+        due += 1;
+        match orphan_said(h, &o.volume, &o.node_id, o.from, by) {
+            Some(_) => reported += 1,
+            None => f.violation(
+                "I13",
+                format!(
+                    "orphan ({}, {}) since {} (until {}) not reported by replica-{} by {}: its passes from then started at {}; the third at {}",
+                    o.volume,
+                    o.node_id,
+                    secs(o.from),
+                    if o.to == i128::MAX { "the end".into() } else { secs(o.to) },
+                    replica,
+                    if by == i128::MAX { "the end".into() } else { secs(by) },
+                    within.iter().take(4).map(|t| secs(*t)).collect::<Vec<_>>().join(", "),
+                    secs(third),
+                ),
+            ),
+        }
+    }
+    f.measured.push((
+        "orphan publications due a report (I13) / reported in time".into(),
+        format!("{due} / {reported}"),
+    ));
+}
+
+/// I14: no Unpublish reaches the driver for an orphan (a pair no VA
+/// claims) whose Node lists its volume in `status.volumesInUse` (only the
+/// suite's orphan faults set it, from their start to the end of the run):
+/// `--unpublish-orphans` must leave a volume a kubelet uses alone.
+pub fn i14(h: &History, f: &mut Findings) {
+    let stripped = stripped(h);
+    let spans = orphan_spans(h);
+    for c in h
+        .calls
+        .iter()
+        .filter(|c| c.method == "ControllerUnpublishVolume")
+    {
+        let in_use = stripped.iter().find(|s| {
+            s.in_use
+                && s.volume == c.volume
+                && node_of_id(&c.node).as_deref() == Some(s.node.as_str())
+                && s.start <= c.start
+        });
+        let Some(s) = in_use else { continue };
+        let orphan = spans.iter().any(|o| {
+            o.volume == c.volume && o.node_id == c.node && o.from <= c.start && c.start < o.to
+        });
+        if orphan {
+            f.violation(
+                "I14",
+                format!(
+                    "replica-{} unpublished orphan ({}, {}) at {} ({}), while Node {} lists it in status.volumesInUse (fault #{})",
+                    c.caller, c.volume, c.node, secs(c.start), c.code, s.node, s.fault
+                ),
+            );
+        }
+    }
+}
+
 /// The driver's published table after replaying the ledger: OK Publish and
 /// Unpublish in completion order, restarts that dropped the state (the
 /// `driver-restart-empty` faults, in order, are the incarnations that start
@@ -1373,6 +1831,15 @@ pub fn klog_time(line: &str, reference: i128) -> Option<i128> {
     ))
 }
 
+/// The count a proxy fault's note gives for `what` (`(12 delayed)`), else 0.
+fn counted(note: &str, what: &str) -> usize {
+    let Some(end) = note.rfind(&format!(" {what})")) else {
+        return 0;
+    };
+    let start = note[..end].rfind('(').map_or(0, |p| p + 1);
+    note[start..end].parse().unwrap_or(0)
+}
+
 /// The replica named in a fault's note (`replica-N ...`, `SIGKILL replica-N ...`).
 fn target(note: &str) -> Option<usize> {
     let rest = &note[note.find("replica-")? + "replica-".len()..];
@@ -1386,7 +1853,12 @@ fn target(note: &str) -> Option<usize> {
 pub const MAX_SKIPPED_PERCENT: usize = 5;
 
 /// What shows that the fault `w` took effect (`Ok`), or why nothing does (`Err`).
-pub fn fault_evidence(h: &History, terms: &[Term], w: &Window) -> Result<String, String> {
+pub fn fault_evidence(
+    h: &History,
+    terms: &[Term],
+    orphans: &[OrphanSpan],
+    w: &Window,
+) -> Result<String, String> {
     let replica_events = |from: i128, to: i128| {
         h.audit.iter().filter(move |e| {
             e["user"]["username"]
@@ -1457,10 +1929,119 @@ pub fn fault_evidence(h: &History, terms: &[Term], w: &Window) -> Result<String,
             need(n > 0, "no write of a replica rejected during it")?;
             Ok(format!("{n} writes rejected"))
         }
-        "leader-partition" | "lost-responses" | "leader-sigstop-past-lease" => {
+        "apiserver-sigstop" => {
+            // Stopped, the API server receives nothing: a silence in the
+            // audit log inside the window, and requests again after it.
+            let mut times: Vec<i128> = h
+                .audit
+                .iter()
+                .map(received)
+                .filter(|t| (w.start..=w.end + 5 * SECOND).contains(t))
+                .collect();
+            times.sort();
+            let after = times.iter().find(|t| **t >= w.end - SECOND / 10).copied();
+            let silent_from = times
+                .iter()
+                .rfind(|t| **t < w.end - SECOND / 10)
+                .copied()
+                .unwrap_or(w.start);
+            let stopped = w.end - w.start;
+            let silence = after.map_or(0, |a| a - silent_from);
+            need(
+                after.is_some() && silence * 10 >= stopped * 8,
+                "no silence in the audit log as long as the stop",
+            )?;
+            Ok(format!(
+                "no request received for {} ms of the {} ms stop",
+                silence / 1_000_000,
+                stopped / 1_000_000
+            ))
+        }
+        "etcd-stall" => {
+            // A request received while etcd was stopped and answered only
+            // once it ran again.
+            let waited = h
+                .audit
+                .iter()
+                .filter(|e| (w.start..w.end).contains(&received(e)))
+                .filter_map(|e| {
+                    let answered = e["stageTimestamp"].as_str().and_then(parse_time)?;
+                    (answered >= w.end - SECOND / 5 && answered - received(e) >= SECOND / 2)
+                        .then(|| answered - received(e))
+                })
+                .max();
+            let waited = waited.ok_or("no request waited for etcd (audit log)")?;
+            Ok(format!(
+                "a request waited {} ms for etcd",
+                waited / 1_000_000
+            ))
+        }
+        "proxy-delay" => {
+            let n = counted(note, "delayed");
+            need(n > 0, "the proxies delayed no chunk")?;
+            Ok(format!("{n} chunks delayed"))
+        }
+        "proxy-reset" => {
+            let n = counted(note, "reset");
+            need(n > 0, "the proxy reset or refused no connection")?;
+            Ok(format!("{n} connections reset or refused"))
+        }
+        "lost-responses" => {
             let r = target(note).ok_or("no target")?;
             leading(r)?;
-            Ok(format!("aimed at the leader replica-{r}"))
+            let n = counted(note, "lost");
+            need(n > 0, "no reply lost")?;
+            Ok(format!("replica-{r}: {n} replies lost"))
+        }
+        "leader-partition" | "leader-sigstop-past-lease" => {
+            let r = target(note).ok_or("no target")?;
+            leading(r)?;
+            if w.kind == "leader-partition" {
+                need(counted(note, "held") > 0, "the proxy held nothing")?;
+            }
+            // Its leadership went: another replica took the Lease, or it
+            // exited (Stopped leading) as it found its lease gone.
+            let identity = format!("replica-{r}");
+            let took = terms.iter().find(|t| {
+                t.identity != identity && (w.start..=w.end + 2 * SECOND).contains(&t.acquired)
+            });
+            let exited = h
+                .exits
+                .iter()
+                .find(|x| x.replica == r && (w.start..=w.end + 5 * SECOND).contains(&x.at));
+            match (took, exited) {
+                (Some(t), _) => Ok(format!(
+                    "replica-{r} led; {} took the Lease at {}",
+                    t.identity,
+                    secs(t.acquired)
+                )),
+                (None, Some(x)) => Ok(format!("replica-{r} led and exited at {}", secs(x.at))),
+                (None, None) => Err(format!(
+                    "replica-{r} led, and neither lost the Lease nor exited"
+                )),
+            }
+        }
+        kind if kind.starts_with("finalizer-stripped") => {
+            let i = h
+                .windows
+                .iter()
+                .position(|x| std::ptr::eq(x, w))
+                .unwrap_or(0);
+            let s = parse_stripped(i, w).ok_or("no VA named")?;
+            need(s.removed, "the VA was not removed at once")?;
+            let orphan = orphans.iter().find(|o| {
+                o.volume == s.volume
+                    && node_of_id(&o.node_id).as_deref() == Some(s.node.as_str())
+                    && (s.start..=s.end + SECOND).contains(&o.from)
+            });
+            let o =
+                orphan.ok_or("no orphan publication made (the driver had no publication left)")?;
+            Ok(format!(
+                "orphan ({}, {}) from {}",
+                o.volume,
+                o.node_id,
+                secs(o.from)
+            ))
         }
         "kill-before-publish"
         | "kill-after-publish"
@@ -1586,8 +2167,7 @@ pub fn fault_evidence(h: &History, terms: &[Term], w: &Window) -> Result<String,
             )?;
             Ok(note.to_string())
         }
-        // The suite's own signals and proxy modes: nothing can miss.
-        _ => Ok("injected by the suite".into()),
+        other => Err(format!("no evidence known for {other}")),
     }
 }
 
@@ -1596,6 +2176,7 @@ pub fn fault_evidence(h: &History, terms: &[Term], w: &Window) -> Result<String,
 /// `/healthz` failing is a violation.
 pub fn evidence(h: &History, f: &mut Findings) {
     let terms = terms(&h.audit, &h.lease);
+    let orphans = orphan_spans(h);
     let mut skipped = 0;
     for (i, w) in h.windows.iter().enumerate() {
         if w.skipped {
@@ -1604,7 +2185,7 @@ pub fn evidence(h: &History, f: &mut Findings) {
                 .push((w.kind.clone(), format!("#{i}: not injected: {}", w.note)));
             continue;
         }
-        if let Err(why) = fault_evidence(h, &terms, w) {
+        if let Err(why) = fault_evidence(h, &terms, &orphans, w) {
             skipped += 1;
             f.skipped
                 .push((w.kind.clone(), format!("#{i}: no evidence: {why}")));

@@ -576,6 +576,15 @@ fn i8_reports_interleaved_terms_without_overlap() {
 
 #[test]
 fn i9_reports_attached_without_a_publish() {
+    // The OK case: attached after an OK Publish to its node's ID ended.
+    let f = check(&clean());
+    assert!(f.of("I9").is_empty(), "{f:#?}");
+    // ... also to a re-registered ID of its node (`<node>-id.<generation>`).
+    let mut h = clean();
+    h.calls[0].node = "node-1-id.7".into();
+    h.calls[1].node = "node-1-id.7".into();
+    assert!(check(&h).of("I9").is_empty(), "{:#?}", check(&h));
+    // No Publish at all.
     let mut h = clean();
     h.calls.retain(|c| c.method != PUB);
     h.calls.retain(|c| c.method != UNPUB);
@@ -587,6 +596,219 @@ fn i9_reports_attached_without_a_publish() {
         .push(call(UNPUB, 0, "vol-a", "node-1-id", 3.12, 3.15));
     h.calls.push(call(PUB, 0, "vol-a", "node-1-id", 4.0, 4.1));
     only(&check(&h), "I9");
+    // After a Publish that answered an error: it may not have acted.
+    for code in ["Internal", "DeadlineExceeded", crate::world::UNRECORDED] {
+        let mut h = clean();
+        h.calls[0].code = code.into();
+        only(&check(&h), "I9");
+    }
+    // After a Publish to another node's ID.
+    let mut h = clean();
+    h.calls[0].node = "node-2-id".into();
+    h.calls[1].node = "node-2-id".into();
+    only(&check(&h), "I9");
+    // After a Publish of another volume to its node.
+    let mut h = clean();
+    h.calls[0].volume = "vol-b".into();
+    h.calls[1].volume = "vol-b".into();
+    only(&check(&h), "I9");
+    // Before its Publish ended (written at 3.2, the answer came at 3.3).
+    let mut h = clean();
+    h.calls[0].end = t(3.3);
+    only(&check(&h), "I9");
+}
+
+/// A VA `va-o` (volume `vol-o`, node `node-2`) published at 3.3, its
+/// finalizer stripped and deleted by a `finalizer-stripped-attached` fault at
+/// 5.0 (`in_use`: its Node lists it in volumesInUse); replica-0 passes at 6,
+/// 10 (the clean history's), 11 and 16; it says the orphan at 11.05 (its
+/// third pass since) and, unless in use, unpublishes it at 11.1.
+fn orphaned(in_use: bool) -> History {
+    let mut h = clean();
+    h.instances.push(Instance {
+        name: "va-o".into(),
+        uid: "u-o".into(),
+        pv: "pv-o".into(),
+        handle: "vol-o".into(),
+        node: "node-2".into(),
+        created: t(2.0),
+        deleted: Some(t(5.0)),
+    });
+    h.calls.push(call(PUB, 0, "vol-o", "node-2-id", 3.2, 3.3));
+    h.audit
+        .push(status_write("chaos-replica-0", "va-o", "u-o", 3.4));
+    h.audit.push(json!({"verb": "delete", "objectRef": {"resource": "volumeattachments", "name": "va-o"},
+        "user": {"username": "chaos-admin"}, "requestReceivedTimestamp": ts(5.0), "responseStatus": {"code": 200},
+        "responseObject": {"metadata": {"name": "va-o", "uid": "u-o"}}}));
+    h.windows.push(window(
+        "finalizer-stripped-attached",
+        4.9,
+        5.2,
+        &format!(
+            "stripped VA va-o uid=u-o volume=vol-o node=node-2 in-use={} removed-at-once=yes attached; no restart",
+            if in_use { "yes" } else { "no" }
+        ),
+    ));
+    for at in [6.0, 11.0, 16.0] {
+        h.calls.push(call("ListVolumes", 0, "", "", at, at + 0.05));
+    }
+    h.logs[0].1.push_str(&said(11.05, "vol-o", "node-2-id"));
+    if in_use {
+        h.published = json!({"vol-o": ["node-2-id"]});
+    } else {
+        h.calls
+            .push(call(UNPUB, 0, "vol-o", "node-2-id", 11.1, 11.15));
+    }
+    h
+}
+
+/// The attacher's orphan warning for `volume` on `node_id`, at `at` s.
+fn said(at: f64, volume: &str, node_id: &str) -> String {
+    let time = ts(at);
+    format!(
+        "W1127 {}       1 orphans.rs:1] \"{} (an orphan publication): the node keeps it attached; see docs/operations.md\" volume=\"{volume}\" node_id=\"\\\"{node_id}\\\"\" pv=\"pv-o\"\n",
+        &time[11..26],
+        check::ORPHAN_SAID
+    )
+}
+
+#[test]
+fn i13_reports_an_orphan_not_said_by_the_third_pass_of_one_process() {
+    for in_use in [false, true] {
+        let h = orphaned(in_use);
+        let f = check(&h);
+        assert!(f.violations.is_empty() && f.skipped.is_empty(), "{f:#?}");
+        assert!(
+            f.measured
+                .iter()
+                .any(|(what, v)| what.contains("(I13)") && v == "1 / 1"),
+            "{f:#?}"
+        );
+    }
+    let without = |h: &mut History| {
+        h.logs[0].1 = h.logs[0]
+            .1
+            .lines()
+            .filter(|l| !l.contains(check::ORPHAN_SAID))
+            .map(|l| format!("{l}\n"))
+            .collect();
+    };
+    // Never said.
+    let mut h = orphaned(false);
+    without(&mut h);
+    only(&check(&h), "I13");
+    // Said only after the process's next pass (16 s).
+    let mut h = orphaned(true);
+    without(&mut h);
+    h.logs[0].1.push_str(&said(16.5, "vol-o", "node-2-id"));
+    only(&check(&h), "I13");
+    // Said for another node ID, or before it was an orphan.
+    let mut h = orphaned(true);
+    without(&mut h);
+    h.logs[0].1.push_str(&said(11.05, "vol-o", "node-3-id"));
+    h.logs[0].1.push_str(&said(4.0, "vol-o", "node-2-id"));
+    only(&check(&h), "I13");
+    // A process that restarted between its passes (exit at 10.5) has seen
+    // it in two passes, its successor in two: not due yet.
+    let mut h = orphaned(true);
+    without(&mut h);
+    h.exits.push(Exit {
+        replica: 0,
+        code: None,
+        signal: Some(9),
+        sent: Some(9),
+        at: t(10.5),
+    });
+    let f = check(&h);
+    assert!(f.of("I13").is_empty(), "{f:#?}");
+    assert!(
+        f.measured
+            .iter()
+            .any(|(what, v)| what.contains("(I13)") && v == "0 / 0"),
+        "{f:#?}"
+    );
+    // A pass logged as failed does not count: the third is the one at 16,
+    // and a report after it (no later pass) is in time.
+    let mut h = orphaned(true);
+    without(&mut h);
+    h.logs[0].1.push_str(
+        "W1127 10:00:10.020000       1 reconcile.rs:1] \"Failed to reconcile VolumeAttachments\" error=\"not leading\"\n",
+    );
+    h.logs[0].1.push_str(&said(16.06, "vol-o", "node-2-id"));
+    let f = check(&h);
+    assert!(f.of("I13").is_empty(), "{f:#?}");
+    // ... and without one it is a violation.
+    without(&mut h);
+    h.logs[0].1.push_str(
+        "W1127 10:00:10.020000       1 reconcile.rs:1] \"Failed to reconcile VolumeAttachments\" error=\"not leading\"\n",
+    );
+    only(&check(&h), "I13");
+    // An orphan the suite did not make (a Publish that ended after its VA
+    // was gone) is due a report all the same.
+    let mut h = clean();
+    h.calls.push(call(PUB, 0, "vol-a", "node-1-id", 9.05, 9.6));
+    h.calls.push(call("ListVolumes", 0, "", "", 11.0, 11.05));
+    h.calls.push(call("ListVolumes", 0, "", "", 12.0, 12.05));
+    h.published = json!({"vol-a": ["node-1-id"]});
+    let f = check(&h);
+    only(&f, "I13");
+    h.logs[0].1.push_str(&said(12.1, "vol-a", "node-1-id"));
+    let f = check(&h);
+    assert!(f.of("I13").is_empty(), "{f:#?}");
+}
+
+#[test]
+fn i14_reports_an_orphan_unpublished_while_its_node_uses_it() {
+    let mut h = orphaned(true);
+    h.published = json!({});
+    h.calls
+        .push(call(UNPUB, 0, "vol-o", "node-2-id", 11.1, 11.15));
+    only(&check(&h), "I14");
+    // Not in use: the cleanup is right to unpublish it.
+    let f = check(&orphaned(false));
+    assert!(f.of("I14").is_empty(), "{f:#?}");
+    // A detach of the VA before it went (while it was there) is not the cleanup's.
+    let mut h = orphaned(true);
+    h.published = json!({});
+    h.calls
+        .push(call(UNPUB, 0, "vol-o", "node-2-id", 4.95, 4.97));
+    assert!(check(&h).of("I14").is_empty(), "{:#?}", check(&h));
+}
+
+#[test]
+fn the_suites_orphans_are_exempt_from_i1_and_i3_by_name_only() {
+    // Listed, not hidden.
+    let f = check(&orphaned(true));
+    assert!(
+        f.exempt
+            .iter()
+            .any(|(inv, what)| inv == "I1" && what.contains("va-o")),
+        "{f:#?}"
+    );
+    assert!(
+        f.exempt
+            .iter()
+            .any(|(inv, what)| inv == "I3" && what.contains("vol-o")),
+        "{f:#?}"
+    );
+    // Without the fault that stripped it, the same history violates both.
+    let mut h = orphaned(true);
+    h.windows.clear();
+    let f = check(&h);
+    only(&f, "I1");
+    only(&f, "I3");
+    // Exempt from I3 only while its Node uses it: an orphan the cleanup
+    // should have unpublished is still I3's.
+    let mut h = orphaned(false);
+    h.calls
+        .retain(|c| !(c.method == UNPUB && c.volume == "vol-o"));
+    h.published = json!({"vol-o": ["node-2-id"]});
+    only(&check(&h), "I3");
+    // Another pair on the same volume is not exempt.
+    let mut h = orphaned(true);
+    h.published = json!({"vol-o": ["node-2-id", "node-4-id"]});
+    h.calls.push(call(PUB, 0, "vol-o", "node-4-id", 3.5, 3.6));
+    only(&check(&h), "I3");
 }
 
 #[test]
@@ -795,7 +1017,7 @@ fn faults_without_evidence_count_as_skipped_and_fail_the_run_above_5_percent() {
             "proxy-delay",
             30.0 + f64::from(i),
             30.5 + f64::from(i),
-            "every replica",
+            "every replica +100 ms per chunk for 500 ms (4 delayed)",
         ));
     }
     h.windows.push(window(
@@ -846,4 +1068,125 @@ fn abandoned_calls_without_a_record_still_count() {
     // It overlaps another replica's call.
     h.calls.push(call(PUB, 1, "vol-b", "node-2-id", 3.005, 3.2));
     only(&check(&h), "I4");
+}
+
+#[test]
+fn the_suites_own_signals_and_proxy_modes_need_evidence_too() {
+    let skipped = |h: &History, why: &str| {
+        let f = check(h);
+        assert!(
+            f.skipped.iter().any(|(_, w)| w.contains(why)),
+            "{why:?} not among {f:#?}"
+        );
+    };
+    let passes = |h: &History| {
+        let f = check(h);
+        assert!(f.skipped.is_empty() && f.violations.is_empty(), "{f:#?}");
+    };
+    // The API server stopped 5-7 s: the audit log must fall silent.
+    let mut h = clean();
+    h.windows
+        .push(window("apiserver-sigstop", 5.0, 7.0, "stopped 2000 ms"));
+    skipped(&h, "no silence");
+    let at = |e: &Value| {
+        check::parse_time(e["requestReceivedTimestamp"].as_str().unwrap_or_default()).unwrap_or(0)
+    };
+    h.audit.retain(|e| !(t(5.0) < at(e) && at(e) < t(7.0)));
+    h.audit.push(lease("update", "replica-0", 7.0));
+    passes(&h);
+    // etcd stopped 5-7 s: a request received then answered after it.
+    let mut h = clean();
+    h.windows
+        .push(window("etcd-stall", 5.0, 7.0, "etcd stopped 2000 ms"));
+    skipped(&h, "waited for etcd");
+    let mut waited = lease("update", "replica-0", 5.5);
+    waited["stageTimestamp"] = json!(ts(7.05));
+    h.audit.push(waited);
+    passes(&h);
+    // The proxies' own counts.
+    for (kind, note, why) in [
+        (
+            "proxy-delay",
+            "every replica +100 ms per chunk for 2000 ms (0 delayed)",
+            "delayed no chunk",
+        ),
+        (
+            "proxy-reset",
+            "replica-1 reset for 900 ms (0 reset)",
+            "reset or refused no connection",
+        ),
+        (
+            "lost-responses",
+            "replica-0 replies lost for 500 ms (0 lost)",
+            "no reply lost",
+        ),
+    ] {
+        let mut h = clean();
+        h.windows.push(window(kind, 5.0, 7.0, note));
+        skipped(&h, why);
+        h.windows[0].note = note.replace("(0 ", "(3 ");
+        passes(&h);
+    }
+    // Lost replies aimed at a replica that was not leading.
+    let mut h = clean();
+    h.windows.push(window(
+        "lost-responses",
+        5.0,
+        7.0,
+        "replica-1 replies lost for 500 ms (3 lost)",
+    ));
+    skipped(&h, "not leading");
+    // A leader partitioned or stopped past its lease that kept the Lease.
+    for (kind, note) in [
+        ("leader-partition", "replica-0 black-holed 2000 ms (7 held)"),
+        ("leader-sigstop-past-lease", "replica-0 stopped 2000 ms"),
+    ] {
+        let mut h = takeover();
+        h.windows.push(window(kind, 3.0, 5.0, note));
+        skipped(&h, "neither lost the Lease nor exited");
+        // replica-1 takes it at 10 s, within 2 s of a window ending at 8.5.
+        h.windows[0] = window(kind, 6.0, 8.5, note);
+        passes(&h);
+        // ... or it exits as it finds its lease gone.
+        let mut h = clean();
+        h.windows.push(window(kind, 3.0, 5.0, note));
+        h.exits.push(Exit {
+            sent: None,
+            ..exit1(0, 6.0)
+        });
+        h.logs[0].1.push_str(
+            "E1127 10:00:05.900000       1 main.rs:102] \"exiting\" err=\"Stopped leading\"\n",
+        );
+        let f = check(&h);
+        assert!(f.skipped.is_empty(), "{f:#?}");
+    }
+    // A partition that held nothing.
+    let mut h = takeover();
+    h.windows.push(window(
+        "leader-partition",
+        6.0,
+        8.5,
+        "replica-0 black-holed 2000 ms (0 held)",
+    ));
+    skipped(&h, "held nothing");
+    // A stripped VA that was not removed at once, or left no orphan.
+    let mut h = orphaned(false);
+    h.windows[0].note = h.windows[0]
+        .note
+        .replace("removed-at-once=yes", "removed-at-once=no");
+    let f = check(&h);
+    assert!(
+        f.skipped
+            .iter()
+            .any(|(k, w)| k == "finalizer-stripped-attached" && w.contains("not removed at once")),
+        "{f:#?}"
+    );
+    let mut h = orphaned(false);
+    h.calls.retain(|c| c.volume != "vol-o");
+    skipped(&h, "no orphan publication made");
+    // A kind the checker knows no evidence for is not taken on trust.
+    let mut h = clean();
+    h.windows
+        .push(window("new-fault", 5.0, 7.0, "did something"));
+    skipped(&h, "no evidence known for new-fault");
 }

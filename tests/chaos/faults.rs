@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use crate::proxy::Mode;
 use crate::rng::Rng;
 use crate::workload::{node_name, NODES};
-use crate::world::{lock, World, DRIVER, LEASE, LEASE_DURATION, TIMEOUT};
+use crate::world::{lock, World, DRIVER, FINALIZER, LEASE, LEASE_DURATION, TIMEOUT};
 
 pub const KINDS: &[&str] = &[
     "apiserver-sigkill",
@@ -42,13 +42,19 @@ pub const KINDS: &[&str] = &[
     "csinode-reregistered",
     "node-id-edited",
     "fd-limit-and-idle-flood",
+    "finalizer-stripped-attached",
+    "finalizer-stripped-in-doubt",
 ];
 
 /// Relative frequency (slow faults less often).
 pub fn weight(kind: &str) -> u64 {
     match kind {
         "apiserver-sigkill" | "watch-expiry-410" | "watch-half-open" => 1,
-        "leader-sigstop-past-lease" | "leader-partition" | "fd-limit-and-idle-flood" => 2,
+        "leader-sigstop-past-lease"
+        | "leader-partition"
+        | "fd-limit-and-idle-flood"
+        | "finalizer-stripped-attached"
+        | "finalizer-stripped-in-doubt" => 2,
         _ => 3,
     }
 }
@@ -72,6 +78,8 @@ pub struct Injector {
     /// 5 s while no replica holds the Lease): its window starts there, so
     /// "leading when it began" means when it acted.
     pub aimed: std::sync::Mutex<Option<i128>>,
+    /// The workload, whose VAs the orphan faults take (and tell it so).
+    pub work: Arc<crate::workload::Workload>,
 }
 
 async fn pause(ms: u64) {
@@ -179,10 +187,16 @@ impl Injector {
             "leader-partition" => {
                 let leader = self.leader().await;
                 let ms = LEASE_DURATION.as_millis() as u64 + 1000 + rng.below(1000);
-                w.replicas[leader].proxy.set(Mode::Blackhole);
+                let proxy = &w.replicas[leader].proxy;
+                let before = proxy.counted();
+                proxy.set(Mode::Blackhole);
                 pause(ms).await;
-                w.replicas[leader].proxy.set(Mode::Pass);
-                (format!("replica-{leader} black-holed {ms} ms"), false)
+                proxy.set(Mode::Pass);
+                let held = (proxy.counted() - before).held;
+                (
+                    format!("replica-{leader} black-holed {ms} ms ({held} held)"),
+                    false,
+                )
             }
             "watch-half-open" => {
                 // The leader's connections (its watches among them) vanish on
@@ -222,6 +236,7 @@ impl Injector {
             "proxy-delay" => {
                 let delay = 100 + rng.below(700);
                 let ms = 2000 + rng.below(2000);
+                let before: Vec<_> = w.replicas.iter().map(|r| r.proxy.counted()).collect();
                 for r in &w.replicas {
                     r.proxy.set(Mode::Delay(delay));
                 }
@@ -229,8 +244,14 @@ impl Injector {
                 for r in &w.replicas {
                     r.proxy.set(Mode::Pass);
                 }
+                let delayed: usize = w
+                    .replicas
+                    .iter()
+                    .zip(before)
+                    .map(|(r, b)| (r.proxy.counted() - b).delayed)
+                    .sum();
                 (
-                    format!("every replica +{delay} ms per chunk for {ms} ms"),
+                    format!("every replica +{delay} ms per chunk for {ms} ms ({delayed} delayed)"),
                     false,
                 )
             }
@@ -241,18 +262,30 @@ impl Injector {
                     rng.below(w.replicas.len() as u64) as usize
                 };
                 let ms = 500 + rng.below(1500);
-                w.replicas[target].proxy.set(Mode::Reset);
+                let proxy = &w.replicas[target].proxy;
+                let before = proxy.counted();
+                proxy.set(Mode::Reset);
                 pause(ms).await;
-                w.replicas[target].proxy.set(Mode::Pass);
-                (format!("replica-{target} reset for {ms} ms"), false)
+                proxy.set(Mode::Pass);
+                let reset = (proxy.counted() - before).reset;
+                (
+                    format!("replica-{target} reset for {ms} ms ({reset} reset)"),
+                    false,
+                )
             }
             "lost-responses" => {
                 let leader = self.leader().await;
                 let ms = 300 + rng.below(1200);
-                w.replicas[leader].proxy.set(Mode::LoseReplies);
+                let proxy = &w.replicas[leader].proxy;
+                let before = proxy.counted();
+                proxy.set(Mode::LoseReplies);
                 pause(ms).await;
-                w.replicas[leader].proxy.set(Mode::Pass);
-                (format!("replica-{leader} replies lost for {ms} ms"), false)
+                proxy.set(Mode::Pass);
+                let lost = (proxy.counted() - before).lost;
+                (
+                    format!("replica-{leader} replies lost for {ms} ms ({lost} lost)"),
+                    false,
+                )
             }
             "write-rejection-vap" => {
                 let ms = 1500 + rng.below(2500);
@@ -567,6 +600,10 @@ impl Injector {
             }
             "node-id-edited" => self.node_id_edited(&mut Rng::new(rng.next())).await,
             "fd-limit-and-idle-flood" => self.fd_flood(rng).await,
+            "finalizer-stripped-attached" | "finalizer-stripped-in-doubt" => {
+                self.finalizer_stripped(kind.ends_with("in-doubt"), &mut Rng::new(rng.next()))
+                    .await
+            }
             other => (format!("unknown fault {other}"), true),
         }
     }
@@ -699,6 +736,175 @@ impl Injector {
         )
     }
 
+    /// Makes an orphan publication as users do: our finalizer stripped
+    /// from a VA (by hand, a common "fix" for a VA stuck detaching) and the
+    /// VA deleted, so it goes without a detach. `in_doubt`: a fresh VA whose
+    /// Publish the driver holds past `--timeout`, stripped and deleted with
+    /// the Publish in flight, its caller then killed (undos live in memory
+    /// only: the Publish completes with no VA and nobody owing it); else an
+    /// attached VA, its leader killed afterwards in one case of three. In
+    /// one case of two the volume is first named in its Node's
+    /// `status.volumesInUse` (kubelet still using it), and stays so to the
+    /// end: `--unpublish-orphans` must leave that orphan alone, and unpublish
+    /// the others. The note names the VA as `check::Stripped` reads it.
+    async fn finalizer_stripped(&self, in_doubt: bool, rng: &mut Rng) -> (String, bool) {
+        let w = &self.world;
+        let vas: Api<VolumeAttachment> = Api::all(self.client.clone());
+        let delay = TIMEOUT.as_millis() as u64 + 1000;
+        let mut rx = w.ledger_tx.subscribe();
+        let (inst, caller) = if in_doubt {
+            let _ = w
+                .driver
+                .admin(
+                    "PUT",
+                    "/faults/ControllerPublishVolume",
+                    Some(json!({"delay_ms": delay})),
+                )
+                .await;
+            let created = crate::world::now_nanos();
+            let Some(inst) = self.work.fresh_va(rng).await else {
+                let _ = w.driver.admin("DELETE", "/faults", None).await;
+                return ("creating a VA failed".into(), true);
+            };
+            // Our finalizer comes with the node-id annotation, right
+            // before the Publish: then wait for the Publish to start.
+            let t0 = tokio::time::Instant::now();
+            let mut ours = false;
+            while !ours && t0.elapsed() < Duration::from_secs(8) {
+                ours = matches!(vas.get_opt(&inst.name).await, Ok(Some(va))
+                    if va.metadata.finalizers.iter().flatten().any(|f| f == FINALIZER));
+                if !ours {
+                    pause(50).await;
+                }
+            }
+            let is_start = |l: &Value| {
+                l["method"] == "ControllerPublishVolume"
+                    && l["event"] == "start"
+                    && l["time_unix_nanos"]
+                        .as_i64()
+                        .is_some_and(|t| i128::from(t) >= created)
+            };
+            let mut started = None;
+            while let Ok(line) = rx.try_recv() {
+                if is_start(&line) {
+                    started = Some(line);
+                }
+            }
+            if started.is_none() && ours {
+                started = w
+                    .next_ledger(&mut rx, Duration::from_secs(2), is_start)
+                    .await;
+            }
+            let _ = w
+                .driver
+                .admin("DELETE", "/faults/ControllerPublishVolume", None)
+                .await;
+            let Some(caller) = started.and_then(|l| l["caller"].as_u64()) else {
+                return (
+                    format!(
+                        "VA {} got no finalizer ({ours}) or no Publish started within 8 s",
+                        inst.name
+                    ),
+                    true,
+                );
+            };
+            (inst, Some(caller as usize))
+        } else {
+            let Ok(list) = vas.list(&ListParams::default()).await else {
+                return ("listing VAs failed".into(), true);
+            };
+            let known = lock(&self.work.state).instances.clone();
+            let attached: Vec<_> = known
+                .into_iter()
+                .filter(|i| i.deleted.is_none())
+                .filter(|i| {
+                    list.items.iter().any(|va| {
+                        va.metadata.uid.as_deref() == Some(i.uid.as_str())
+                            && va.metadata.deletion_timestamp.is_none()
+                            && va.status.as_ref().is_some_and(|s| s.attached)
+                            && va
+                                .metadata
+                                .finalizers
+                                .iter()
+                                .flatten()
+                                .any(|f| f == FINALIZER)
+                    })
+                })
+                .collect();
+            let Some(inst) = attached
+                .get(rng.below(attached.len().max(1) as u64) as usize)
+                .cloned()
+            else {
+                return ("no attached VA".into(), true);
+            };
+            (inst, None)
+        };
+        let in_use = rng.f64() < 0.5;
+        if in_use {
+            if let Err(err) = mark_in_use(&self.client, &inst.node, &inst.handle).await {
+                return (format!("marking {} in use failed: {err}", inst.node), true);
+            }
+        }
+        let stripped = toggle(&vas, &inst.name, FINALIZER, false).await;
+        let at = crate::world::now_nanos();
+        let params = DeleteParams {
+            preconditions: Some(kube::api::Preconditions {
+                uid: Some(inst.uid.clone()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        // Removed at once: answered with the object not marked for
+        // deletion (or with a Status); marked: a finalizer was back on it.
+        let removed = match vas.delete(&inst.name, &params).await {
+            Ok(answer) => answer
+                .left()
+                .is_none_or(|va| va.metadata.deletion_timestamp.is_none()),
+            Err(_) => false,
+        };
+        self.work.deleted_by_fault(&inst.name, &inst.uid, at);
+        let killed = match caller {
+            Some(caller) => Some(caller),
+            None if rng.f64() < 1.0 / 3.0 => w.leader(&self.client).await,
+            None => None,
+        };
+        if let Some(k) = killed {
+            w.signal_replica(k, libc::SIGKILL);
+        }
+        if in_doubt {
+            // The Publish completes for nobody: wait for its record.
+            let _ = w
+                .next_ledger(&mut rx, Duration::from_millis(delay + 3000), |l| {
+                    l["method"] == "ControllerPublishVolume"
+                        && l["event"].is_null()
+                        && l["volume_id"] == inst.handle.as_str()
+                })
+                .await;
+        }
+        let yes = |b: bool| if b { "yes" } else { "no" };
+        (
+            format!(
+                "stripped VA {} uid={} volume={} node={} in-use={} removed-at-once={}{}; {}",
+                inst.name,
+                inst.uid,
+                inst.handle,
+                inst.node,
+                yes(in_use),
+                yes(stripped && removed),
+                if in_doubt {
+                    " during its Publish"
+                } else {
+                    " attached"
+                },
+                match killed {
+                    Some(k) => format!("then SIGKILL replica-{k}"),
+                    None => "no restart".into(),
+                }
+            ),
+            !(stripped && removed),
+        )
+    }
+
     async fn fd_flood(&self, rng: &mut Rng) -> (String, bool) {
         let w = &self.world;
         let n = w.replicas.len();
@@ -807,6 +1013,38 @@ where
         }
     }
     false
+}
+
+/// Names CSI volume `handle` in Node `node`'s `status.volumesInUse`, as
+/// kubelet does while a pod uses it.
+async fn mark_in_use(client: &kube::Client, node: &str, handle: &str) -> kube::Result<()> {
+    use k8s_openapi::api::core::v1::Node;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let current = nodes.get_status(node).await?;
+    let mut in_use: Vec<String> = current
+        .status
+        .and_then(|s| s.volumes_in_use)
+        .unwrap_or_default();
+    in_use.push(format!("kubernetes.io/csi/{DRIVER}^{handle}"));
+    let patch = json!({"status": {"volumesInUse": in_use}});
+    nodes
+        .patch_status(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+}
+
+/// Creates Node `node` with a status (no kubelet runs: nothing else writes it).
+pub async fn create_node(client: &kube::Client, node: &str) -> kube::Result<()> {
+    use k8s_openapi::api::core::v1::Node;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let object: Node = serde_json::from_value(json!({"metadata": {"name": node}}))
+        .map_err(kube::Error::SerdeError)?;
+    nodes.create(&PostParams::default(), &object).await?;
+    let patch = json!({"status": {"capacity": {"cpu": "1"}, "volumesInUse": []}});
+    nodes
+        .patch_status(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
 }
 
 /// Sets VA `name`'s node-id annotation to `to` if it is `from` (a JSON

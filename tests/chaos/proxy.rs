@@ -41,6 +41,43 @@ pub struct Proxy {
     vanish: watch::Sender<u64>,
     /// Connections vanished so far.
     vanished: Arc<AtomicUsize>,
+    /// What each fault mode did so far (a fault's evidence: the counts it moved).
+    counts: Arc<Counts>,
+}
+
+/// What the proxy's fault modes did, counted as they act: a fault's
+/// evidence is the counts that moved while it was on.
+#[derive(Debug, Default)]
+pub struct Counts {
+    /// Chunks delayed ([`Mode::Delay`]).
+    pub delayed: AtomicUsize,
+    /// Connections reset or refused ([`Mode::Reset`]).
+    pub reset: AtomicUsize,
+    /// Replies dropped with their connection ([`Mode::LoseReplies`]).
+    pub lost: AtomicUsize,
+    /// Chunks or new connections held in a black hole ([`Mode::Blackhole`]).
+    pub held: AtomicUsize,
+}
+
+/// A snapshot of [`Counts`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counted {
+    pub delayed: usize,
+    pub reset: usize,
+    pub lost: usize,
+    pub held: usize,
+}
+
+impl std::ops::Sub for Counted {
+    type Output = Counted;
+    fn sub(self, before: Counted) -> Counted {
+        Counted {
+            delayed: self.delayed - before.delayed,
+            reset: self.reset - before.reset,
+            lost: self.lost - before.lost,
+            held: self.held - before.held,
+        }
+    }
 }
 
 impl Proxy {
@@ -51,10 +88,12 @@ impl Proxy {
         let (mode, _) = watch::channel(Mode::Pass);
         let (vanish, _) = watch::channel(0);
         let vanished = Arc::new(AtomicUsize::new(0));
+        let counts = Arc::new(Counts::default());
         let rx = Signals {
             mode: mode.subscribe(),
             vanish: vanish.subscribe(),
             vanished: vanished.clone(),
+            counts: counts.clone(),
         };
         tokio::spawn(accept_loop(listener, upstream, rx));
         Ok(Self {
@@ -62,7 +101,19 @@ impl Proxy {
             mode,
             vanish,
             vanished,
+            counts,
         })
+    }
+
+    /// What the fault modes did so far.
+    pub fn counted(&self) -> Counted {
+        let c = &self.counts;
+        Counted {
+            delayed: c.delayed.load(Ordering::SeqCst),
+            reset: c.reset.load(Ordering::SeqCst),
+            lost: c.lost.load(Ordering::SeqCst),
+            held: c.held.load(Ordering::SeqCst),
+        }
     }
 
     pub fn set(&self, mode: Mode) {
@@ -89,12 +140,16 @@ struct Signals {
     mode: watch::Receiver<Mode>,
     vanish: watch::Receiver<u64>,
     vanished: Arc<AtomicUsize>,
+    counts: Arc<Counts>,
 }
 
 impl Signals {
     fn vanish(&self, stream: TcpStream) {
         self.vanished.fetch_add(1, Ordering::SeqCst);
         vanish(stream);
+    }
+    fn count(&self, which: fn(&Counts) -> &AtomicUsize) {
+        which(&self.counts).fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -149,12 +204,18 @@ fn vanish(stream: TcpStream) {
     drop(stream);
 }
 
-/// Waits until the mode is not a black hole; `None` if the proxy is gone.
-async fn through_blackhole(rx: &mut watch::Receiver<Mode>) -> Option<Mode> {
+/// Waits until the mode is not a black hole (counting a wait in `held`);
+/// `None` if the proxy is gone.
+async fn through_blackhole(rx: &mut watch::Receiver<Mode>, counts: &Counts) -> Option<Mode> {
+    let mut counted = false;
     loop {
         let mode = *rx.borrow_and_update();
         if mode != Mode::Blackhole {
             return Some(mode);
+        }
+        if !counted {
+            counted = true;
+            counts.held.fetch_add(1, Ordering::SeqCst);
         }
         rx.changed().await.ok()?;
     }
@@ -167,8 +228,9 @@ async fn connection(
 ) -> std::io::Result<()> {
     let mut rx = signals.mode.clone();
     let mut vanishing = signals.vanish.clone();
-    match through_blackhole(&mut rx).await {
+    match through_blackhole(&mut rx, &signals.counts).await {
         Some(Mode::Reset) | None => {
+            signals.count(|c| &c.reset);
             reset(&client);
             return Ok(());
         }
@@ -204,10 +266,10 @@ async fn connection(
             read = client.read(&mut up) => {
                 let n = read?;
                 if n == 0 { return Ok(()); }
-                match forward_mode(&mut rx).await {
-                    Some(Mode::Reset) | None => { reset(&client); reset(&server); return Ok(()); }
+                match forward_mode(&mut rx, &signals.counts).await {
+                    Some(Mode::Reset) | None => { signals.count(|c| &c.reset); reset(&client); reset(&server); return Ok(()); }
                     Some(Mode::HalfOpen) => { signals.vanish(client); return Ok(()); }
-                    Some(Mode::Delay(ms)) => tokio::time::sleep(Duration::from_millis(ms)).await,
+                    Some(Mode::Delay(ms)) => { signals.count(|c| &c.delayed); tokio::time::sleep(Duration::from_millis(ms)).await }
                     _ => {}
                 }
                 server.write_all(&up[..n]).await?;
@@ -215,18 +277,24 @@ async fn connection(
             read = server.read(&mut down) => {
                 let n = read?;
                 if n == 0 { return Ok(()); }
-                match forward_mode(&mut rx).await {
-                    Some(Mode::Reset) | Some(Mode::LoseReplies) | None => {
+                match forward_mode(&mut rx, &signals.counts).await {
+                    Some(Mode::LoseReplies) => {
+                        signals.count(|c| &c.lost);
+                        reset(&client); reset(&server); return Ok(());
+                    }
+                    Some(Mode::Reset) | None => {
+                        signals.count(|c| &c.reset);
                         reset(&client); reset(&server); return Ok(());
                     }
                     Some(Mode::HalfOpen) => { signals.vanish(client); return Ok(()); }
-                    Some(Mode::Delay(ms)) => tokio::time::sleep(Duration::from_millis(ms)).await,
+                    Some(Mode::Delay(ms)) => { signals.count(|c| &c.delayed); tokio::time::sleep(Duration::from_millis(ms)).await }
                     _ => {}
                 }
                 client.write_all(&down[..n]).await?;
             }
             changed = rx.changed() => {
                 if changed.is_err() || *rx.borrow() == Mode::Reset {
+                    signals.count(|c| &c.reset);
                     reset(&client); reset(&server); return Ok(());
                 }
                 if *rx.borrow() == Mode::HalfOpen {
@@ -239,8 +307,8 @@ async fn connection(
 }
 
 /// The mode to forward one chunk under (waits out a black hole).
-async fn forward_mode(rx: &mut watch::Receiver<Mode>) -> Option<Mode> {
-    through_blackhole(rx).await
+async fn forward_mode(rx: &mut watch::Receiver<Mode>, counts: &Counts) -> Option<Mode> {
+    through_blackhole(rx, counts).await
 }
 
 #[cfg(test)]

@@ -391,6 +391,30 @@ impl Workload {
         }
     }
 
+    /// Creates a fresh VA on a fresh PV; its instance.
+    pub async fn fresh_va(&self, rng: &mut Rng) -> Option<Instance> {
+        let name = self.probe_va(rng).await?;
+        lock(&self.state)
+            .instances
+            .iter()
+            .rfind(|i| i.name == name)
+            .cloned()
+    }
+
+    /// Records that VA `name` (`uid`) was deleted at `at` by someone else
+    /// (a fault), so that the workload does not delete it again.
+    pub fn deleted_by_fault(&self, name: &str, uid: &str, at: i128) {
+        let mut state = lock(&self.state);
+        if let Some(inst) = state
+            .instances
+            .iter_mut()
+            .find(|i| i.name == name && i.uid == uid && i.deleted.is_none())
+        {
+            inst.deleted = Some(at);
+            state.deletes += 1;
+        }
+    }
+
     /// Creates a fresh VA on a fresh PV and returns (instance name, node).
     pub async fn probe_va(&self, rng: &mut Rng) -> Option<String> {
         let pv = self.new_pv(rng).await?;

@@ -272,6 +272,9 @@ impl World {
             .arg(format!("--http-endpoint={}", replica.http))
             .arg(format!("--timeout={}s", TIMEOUT.as_secs()))
             .arg("--reconcile-sync=5s")
+            // Orphans (the finalizer-stripped faults) are unpublished when
+            // their Node does not list them in status.volumesInUse.
+            .arg("--unpublish-orphans")
             .arg("--worker-threads=8")
             // The default 5 QPS would make the post-fault backlog, not the attacher, decide I5.
             .arg("--kube-api-qps=50")
