@@ -17,6 +17,8 @@
 #   soak      two hours                                       docs/soak-results.md
 #   fresh     README's two commands on a fresh machine (empty crate registry, Go
 #             module and build caches, tool cache, a fresh clone)  bench/fresh-machine.json
+#   ci        .ci/run on a clean clone: once alone, then three times in a row with two
+#             busy processes beside it (`nice -n 5 sha256sum /dev/zero`)  bench/ci-runs.json
 # then `hack/figures.py --write` regenerates every quoted table. Commit the results.
 #
 # State: target/evidence/<commit>/<part>.{log,done}. A part that fails leaves no
@@ -27,7 +29,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
-all=(mutants bench p8 chaos-1 chaos-2 soak fresh)
+all=(mutants bench p8 chaos-1 chaos-2 soak fresh ci)
 parts=("${all[@]}")
 list=false
 while [ $# -gt 0 ]; do
@@ -92,6 +94,42 @@ EOF
   return $rc
 }
 
+# .ci/run on a clean clone, alone and then three times beside two busy
+# processes; every run's wall time and result in bench/ci-runs.json. Fails
+# when a run fails.
+ci_runs() {
+  local runs=() load rc=0 dir t0 status i
+  for load in 0 2 2 2; do
+    dir=$(mktemp -d "${TMPDIR:-/tmp}/evidence-ci.XXXXXX")
+    git clone -q "$root" "$dir/repo" || return 1
+    local busy=()
+    for ((i = 0; i < load; i++)); do
+      nice -n 5 sha256sum /dev/zero &
+      busy+=($!)
+    done
+    t0=$(date +%s)
+    (cd "$dir/repo" && bash .ci/run) >"$dir/ci.log" 2>&1
+    status=$?
+    if ((${#busy[@]})); then
+      kill "${busy[@]}" 2>/dev/null
+      wait "${busy[@]}" 2>/dev/null
+    fi
+    runs+=("{\"busy\": $load, \"seconds\": $(($(date +%s) - t0)), \"rc\": $status}")
+    echo "ci: busy $load, rc $status, $(($(date +%s) - t0)) s"
+    tail -n 30 "$dir/ci.log"
+    rm -rf "$dir"
+    ((status == 0)) || rc=1
+  done
+  python3 - "$root/bench/ci-runs.json" "${runs[@]}" <<'EOF'
+import json, os, sys
+runs = [json.loads(r) for r in sys.argv[2:]]
+json.dump({"provenance": json.loads(os.environ["CSI_ATTACHER_PROVENANCE"]), "runs": runs},
+          open(sys.argv[1], "w"), indent=2)
+open(sys.argv[1], "a").write("\n")
+EOF
+  return $rc
+}
+
 run_part() {
   local part=$1
   CSI_ATTACHER_PROVENANCE=$(python3 hack/figures.py --provenance "hack/evidence.sh --only $part")
@@ -104,6 +142,7 @@ run_part() {
     chaos-2) CHAOS_REPORT=$root/docs/chaos-results-2.md hack/chaos.sh --full --seed "$((seed + 1))" ;;
     soak) hack/soak.sh ;;
     fresh) fresh ;;
+    ci) ci_runs ;;
   esac
 }
 

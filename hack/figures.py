@@ -39,6 +39,7 @@ RESULTS = [
     "bench/results.json",
     "bench/p8/results.json",
     "bench/fresh-machine.json",
+    "bench/ci-runs.json",
     "docs/chaos-results.md",
     "docs/chaos-results-2.md",
     "docs/soak-results.md",
@@ -225,11 +226,25 @@ def fresh(source):
     )
 
 
+def ci(source):
+    data = json.loads((ROOT / source).read_text())
+    def said(run):
+        result = "passed" if run["rc"] == 0 else f"FAILED (exit {run['rc']})"
+        return f"**{minutes(run['seconds'])}**, {result}"
+    alone = [said(r) for r in data["runs"] if r["busy"] == 0]
+    loaded = [said(r) for r in data["runs"] if r["busy"] > 0]
+    text = f"`.ci/run` alone: {'; '.join(alone) or 'not run'}"
+    busy = next((r["busy"] for r in data["runs"] if r["busy"] > 0), 0)
+    text += f"; beside {busy} busy processes, in a row: {'; '.join(loaded)}" if loaded else "; beside busy processes: not run"
+    return f"{text}; {stamp(data.get('provenance') or {})}, from `{source}`.\n"
+
+
 GENERATORS = {
     "performance": (performance, "bench/results.json"),
     "p8": (p8, "bench/p8/results.json"),
     "mutants": (mutants, "docs/mutants-results.md"),
     "fresh": (fresh, "bench/fresh-machine.json"),
+    "ci": (ci, "bench/ci-runs.json"),
 }
 
 DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")), "bench/README.md"]
