@@ -845,6 +845,20 @@ const EXIT1_REASONS: &[(&str, &[&str], i128)] = &[
         &["driver-restart", "driver-restart-empty"],
         10 * SECOND,
     ),
+    // A replica frozen (or its driver restarted) while it starts: its
+    // driver probe's deadline passes meanwhile and it exits 1, as upstream's
+    // would (the kubelet restarts it). Seen in a loaded CI-size run: the
+    // suite had just restarted replica-1 after a SIGKILL when the next fault
+    // froze it for 4.3 s.
+    (
+        "CSI driver startup failed",
+        &[
+            "leader-sigstop-past-lease",
+            "driver-restart",
+            "driver-restart-empty",
+        ],
+        5 * SECOND,
+    ),
 ];
 
 /// The reason replica `r` logged for exiting, from the 5 s before `at`.

@@ -441,6 +441,29 @@ fn i6_takes_a_lost_lease_after_vanished_connections_as_explained() {
 }
 
 #[test]
+fn i6_takes_a_startup_timeout_while_frozen_as_explained() {
+    // A replica the suite restarted is frozen past its driver probe's
+    // deadline and exits 1 when it resumes. Seen as an I6 violation on a
+    // loaded CI-size run (seed 1).
+    let mut h = clean();
+    h.exits.push(exit1(1, 12.0));
+    h.logs.push((
+        "replica-1 log".into(),
+        "E1127 10:00:11.900000       1 main.rs:107] \"exiting\" err=\"CSI driver startup failed: rpc error: code = DeadlineExceeded desc = context deadline exceeded\"\n".into(),
+    ));
+    // Without a fault that explains it, still a violation.
+    only(&check(&h), "I6");
+    h.windows.push(window(
+        "leader-sigstop-past-lease",
+        7.5,
+        11.8,
+        "replica-1 stopped 4325 ms",
+    ));
+    let f = check(&h);
+    assert!(f.of("I6").is_empty(), "{f:#?}");
+}
+
+#[test]
 fn i6_reports_panics_floods_unexplained_exits_and_busy_standbys() {
     let mut h = clean();
     h.logs.push((
