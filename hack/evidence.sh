@@ -115,8 +115,10 @@ ci_runs() {
       wait "${busy[@]}" 2>/dev/null
     fi
     runs+=("{\"busy\": $load, \"seconds\": $(($(date +%s) - t0)), \"rc\": $status}")
-    echo "ci: busy $load, rc $status, $(($(date +%s) - t0)) s"
-    tail -n 30 "$dir/ci.log"
+    echo "ci: busy $load, rc $status, $(($(date +%s) - t0)) s (log: $state/ci-${#runs[@]}.log)"
+    # Each run's whole log is kept: a failed run's report (a chaos run's
+    # findings, say) is what the next person needs.
+    cp "$dir/ci.log" "$root/$state/ci-${#runs[@]}.log"
     rm -rf "$dir"
     ((status == 0)) || rc=1
   done

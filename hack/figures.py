@@ -24,6 +24,7 @@ and is written by this script from its source, never by hand.
 """
 
 import argparse
+import datetime
 import json
 import math
 import re
@@ -92,7 +93,7 @@ def run_provenance(command):
     commit = git("rev-parse", "--short", "HEAD")
     if commit and git("status", "--porcelain", "--", "src", "tools", "Cargo.lock", "Cargo.toml"):
         commit += "-dirty"
-    date = subprocess.run(["date", "-u", "+%Y-%m-%dT%H:%M:%SZ"], capture_output=True, text=True).stdout.strip()
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {"commit": commit, "date": date, "machine": machine(), "command": command}
 
 
