@@ -31,7 +31,7 @@ use crate::controller::model::CachedPv;
 use crate::controller::model::CachedVa;
 use crate::controller::reconcile;
 use crate::controller::reconcile::orphans::{self, PROBE_NODE};
-use crate::csi::{self, Client, DIAL_TIMEOUT};
+use crate::csi::{self, Client};
 use crate::kube_client;
 use crate::metrics::Metrics;
 
@@ -266,16 +266,8 @@ pub async fn report(config: &Config) -> Result<Report, Error> {
         config.kube_api_burst,
     )?;
     let metrics = Metrics::new()?;
-    let (client, _loss) = Client::connect(
-        &address,
-        DIAL_TIMEOUT,
-        config.timeout,
-        Arc::clone(&metrics.csi),
-    )
-    .await?;
-    client.probe_until_ready().await?;
-    let driver = client.plugin_info().await?.name;
-    let capabilities = client.capabilities().await?;
+    let (client, driver, capabilities) =
+        Client::identified(&address, config.timeout, Arc::clone(&metrics.csi)).await?;
     let fin = finalizer(&driver);
 
     let orphan_cleanup = orphan_cleanup(config, &kube).await;

@@ -39,7 +39,7 @@ use crate::controller::model::{CachedPv, CachedVa};
 use crate::controller::reconcile;
 use crate::controller::seams::cluster::KubeApi;
 use crate::controller::watch;
-use crate::csi::{self, Capabilities, Client, DIAL_TIMEOUT};
+use crate::csi::{self, Capabilities, Client};
 use crate::http::{self, Readiness};
 use crate::kube_client;
 use crate::metrics::Metrics;
@@ -187,17 +187,8 @@ impl Shadow {
         )
         .await?;
 
-        let (client, _loss) = Client::connect(
-            &address,
-            DIAL_TIMEOUT,
-            config.timeout,
-            Arc::clone(&metrics.csi),
-        )
-        .await?;
-        client.probe_until_ready().await?;
-        let driver = client.plugin_info().await?.name;
-        metrics.csi.set_driver_name(&driver);
-        let capabilities = client.capabilities().await?;
+        let (client, driver, capabilities) =
+            Client::identified(&address, config.timeout, Arc::clone(&metrics.csi)).await?;
         readiness.set_driver_ready();
         let lists = capabilities.can_reconcile();
         tracing::info!(driver = %driver, ?capabilities, "Shadow mode: read-only, no Lease, no Publish or Unpublish");

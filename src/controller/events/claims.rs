@@ -109,8 +109,11 @@ impl Limiter {
             "{:?}/{:?}/{:?}/{reason}",
             about.kind, about.namespace, about.name
         );
-        let new = !self.last.contains_key(&key);
-        new && self.last.insert(key, now).is_none()
+        if self.last.contains_key(&key) {
+            return false;
+        }
+        self.last.insert(key, now);
+        true
     }
 }
 
