@@ -9,7 +9,7 @@
 //! (`scenarios/p8.rs`: the seed is the round's, the flag set's and the case's
 //! index, whatever else runs), so the merge is the whole run's results; what
 //! differs is the machine's load (a run alone does not share it with the
-//! other profiles' lanes).
+//! other profiles' lanes), which results.md says (a note, [`crate::report::P8_MERGED`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -154,9 +154,15 @@ pub fn merge(parts: &[(String, Value)]) -> Result<Merged> {
             }
         }
     }
+    ensure!(
+        !notes.contains_key(crate::report::P8_MERGED),
+        "{}: a merge's results: merge the runs it merged",
+        notes[crate::report::P8_MERGED].1
+    );
     for (key, (value, _)) in notes {
         results.note(&key, value);
     }
+    results.note(crate::report::P8_MERGED, parts.len().to_string());
 
     let provenance = provenance(parts, commit);
     Ok(Merged {
@@ -336,6 +342,8 @@ mod tests {
         ];
         let merged = merge(&parts).unwrap();
         let p = &merged.provenance;
+        // One run of them all, but for the note that says they were not.
+        whole.note(crate::report::P8_MERGED, "3".into());
         let want = part(&whole, p.clone());
         assert_eq!(
             results_json(
@@ -357,6 +365,8 @@ mod tests {
             ),
             document(&whole, &merged.sizes, true, MACHINE, p)
         );
+        assert!(document(&merged.results, &merged.sizes, true, MACHINE, p)
+            .contains("**These results merge 3 runs made apart**"));
         assert_eq!(p["commit"], "abc1234");
         assert_eq!(p["machine"], "2 CPUs (AMD), 1 GiB");
         assert_eq!(p["date"], "2026-12-01T09:00:00Z to 2026-12-03T08:00:00Z");
@@ -429,5 +439,10 @@ mod tests {
             "{err}"
         );
         assert!(merge(&[]).is_err());
+        // A merge's results are not merged again.
+        let merged = merge(&[("a".to_owned(), part(&a, p.clone()))]).unwrap();
+        let again = part(&merged.results, p.clone());
+        let err = merge(&[("m".to_owned(), again), ("b".to_owned(), ok.clone())]).unwrap_err();
+        assert!(err.to_string().contains("a merge's results"), "{err}");
     }
 }

@@ -256,6 +256,13 @@ pub fn p8_tables(results: &Results, sizes: &Sizes) -> String {
              against it is what `{flags}` does (`hack/bench.sh --p8-third`).\n\n"
         ));
     }
+    if let Some(runs) = results.notes().get(P8_MERGED) {
+        md.push_str(&format!(
+            "**These results merge {runs} runs made apart** (`hack/bench.sh --merge`; each a \
+             profile's, a flag set's or some cases', with the seeds of one run's rounds): a \
+             profile's runs did not have the other profiles' beside them.\n\n"
+        ));
+    }
     md.push_str(&format!(
         "| profile | attachments per node | chart flags (upstream defaults: `{}`) |\n|---|---|---|\n",
         DEFAULTS.join(" "),
@@ -559,6 +566,8 @@ pub fn growth_table(results: &Results, steps: &[GrowthSize]) -> String {
 pub const APISERVER_FLAGS: &str = "kube-apiserver flags";
 /// The note of P8's third side's flags, where `--p8-third` set them.
 pub const P8_THIRD: &str = "p8 third side";
+/// The note of a merge (`--merge`): how many P8 runs made apart.
+pub const P8_MERGED: &str = "p8 merged runs";
 
 /// A cell of the cost tables: "upstream / ours (ratio)" medians.
 fn cost_cell(results: &Results, metric: &crate::metric::Metric, ratio: bool) -> String {
