@@ -16,6 +16,10 @@
 #   hack/bench.sh --only p8 --p8-floor-only
 #                                 P8's floor alone (and its cloud operations' bound), no attacher
 #   hack/bench.sh --charts-only   redraw the SVG charts from bench/results.json (or --out DIR's), running nothing
+#   hack/bench.sh --merge DIR... --out DIR2
+#                                 P8 runs made apart (each DIR a run's --out, one commit, one machine, the
+#                                 same --rounds) into DIR2's results.{md,json} and charts, as one run of
+#                                 them all writes them (hack/evidence.sh's p8 part), running nothing
 #   hack/bench.sh --wire-format [--pvs N] [--reps R] [--out DIR]
 #                                 JSON against protobuf for a list of N PVs (benches/wire_format.rs):
 #                                 the API server's CPU, bytes, our decode → DIR/wire-format.md
@@ -38,8 +42,8 @@ bench() {
   exec "$dir/csi-attacher-bench" "$@"
 }
 
-# Redrawing charts or printing the flags needs no control plane.
-if [[ " $* " == *" --charts-only "* || " $* " == *" --help "* ]]; then
+# Redrawing charts, merging runs or printing the flags needs no control plane.
+if [[ " $* " == *" --charts-only "* || " $* " == *" --merge "* || " $* " == *" --help "* ]]; then
   bench "$@"
 fi
 

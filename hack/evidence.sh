@@ -10,8 +10,18 @@
 # date, machine and command, through hack/figures.py --provenance):
 #   mutants   the full mutation table            docs/mutants-results.md
 #   bench     P1-P7, limits, growth, floor, cost  bench/results.{md,json} and charts (3 rounds)
-#   p8        P8 at the charts' flags and at upstream's defaults, 5 rounds (5 distinct
-#             seeds per cell), with the azure-disk-fast sensitivity row   bench/p8/
+#   p8-*      P8 at the charts' flags and at upstream's defaults, 5 rounds (5 distinct
+#             seeds per cell), with the azure-disk-fast sensitivity row, in ten parts
+#             that each fit a session (the whole is ~4 h): one per profile, or per
+#             profile and flag set (chart, defaults), azure-disk's defaults also
+#             per cases; each `hack/bench.sh --only p8-<profile> [--p8-flags F]
+#             [--p8-cases C] --rounds 5` into target/evidence/<commit>/<part>/.
+#             A part draws the seeds a whole run's rounds draw (round, flag set
+#             and case, not the profile, pick a seed); it runs alone, not beside
+#             the other profiles' lanes. `--list` gives each one's estimate
+#             (from the committed one-round run's lane times, bench/README.md, × 5)
+#   p8        once every p8-* part is done at this commit (else it fails, to be
+#             retried): `hack/bench.sh --merge` of their results   bench/p8/
 #   chaos-1   a 500-fault chaos run, seed from the commit     docs/chaos-results.md
 #   chaos-2   another, the next seed                          docs/chaos-results-2.md
 #   soak      two hours                                       docs/soak-results.md
@@ -29,7 +39,39 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
-all=(mutants bench p8 chaos-1 chaos-2 soak fresh ci)
+# P8's parts, and each one's minutes at full size (5 rounds) estimated from
+# the committed one-round run (bench/README.md, "Time"): a lane's minutes per
+# round × 5, split by flag set in the shares of the runs' measured times.
+p8_parts=(p8-aws-ebs p8-azure-disk-chart p8-azure-disk-defaults-up-drain
+  p8-azure-disk-defaults-gone-oos-noisy p8-gce-pd-chart p8-gce-pd-defaults
+  p8-serial-per-node-chart p8-serial-per-node-defaults p8-azure-disk-fast-chart
+  p8-azure-disk-fast-defaults)
+# The harness's flags of a P8 part (besides --rounds 5 --out DIR), and its estimate.
+p8_args() {
+  case "$1" in
+    p8-aws-ebs) echo "--only p8-aws-ebs" ;;
+    p8-azure-disk-defaults-up-drain) echo "--only p8-azure-disk --p8-flags defaults --p8-cases up,drain" ;;
+    p8-azure-disk-defaults-gone-oos-noisy) echo "--only p8-azure-disk --p8-flags defaults --p8-cases gone,oos,noisy" ;;
+    *-chart) echo "--only ${1%-chart} --p8-flags chart" ;;
+    *-defaults) echo "--only ${1%-defaults} --p8-flags defaults" ;;
+  esac
+}
+p8_minutes() {
+  case "$1" in
+    p8-aws-ebs) echo 70 ;;
+    p8-azure-disk-chart) echo 90 ;;
+    p8-azure-disk-defaults-up-drain) echo 90 ;;
+    p8-azure-disk-defaults-gone-oos-noisy) echo 55 ;;
+    p8-gce-pd-chart) echo 75 ;;
+    p8-gce-pd-defaults) echo 70 ;;
+    p8-serial-per-node-chart) echo 45 ;;
+    p8-serial-per-node-defaults) echo 85 ;;
+    p8-azure-disk-fast-chart) echo 60 ;;
+    p8-azure-disk-fast-defaults) echo 90 ;;
+  esac
+}
+
+all=(mutants bench "${p8_parts[@]}" p8 chaos-1 chaos-2 soak fresh ci)
 parts=("${all[@]}")
 list=false
 while [ $# -gt 0 ]; do
@@ -50,7 +92,15 @@ state=target/evidence/$commit
 mkdir -p "$state"
 if $list; then
   for p in "${all[@]}"; do
-    if [ -e "$state/$p.done" ]; then echo "$p: done at $commit ($(cat "$state/$p.done"))"; else echo "$p: to do"; fi
+    if [ -e "$state/$p.done" ]; then
+      echo "$p: done at $commit ($(cat "$state/$p.done"))"
+    elif [[ $p == p8-* ]]; then
+      echo "$p: to do (~$(p8_minutes "$p") min and the release build: hack/bench.sh $(p8_args "$p") --rounds 5)"
+    elif [[ $p == p8 ]]; then
+      echo "$p: to do (merges the p8-* parts into bench/p8/ once all are done at $commit)"
+    else
+      echo "$p: to do"
+    fi
   done
   exit 0
 fi
@@ -132,6 +182,21 @@ EOF
   return $rc
 }
 
+# P8's parts merged into bench/p8/, once each is done at this commit; the
+# merge fails when their commit, machine or sizes differ.
+p8_merge() {
+  local sub missing=() dirs=()
+  for sub in "${p8_parts[@]}"; do
+    [ -e "$state/$sub.done" ] || missing+=("$sub")
+    dirs+=("$state/$sub")
+  done
+  if ((${#missing[@]})); then
+    echo "p8: merges its parts once each is done at $commit; not yet: ${missing[*]}" >&2
+    return 1
+  fi
+  hack/bench.sh --merge "${dirs[@]}" --out bench/p8
+}
+
 run_part() {
   local part=$1
   CSI_ATTACHER_PROVENANCE=$(python3 hack/figures.py --provenance "hack/evidence.sh --only $part")
@@ -139,7 +204,12 @@ run_part() {
   case "$part" in
     mutants) python3 hack/mutants.py --in-place --table docs/mutants-results.md ;;
     bench) hack/bench.sh --only limit,p1,p2,p3,p4,p5,p6,p1-workers,p4-load,p7,growth,floor,cost --out bench ;;
-    p8) hack/bench.sh --only p8,p8-azure-disk-fast --rounds 5 --out bench/p8 ;;
+    p8-*)
+      rm -rf "${state:?}/$part"
+      # shellcheck disable=SC2046 # p8_args's words are flags
+      hack/bench.sh $(p8_args "$part") --rounds 5 --out "$state/$part"
+      ;;
+    p8) p8_merge ;;
     chaos-1) CHAOS_REPORT=$root/docs/chaos-results.md hack/chaos.sh --full --seed "$seed" ;;
     chaos-2) CHAOS_REPORT=$root/docs/chaos-results-2.md hack/chaos.sh --full --seed "$((seed + 1))" ;;
     soak) hack/soak.sh ;;

@@ -29,6 +29,9 @@ pub struct Cli {
     /// Redraw the charts from <out>/results.json, running nothing.
     #[arg(long)]
     pub charts_only: bool,
+    /// Merge P8 runs made apart (each DIR a run's --out: one per profile, flag set or cases, at one commit on one machine, same sizes and rounds) into --out's results.json, results.md and charts, as one run of them all writes them, running nothing; fails when the runs differ in commit, machine or sizes, or two measured the same thing.
+    #[arg(long, value_name = "DIR", num_args = 1.., requires = "out", conflicts_with_all = ["only", "rounds", "charts_only", "ours_only", "p8_cases", "p8_flags", "p8_third", "p8_create_qps", "p8_floor_only"])]
+    pub merge: Option<Vec<PathBuf>>,
     /// P8 runs only these cases (comma-separated keys: up, drain, gone, oos, noisy) [default: all].
     #[arg(long, value_name = "CASES", value_delimiter = ',', value_parser = parse_case)]
     p8_cases: Option<Vec<Case>>,
@@ -304,6 +307,22 @@ mod tests {
         // --rounds applies to P8 too; its own default is one round.
         assert_eq!(parse(&[]).unwrap().sizes().p8.rounds, 1);
         assert_eq!(parse(&["--rounds", "2"]).unwrap().sizes().p8.rounds, 2);
+    }
+
+    #[test]
+    fn merge_takes_dirs_and_needs_out() {
+        let cli = parse(&["--merge", "a", "b", "--out", "c"]).unwrap();
+        assert_eq!(
+            cli.merge,
+            Some(vec![PathBuf::from("a"), PathBuf::from("b")])
+        );
+        assert_eq!(cli.out(), PathBuf::from("c"));
+        // Never into bench/ by default; nothing to run beside it.
+        assert!(parse(&["--merge", "a"]).is_err());
+        assert!(parse(&["--merge", "--out", "c"]).is_err());
+        assert!(parse(&["--merge", "a", "--out", "c", "--only", "p8"]).is_err());
+        assert!(parse(&["--merge", "a", "--out", "c", "--rounds", "5"]).is_err());
+        assert!(parse(&["--smoke", "--merge", "a", "--out", "c"]).is_ok());
     }
 
     #[test]

@@ -13,7 +13,8 @@
 //! - `floor`: the floor attacher, this binary run with `--floor-attacher`;
 //! - `p8`: P8's profiles, flag sets, cases and the pure parts of its runs;
 //! - `metric`: every metric with its direction, and the values of a run;
-//!   `stats`: percentiles and medians; `report`, `charts`: the files written.
+//!   `stats`: percentiles and medians; `report`, `charts`: the files written;
+//!   `merge`: P8 runs made apart (`--merge`) into one run's files.
 //!
 //! A workspace member of its own (tools/bench), not the product's: the pure
 //! modules' unit tests run with `cargo test --workspace`.
@@ -27,6 +28,7 @@ mod cli;
 mod floor;
 mod harness;
 mod k8s;
+mod merge;
 mod metric;
 mod outage;
 mod p8;
@@ -74,6 +76,10 @@ fn main() -> Result<()> {
 async fn bench() -> Result<()> {
     let cli = Cli::parse();
     let out = cli.out();
+    // P8 runs made apart, merged: no control plane, no attachers.
+    if let Some(dirs) = &cli.merge {
+        return merge::run(dirs, &out);
+    }
     // Charts from the results already there: no control plane, no attachers.
     if cli.charts_only {
         return report::write_charts(&out);

@@ -485,6 +485,19 @@ pub enum Side {
 }
 
 impl Side {
+    pub const ALL: [Side; 5] = [
+        Side::Upstream,
+        Side::Ours,
+        Side::OursFifo,
+        Side::ApiServer,
+        Side::Floor,
+    ];
+
+    /// The side of a key in results.json.
+    pub fn from_key(key: &str) -> Option<Side> {
+        Side::ALL.into_iter().find(|side| side.key() == key)
+    }
+
     /// The key in results.json.
     pub fn key(self) -> &'static str {
         match self {

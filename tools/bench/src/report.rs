@@ -15,21 +15,63 @@ use crate::sizes::{GrowthSize, Sizes};
 use crate::stats::Summary;
 
 /// Writes `<out>/results.md`, `<out>/results.json` and the charts; prints results.md.
+/// The run's provenance is `CSI_ATTACHER_PROVENANCE` (hack/bench.sh sets it),
+/// its machine this one.
 pub fn write(results: &Results, sizes: &Sizes, smoke: bool, out: &Path) -> Result<()> {
-    std::fs::create_dir_all(out)?;
-    let machine = machine();
     let provenance: serde_json::Value = std::env::var("CSI_ATTACHER_PROVENANCE")
         .ok()
         .and_then(|p| serde_json::from_str(&p).ok())
         .unwrap_or(serde_json::Value::Null);
-    let md = markdown(results, sizes, smoke, &machine);
-    // The run's provenance after the title, as hack/figures.py reads it.
-    let md = match md.split_once('\n') {
+    write_as(results, sizes, smoke, &machine(), &provenance, out)
+}
+
+/// [`write`] with the machine and provenance given (a merge of runs made
+/// apart: theirs, not the merging process's).
+pub fn write_as(
+    results: &Results,
+    sizes: &Sizes,
+    smoke: bool,
+    machine: &str,
+    provenance: &serde_json::Value,
+    out: &Path,
+) -> Result<()> {
+    std::fs::create_dir_all(out)?;
+    let md = document(results, sizes, smoke, machine, provenance);
+    std::fs::write(out.join("results.md"), &md)?;
+    let json = results_json(results, sizes, smoke, machine, provenance);
+    std::fs::write(
+        out.join("results.json"),
+        serde_json::to_string_pretty(&json)?,
+    )?;
+    eprintln!("\n{md}");
+    write_charts(out)
+}
+
+/// results.md: [`markdown`] with the run's provenance after the title, as
+/// hack/figures.py reads it.
+pub fn document(
+    results: &Results,
+    sizes: &Sizes,
+    smoke: bool,
+    machine: &str,
+    provenance: &serde_json::Value,
+) -> String {
+    let md = markdown(results, sizes, smoke, machine);
+    match md.split_once('\n') {
         Some((title, rest)) => format!("{title}\n\n<!-- provenance: {provenance} -->\n{rest}"),
         None => md,
-    };
-    std::fs::write(out.join("results.md"), &md)?;
-    let json = json!({
+    }
+}
+
+/// results.json.
+pub fn results_json(
+    results: &Results,
+    sizes: &Sizes,
+    smoke: bool,
+    machine: &str,
+    provenance: &serde_json::Value,
+) -> serde_json::Value {
+    json!({
         "provenance": provenance,
         "sizes": sizes.to_json(),
         "smoke": smoke,
@@ -37,13 +79,7 @@ pub fn write(results: &Results, sizes: &Sizes, smoke: bool, out: &Path) -> Resul
         "results": results.to_json(),
         "distributions": results.distributions_json(),
         "notes": results.notes(),
-    });
-    std::fs::write(
-        out.join("results.json"),
-        serde_json::to_string_pretty(&json)?,
-    )?;
-    eprintln!("\n{md}");
-    write_charts(out)
+    })
 }
 
 /// The SVG charts of `<out>/results.json`, beside it.
@@ -218,6 +254,13 @@ pub fn p8_tables(results: &Results, sizes: &Sizes) -> String {
             "**In this run the third value of each cell is not ours FIFO**: it is ours with \
              `{flags}` after the same flags (per-node scheduling on, as ours ships), so ours \
              against it is what `{flags}` does (`hack/bench.sh --p8-third`).\n\n"
+        ));
+    }
+    if let Some(runs) = results.notes().get(P8_MERGED) {
+        md.push_str(&format!(
+            "**These results merge {runs} runs made apart** (`hack/bench.sh --merge`; each a \
+             profile's, a flag set's or some cases', with the seeds of one run's rounds): a \
+             profile's runs did not have the other profiles' beside them.\n\n"
         ));
     }
     md.push_str(&format!(
@@ -523,6 +566,8 @@ pub fn growth_table(results: &Results, steps: &[GrowthSize]) -> String {
 pub const APISERVER_FLAGS: &str = "kube-apiserver flags";
 /// The note of P8's third side's flags, where `--p8-third` set them.
 pub const P8_THIRD: &str = "p8 third side";
+/// The note of a merge (`--merge`): how many P8 runs made apart.
+pub const P8_MERGED: &str = "p8 merged runs";
 
 /// A cell of the cost tables: "upstream / ours (ratio)" medians.
 fn cost_cell(results: &Results, metric: &crate::metric::Metric, ratio: bool) -> String {
