@@ -33,8 +33,11 @@
 #
 # State: target/evidence/<commit>/<part>.{log,done}. A part that fails leaves no
 # .done and is run again next time; the script goes on with the other parts
-# and exits 1 at the end. The product (src/, tools/, Cargo.*) must not differ
-# from HEAD: a figure describes a commit.
+# and exits 1 at the end. <commit> is the code's (`hack/figures.py
+# --code-commit`: the last commit outside docs/, bench/ and Markdown), so the
+# results of finished parts may be committed between sessions without
+# redoing them; the work tree must not differ from it outside those: a figure
+# describes a commit.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -87,7 +90,9 @@ for p in "${parts[@]}"; do
   [[ " ${all[*]} " == *" $p "* ]] || { echo "evidence: no part $p (parts: ${all[*]})" >&2; exit 2; }
 done
 
-commit=$(git rev-parse --short HEAD)
+# The code's commit (hack/figures.py: the last commit outside docs/, bench/
+# and Markdown): committing the results of finished parts keeps them done.
+commit=$(python3 hack/figures.py --code-commit)
 state=target/evidence/$commit
 mkdir -p "$state"
 if $list; then
@@ -104,8 +109,8 @@ if $list; then
   done
   exit 0
 fi
-if [ -n "$(git status --porcelain -- src tools Cargo.toml Cargo.lock)" ]; then
-  echo "evidence: src/, tools/ or Cargo.* differ from HEAD ($commit): commit first" >&2
+if [[ $commit == *-dirty ]]; then
+  echo "evidence: the work tree differs from ${commit%-dirty} outside docs/, bench/ and Markdown: commit first" >&2
   exit 1
 fi
 

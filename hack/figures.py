@@ -87,12 +87,26 @@ def machine():
     return f"{cpus} CPUs ({model}), {mem:.0f} GiB"
 
 
-def run_provenance(command):
-    """The commit (with `-dirty` when the product or its tools differ from
-    it), the UTC date and time, the machine and the command of a run."""
-    commit = git("rev-parse", "--short", "HEAD")
-    if commit and git("status", "--porcelain", "--", "src", "tools", "Cargo.lock", "Cargo.toml"):
+# What a run measures: everything but the results and the prose (docs/,
+# bench/, Markdown). A commit that only adds results or prose changes no
+# figure, so a run names the last commit that changed code, scripts or tests,
+# and a resumed hack/evidence.sh keeps the parts done before such a commit.
+CODE = [".", ":(exclude)docs", ":(exclude)bench", ":(exclude)*.md"]
+
+
+def code_commit():
+    """The last commit that changed what a run measures (see CODE), with
+    `-dirty` when the work tree differs from it there."""
+    commit = git("log", "-1", "--format=%h", "--", *CODE)
+    if commit and git("status", "--porcelain", "--untracked-files=no", "--", *CODE):
         commit += "-dirty"
+    return commit
+
+
+def run_provenance(command):
+    """The code's commit (`code_commit`), the UTC date and time, the machine
+    and the command of a run."""
+    commit = code_commit()
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {"commit": commit, "date": date, "machine": machine(), "command": command}
 
@@ -279,7 +293,11 @@ def main():
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--provenance", metavar="COMMAND")
+    ap.add_argument("--code-commit", action="store_true", help="print the commit a run at HEAD names")
     args = ap.parse_args()
+    if args.code_commit:
+        print(code_commit())
+        return 0
     if args.provenance is not None:
         print(json.dumps(run_provenance(args.provenance)))
         return 0
