@@ -12,11 +12,14 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    // `csi-attacher check [flags]`: the read-only report for operators;
-    // `csi-attacher shadow [flags]`: beside the active attacher, read-only.
+    // A removed subcommand must not start the sidecar (it would ignore the word).
+    if args.get(1).is_some_and(|a| a == "shadow") {
+        eprintln!("csi-attacher shadow was removed (CHANGELOG.md); `csi-attacher check` is the pre-flight");
+        return ExitCode::from(2);
+    }
+    // `csi-attacher check [flags]`: the read-only report for operators.
     let check = args.get(1).is_some_and(|a| a == "check");
-    let shadow = args.get(1).is_some_and(|a| a == "shadow");
-    if check || shadow {
+    if check {
         args.remove(1);
     }
     let config = match Config::try_parse_go(args) {
@@ -65,9 +68,6 @@ fn main() -> ExitCode {
 
     if check {
         return run_check(&config);
-    }
-    if shadow {
-        return run_shadow(&config);
     }
     run_sidecar(config, gates)
 }
@@ -139,46 +139,6 @@ fn run_check(config: &Config) -> ExitCode {
         }
         Err(err) => {
             eprintln!("check failed: {err}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// Runs shadow mode until SIGTERM/SIGINT, then prints its report; exit 0,
-/// or 1 when it could not start.
-fn run_shadow(config: &Config) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(err) => {
-            tracing::error!(error = %err, "cannot start the async runtime");
-            return ExitCode::FAILURE;
-        }
-    };
-    let stop = async {
-        csi_attacher::run::shutdown_signal().await;
-        tracing::info!("Shutting down; the report follows on stdout");
-    };
-    match runtime.block_on(csi_attacher::shadow::run(config, stop)) {
-        Ok(mut report) => {
-            if config.output == "json" {
-                match serde_json::to_string_pretty(&report) {
-                    Ok(json) => println!("{json}"),
-                    Err(err) => {
-                        eprintln!("cannot encode the report: {err}");
-                        return ExitCode::FAILURE;
-                    }
-                }
-            } else {
-                report.predictions.clear();
-                print!("{}", report.to_text());
-            }
-            ExitCode::SUCCESS
-        }
-        Err(err) => {
-            tracing::error!(error = %err, "shadow mode failed");
             ExitCode::FAILURE
         }
     }

@@ -340,7 +340,6 @@ async fn serve_http(
             .filter(|_| !http_endpoint.is_empty())
             .map(Elector::health),
         readiness: readiness.clone(),
-        shadow_report: None,
     };
     tracing::info!(address = %http_address, "Serving metrics and health checks");
     tokio::spawn(http::serve(listener, endpoint));

@@ -89,7 +89,7 @@ use values::{
 /// Where the kubelet reads a container's termination message by default.
 pub const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
 
-/// The end of `--help`: the `check` and `shadow` subcommands, which clap does not know
+/// The end of `--help`: the `check` subcommand, which clap does not know
 /// about (`main` takes it off the arguments before they are parsed).
 const CHECK_HELP: &str = "\
 Subcommand:
@@ -98,15 +98,7 @@ Subcommand:
       driver's published nodes disagree, VAs with an attach or detach error, PVs and VAs being
       deleted that still hold our finalizer. --output=text|json. Exit 0 when nothing needs
       attention, 1 otherwise. Writes nothing (GET/LIST on the API; Probe, identity,
-      capabilities and ListVolumes on the driver).
-  csi-attacher shadow [OPTIONS]
-      Shadow mode, beside the active attacher (upstream's or ours): for every VolumeAttachment
-      of the driver, what we would do (our decision, the Publish request) against what the
-      active attacher does, as the objects and the driver's published nodes show it. Each
-      divergence is a warning line and counts in csi_attacher_shadow_divergences_total{kind};
-      the report (--output=text|json, with a timing summary) goes to stdout on SIGTERM/SIGINT.
-      Read-only: no Lease, no writes, no Publish or Unpublish (watches VAs, PVs and CSINodes;
-      Probe, identity, capabilities and ListVolumes on the driver, every --reconcile-sync).";
+      capabilities and ListVolumes on the driver).";
 
 /// The sidecar's configuration.
 ///
@@ -118,7 +110,7 @@ Subcommand:
     name = "csi-attacher",
     version,
     about = "CSI external-attacher: makes VolumeAttachments true with ControllerPublish/ControllerUnpublish",
-    override_usage = "csi-attacher [OPTIONS]\n       csi-attacher check [OPTIONS]\n       csi-attacher shadow [OPTIONS]",
+    override_usage = "csi-attacher [OPTIONS]\n       csi-attacher check [OPTIONS]",
     after_help = CHECK_HELP,
     disable_version_flag = true,
     args_override_self = true
@@ -292,7 +284,7 @@ pub struct Config {
     #[arg(long, default_value = "text")]
     pub logging_format: String,
 
-    /// `check` and `shadow` only: report format, text or json.
+    /// `check` only: report format, text or json.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     pub output: String,
 
