@@ -1,26 +1,13 @@
 //! The HTTP endpoint: metrics and health (`--http-endpoint` / `--metrics-address`).
-//! Contract: `docs/contract.md#health-endpoints`.
+//! Paths and answers: `docs/contract.md#health-endpoints`.
 //!
-//! | path | answer |
-//! |---|---|
-//! | `--metrics-path` (`/metrics`) | Prometheus text format |
-//! | `/healthz/leader-election` | 200 `ok`; 500 when this replica leads and has not renewed for lease duration + 20 s (only with `--http-endpoint` and `--leader-election`, as upstream) |
-//! | `/healthz` | 200 `ok` while the process serves (ours) |
-//! | `/readyz` | 200 once the driver answered and the caches synced, else 503 (ours) |
-//!
-//! # Bounds
-//! The endpoint runs on a thread and runtime of its own ([`serve`]), so a
-//! flood of connections costs that thread only: the controller and the Lease
-//! renewals never wait behind it. On that thread:
-//! - a request's headers must arrive within [`HEADER_READ_TIMEOUT`] of the
-//!   connection's start or of the previous response (a slowloris client is
-//!   closed then);
-//! - at most [`max_connections`] connections are open; one more closes the
-//!   oldest (an idle flood then churns through the cap while probes, which
-//!   send their request at once, are answered);
-//! - a failed accept (EMFILE: no file descriptors left) closes the oldest
-//!   connection, if any, and waits 5 ms, doubling to 1 s while it keeps
-//!   failing (as Go's `net/http`), instead of retrying in a busy loop.
+//! It runs on a thread and runtime of its own ([`serve`]), so a flood of
+//! connections costs that thread only: the controller and the Lease renewals
+//! never wait behind it. There, a request's headers must arrive within
+//! [`HEADER_READ_TIMEOUT`], at most [`max_connections`] are open (one more
+//! closes the oldest), and a failed accept backs off (5 ms doubling to 1 s,
+//! as Go's `net/http`), closing the oldest connection on EMFILE; why each:
+//! `docs/bounds.md`.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;

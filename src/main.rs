@@ -66,10 +66,29 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
 
+    // One thread: the attacher waits on the API server and the driver; a
+    // single-threaded runtime spends less CPU on wake-ups and hand-offs than
+    // a work-stealing pool (tools/bench, P2).
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(err) => {
+            tracing::error!(error = %err, "cannot start the async runtime");
+            return ExitCode::FAILURE;
+        }
+    };
     if check {
-        return run_check(&config);
+        return run_check(&runtime, &config);
     }
-    run_sidecar(config, gates)
+    match runtime.block_on(csi_attacher::run(config, gates)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            tracing::error!(error = %err, "exiting");
+            ExitCode::from(err.exit_code())
+        }
+    }
 }
 
 /// Upstream's one line `<argv0> <version>`, then the build's identity.
@@ -86,60 +105,29 @@ fn print_version() {
     );
 }
 
-/// Runs the sidecar to its end; the exit code says how it ended.
-fn run_sidecar(config: Config, gates: csi_attacher::config::FeatureGates) -> ExitCode {
-    // One thread: the attacher waits on the API server and the driver; a
-    // single-threaded runtime spends less CPU on wake-ups and hand-offs than
-    // a work-stealing pool (tools/bench, P2).
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
+/// Prints the report; exit 0 when clean, 1 when anything needs attention or it failed.
+fn run_check(runtime: &tokio::runtime::Runtime, config: &Config) -> ExitCode {
+    let report = match runtime.block_on(csi_attacher::check::report(config)) {
+        Ok(report) => report,
         Err(err) => {
-            tracing::error!(error = %err, "cannot start the async runtime");
+            eprintln!("check failed: {err}");
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(csi_attacher::run(config, gates)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            tracing::error!(error = %err, "exiting");
-            ExitCode::from(err.exit_code())
+    if config.output == "json" {
+        match serde_json::to_string_pretty(&report) {
+            Ok(json) => println!("{json}"),
+            Err(err) => {
+                eprintln!("cannot encode the report: {err}");
+                return ExitCode::FAILURE;
+            }
         }
+    } else {
+        print!("{}", report.to_text());
     }
-}
-
-/// Prints the report; exit 0 when clean, 1 when anything needs attention or it failed.
-fn run_check(config: &Config) -> ExitCode {
-    let report = tokio::runtime::Runtime::new()
-        .map_err(|e| e.to_string())
-        .and_then(|rt| {
-            rt.block_on(csi_attacher::check::report(config))
-                .map_err(|e| e.to_string())
-        });
-    match report {
-        Ok(report) => {
-            if config.output == "json" {
-                match serde_json::to_string_pretty(&report) {
-                    Ok(json) => println!("{json}"),
-                    Err(err) => {
-                        eprintln!("cannot encode the report: {err}");
-                        return ExitCode::FAILURE;
-                    }
-                }
-            } else {
-                print!("{}", report.to_text());
-            }
-            if report.is_clean() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            }
-        }
-        Err(err) => {
-            eprintln!("check failed: {err}");
-            ExitCode::FAILURE
-        }
+    if report.is_clean() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }

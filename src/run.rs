@@ -1,16 +1,8 @@
 //! Wiring: flags → API clients, driver connection and identity, HTTP endpoint,
-//! leader election, controller; then wait for a signal or a fatal event.
-//!
-//! # Exit
-//! - SIGTERM/SIGINT: workers stop taking keys, in-flight operations finish
-//!   (bounded by `--timeout`), exit 0. The Lease is released only if every
-//!   driver call returned; calls the drain had to abandon may still run in
-//!   the driver, so then the Lease is left to expire (and the log says so).
-//! - Lost driver connection: the reason goes to the termination log, exit 1.
-//! - Lost leadership: exit 1 (the container restarts as a standby). Driver
-//!   calls stop earlier, when the leadership window closes (`leader.rs`).
-//! - Leader-election timing client-go refuses: exit 2 with client-go's text
-//!   (upstream panics with it, after connecting to the driver).
+//! leader election, controller; then wait for a signal or a fatal event. How
+//! each ends (exit codes): `docs/contract.md#exit-codes`. On SIGTERM the
+//! Lease is released only if every driver call returned (the drain may
+//! abandon calls that still run in the driver).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -430,7 +422,7 @@ async fn lead(
     mut stop: watch::Receiver<bool>,
     release: bool,
 ) {
-    let changes = Box::pin(elector_changes(&elector));
+    let changes = Box::pin(elector.api().changes());
     tokio::select! {
         () = elector.acquire(changes) => {}
         () = stopped(&mut stop) => return,
@@ -449,12 +441,6 @@ async fn lead(
 /// Resolves once `stop` is true.
 async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
-}
-
-fn elector_changes(
-    elector: &Elector<KubeLeases>,
-) -> impl futures::Stream<Item = ()> + Send + 'static {
-    elector.api().changes()
 }
 
 /// `--leader-election-namespace`, else `$POD_NAMESPACE`, else the service account's, else `default`.

@@ -24,37 +24,13 @@
 //! 1. [`Config::validate_logging`]: component-base's logging validation.
 //! 2. [`Config::feature_gates`]: the merged `--feature-gates` map (`config/gates.rs`).
 //! 3. `--version` prints and exits 0 (main).
-//! 4. [`Config::validate`]: upstream's remaining checks, and ours for values
-//!    Go accepts but cannot run with:
+//! 4. [`Config::validate`]: upstream's remaining checks, and ours for values Go
+//!    accepts but cannot run with (negative durations and bursts; with
+//!    `--leader-election` only, as upstream, its timing and labels).
 //!
-//! | Value | Upstream | Here |
-//! |---|---|---|
-//! | negative `--timeout` | every probe times out at once: never starts | exit 1 |
-//! | negative `--resync`, `--reconcile-sync` | the resync / reconcile timer fires in a busy loop | exit 1 |
-//! | negative `--retry-interval-start`/`-max` | failed items retry at once, no backoff | exit 1 |
-//! | negative or inconsistent `--leader-election-*-duration/-deadline/-period` (with `--leader-election`) | client-go's `RunOrDie` panics after connecting (exit 2) | exit 2 with client-go's message (negative: exit 1) |
-//! | negative `--kube-api-burst` with a rate limit | every API request fails | exit 1 |
-//! | a label client-go would send but the API server refuses (with `--leader-election`) | never becomes leader | exit 1 |
-//!
-//! Without `--leader-election` the leader-election values are unused and, as
-//! upstream, not checked.
-//!
-//! # Values upstream accepts but cannot run with sensibly (raised, with a warning)
-//! [`Config::try_parse_go`] raises them and [`Config::validate`] logs each change:
-//!
-//! | Value | Upstream | Here |
-//! |---|---|---|
-//! | `--timeout` below 100 ms (`0`) | every CSI call fails before it is sent; never starts | 100 ms |
-//! | `--retry-interval-start`/`-max` below 100 ms (`0`) | failed VAs retry in a busy loop | 100 ms |
-//! | `--reconcile-sync` below 100 ms (`0`) | ListVolumes passes back to back | 100 ms |
-//! | `--resync` between 0 and 1 s | client-go raises it to 1 s, with a warning | 1 s (0 still disables) |
-//! | `--worker-threads` above 10,000 | one goroutine per worker: memory runs out | 10,000 |
-//!
-//! `--retry-interval-max` below `--retry-interval-start` is kept, as upstream
-//! (every retry waits `--retry-interval-max`), with a warning. Huge durations
-//! (up to Go's 292 years) are kept: nothing overflows with them. Zero
-//! `--worker-threads` stays an error, as upstream. `docs/bounds.md` has the
-//! operator's view.
+//! Values upstream runs with but badly (`--timeout=0`, 20,000 workers) are
+//! raised to a sane bound instead ([`Adjustment`], `bounds.rs`). Each value,
+//! what upstream does with it and what we do: `docs/bounds.md`.
 //!
 //! # Files
 //! - `mod.rs`: [`Config`], its flags (clap's derive) and their defaults.

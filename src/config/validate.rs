@@ -1,6 +1,6 @@
 //! The checks after parsing, in upstream's order: component-base's logging validation,
-//! the feature gates, then upstream's remaining checks and ours (the tables are in the
-//! `config` module docs), with the API server's rules for the Lease's labels.
+//! the feature gates, then upstream's remaining checks and ours (the table is in
+//! `docs/bounds.md`), with the API server's rules for the Lease's labels.
 
 use std::time::Duration;
 
@@ -25,7 +25,7 @@ pub enum Error {
     /// What component-base's logging validation refuses (flush period, format, alpha options).
     #[error("LoggingConfiguration is invalid: {0}")]
     Logging(String),
-    /// A negative duration where upstream would break (see the `config` module docs).
+    /// A negative duration where upstream would break (`docs/bounds.md`).
     #[error("invalid --{flag}={value}: the duration must not be negative")]
     NegativeDuration {
         /// The flag's name.
