@@ -86,7 +86,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             tracing::error!(error = %err, "exiting");
-            ExitCode::from(err.exit_code())
+            ExitCode::FAILURE
         }
     }
 }

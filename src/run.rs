@@ -49,23 +49,9 @@ pub enum RunError {
     /// Another replica took over, or the Lease could not be renewed.
     #[error("Stopped leading")]
     LostLeadership,
-    /// Leader-election durations client-go's `NewLeaderElector` refuses.
-    #[error(transparent)]
-    LeaderElection(#[from] leader::InvalidTiming),
     /// A metric family the crate refused (a bug in its definition).
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),
-}
-
-impl RunError {
-    /// The process exit code: 2 where upstream panics (Go's exit code for a
-    /// panic), 1 otherwise.
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            Self::LeaderElection(_) => 2,
-            _ => 1,
-        }
-    }
 }
 
 /// Runs the sidecar until SIGTERM/SIGINT (Ok) or a fatal error.
@@ -89,7 +75,7 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
     } else {
         config.leader_election_identity.clone()
     };
-    let elector = elector(&config, &info.name, &identity, election_client, &metrics)?;
+    let elector = elector(&config, &info.name, &identity, election_client, &metrics);
     serve_http(&config, &metrics, &readiness, elector.as_ref()).await?;
 
     // Capabilities decide the handler (upstream steps 10-11).
@@ -277,15 +263,10 @@ fn elector(
     identity: &str,
     client: kube::Client,
     metrics: &Metrics,
-) -> Result<Option<Elector<KubeLeases>>, RunError> {
+) -> Option<Elector<KubeLeases>> {
     if !config.leader_election {
-        return Ok(None);
+        return None;
     }
-    leader::validate_timing(
-        config.leader_election_lease_duration,
-        config.leader_election_renew_deadline,
-        config.leader_election_retry_period,
-    )?;
     let settings = leader::Settings {
         namespace: lease_namespace(&config.leader_election_namespace),
         name: sanitize_driver_name(&format!("external-attacher-leader-{driver}")),
@@ -299,7 +280,7 @@ fn elector(
     let leader_metrics = leader::Metrics::register(metrics.registry())
         .map_err(|e| tracing::error!(error = %e, "cannot register leader-election metrics"))
         .ok();
-    Ok(Some(Elector::new(leases, settings, leader_metrics)))
+    Some(Elector::new(leases, settings, leader_metrics))
 }
 
 /// The HTTP endpoint: up before and regardless of leadership (upstream step 9).

@@ -2,8 +2,6 @@
 //! the feature gates, then upstream's remaining checks and ours (the table is in
 //! `docs/bounds.md`), with the API server's rules for the Lease's labels.
 
-use std::time::Duration;
-
 use super::{gates, Config, FeatureGates};
 use crate::gofmt::parse as go;
 
@@ -52,9 +50,6 @@ pub enum Error {
         reason: String,
     },
 }
-
-/// client-go's `leaderelection.JitterFactor`.
-const LEADER_ELECTION_JITTER: f64 = 1.2;
 
 impl Config {
     /// component-base's logging validation, which upstream runs first (exit 1).
@@ -168,26 +163,12 @@ impl Config {
 
     /// client-go's `NewLeaderElector` checks, and the API server's label rules for the Lease.
     fn validate_leader_election(&self) -> Result<(), Error> {
-        let nanos = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
-        let lease = nanos(self.leader_election_lease_duration);
-        let renew = nanos(self.leader_election_renew_deadline);
-        let retry = nanos(self.leader_election_retry_period);
-        let problem = if lease <= renew {
-            Some("leaseDuration must be greater than renewDeadline")
-        } else if renew <= (LEADER_ELECTION_JITTER * retry as f64) as i64 {
-            Some("renewDeadline must be greater than retryPeriod*JitterFactor")
-        } else if lease < 1 {
-            Some("leaseDuration must be greater than zero")
-        } else if renew < 1 {
-            Some("renewDeadline must be greater than zero")
-        } else if retry < 1 {
-            Some("retryPeriod must be greater than zero")
-        } else {
-            None
-        };
-        if let Some(problem) = problem {
-            return Err(Error::LeaderElection(problem));
-        }
+        crate::leader::validate_timing(
+            self.leader_election_lease_duration,
+            self.leader_election_renew_deadline,
+            self.leader_election_retry_period,
+        )
+        .map_err(|invalid| Error::LeaderElection(invalid.0))?;
         for (key, value) in &self.leader_election_labels {
             let reason = label_key_problem(key).or_else(|| label_value_problem(value));
             if let Some(reason) = reason {
