@@ -1,18 +1,12 @@
-//! `csi-attacher check`: a read-only report for operators.
-//!
-//! Connects to the driver and the API server with the sidecar's own flags and
-//! lists what needs attention: VolumeAttachments whose `attached` status
-//! disagrees with the driver's published nodes (when the driver can list
-//! them), VAs stuck with an attach or detach error, and PVs or VAs being
-//! deleted while still holding our finalizer. Exit 0 when clean, 1 when
-//! anything needs attention. It never writes: only GET/LIST on the API (and
-//! SelfSubjectAccessReviews, which store nothing) and Probe, GetPluginInfo,
+//! `csi-attacher check`: a read-only report for operators, with the sidecar's
+//! own flags (what it lists: `docs/operations.md#csi-attacher-check`). It never
+//! writes: GET/LIST and SelfSubjectAccessReviews on the API; Probe, identity,
 //! capabilities and ListVolumes on the driver.
 
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume};
-use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment, VolumeError};
+use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
 use kube::core::{ObjectList, Request};
@@ -337,7 +331,7 @@ async fn orphan_cleanup(config: &Config, kube: &kube::Client) -> Option<&'static
 /// The VAs' errors and the VAs and PVs being deleted that still hold our
 /// finalizer.
 fn stuck_objects(report: &mut Report, vas: &[CachedVa], pvs: &[CachedPv], fin: &str) {
-    let now = Timestamp::now();
+    let now = Timestamp::now().as_second();
     for va in vas {
         let status = va.status();
         for (operation, error) in [
@@ -345,7 +339,12 @@ fn stuck_objects(report: &mut Report, vas: &[CachedVa], pvs: &[CachedPv], fin: &
             ("detach", status.and_then(|s| s.detach_error())),
         ] {
             if let Some(error) = error {
-                report.errors.push(stuck(va, operation, error, now));
+                report.errors.push(StuckError {
+                    volume_attachment: va.name().to_string(),
+                    operation,
+                    age_seconds: error.time.as_ref().map(|t| (now - t.0.as_second()).max(0)),
+                    message: error.message.clone().unwrap_or_default(),
+                });
             }
         }
         if va.is_deleting() && va.has_finalizer(fin) {
@@ -357,21 +356,4 @@ fn stuck_objects(report: &mut Report, vas: &[CachedVa], pvs: &[CachedPv], fin: &
         .filter(|pv| pv.is_deleting() && pv.has_finalizer(fin))
         .map(|pv| pv.name().to_string())
         .collect();
-}
-
-fn stuck(
-    va: &CachedVa,
-    operation: &'static str,
-    error: &VolumeError,
-    now: Timestamp,
-) -> StuckError {
-    StuckError {
-        volume_attachment: va.name().to_string(),
-        operation,
-        age_seconds: error
-            .time
-            .as_ref()
-            .map(|t| (now.as_second() - t.0.as_second()).max(0)),
-        message: error.message.clone().unwrap_or_default(),
-    }
 }

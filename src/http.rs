@@ -1,27 +1,13 @@
 //! The HTTP endpoint: metrics and health (`--http-endpoint` / `--metrics-address`).
-//! Contract: `docs/contract.md#health-endpoints`.
+//! Paths and answers: `docs/contract.md#health-endpoints`.
 //!
-//! | path | answer |
-//! |---|---|
-//! | `--metrics-path` (`/metrics`) | Prometheus text format |
-//! | `/healthz/leader-election` | 200 `ok`; 500 when this replica leads and has not renewed for lease duration + 20 s (only with `--http-endpoint` and `--leader-election`, as upstream) |
-//! | `/healthz` | 200 `ok` while the process serves (ours) |
-//! | `/readyz` | 200 once the driver answered and the caches synced, else 503 (ours) |
-//! | `/shadow` | `csi-attacher shadow` only: its report as JSON (refreshed every few seconds) |
-//!
-//! # Bounds
-//! The endpoint runs on a thread and runtime of its own ([`serve`]), so a
-//! flood of connections costs that thread only: the controller and the Lease
-//! renewals never wait behind it. On that thread:
-//! - a request's headers must arrive within [`HEADER_READ_TIMEOUT`] of the
-//!   connection's start or of the previous response (a slowloris client is
-//!   closed then);
-//! - at most [`max_connections`] connections are open; one more closes the
-//!   oldest (an idle flood then churns through the cap while probes, which
-//!   send their request at once, are answered);
-//! - a failed accept (EMFILE: no file descriptors left) closes the oldest
-//!   connection, if any, and waits 5 ms, doubling to 1 s while it keeps
-//!   failing (as Go's `net/http`), instead of retrying in a busy loop.
+//! It runs on a thread and runtime of its own ([`serve`]), so a flood of
+//! connections costs that thread only: the controller and the Lease renewals
+//! never wait behind it. There, a request's headers must arrive within
+//! [`HEADER_READ_TIMEOUT`], at most [`max_connections`] are open (one more
+//! closes the oldest), and a failed accept backs off (5 ms doubling to 1 s,
+//! as Go's `net/http`), closing the oldest connection on EMFILE; why each:
+//! `docs/bounds.md`.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -39,9 +25,6 @@ use tokio::net::TcpListener;
 
 use crate::leader::Health;
 use crate::metrics::Metrics;
-
-/// Path of shadow mode's report.
-pub const SHADOW_REPORT_PATH: &str = "/shadow";
 
 /// Path of the leader-election health check.
 pub const LEADER_HEALTH_PATH: &str = "/healthz/leader-election";
@@ -80,8 +63,6 @@ pub struct Endpoint {
     pub leader_health: Option<Health>,
     /// Readiness.
     pub readiness: Readiness,
-    /// Shadow mode's report, JSON (`None`: not served, as in the sidecar).
-    pub shadow_report: Option<Arc<std::sync::Mutex<String>>>,
 }
 
 /// Binds `addr` (upstream exits 1 when it cannot listen).
@@ -271,22 +252,6 @@ fn handle(endpoint: &Endpoint, req: &Request<Incoming>) -> Response<Full<Bytes>>
             None => text(StatusCode::NOT_FOUND, "404 page not found"),
         },
         "/healthz" => text(StatusCode::OK, "ok"),
-        SHADOW_REPORT_PATH if endpoint.shadow_report.is_some() => {
-            let body = endpoint
-                .shadow_report
-                .as_ref()
-                .map_or_else(String::new, |r| {
-                    r.lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .clone()
-                });
-            let mut response = text(StatusCode::OK, &body);
-            response.headers_mut().insert(
-                http::header::CONTENT_TYPE,
-                http::HeaderValue::from_static("application/json"),
-            );
-            response
-        }
         "/readyz" if endpoint.readiness.is_ready() => text(StatusCode::OK, "ok"),
         "/readyz" => text(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -26,6 +26,5 @@ pub mod logging;
 pub mod metrics;
 pub mod migration;
 pub mod run;
-pub mod shadow;
 
 pub use run::run;

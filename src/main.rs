@@ -12,11 +12,14 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    // `csi-attacher check [flags]`: the read-only report for operators;
-    // `csi-attacher shadow [flags]`: beside the active attacher, read-only.
+    // A removed subcommand must not start the sidecar (it would ignore the word).
+    if args.get(1).is_some_and(|a| a == "shadow") {
+        eprintln!("csi-attacher shadow was removed (CHANGELOG.md); `csi-attacher check` is the pre-flight");
+        return ExitCode::from(2);
+    }
+    // `csi-attacher check [flags]`: the read-only report for operators.
     let check = args.get(1).is_some_and(|a| a == "check");
-    let shadow = args.get(1).is_some_and(|a| a == "shadow");
-    if check || shadow {
+    if check {
         args.remove(1);
     }
     let config = match Config::try_parse_go(args) {
@@ -63,13 +66,29 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
 
+    // One thread: the attacher waits on the API server and the driver; a
+    // single-threaded runtime spends less CPU on wake-ups and hand-offs than
+    // a work-stealing pool (tools/bench, P2).
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(err) => {
+            tracing::error!(error = %err, "cannot start the async runtime");
+            return ExitCode::FAILURE;
+        }
+    };
     if check {
-        return run_check(&config);
+        return run_check(&runtime, &config);
     }
-    if shadow {
-        return run_shadow(&config);
+    match runtime.block_on(csi_attacher::run(config, gates)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            tracing::error!(error = %err, "exiting");
+            ExitCode::FAILURE
+        }
     }
-    run_sidecar(config, gates)
 }
 
 /// Upstream's one line `<argv0> <version>`, then the build's identity.
@@ -86,100 +105,29 @@ fn print_version() {
     );
 }
 
-/// Runs the sidecar to its end; the exit code says how it ended.
-fn run_sidecar(config: Config, gates: csi_attacher::config::FeatureGates) -> ExitCode {
-    // One thread: the attacher waits on the API server and the driver; a
-    // single-threaded runtime spends less CPU on wake-ups and hand-offs than
-    // a work-stealing pool (tools/bench, P2).
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(err) => {
-            tracing::error!(error = %err, "cannot start the async runtime");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(csi_attacher::run(config, gates)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            tracing::error!(error = %err, "exiting");
-            ExitCode::from(err.exit_code())
-        }
-    }
-}
-
 /// Prints the report; exit 0 when clean, 1 when anything needs attention or it failed.
-fn run_check(config: &Config) -> ExitCode {
-    let report = tokio::runtime::Runtime::new()
-        .map_err(|e| e.to_string())
-        .and_then(|rt| {
-            rt.block_on(csi_attacher::check::report(config))
-                .map_err(|e| e.to_string())
-        });
-    match report {
-        Ok(report) => {
-            if config.output == "json" {
-                match serde_json::to_string_pretty(&report) {
-                    Ok(json) => println!("{json}"),
-                    Err(err) => {
-                        eprintln!("cannot encode the report: {err}");
-                        return ExitCode::FAILURE;
-                    }
-                }
-            } else {
-                print!("{}", report.to_text());
-            }
-            if report.is_clean() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            }
-        }
+fn run_check(runtime: &tokio::runtime::Runtime, config: &Config) -> ExitCode {
+    let report = match runtime.block_on(csi_attacher::check::report(config)) {
+        Ok(report) => report,
         Err(err) => {
             eprintln!("check failed: {err}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// Runs shadow mode until SIGTERM/SIGINT, then prints its report; exit 0,
-/// or 1 when it could not start.
-fn run_shadow(config: &Config) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(err) => {
-            tracing::error!(error = %err, "cannot start the async runtime");
             return ExitCode::FAILURE;
         }
     };
-    let stop = async {
-        csi_attacher::run::shutdown_signal().await;
-        tracing::info!("Shutting down; the report follows on stdout");
-    };
-    match runtime.block_on(csi_attacher::shadow::run(config, stop)) {
-        Ok(mut report) => {
-            if config.output == "json" {
-                match serde_json::to_string_pretty(&report) {
-                    Ok(json) => println!("{json}"),
-                    Err(err) => {
-                        eprintln!("cannot encode the report: {err}");
-                        return ExitCode::FAILURE;
-                    }
-                }
-            } else {
-                report.predictions.clear();
-                print!("{}", report.to_text());
+    if config.output == "json" {
+        match serde_json::to_string_pretty(&report) {
+            Ok(json) => println!("{json}"),
+            Err(err) => {
+                eprintln!("cannot encode the report: {err}");
+                return ExitCode::FAILURE;
             }
-            ExitCode::SUCCESS
         }
-        Err(err) => {
-            tracing::error!(error = %err, "shadow mode failed");
-            ExitCode::FAILURE
-        }
+    } else {
+        print!("{}", report.to_text());
+    }
+    if report.is_clean() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }

@@ -1,16 +1,8 @@
 //! Wiring: flags → API clients, driver connection and identity, HTTP endpoint,
-//! leader election, controller; then wait for a signal or a fatal event.
-//!
-//! # Exit
-//! - SIGTERM/SIGINT: workers stop taking keys, in-flight operations finish
-//!   (bounded by `--timeout`), exit 0. The Lease is released only if every
-//!   driver call returned; calls the drain had to abandon may still run in
-//!   the driver, so then the Lease is left to expire (and the log says so).
-//! - Lost driver connection: the reason goes to the termination log, exit 1.
-//! - Lost leadership: exit 1 (the container restarts as a standby). Driver
-//!   calls stop earlier, when the leadership window closes (`leader.rs`).
-//! - Leader-election timing client-go refuses: exit 2 with client-go's text
-//!   (upstream panics with it, after connecting to the driver).
+//! leader election, controller; then wait for a signal or a fatal event. How
+//! each ends (exit codes): `docs/contract.md#exit-codes`. On SIGTERM the
+//! Lease is released only if every driver call returned (the drain may
+//! abandon calls that still run in the driver).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -57,23 +49,9 @@ pub enum RunError {
     /// Another replica took over, or the Lease could not be renewed.
     #[error("Stopped leading")]
     LostLeadership,
-    /// Leader-election durations client-go's `NewLeaderElector` refuses.
-    #[error(transparent)]
-    LeaderElection(#[from] leader::InvalidTiming),
     /// A metric family the crate refused (a bug in its definition).
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),
-}
-
-impl RunError {
-    /// The process exit code: 2 where upstream panics (Go's exit code for a
-    /// panic), 1 otherwise.
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            Self::LeaderElection(_) => 2,
-            _ => 1,
-        }
-    }
 }
 
 /// Runs the sidecar until SIGTERM/SIGINT (Ok) or a fatal error.
@@ -97,7 +75,7 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
     } else {
         config.leader_election_identity.clone()
     };
-    let elector = elector(&config, &info.name, &identity, election_client, &metrics)?;
+    let elector = elector(&config, &info.name, &identity, election_client, &metrics);
     serve_http(&config, &metrics, &readiness, elector.as_ref()).await?;
 
     // Capabilities decide the handler (upstream steps 10-11).
@@ -285,15 +263,10 @@ fn elector(
     identity: &str,
     client: kube::Client,
     metrics: &Metrics,
-) -> Result<Option<Elector<KubeLeases>>, RunError> {
+) -> Option<Elector<KubeLeases>> {
     if !config.leader_election {
-        return Ok(None);
+        return None;
     }
-    leader::validate_timing(
-        config.leader_election_lease_duration,
-        config.leader_election_renew_deadline,
-        config.leader_election_retry_period,
-    )?;
     let settings = leader::Settings {
         namespace: lease_namespace(&config.leader_election_namespace),
         name: sanitize_driver_name(&format!("external-attacher-leader-{driver}")),
@@ -307,7 +280,7 @@ fn elector(
     let leader_metrics = leader::Metrics::register(metrics.registry())
         .map_err(|e| tracing::error!(error = %e, "cannot register leader-election metrics"))
         .ok();
-    Ok(Some(Elector::new(leases, settings, leader_metrics)))
+    Some(Elector::new(leases, settings, leader_metrics))
 }
 
 /// The HTTP endpoint: up before and regardless of leadership (upstream step 9).
@@ -340,7 +313,6 @@ async fn serve_http(
             .filter(|_| !http_endpoint.is_empty())
             .map(Elector::health),
         readiness: readiness.clone(),
-        shadow_report: None,
     };
     tracing::info!(address = %http_address, "Serving metrics and health checks");
     tokio::spawn(http::serve(listener, endpoint));
@@ -431,7 +403,7 @@ async fn lead(
     mut stop: watch::Receiver<bool>,
     release: bool,
 ) {
-    let changes = Box::pin(elector_changes(&elector));
+    let changes = Box::pin(elector.api().changes());
     tokio::select! {
         () = elector.acquire(changes) => {}
         () = stopped(&mut stop) => return,
@@ -450,12 +422,6 @@ async fn lead(
 /// Resolves once `stop` is true.
 async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
-}
-
-fn elector_changes(
-    elector: &Elector<KubeLeases>,
-) -> impl futures::Stream<Item = ()> + Send + 'static {
-    elector.api().changes()
 }
 
 /// `--leader-election-namespace`, else `$POD_NAMESPACE`, else the service account's, else `default`.

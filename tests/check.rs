@@ -30,6 +30,17 @@ fn check_with(env: &Env, output: &str, extra: &[&str]) -> (Option<i32>, String) 
     )
 }
 
+#[test]
+fn the_removed_shadow_subcommand_exits_2_instead_of_running_the_sidecar() {
+    let out = Command::new(env!("CARGO_BIN_EXE_csi-attacher"))
+        .args(["shadow", "--kubeconfig=/nonexistent/kubeconfig"])
+        .output()
+        .expect("run shadow");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("`csi-attacher check`"), "{stderr}");
+}
+
 #[tokio::test]
 async fn clean_then_each_kind_of_trouble_is_reported_and_nothing_is_written() {
     let env = Env::start(&[], &["--retry-interval-start=10m"]).await;

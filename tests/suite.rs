@@ -41,6 +41,5 @@ mod reconcile;
 mod release;
 mod scale;
 mod scheduling;
-mod shadow;
 mod socket_permissions;
 mod surface;

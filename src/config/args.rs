@@ -82,28 +82,19 @@ impl ParseError {
     }
 }
 
-/// Duration flags: (clap id, flag name).
-const DURATIONS: &[(&str, &str)] = &[
-    ("timeout", "timeout"),
-    ("resync", "resync"),
-    ("retry_interval_start", "retry-interval-start"),
-    ("retry_interval_max", "retry-interval-max"),
-    ("reconcile_sync", "reconcile-sync"),
-    ("attach_gather_window", "attach-gather-window"),
-    ("attach_gather_max", "attach-gather-max"),
-    (
-        "leader_election_lease_duration",
-        "leader-election-lease-duration",
-    ),
-    (
-        "leader_election_renew_deadline",
-        "leader-election-renew-deadline",
-    ),
-    (
-        "leader_election_retry_period",
-        "leader-election-retry-period",
-    ),
-    ("log_flush_frequency", "log-flush-frequency"),
+/// Duration flags (their clap ids spell `-` as `_`).
+const DURATIONS: &[&str] = &[
+    "timeout",
+    "resync",
+    "retry-interval-start",
+    "retry-interval-max",
+    "reconcile-sync",
+    "attach-gather-window",
+    "attach-gather-max",
+    "leader-election-lease-duration",
+    "leader-election-renew-deadline",
+    "leader-election-retry-period",
+    "log-flush-frequency",
 ];
 
 impl Config {
@@ -142,9 +133,9 @@ impl Config {
             .filter(|items| !items.is_empty())
             .collect::<Vec<_>>()
             .join(",");
-        for (id, flag) in DURATIONS {
+        for flag in DURATIONS {
             let last = matches
-                .get_raw(id)
+                .get_raw(&flag.replace('-', "_"))
                 .and_then(|mut values| values.next_back());
             if let Some(raw) = last.and_then(|raw| raw.to_str()) {
                 if go::parse_duration(raw).is_ok_and(|nanos| nanos < 0) {

@@ -1,6 +1,5 @@
 //! Values upstream accepts but cannot run with sensibly, raised to a sane bound right
-//! after parsing; [`Config::validate`] logs each change. The `config` module docs have
-//! the table, `docs/bounds.md` the operator's view.
+//! after parsing; [`Config::validate`] logs each change. The table: `docs/bounds.md`.
 
 use std::time::Duration;
 
@@ -27,7 +26,7 @@ pub const MIN_RESYNC: Duration = Duration::from_secs(1);
 pub const MAX_WORKERS: u64 = 10_000;
 
 impl Config {
-    /// Replaces values upstream accepts but cannot run with (see the `config` module docs).
+    /// Replaces values upstream accepts but cannot run with (`docs/bounds.md`).
     pub(super) fn raise_absurd_values(&mut self) {
         let negative: Vec<&str> = self.negative_durations.iter().map(|(f, _)| *f).collect();
         let mut adjusted = Vec::new();

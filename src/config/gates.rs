@@ -1,15 +1,7 @@
-//! `--feature-gates`: the names upstream accepts, and what they mean here.
-//!
-//! Upstream parses the flag with component-base's `MapStringBool` (pairs
-//! merge across occurrences, a later value wins; a malformed pair is a flag
-//! parse error, exit 2) and only then hands the merged map to the
-//! apiserver's `DefaultMutableFeatureGate.SetFromMap` (an unknown name or a
-//! locked gate set against its lock is exit 1). That gate knows every
-//! k8s.io/apiserver gate, AllAlpha/AllBeta and the two attacher gates, so a
-//! deployment may name any of them. Two of them do something here:
-//! `ReleaseLeaderElectionOnExit` and `MutableCSINodeAllocatableCount`
-//! (`AllAlpha` reaches the first when it is not set by name); the rest are
-//! accepted and logged as having no effect.
+//! `--feature-gates`: every name upstream accepts, read as upstream reads them
+//! (component-base's `MapStringBool`, [`parse_pairs`], exit 2; then the
+//! apiserver gate's `SetFromMap`, [`FeatureGates::resolve`], exit 1), and the
+//! two that act here. The table: `docs/contract.md#feature-gates`.
 
 use std::collections::BTreeMap;
 

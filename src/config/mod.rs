@@ -24,37 +24,13 @@
 //! 1. [`Config::validate_logging`]: component-base's logging validation.
 //! 2. [`Config::feature_gates`]: the merged `--feature-gates` map (`config/gates.rs`).
 //! 3. `--version` prints and exits 0 (main).
-//! 4. [`Config::validate`]: upstream's remaining checks, and ours for values
-//!    Go accepts but cannot run with:
+//! 4. [`Config::validate`]: upstream's remaining checks, and ours for values Go
+//!    accepts but cannot run with (negative durations and bursts; with
+//!    `--leader-election` only, as upstream, its timing and labels).
 //!
-//! | Value | Upstream | Here |
-//! |---|---|---|
-//! | negative `--timeout` | every probe times out at once: never starts | exit 1 |
-//! | negative `--resync`, `--reconcile-sync` | the resync / reconcile timer fires in a busy loop | exit 1 |
-//! | negative `--retry-interval-start`/`-max` | failed items retry at once, no backoff | exit 1 |
-//! | negative or inconsistent `--leader-election-*-duration/-deadline/-period` (with `--leader-election`) | client-go's `RunOrDie` panics after connecting (exit 2) | exit 2 with client-go's message (negative: exit 1) |
-//! | negative `--kube-api-burst` with a rate limit | every API request fails | exit 1 |
-//! | a label client-go would send but the API server refuses (with `--leader-election`) | never becomes leader | exit 1 |
-//!
-//! Without `--leader-election` the leader-election values are unused and, as
-//! upstream, not checked.
-//!
-//! # Values upstream accepts but cannot run with sensibly (raised, with a warning)
-//! [`Config::try_parse_go`] raises them and [`Config::validate`] logs each change:
-//!
-//! | Value | Upstream | Here |
-//! |---|---|---|
-//! | `--timeout` below 100 ms (`0`) | every CSI call fails before it is sent; never starts | 100 ms |
-//! | `--retry-interval-start`/`-max` below 100 ms (`0`) | failed VAs retry in a busy loop | 100 ms |
-//! | `--reconcile-sync` below 100 ms (`0`) | ListVolumes passes back to back | 100 ms |
-//! | `--resync` between 0 and 1 s | client-go raises it to 1 s, with a warning | 1 s (0 still disables) |
-//! | `--worker-threads` above 10,000 | one goroutine per worker: memory runs out | 10,000 |
-//!
-//! `--retry-interval-max` below `--retry-interval-start` is kept, as upstream
-//! (every retry waits `--retry-interval-max`), with a warning. Huge durations
-//! (up to Go's 292 years) are kept: nothing overflows with them. Zero
-//! `--worker-threads` stays an error, as upstream. `docs/bounds.md` has the
-//! operator's view.
+//! Values upstream runs with but badly (`--timeout=0`, 20,000 workers) are
+//! raised to a sane bound instead ([`Adjustment`], `bounds.rs`). Each value,
+//! what upstream does with it and what we do: `docs/bounds.md`.
 //!
 //! # Files
 //! - `mod.rs`: [`Config`], its flags (clap's derive) and their defaults.
@@ -89,7 +65,7 @@ use values::{
 /// Where the kubelet reads a container's termination message by default.
 pub const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
 
-/// The end of `--help`: the `check` and `shadow` subcommands, which clap does not know
+/// The end of `--help`: the `check` subcommand, which clap does not know
 /// about (`main` takes it off the arguments before they are parsed).
 const CHECK_HELP: &str = "\
 Subcommand:
@@ -98,15 +74,7 @@ Subcommand:
       driver's published nodes disagree, VAs with an attach or detach error, PVs and VAs being
       deleted that still hold our finalizer. --output=text|json. Exit 0 when nothing needs
       attention, 1 otherwise. Writes nothing (GET/LIST on the API; Probe, identity,
-      capabilities and ListVolumes on the driver).
-  csi-attacher shadow [OPTIONS]
-      Shadow mode, beside the active attacher (upstream's or ours): for every VolumeAttachment
-      of the driver, what we would do (our decision, the Publish request) against what the
-      active attacher does, as the objects and the driver's published nodes show it. Each
-      divergence is a warning line and counts in csi_attacher_shadow_divergences_total{kind};
-      the report (--output=text|json, with a timing summary) goes to stdout on SIGTERM/SIGINT.
-      Read-only: no Lease, no writes, no Publish or Unpublish (watches VAs, PVs and CSINodes;
-      Probe, identity, capabilities and ListVolumes on the driver, every --reconcile-sync).";
+      capabilities and ListVolumes on the driver).";
 
 /// The sidecar's configuration.
 ///
@@ -118,7 +86,7 @@ Subcommand:
     name = "csi-attacher",
     version,
     about = "CSI external-attacher: makes VolumeAttachments true with ControllerPublish/ControllerUnpublish",
-    override_usage = "csi-attacher [OPTIONS]\n       csi-attacher check [OPTIONS]\n       csi-attacher shadow [OPTIONS]",
+    override_usage = "csi-attacher [OPTIONS]\n       csi-attacher check [OPTIONS]",
     after_help = CHECK_HELP,
     disable_version_flag = true,
     args_override_self = true
@@ -292,7 +260,7 @@ pub struct Config {
     #[arg(long, default_value = "text")]
     pub logging_format: String,
 
-    /// `check` and `shadow` only: report format, text or json.
+    /// `check` only: report format, text or json.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     pub output: String,
 

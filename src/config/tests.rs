@@ -547,12 +547,11 @@ fn go_usage_errors_and_help() {
         let err = parse(help).expect_err("help");
         assert!(matches!(err, ParseError::Help { .. }), "{help:?}");
         assert_eq!(err.exit_code(), 0);
-        // The usage names the `check` and `shadow` subcommands (main takes them off before parsing).
+        // The usage names the `check` subcommand (main takes it off before parsing).
         let ParseError::Help { usage } = err else {
             panic!("not help: {err:?}")
         };
         assert!(usage.contains("csi-attacher check [OPTIONS]"), "{usage}");
-        assert!(usage.contains("csi-attacher shadow [OPTIONS]"), "{usage}");
     }
     assert_eq!(parse(&["--bogus"]).expect_err("usage").exit_code(), 2);
     // After the flags: ignored, whatever they look like.

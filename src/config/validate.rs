@@ -1,8 +1,6 @@
 //! The checks after parsing, in upstream's order: component-base's logging validation,
-//! the feature gates, then upstream's remaining checks and ours (the tables are in the
-//! `config` module docs), with the API server's rules for the Lease's labels.
-
-use std::time::Duration;
+//! the feature gates, then upstream's remaining checks and ours (the table is in
+//! `docs/bounds.md`), with the API server's rules for the Lease's labels.
 
 use super::{gates, Config, FeatureGates};
 use crate::gofmt::parse as go;
@@ -25,7 +23,7 @@ pub enum Error {
     /// What component-base's logging validation refuses (flush period, format, alpha options).
     #[error("LoggingConfiguration is invalid: {0}")]
     Logging(String),
-    /// A negative duration where upstream would break (see the `config` module docs).
+    /// A negative duration where upstream would break (`docs/bounds.md`).
     #[error("invalid --{flag}={value}: the duration must not be negative")]
     NegativeDuration {
         /// The flag's name.
@@ -52,9 +50,6 @@ pub enum Error {
         reason: String,
     },
 }
-
-/// client-go's `leaderelection.JitterFactor`.
-const LEADER_ELECTION_JITTER: f64 = 1.2;
 
 impl Config {
     /// component-base's logging validation, which upstream runs first (exit 1).
@@ -168,26 +163,12 @@ impl Config {
 
     /// client-go's `NewLeaderElector` checks, and the API server's label rules for the Lease.
     fn validate_leader_election(&self) -> Result<(), Error> {
-        let nanos = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
-        let lease = nanos(self.leader_election_lease_duration);
-        let renew = nanos(self.leader_election_renew_deadline);
-        let retry = nanos(self.leader_election_retry_period);
-        let problem = if lease <= renew {
-            Some("leaseDuration must be greater than renewDeadline")
-        } else if renew <= (LEADER_ELECTION_JITTER * retry as f64) as i64 {
-            Some("renewDeadline must be greater than retryPeriod*JitterFactor")
-        } else if lease < 1 {
-            Some("leaseDuration must be greater than zero")
-        } else if renew < 1 {
-            Some("renewDeadline must be greater than zero")
-        } else if retry < 1 {
-            Some("retryPeriod must be greater than zero")
-        } else {
-            None
-        };
-        if let Some(problem) = problem {
-            return Err(Error::LeaderElection(problem));
-        }
+        crate::leader::validate_timing(
+            self.leader_election_lease_duration,
+            self.leader_election_renew_deadline,
+            self.leader_election_retry_period,
+        )
+        .map_err(|invalid| Error::LeaderElection(invalid.0))?;
         for (key, value) in &self.leader_election_labels {
             let reason = label_key_problem(key).or_else(|| label_value_problem(value));
             if let Some(reason) = reason {

@@ -69,19 +69,15 @@ pub(super) fn quantity_flag(s: &str) -> Result<String, String> {
 pub(super) fn vmodule_flag(value: &str) -> Result<String, String> {
     let mut items = Vec::new();
     for item in value.split(',').filter(|item| !item.is_empty()) {
-        let parts: Vec<&str> = item.split('=').collect();
-        let [pattern, level] = parts.as_slice() else {
-            return Err(format!(
-                "{} does not have the pattern=N format",
-                go::quote(item)
-            ));
+        let level = match item.split('=').collect::<Vec<_>>().as_slice() {
+            [pattern, level] if !pattern.is_empty() && !level.is_empty() => *level,
+            _ => {
+                return Err(format!(
+                    "{} does not have the pattern=N format",
+                    go::quote(item)
+                ))
+            }
         };
-        if pattern.is_empty() || level.is_empty() {
-            return Err(format!(
-                "{} does not have the pattern=N format",
-                go::quote(item)
-            ));
-        }
         go::parse_level(level)
             .map_err(|err| format!("parsing verbosity in {}: {err}", go::quote(item)))?;
         items.push(item);

@@ -204,9 +204,8 @@ impl Client {
         Ok((client, loss))
     }
 
-    /// A client for the read-only subcommands (`check`, `shadow`): connected
-    /// within [`DIAL_TIMEOUT`], probed until ready, the driver named in
-    /// `metrics`; with the driver's name and capabilities.
+    /// A client for `check`: connected within [`DIAL_TIMEOUT`], probed until
+    /// ready, the driver named in `metrics`; with its name and capabilities.
     pub async fn identified(
         address: &Path,
         timeout: Duration,

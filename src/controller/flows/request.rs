@@ -1,6 +1,5 @@
 //! The Publish request a VA gets, planned without I/O: everything but the
-//! node ID and the secrets' values, which the attach flow (and shadow mode,
-//! which names the secret instead of reading it) add themselves.
+//! node ID and the secrets' values, which the attach flow adds itself.
 //!
 //! Pure: a resolved source, `--default-fstype` and the driver's capabilities
 //! in; the plan, or the step's error (upstream's texts) out.
@@ -23,15 +22,6 @@ pub struct PublishPlan<'a> {
     pub capability: VolumeCapability,
     /// `readonly`: the PV's, only when the driver has PUBLISH_READONLY.
     pub readonly: bool,
-}
-
-/// A secret named by `controllerPublishSecretRef`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct SecretName {
-    /// Its namespace.
-    pub namespace: String,
-    /// Its name.
-    pub name: String,
 }
 
 /// Plans the request for `source`: the CSI volume (translation errors), then
@@ -57,15 +47,6 @@ pub fn plan<'a>(
 }
 
 impl PublishPlan<'_> {
-    /// The secret `controllerPublishSecretRef` names, if any.
-    pub fn secret(&self) -> Option<SecretName> {
-        let secret_ref = self.volume.csi.controller_publish_secret_ref.as_ref()?;
-        Some(SecretName {
-            namespace: secret_ref.namespace.clone().unwrap_or_default(),
-            name: secret_ref.name.clone().unwrap_or_default(),
-        })
-    }
-
     /// The request to `node_id`, with the secrets' values.
     pub fn request(
         &self,
