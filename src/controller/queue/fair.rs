@@ -117,17 +117,6 @@ impl FairFifo {
         }
     }
 
-    /// Moves `key`, waiting in this lane, ahead when `placement` is urgent
-    /// and it is not urgent yet (its entry in its group stays, stale once
-    /// the key is taken); whether it moved.
-    pub fn promote(&mut self, key: &str, placement: Placement) -> bool {
-        if !placement.urgent || self.urgent.iter().any(|(k, _)| k == key) {
-            return false;
-        }
-        self.urgent.push_back((key.to_string(), placement.group));
-        true
-    }
-
     /// Takes the next key: the first live urgent entry whose group is open,
     /// else the head of the open group with the fewest keys in flight among
     /// the next [`WINDOW`] open groups in turn, the first in turn among
@@ -527,30 +516,6 @@ mod tests {
         assert_eq!(drain(&mut fifo, closed), ["gone-0", "b-0"]);
         // Group a opens again: its key is still there.
         assert_eq!(drain(&mut fifo, |_| true), ["a-0"]);
-    }
-
-    #[test]
-    fn a_promoted_key_goes_first_once() {
-        let mut fifo = FairFifo::default();
-        fifo.push("a-0".into(), Placement::node("a"));
-        fifo.push("b-0".into(), Placement::node("b"));
-        fifo.push("b-1".into(), Placement::node("b"));
-        assert!(!fifo.promote("b-1", Placement::node("b")), "not urgent");
-        let urgent = Placement {
-            group: Arc::from("b"),
-            urgent: true,
-            limit: None,
-        };
-        assert!(fifo.promote("b-1", urgent.clone()));
-        assert!(!fifo.promote("b-1", urgent), "urgent already");
-        // Taken once: its old entry in group b is stale by then.
-        let mut taken = HashSet::new();
-        let mut order = Vec::new();
-        while let Some(key) = fifo.pop(|k| !taken.contains(k), |_| Some(0)) {
-            taken.insert(key.clone());
-            order.push(key);
-        }
-        assert_eq!(order, ["b-1", "a-0", "b-0"]);
     }
 
     #[test]
