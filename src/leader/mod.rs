@@ -79,8 +79,7 @@ mod settings;
 mod window;
 
 #[cfg(test)]
-pub use clock::TokioClock;
-pub use clock::{sleep_until, BootClock, Clock, Stamp, RESUME_CHECK};
+pub use clock::{sleep_until, BootClock, Clock, Stamp, TokioClock, RESUME_CHECK};
 pub use elector::Elector;
 pub use health::{Health, HEALTH_TOLERANCE};
 pub use lease_api::{KubeLeases, LeaseApi};

@@ -39,9 +39,7 @@ use tokio::time::Instant;
 use tonic::Code;
 
 use crate::controller::model::Lane;
-use crate::controller::queue::Backoff;
-use crate::controller::queue::QueueLane;
-use crate::controller::queue::WorkQueue;
+use crate::controller::queue::{Backoff, QueueLane, WorkQueue};
 
 /// Completed operations kept per lane for the percentiles.
 const SAMPLES: usize = 256;

@@ -17,14 +17,9 @@ use kube::Resource;
 use serde::de::{DeserializeOwned, IgnoredAny};
 use serde_json::Value;
 
-use crate::controller::error::ApiError;
-use crate::controller::error::SecretError;
-use crate::controller::model::CachedPv;
-use crate::controller::model::CachedVa;
-use crate::controller::seams::patches::PvPatch;
-use crate::controller::seams::patches::StatusPatch;
-use crate::controller::seams::patches::Urgency;
-use crate::controller::seams::patches::VaPatch;
+use crate::controller::error::{ApiError, SecretError};
+use crate::controller::model::{CachedPv, CachedVa};
+use crate::controller::seams::patches::{PvPatch, StatusPatch, Urgency, VaPatch};
 use crate::kube_client;
 
 /// Every API request a flow makes. Each write names the object it was built

@@ -18,8 +18,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::{json, Map, Value};
 
 use crate::controller::model::names::NODE_ID_ANNOTATION;
-use crate::controller::model::CachedVa;
-use crate::controller::model::CompactVaStatus;
+use crate::controller::model::{CachedVa, CompactVaStatus};
 
 /// A merge patch of a VA's main resource (its metadata).
 #[derive(Debug, Clone, PartialEq)]

@@ -33,8 +33,7 @@ use kube::core::Status;
 use kube::runtime::watcher::{self, Event};
 use prost::Message;
 
-use crate::controller::model::proto::messages;
-use crate::controller::model::proto::{meta_of, unwrap_envelope, FromProto};
+use crate::controller::model::proto::{messages, meta_of, unwrap_envelope, FromProto};
 
 /// What the watch asks the API server for.
 pub const ACCEPT: &str = "application/vnd.kubernetes.protobuf;stream=watch";
