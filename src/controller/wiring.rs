@@ -190,7 +190,15 @@ pub async fn run(
     } = hooks;
     let finalizer = names::finalizer(&settings.driver_name);
     let mut tasks = JoinSet::new();
-    let (stores, writers) = caches();
+    let (vas, va_writer) = reflector::store();
+    let (pvs, pv_writer) = reflector::store();
+    let (csinodes, csinode_writer) = reflector::store();
+    let stores = Stores {
+        vas,
+        pvs,
+        csinodes,
+        pv_refs: PvRefs::default(),
+    };
     let queues = Queues::new(&settings, &metrics, &stores);
     let client = clients.normal.clone();
     let failing = Arc::new(FailingVas::new(&metrics.flows.failing));
@@ -203,8 +211,8 @@ pub async fn run(
         &queues,
         Arc::clone(&failing),
         Arc::clone(&undos),
-        writers,
-        &stores,
+        (va_writer, pv_writer, csinode_writer),
+        stores.pv_refs.clone(),
     );
 
     // Upstream waits for the VA and PV caches only; CSINode lags are retried.
@@ -307,32 +315,6 @@ async fn drain(queues: &Queues, mut workers: JoinSet<()>, timeout: Duration) {
     }
 }
 
-/// What fills the caches.
-struct Writers {
-    vas: Writer<CachedVa>,
-    pvs: Writer<CachedPv>,
-    csinodes: Writer<CSINode>,
-}
-
-/// The caches (empty) and their writers.
-fn caches() -> (Stores, Writers) {
-    let (vas, va_writer) = reflector::store::<CachedVa>();
-    let (pvs, pv_writer) = reflector::store::<CachedPv>();
-    let (csinodes, csinode_writer) = reflector::store::<CSINode>();
-    let stores = Stores {
-        vas,
-        pvs,
-        csinodes,
-        pv_refs: PvRefs::default(),
-    };
-    let writers = Writers {
-        vas: va_writer,
-        pvs: pv_writer,
-        csinodes: csinode_writer,
-    };
-    (stores, writers)
-}
-
 /// The watches that fill the caches (spawned on `tasks`).
 #[allow(clippy::too_many_arguments)]
 fn spawn_watches(
@@ -343,22 +325,16 @@ fn spawn_watches(
     queues: &Queues,
     failing: Arc<FailingVas>,
     undos: Arc<Undos>,
-    writers: Writers,
-    stores: &Stores,
+    (va_writer, pv_writer, csinode_writer): (Writer<CachedVa>, Writer<CachedPv>, Writer<CSINode>),
+    pv_refs: PvRefs,
 ) {
     let driver = &settings.driver_name;
-    let Writers {
-        vas: va_writer,
-        pvs: pv_writer,
-        csinodes: csinode_writer,
-    } = writers;
-    let pv_refs = stores.pv_refs.clone();
     tasks.spawn(
         watch::run_va_informer(
             Api::all(client.clone()),
             watch::VaEvents {
                 writer: va_writer,
-                pv_refs: pv_refs.clone(),
+                pv_refs,
                 failing,
                 undos,
                 driver: driver.clone(),
