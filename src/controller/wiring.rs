@@ -190,15 +190,7 @@ pub async fn run(
     } = hooks;
     let finalizer = names::finalizer(&settings.driver_name);
     let mut tasks = JoinSet::new();
-    let (vas, va_writer) = reflector::store();
-    let (pvs, pv_writer) = reflector::store();
-    let (csinodes, csinode_writer) = reflector::store();
-    let stores = Stores {
-        vas,
-        pvs,
-        csinodes,
-        pv_refs: PvRefs::default(),
-    };
+    let (stores, writers) = caches();
     let queues = Queues::new(&settings, &metrics, &stores);
     let client = clients.normal.clone();
     let failing = Arc::new(FailingVas::new(&metrics.flows.failing));
@@ -211,7 +203,7 @@ pub async fn run(
         &queues,
         Arc::clone(&failing),
         Arc::clone(&undos),
-        (va_writer, pv_writer, csinode_writer),
+        writers,
         stores.pv_refs.clone(),
     );
 
@@ -315,6 +307,24 @@ async fn drain(queues: &Queues, mut workers: JoinSet<()>, timeout: Duration) {
     }
 }
 
+/// What fills the caches.
+type Writers = (Writer<CachedVa>, Writer<CachedPv>, Writer<CSINode>);
+
+/// The caches (empty) and their writers.
+fn caches() -> (Stores, Writers) {
+    let (vas, va_writer) = reflector::store();
+    let (pvs, pv_writer) = reflector::store();
+    let (csinodes, csinode_writer) = reflector::store();
+    let pv_refs = PvRefs::default();
+    let stores = Stores {
+        vas,
+        pvs,
+        csinodes,
+        pv_refs,
+    };
+    (stores, (va_writer, pv_writer, csinode_writer))
+}
+
 /// The watches that fill the caches (spawned on `tasks`).
 #[allow(clippy::too_many_arguments)]
 fn spawn_watches(
@@ -325,7 +335,7 @@ fn spawn_watches(
     queues: &Queues,
     failing: Arc<FailingVas>,
     undos: Arc<Undos>,
-    (va_writer, pv_writer, csinode_writer): (Writer<CachedVa>, Writer<CachedPv>, Writer<CSINode>),
+    (va_writer, pv_writer, csinode_writer): Writers,
     pv_refs: PvRefs,
 ) {
     let driver = &settings.driver_name;
