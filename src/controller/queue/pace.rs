@@ -130,45 +130,6 @@ impl Listener for Pacer {
         started: Instant,
         answer: Option<(Code, &str)>,
     ) {
-        Pacer::finished(self, lane, va, node, started, answer);
-    }
-}
-
-impl Pacer {
-    /// A pacer of `queue`, holding nodes for `backoff`'s delays, for calls
-    /// with deadline `timeout`.
-    pub fn new(
-        queue: Arc<WorkQueue<Lane>>,
-        backoff: Backoff,
-        timeout: Duration,
-        metrics: Option<PaceMetrics>,
-    ) -> Self {
-        Self {
-            queue,
-            backoff,
-            timeout,
-            metrics,
-            state: Mutex::new(PaceState::default()),
-        }
-    }
-
-    /// Polls an operation in doubt that the driver says still runs (see
-    /// the module docs).
-    pub fn with_poll(self) -> Self {
-        self.lock().poll = true;
-        self
-    }
-
-    /// A call of `lane` for VA `va` on node `node`, started at `started`,
-    /// ended with `answer`'s code and message (`None`: OK).
-    pub fn finished(
-        &self,
-        lane: Lane,
-        va: &str,
-        node: &str,
-        started: Instant,
-        answer: Option<(Code, &str)>,
-    ) {
         let now = Instant::now();
         let i = lane.index();
         let code = answer.map(|(code, _)| code);
@@ -230,6 +191,32 @@ impl Pacer {
             }
             Some(_) => {}
         }
+    }
+}
+
+impl Pacer {
+    /// A pacer of `queue`, holding nodes for `backoff`'s delays, for calls
+    /// with deadline `timeout`.
+    pub fn new(
+        queue: Arc<WorkQueue<Lane>>,
+        backoff: Backoff,
+        timeout: Duration,
+        metrics: Option<PaceMetrics>,
+    ) -> Self {
+        Self {
+            queue,
+            backoff,
+            timeout,
+            metrics,
+            state: Mutex::new(PaceState::default()),
+        }
+    }
+
+    /// Polls an operation in doubt that the driver says still runs (see
+    /// the module docs).
+    pub fn with_poll(self) -> Self {
+        self.lock().poll = true;
+        self
     }
 
     /// When VA `va` may be tried again, given its backoff: while an
