@@ -33,18 +33,10 @@
 //!
 //! # Fair across nodes
 //! With a placer ([`WorkQueue::with_placer`]), a lane's waiting keys are
-//! grouped by the node their work is for, and the nodes take turns
-//! ([`fair`]): a node's backlog delays its own keys, not the other nodes'.
-//! Urgent keys (detaches of failed nodes) go first. A node may be capped
-//! ([`WorkQueue::with_node_cap`]) and held ([`WorkQueue::hold`]); a key
-//! whose node is closed waits while other nodes' keys start. A lane may
-//! *gather* ([`WorkQueue::with_gather`]): the first key of a quiet node (none
-//! of its keys waiting or in flight in the lane) waits a window, and the
-//! node's keys queued meanwhile start with it, so that a driver that batches
-//! a node's operations gets them together. A gather may be drawn out: each
-//! key of the node that comes while it runs starts the window again, up to
-//! a longest gather, so that a node's keys coming apart at some rate still
-//! start together, and the gather ends a window after the last of them.
+//! grouped by node and the nodes take turns ([`fair`]); a node may be capped
+//! ([`WorkQueue::with_node_cap`]), held ([`WorkQueue::hold`]) or gather its
+//! keys ([`WorkQueue::with_gather`]). The rules and their reasons are in
+//! `docs/contract.md`, "Scheduling driver calls".
 //!
 //! # Idle until started
 //! A queue built [`WorkQueue::idle`] ignores adds until [`WorkQueue::start`]:

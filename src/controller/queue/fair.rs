@@ -1,31 +1,19 @@
-//! Fair dispatch across nodes inside a lane, and per-node limits.
+//! Fair dispatch across nodes inside a lane, and per-node limits (the rules
+//! and their reasons: `docs/contract.md`, "Scheduling driver calls").
 //!
-//! A key's *group* is the node its work is for (the VA's `spec.nodeName`;
-//! empty for keys with no node, such as PVs). Within a lane the waiting keys
-//! of each group form a FIFO, and the groups take turns ([`FairFifo`]): one
-//! node's backlog of a hundred attaches cannot keep the next attach of
-//! another node waiting behind all of them. The next turn goes to the group
-//! with the fewest keys in flight in the lane among the next [`WINDOW`]
-//! open groups in turn, the first in turn among equals: a node whose keys
-//! took every free worker just before another node's key came does not take
-//! the next free worker too. (The window bounds the work under the queue's
-//! lock when thousands of nodes wait, each with keys in flight.) Urgent keys (the
-//! detaches of a failed node) go before every group.
+//! A key's *group* is the node its work is for (empty for keys with no node,
+//! such as PVs). [`FairFifo`]: within a lane each group's waiting keys form a
+//! FIFO and the groups take turns; the next turn goes to the group with the
+//! fewest keys in flight in the lane among the next [`WINDOW`] open groups
+//! in turn (the window bounds the work under the queue's lock when thousands
+//! of nodes wait); urgent keys go before every group.
 //!
-//! [`Groups`] counts the keys in flight per group and closes a group to new
-//! work while it is at the per-node cap (`--max-inflight-per-node`, all lanes
-//! together: a cloud serializes attaches and detaches of one VM alike) or
-//! *held* in a lane: closed until an instant, then open to one key at a time
-//! until released (the pace of a node whose driver answered
-//! `ResourceExhausted`), or *gathering* in a lane: closed until an instant,
-//! then open as usual (`--attach-gather-window`: a quiet node's first attach
-//! waits so that the node's attaches queued meanwhile start together), the
-//! instant moved later while the node's attaches keep coming, up to a latest
-//! (`--attach-gather-max`). A
-//! key's placement may also carry a *limit* of its group's keys in flight in
-//! the lane (the attach lane's: the node's CSINode `allocatable.count` for
-//! the driver, the most volumes it can have): a group at its limit waits in
-//! that lane while the others start.
+//! [`Groups`] counts the keys in flight per group and closes a group while
+//! it is at the per-node cap (all lanes together), *held* in a lane (closed
+//! until an instant, then one key at a time until released), or *gathering*
+//! in a lane (closed until an instant, moved later while keys keep coming, up
+//! to a latest). A placement may carry a *limit* of its group's keys in
+//! flight in the lane (the node's `allocatable.count`).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
