@@ -194,22 +194,14 @@ pub fn detached_status(status: Option<&CompactVaStatus>) -> Option<StatusPatch> 
 /// patch sends the null too), and the kubelet acts on that code.
 pub fn attach_error(message: &str, error_code: Option<i32>, now: Timestamp) -> StatusPatch {
     let mut error = volume_error(message, now);
-    error.insert(
-        "errorCode".into(),
-        error_code.map_or(Value::Null, Value::from),
-    );
-    StatusPatch::new(Map::from_iter([(
-        "attachError".to_string(),
-        Value::Object(error),
-    )]))
+    error.insert("errorCode".into(), json!(error_code));
+    StatusPatch::new(Map::from_iter([("attachError".into(), error.into())]))
 }
 
 /// `/status` merge patch recording a failed detach (never with an error code).
 pub fn detach_error(message: &str, now: Timestamp) -> StatusPatch {
-    StatusPatch::new(Map::from_iter([(
-        "detachError".to_string(),
-        Value::Object(volume_error(message, now)),
-    )]))
+    let error = volume_error(message, now);
+    StatusPatch::new(Map::from_iter([("detachError".into(), error.into())]))
 }
 
 /// A `VolumeError` with `message` at `now`: always an object with the
