@@ -1,7 +1,8 @@
 //! Build-time inputs:
 //!
-//! - `proto/csi.proto`, compiled with a pure-Rust protobuf compiler (protox),
-//!   so building needs no system `protoc`;
+//! - `proto/csi.proto` and `proto/k8s_views.proto` (the Kubernetes messages
+//!   the views decode, with only the fields they keep), compiled with a
+//!   pure-Rust protobuf compiler (protox), so building needs no system `protoc`;
 //! - the build's identity for `--version` and the `csi_attacher_build_info`
 //!   metric: git commit, build date and rustc version, as the environment
 //!   variables `CSI_ATTACHER_GIT_COMMIT`, `CSI_ATTACHER_BUILD_DATE` and
@@ -16,11 +17,16 @@ use std::path::Path;
 use std::process::Command;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    println!("cargo:rerun-if-changed=proto/csi.proto");
-    let descriptors = protox::compile(["proto/csi.proto"], ["proto"])?;
+    let protos = ["proto/csi.proto", "proto/k8s_views.proto"];
+    for proto in protos {
+        println!("cargo:rerun-if-changed={proto}");
+    }
+    let descriptors = protox::compile(protos, ["proto"])?;
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
+        // The views keep maps sorted, as k8s-openapi does.
+        .btree_map(".k8s.views")
         // Requests that carry secrets get a hand-written Debug that redacts them
         // (src/csi/proto.rs): a derived Debug would print the secrets map.
         .skip_debug([

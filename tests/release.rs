@@ -119,6 +119,7 @@ fn the_docker_build_context_has_what_the_build_needs_and_no_target_dir() {
         "Cargo.lock",
         "build.rs",
         "proto/csi.proto",
+        "proto/k8s_views.proto",
         "src/main.rs",
         "src/lib.rs",
         "LICENSE",

@@ -25,9 +25,7 @@ use prometheus::IntCounter;
 use tokio::sync::mpsc;
 
 use crate::controller::error::FlowError;
-use crate::controller::model::CachedPv;
-use crate::controller::model::CachedVa;
-use crate::controller::model::Lane;
+use crate::controller::model::{CachedPv, CachedVa, Lane};
 
 /// Consecutive failures before the first Event.
 pub const FAILURES_BEFORE_EVENT: u32 = 3;

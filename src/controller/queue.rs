@@ -33,18 +33,10 @@
 //!
 //! # Fair across nodes
 //! With a placer ([`WorkQueue::with_placer`]), a lane's waiting keys are
-//! grouped by the node their work is for, and the nodes take turns
-//! ([`fair`]): a node's backlog delays its own keys, not the other nodes'.
-//! Urgent keys (detaches of failed nodes) go first. A node may be capped
-//! ([`WorkQueue::with_node_cap`]) and held ([`WorkQueue::hold`]); a key
-//! whose node is closed waits while other nodes' keys start. A lane may
-//! *gather* ([`WorkQueue::with_gather`]): the first key of a quiet node (none
-//! of its keys waiting or in flight in the lane) waits a window, and the
-//! node's keys queued meanwhile start with it, so that a driver that batches
-//! a node's operations gets them together. A gather may be drawn out: each
-//! key of the node that comes while it runs starts the window again, up to
-//! a longest gather, so that a node's keys coming apart at some rate still
-//! start together, and the gather ends a window after the last of them.
+//! grouped by node and the nodes take turns ([`fair`]); a node may be capped
+//! ([`WorkQueue::with_node_cap`]), held ([`WorkQueue::hold`]) or gather its
+//! keys ([`WorkQueue::with_gather`]). The rules and their reasons are in
+//! `docs/contract.md`, "Scheduling driver calls".
 //!
 //! # Idle until started
 //! A queue built [`WorkQueue::idle`] ignores adds until [`WorkQueue::start`]:
@@ -342,23 +334,6 @@ impl<L: QueueLane> WorkQueue<L> {
             self.lane_ready[lane.index()].notify_waiters();
         }
         released
-    }
-
-    /// Asks the placer again where `key`, waiting in `lane`, waits: now urgent
-    /// (a failed node's detach), it moves ahead of the nodes' turns; whether it moved.
-    pub fn place_again(&self, key: &str, lane: L) -> bool {
-        let (Some(place), lane) = (&self.placer, lane.index()) else {
-            return false;
-        };
-        let mut state = self.lock();
-        if state.queued.get(key).is_none_or(|(l, _)| *l != lane) {
-            return false;
-        }
-        let moved = state.lanes[lane].promote(key, place(key, lane));
-        if moved {
-            self.lane_ready[lane].notify_one();
-        }
-        moved
     }
 
     /// How many times `key` failed since it was last forgotten.
@@ -1184,38 +1159,6 @@ mod tests {
         q.add("n1-c", l(0));
         q.done("x-a");
         assert_eq!(next(&q, 0).await.as_deref(), Some("n1-a"), "no new gather");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_key_placed_again_as_urgent_goes_before_the_nodes_turns() {
-        let urgent = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let placer: Placer = {
-            let urgent = Arc::clone(&urgent);
-            Box::new(move |key, _| Placement {
-                group: Arc::from(key.split_once('-').map_or(key, |(node, _)| node)),
-                urgent: key.starts_with("down") && urgent.load(std::sync::atomic::Ordering::SeqCst),
-                limit: None,
-            })
-        };
-        let q = Arc::new(WorkQueue::<Lane>::new("test", BACKOFF, None).with_placer(placer));
-        for key in ["a-0", "b-0", "c-0", "down-0", "down-1"] {
-            q.add(key, l(1));
-        }
-        assert!(!q.place_again("down-1", l(1)), "not urgent yet");
-        urgent.store(true, std::sync::atomic::Ordering::SeqCst);
-        assert!(q.place_again("down-1", l(1)));
-        assert!(!q.place_again("down-1", l(1)), "urgent already");
-        assert!(!q.place_again("down-1", l(0)), "not waiting in that lane");
-        assert!(!q.place_again("gone-0", l(1)), "not waiting");
-        let mut order = Vec::new();
-        while let Some(key) = next(&q, 1).await {
-            order.push(key);
-        }
-        assert_eq!(order, ["down-1", "a-0", "b-0", "c-0", "down-0"]);
-        // Without a placer nothing moves.
-        let plain = queue();
-        plain.add("down-0", l(1));
-        assert!(!plain.place_again("down-0", l(1)));
     }
 
     #[tokio::test(start_paused = true)]

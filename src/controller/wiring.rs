@@ -16,22 +16,12 @@ use tracing::Instrument;
 use crate::controller::context::Ctx;
 use crate::controller::events;
 use crate::controller::model::names;
-use crate::controller::model::store::PvRefs;
-use crate::controller::model::store::Stores;
-use crate::controller::model::CachedPv;
-use crate::controller::model::CachedVa;
-use crate::controller::model::Lane;
-use crate::controller::queue::fair::Placement;
-use crate::controller::queue::fair::Placer;
-use crate::controller::queue::lane::PvLane;
-use crate::controller::queue::lane::PV_QUEUE;
-use crate::controller::queue::lane::VA_QUEUE;
+use crate::controller::model::store::{PvRefs, Stores};
+use crate::controller::model::{CachedPv, CachedVa, Lane};
+use crate::controller::queue::fair::{Placement, Placer};
+use crate::controller::queue::lane::{PvLane, PV_QUEUE, VA_QUEUE};
 use crate::controller::queue::pace::{Listener, Pacer};
-use crate::controller::queue::Backoff;
-use crate::controller::queue::Concurrency;
-use crate::controller::queue::Gather;
-use crate::controller::queue::QueueLane;
-use crate::controller::queue::WorkQueue;
+use crate::controller::queue::{Backoff, Concurrency, Gather, QueueLane, WorkQueue};
 use crate::controller::reconcile;
 use crate::controller::seams::cluster::KubeApi;
 use crate::controller::seams::driver::Driver;
@@ -214,7 +204,7 @@ pub async fn run(
         Arc::clone(&failing),
         Arc::clone(&undos),
         writers,
-        &stores,
+        stores.pv_refs.clone(),
     );
 
     // Upstream waits for the VA and PV caches only; CSINode lags are retried.
@@ -318,29 +308,21 @@ async fn drain(queues: &Queues, mut workers: JoinSet<()>, timeout: Duration) {
 }
 
 /// What fills the caches.
-struct Writers {
-    vas: Writer<CachedVa>,
-    pvs: Writer<CachedPv>,
-    csinodes: Writer<CSINode>,
-}
+type Writers = (Writer<CachedVa>, Writer<CachedPv>, Writer<CSINode>);
 
 /// The caches (empty) and their writers.
 fn caches() -> (Stores, Writers) {
-    let (vas, va_writer) = reflector::store::<CachedVa>();
-    let (pvs, pv_writer) = reflector::store::<CachedPv>();
-    let (csinodes, csinode_writer) = reflector::store::<CSINode>();
+    let (vas, va_writer) = reflector::store();
+    let (pvs, pv_writer) = reflector::store();
+    let (csinodes, csinode_writer) = reflector::store();
+    let pv_refs = PvRefs::default();
     let stores = Stores {
         vas,
         pvs,
         csinodes,
-        pv_refs: PvRefs::default(),
+        pv_refs,
     };
-    let writers = Writers {
-        vas: va_writer,
-        pvs: pv_writer,
-        csinodes: csinode_writer,
-    };
-    (stores, writers)
+    (stores, (va_writer, pv_writer, csinode_writer))
 }
 
 /// The watches that fill the caches (spawned on `tasks`).
@@ -353,22 +335,16 @@ fn spawn_watches(
     queues: &Queues,
     failing: Arc<FailingVas>,
     undos: Arc<Undos>,
-    writers: Writers,
-    stores: &Stores,
+    (va_writer, pv_writer, csinode_writer): Writers,
+    pv_refs: PvRefs,
 ) {
     let driver = &settings.driver_name;
-    let Writers {
-        vas: va_writer,
-        pvs: pv_writer,
-        csinodes: csinode_writer,
-    } = writers;
-    let pv_refs = stores.pv_refs.clone();
     tasks.spawn(
         watch::run_va_informer(
             Api::all(client.clone()),
             watch::VaEvents {
                 writer: va_writer,
-                pv_refs: pv_refs.clone(),
+                pv_refs,
                 failing,
                 undos,
                 driver: driver.clone(),

@@ -1,120 +1,61 @@
 //! The Kubernetes API client: kubeconfig or in-cluster config, client-side
-//! rate limit, bounded retries.
+//! rate limit, bounded retries. The bounds and their reasons are in
+//! `docs/bounds.md`; what differs from client-go, in `docs/contract.md`.
 //!
-//! # Rate limit
-//! client-go throttles every request with a token bucket (`--kube-api-qps`
-//! tokens per second, `--kube-api-burst` capacity, starting full). The
-//! [`RateLimitLayer`] does the same with governor's GCRA, which is the same
-//! bucket. A token is taken when a request starts and is never held, so a long
-//! watch costs one token, like in client-go. The flag values mean what they
-//! mean to client-go (see [`RateLimitLayer::new`]): 0 is the default, a
-//! negative QPS is no limit.
+//! # Rate limit and priority
+//! client-go's token bucket (`--kube-api-qps`, `--kube-api-burst`, starting
+//! full) is [`RateLimitLayer`], governor's GCRA (the same bucket; the flag
+//! values mean what they mean to client-go, see [`RateLimitLayer::new`]). A
+//! token is taken when a request starts and never held: a watch costs one.
+//! [`build_prioritized`] makes two clients on that one bucket: an `urgent`
+//! request (the `attached=true` write a pod waits for) takes the next token
+//! before any waiting `normal` one, has its own queue and connections, and
+//! while it waits for its answer no normal request starts (past the throttle
+//! the API server is the queue). With 2,000 VAs created at once this cut the
+//! p99 from Publish reply to `attached=true` from 73–76 ms to 48–64 ms at the
+//! same attach rate (tools/bench P4, P1). Urgent requests cannot starve the
+//! rest: each follows a Publish, which follows normal writes. Without a
+//! client-side limit (a negative QPS) neither applies.
 //!
-//! # Priority
-//! One write is what a pod waits for: `attached=true` after a successful
-//! Publish. Behind a throttle it would wait for every request queued before
-//! it (with 100 workers at QPS 20, seconds). [`build_prioritized`] makes two
-//! clients on one bucket: requests of the `urgent` one take the next token
-//! before any waiting request of the `normal` one, and have their own request
-//! queue and connections, so they never wait behind normal requests queued at
-//! the throttle. The bucket's rate is unchanged: urgent requests are the same
-//! QPS, taken first.
+//! # Connections
+//! - HTTP/2 (ALPN `h2`, then `http/1.1`) for the watches' client
+//!   ([`Clients::watch`]) alone, as client-go: the three watches share one
+//!   connection, and HTTP/2 packs events queued together into one TLS record
+//!   (`bench/results.md`). The others stay on HTTP/1.1: the priority relies
+//!   on their own connections, and HTTP/2 showed no CPU gain for the writes.
+//! - TCP_NODELAY on every connection, as Go's net/http: without it the first
+//!   request on a new connection (a resumed TLS session) waited ~40 ms for a
+//!   delayed ACK, and new connections are opened under load and after an
+//!   outage. So [`transport`] builds kube's stack (base URI, authentication,
+//!   headers, tracing, rustls) on its own connector, without kube's
+//!   per-connection read/write timeouts (the [`DeadlineLayer`] bounds every
+//!   request, kube-runtime's watcher every idle watch).
+//! - Proxies as client-go picks them ([`proxy`]), not kube's: kube reads
+//!   `HTTPS_PROXY` only from kubeconfigs, applies `NO_PROXY` to the proxy's
+//!   address and has no loopback rule. [`load_config`] keeps kube from the
+//!   environment; [`proxy::Connector`] tunnels, with TCP_NODELAY too.
 //!
-//! Past the throttle, the API server is the queue: when it is saturated, a
-//! write waits behind every request in flight there. So while an urgent
-//! request waits for its answer, no normal request starts (those already
-//! sent go on). With 2,000 VAs created at once, this cut the p99 from Publish
-//! reply to `attached=true` seen from 73–76 ms to 48–64 ms, and the p50 from
-//! 8.3 to 6.2 ms, with the attach rate unchanged (tools/bench, P4 and
-//! P1 at QPS 10,000). Urgent requests cannot starve the rest: each follows a
-//! Publish, and each Publish follows normal writes; and each is bounded by
-//! the request deadline. Without a client-side limit (a negative
-//! `--kube-api-qps`), neither the order nor this hold applies.
-//!
-//! # HTTP versions
-//! The watches' client ([`Clients::watch`]) offers HTTP/2 (ALPN `h2`, then
-//! `http/1.1`), as client-go does for every request: the VA, PV and CSINode
-//! watches share one connection, and the API server's HTTP/2 writer packs
-//! events queued together into one TLS record where HTTP/1.1 writes each in
-//! its own chunk and record (about one byte per object at a 100,000-PV
-//! start-up, `bench/results.md`, the cluster's cost). The other clients stay
-//! on HTTP/1.1, one request per connection at a time: the priority above
-//! relies on their own connections, and HTTP/2 showed no CPU gain for the
-//! writes (bench/README.md, "HTTP/2 to the API server"). Deadlines and the
-//! watch silence bound apply per stream as on HTTP/1.1; TCP keepalive, and
-//! on HTTP/2 the ping (see "Silent connections"), per connection.
-//!
-//! # TCP_NODELAY
-//! Every connection to the API server has TCP_NODELAY set, as Go's net/http
-//! sets it; hyper's connector (and so kube's builder) does not. Without it,
-//! the first request on a new connection waited ~40 ms: a resumed TLS session
-//! ends with a small client flight, Nagle holds the request until that flight
-//! is acknowledged, and the API server's Linux delays the acknowledgement. A
-//! new connection is opened whenever the pool has no idle one: under load,
-//! and after an outage left the pooled connections blocked or closed (P7's
-//! etcd-stall recovery was 45 ms slower than upstream's for this alone). So
-//! [`transport`] builds kube's stack (base URI, authentication, extra headers,
-//! request tracing, rustls) on its own connector. What it leaves out of
-//! kube's: the per-connection read/write timeouts (the [`DeadlineLayer`]
-//! bounds every request and kube-runtime's watcher every idle watch).
-//!
-//! # Proxies
-//! As client-go: a kubeconfig cluster's `proxy-url` for every request, else
-//! `HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY` by Go's rules, in-cluster too
-//! ([`proxy`] says which rules and where they come from). kube's own proxy
-//! support is not used: it reads `HTTPS_PROXY` only from kubeconfigs (never
-//! in-cluster), applies `NO_PROXY` to the proxy's address instead of the
-//! API server's, and knows nothing of Go's loopback rule. [`load_config`]
-//! keeps kube from reading the environment, and [`transport`]'s connector
-//! ([`proxy::Connector`]) dials the proxy with TCP_NODELAY too, tunnels
-//! with CONNECT or SOCKS5, and rustls runs inside the tunnel.
-//!
-//! # Retries
-//! kube's default retry waits up to 15 times on 429/503/504, with delays
-//! growing to minutes. One attach must not wait that long inside one API
-//! call, so it is off: a failed call fails the attempt, and the work queue's
-//! per-object backoff retries it (as client-go, which has no such retry).
-//!
-//! # Deadlines
-//! Every request gets [`ApiConfig::request_timeout`] to produce its response
-//! headers, and a non-watch request the same span, from its start, to finish
-//! its body ([`DeadlineLayer`]). The value is `--timeout` held between 5 s and
-//! 60 s ([`request_timeout_for`]; `docs/bounds.md` says why). A watch's body is
-//! a stream of events: it is not cut while it carries something, and is given
-//! up after [`WATCH_SILENCE`] without a byte (the API server sends a bookmark
-//! about once a minute); the server ends it after `timeoutSeconds=290`. TCP
-//! keepalive (`transport.rs`) notices a peer that is gone within 30 s, and a
-//! connection that stays up but carries nothing is left within 45 s (see
-//! "Silent connections"). kube's connect timeout (30 s, TLS handshake
-//! included) stays. Without this, a connection that accepts and never
-//! answers held a worker, and the VolumeAttachment it was syncing, forever.
+//! # Retries and deadlines
+//! kube's retry (up to 15 times on 429/503/504, over minutes) is off: a
+//! failed call fails the attempt and the work queue's backoff retries it, as
+//! client-go. Every request has [`ApiConfig::request_timeout`] (`--timeout`
+//! held between 5 s and 60 s, [`request_timeout_for`]) for its headers, and a
+//! non-watch request the same span for its body ([`DeadlineLayer`]); a watch
+//! is given up after [`WATCH_SILENCE`] without a byte (the server ends it at
+//! `timeoutSeconds=290`). kube's connect timeout (30 s, TLS included) stays.
 //!
 //! # Silent connections
-//! A connection can stay open and carry nothing: a proxy or load balancer
-//! that lost its backend keeps the client's side open, and its kernel still
-//! acknowledges, so TCP keepalive sees nothing. client-go notices with
-//! HTTP/2 pings: after 30 s without a frame (its transport's
-//! `ReadIdleTimeout`) it pings, and closes the connection, failing every
-//! request on it, when the answer takes more than 15 s (`PingTimeout`). Ours
-//! pings with the same numbers ([`transport::PING_AFTER`],
-//! [`transport::PING_TIMEOUT`]; hyper's `http2_keep_alive_*`, idle
-//! connections included): the watches' HTTP/2 connection is closed within
-//! 45 s of its last frame, and kube's watcher resumes each watch on a new
-//! one. Before, only [`WATCH_SILENCE`] (90 s) noticed, twice client-go's
-//! time. It stays for a stream that says nothing on a connection that
-//! answers pings, and for watches over HTTP/1.1 (an API server that does not
-//! offer `h2`), which have no ping (client-go has no bound there at all).
-//!
-//! HTTP/1.1 (the writes, the Lease, the reads) has no ping. A request on a
-//! silent HTTP/1.1 connection fails at its deadline (`--timeout`, 15 s by
-//! default; a Lease renewal at its leadership window's end if sooner), and
-//! hyper closes a connection whose request was given up, before or during
-//! its body: it never goes back to the pool. A connection idle in the pool
-//! for longer than [`transport::IDLE_REUSE`] (30 s, the ping's 30 s; hyper's
-//! default, 90 s, let a write wait on a connection that went silent a
-//! minute before) is never given to a request, and is closed. So one that
-//! falls silent takes no request after 30 s, and the last it took fails at
-//! its deadline: within 45 s with the default `--timeout`, as on HTTP/2.
+//! A proxy or load balancer that lost its backend can keep a connection open
+//! that carries nothing (TCP keepalive, `transport.rs`, sees nothing). As
+//! client-go, the HTTP/2 connection is pinged after [`transport::PING_AFTER`]
+//! (30 s) without a frame and closed when the answer takes more than
+//! [`transport::PING_TIMEOUT`] (15 s); kube's watcher resumes on a new one.
+//! [`WATCH_SILENCE`] stays for watches over HTTP/1.1, which has no ping. An
+//! HTTP/1.1 request on a silent connection fails at its deadline, and hyper
+//! closes a connection whose request was given up; a pooled connection idle
+//! longer than [`transport::IDLE_REUSE`] (30 s; hyper's 90 s let a write wait
+//! on a connection silent for a minute) is never reused. So either way a
+//! silent connection is left within 45 s with the default `--timeout`.
 
 use std::time::Duration;
 

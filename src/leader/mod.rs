@@ -61,36 +61,14 @@
 //! (a rate ratio below `lease_duration / window_length`) and where it cannot.
 //!
 //! # Beyond upstream
-//! - A standby watches the Lease and tries the moment it is released, and
-//!   schedules its next try for the instant the observed lease expires, so a
-//!   takeover does not wait for a jittered retry period.
-//! - A replica that starts leading on a Lease it CREATEd (or that names it
-//!   without being its own last write: a create whose answer was lost) holds
-//!   it, renewing, for `lease_duration` before its window opens: the Lease
-//!   may have been deleted under a leader that does not know yet, whose
-//!   window ends within `renew_deadline` (on its clock) of its last
-//!   renewal, which came before the deletion; a lease duration on ours is
-//!   the margin a takeover has, against the same clock-rate differences.
-//!   Taking over an existing Lease after its observed expiry, or renewing
-//!   our own last write, proves there was none. The cost: the very first
-//!   replica of a fresh installation acts `lease_duration` (15 s by
-//!   default) after start; later starts find the Lease in place (a release
-//!   leaves it, holder `""`).
-//! - On SIGTERM the leader releases the Lease (holder `""`) unless
-//!   `--feature-gates=ReleaseLeaderElectionOnExit=false`, and only when no
-//!   driver call it made can still be running (see [`Leadership::abandoned`]).
-//! - The renewal loop gives up at the end of the window (`S +
-//!   renew_deadline`); client-go gives up `renew_deadline` after the start of
-//!   the failing round, up to a retry period later.
-//!
-//! # Layout
-//! - `settings`: [`Settings`] and client-go's checks on their timing.
-//! - `clock`: the [`Clock`] the window is timed by ([`BootClock`]).
-//! - `window`: the leadership [`Window`] and [`Leadership`], the driver calls made under it.
-//! - `elector`: the [`Elector`] state machine (acquire, renew, release).
-//! - `lease_api`: the [`LeaseApi`] it drives and [`KubeLeases`] on the API server.
-//! - `health`: the `/healthz/leader-election` check ([`Health`]).
-//! - `metrics`: the leader-election [`Metrics`].
+//! A standby watches the Lease and tries when it is released or its observed
+//! lease expires; a replica that CREATEd the Lease (or finds it naming us but
+//! not by our last write) holds it, renewing, for `lease_duration` before its
+//! window opens (a Lease deleted under a leader that does not know yet); on
+//! SIGTERM the leader releases the Lease unless a driver call of its own may
+//! still run ([`Leadership::abandoned`]); the renewal loop gives up at the
+//! window's end. The reasons and costs: `docs/contract.md`, "Where we differ
+//! from upstream". The files: `docs/architecture.md`, the module map.
 
 mod clock;
 mod elector;
@@ -101,8 +79,7 @@ mod settings;
 mod window;
 
 #[cfg(test)]
-pub use clock::TokioClock;
-pub use clock::{sleep_until, BootClock, Clock, Stamp, RESUME_CHECK};
+pub use clock::{sleep_until, BootClock, Clock, Stamp, TokioClock, RESUME_CHECK};
 pub use elector::Elector;
 pub use health::{Health, HEALTH_TOLERANCE};
 pub use lease_api::{KubeLeases, LeaseApi};

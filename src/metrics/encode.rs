@@ -1,5 +1,7 @@
 //! The Prometheus text exposition as Go's `expfmt` writes it.
 
+use std::fmt::Write as _;
+
 use prometheus::proto::{MetricFamily, MetricType};
 
 use crate::gofmt::go_float_g;
@@ -14,9 +16,7 @@ pub fn encode_text(families: &[MetricFamily]) -> String {
     for family in families {
         let name = family.name();
         if !family.help().is_empty() {
-            out.push_str("# HELP ");
-            out.push_str(name);
-            out.push(' ');
+            let _ = write!(out, "# HELP {name} ");
             escape_into(&mut out, family.help(), false);
             out.push('\n');
         }
@@ -27,11 +27,7 @@ pub fn encode_text(families: &[MetricFamily]) -> String {
             MetricType::SUMMARY => "summary",
             MetricType::UNTYPED => "untyped",
         };
-        out.push_str("# TYPE ");
-        out.push_str(name);
-        out.push(' ');
-        out.push_str(kind);
-        out.push('\n');
+        let _ = writeln!(out, "# TYPE {name} {kind}");
         for m in family.get_metric() {
             let sample =
                 |out: &mut String, suffix: &str, extra: Option<(&str, f64)>, value: f64| {
@@ -90,33 +86,24 @@ fn write_sample(
     extra: Option<(&str, f64)>,
     value: f64,
 ) {
-    out.push_str(name);
-    out.push_str(suffix);
+    let _ = write!(out, "{name}{suffix}");
     let labels = m.get_label();
     if !labels.is_empty() || extra.is_some() {
         let mut separator = '{';
         for lp in labels {
-            out.push(separator);
-            out.push_str(lp.name());
-            out.push_str("=\"");
+            let _ = write!(out, "{separator}{}=\"", lp.name());
             escape_into(out, lp.value(), true);
             out.push('"');
             separator = ',';
         }
         if let Some((label, bound)) = extra {
-            out.push(separator);
-            out.push_str(label);
-            out.push_str("=\"");
-            out.push_str(&go_sample_float(bound));
-            out.push('"');
+            let _ = write!(out, "{separator}{label}=\"{}\"", go_sample_float(bound));
         }
         out.push('}');
     }
-    out.push(' ');
-    out.push_str(&go_sample_float(value));
+    let _ = write!(out, " {}", go_sample_float(value));
     if m.timestamp_ms() != 0 {
-        out.push(' ');
-        out.push_str(&m.timestamp_ms().to_string());
+        let _ = write!(out, " {}", m.timestamp_ms());
     }
     out.push('\n');
 }

@@ -16,111 +16,47 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use prometheus::core::{Collector, Desc};
+use prometheus::proto::MetricType::{COUNTER, GAUGE};
 use prometheus::proto::{Counter, Gauge, Metric, MetricFamily, MetricType};
 use prometheus::Registry;
 
-/// client_golang's process families.
-#[derive(Clone, Copy)]
-enum Family {
-    CpuSeconds,
-    OpenFds,
-    MaxFds,
-    VirtualMemory,
-    VirtualMemoryMax,
-    ResidentMemory,
-    StartTime,
-    NetworkReceive,
-    NetworkTransmit,
-}
+/// Name, HELP and type of client_golang's process families, as its
+/// `NewProcessCollector` defines them.
+#[rustfmt::skip]
+const FAMILIES: [(&str, &str, MetricType); 9] = [
+    ("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.", COUNTER),
+    ("process_open_fds", "Number of open file descriptors.", GAUGE),
+    ("process_max_fds", "Maximum number of open file descriptors.", GAUGE),
+    ("process_virtual_memory_bytes", "Virtual memory size in bytes.", GAUGE),
+    ("process_virtual_memory_max_bytes", "Maximum amount of virtual memory available in bytes.", GAUGE),
+    ("process_resident_memory_bytes", "Resident memory size in bytes.", GAUGE),
+    ("process_start_time_seconds", "Start time of the process since unix epoch in seconds.", GAUGE),
+    ("process_network_receive_bytes_total", "Number of bytes received by the process over the network.", COUNTER),
+    ("process_network_transmit_bytes_total", "Number of bytes sent by the process over the network.", COUNTER),
+];
 
-impl Family {
-    const ALL: [Family; 9] = [
-        Family::CpuSeconds,
-        Family::OpenFds,
-        Family::MaxFds,
-        Family::VirtualMemory,
-        Family::VirtualMemoryMax,
-        Family::ResidentMemory,
-        Family::StartTime,
-        Family::NetworkReceive,
-        Family::NetworkTransmit,
-    ];
-
-    /// Name, HELP and type, as client_golang's `NewProcessCollector` defines them.
-    fn definition(self) -> (&'static str, &'static str, MetricType) {
-        use MetricType::{COUNTER, GAUGE};
-        match self {
-            Family::CpuSeconds => (
-                "process_cpu_seconds_total",
-                "Total user and system CPU time spent in seconds.",
-                COUNTER,
-            ),
-            Family::OpenFds => (
-                "process_open_fds",
-                "Number of open file descriptors.",
-                GAUGE,
-            ),
-            Family::MaxFds => (
-                "process_max_fds",
-                "Maximum number of open file descriptors.",
-                GAUGE,
-            ),
-            Family::VirtualMemory => (
-                "process_virtual_memory_bytes",
-                "Virtual memory size in bytes.",
-                GAUGE,
-            ),
-            Family::VirtualMemoryMax => (
-                "process_virtual_memory_max_bytes",
-                "Maximum amount of virtual memory available in bytes.",
-                GAUGE,
-            ),
-            Family::ResidentMemory => (
-                "process_resident_memory_bytes",
-                "Resident memory size in bytes.",
-                GAUGE,
-            ),
-            Family::StartTime => (
-                "process_start_time_seconds",
-                "Start time of the process since unix epoch in seconds.",
-                GAUGE,
-            ),
-            Family::NetworkReceive => (
-                "process_network_receive_bytes_total",
-                "Number of bytes received by the process over the network.",
-                COUNTER,
-            ),
-            Family::NetworkTransmit => (
-                "process_network_transmit_bytes_total",
-                "Number of bytes sent by the process over the network.",
-                COUNTER,
-            ),
-        }
+/// The family `name` of [`FAMILIES`] with its one unlabelled sample.
+fn family(name: &str, value: f64) -> MetricFamily {
+    let (name, help, kind) = FAMILIES
+        .into_iter()
+        .find(|f| f.0 == name)
+        .unwrap_or((name, "", GAUGE));
+    let mut metric = Metric::default();
+    if kind == COUNTER {
+        let mut counter = Counter::default();
+        counter.set_value(value);
+        metric.set_counter(counter);
+    } else {
+        let mut gauge = Gauge::default();
+        gauge.set_value(value);
+        metric.set_gauge(gauge);
     }
-
-    /// The family with its one unlabelled sample.
-    fn with_value(self, value: f64) -> MetricFamily {
-        let (name, help, kind) = self.definition();
-        let mut metric = Metric::default();
-        match kind {
-            MetricType::COUNTER => {
-                let mut counter = Counter::default();
-                counter.set_value(value);
-                metric.set_counter(counter);
-            }
-            _ => {
-                let mut gauge = Gauge::default();
-                gauge.set_value(value);
-                metric.set_gauge(gauge);
-            }
-        }
-        let mut family = MetricFamily::default();
-        family.set_name(name.to_string());
-        family.set_help(help.to_string());
-        family.set_field_type(kind);
-        family.set_metric(vec![metric]);
-        family
-    }
+    let mut family = MetricFamily::default();
+    family.set_name(name.to_string());
+    family.set_help(help.to_string());
+    family.set_field_type(kind);
+    family.set_metric(vec![metric]);
+    family
 }
 
 /// Reads this process's `/proc/self` files at each scrape.
@@ -141,16 +77,10 @@ struct ProcessCollector {
 
 impl ProcessCollector {
     fn new(proc: impl Into<PathBuf>) -> prometheus::Result<Self> {
-        let descs = Family::ALL
+        let descs = FAMILIES
             .iter()
-            .map(|family| {
-                let (name, help, _) = family.definition();
-                Desc::new(
-                    name.to_string(),
-                    help.to_string(),
-                    Vec::new(),
-                    HashMap::new(),
-                )
+            .map(|(name, help, _)| {
+                Desc::new(name.to_string(), help.to_string(), vec![], HashMap::new())
             })
             .collect::<prometheus::Result<_>>()?;
         let ticks = rustix::param::clock_ticks_per_second();
@@ -204,31 +134,34 @@ impl Collector for ProcessCollector {
     }
 
     fn collect(&self) -> Vec<MetricFamily> {
-        let mut out = Vec::with_capacity(Family::ALL.len());
+        let mut out = Vec::with_capacity(FAMILIES.len());
         if let Some(stat) = self.read("self/stat").as_deref().and_then(Stat::parse) {
             let cpu = stat.utime.saturating_add(stat.stime) as f64 / self.ticks_per_second;
-            out.push(Family::CpuSeconds.with_value(cpu));
-            out.push(Family::VirtualMemory.with_value(stat.vsize as f64));
-            out.push(Family::ResidentMemory.with_value(stat.rss as f64 * self.page_size));
+            out.push(family("process_cpu_seconds_total", cpu));
+            out.push(family("process_virtual_memory_bytes", stat.vsize as f64));
+            out.push(family(
+                "process_resident_memory_bytes",
+                stat.rss as f64 * self.page_size,
+            ));
             if let Some(start) = self.start_time(stat.start_ticks) {
-                out.push(Family::StartTime.with_value(start));
+                out.push(family("process_start_time_seconds", start));
             }
         }
         if let Some(fds) = self.open_fds() {
-            out.push(Family::OpenFds.with_value(fds as f64));
+            out.push(family("process_open_fds", fds as f64));
         }
         if let Some(limits) = self.read("self/limits") {
             if let Some(max) = soft_limit(&limits, "Max open files") {
-                out.push(Family::MaxFds.with_value(max));
+                out.push(family("process_max_fds", max));
             }
             if let Some(max) = soft_limit(&limits, "Max address space") {
-                out.push(Family::VirtualMemoryMax.with_value(max));
+                out.push(family("process_virtual_memory_max_bytes", max));
             }
         }
         if let Some((received, sent)) = self.read("self/net/netstat").as_deref().and_then(ip_octets)
         {
-            out.push(Family::NetworkReceive.with_value(received));
-            out.push(Family::NetworkTransmit.with_value(sent));
+            out.push(family("process_network_receive_bytes_total", received));
+            out.push(family("process_network_transmit_bytes_total", sent));
         }
         out
     }
@@ -380,7 +313,7 @@ mod tests {
         let families = ProcessCollector::new("/proc").expect("collector").collect();
         let mut served = names(&families);
         served.sort_unstable();
-        let mut all = Family::ALL.map(|f| f.definition().0);
+        let mut all = FAMILIES.map(|f| f.0);
         all.sort_unstable();
         assert_eq!(served, all, "each once");
         assert!(families.iter().all(|f| f.get_metric().len() == 1));

@@ -24,14 +24,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::controller::context::seconds_since;
-use crate::controller::context::Ctx;
+use crate::controller::context::{seconds_since, Ctx};
 use crate::controller::error::FlowError;
-use crate::controller::flows::node_id::Lookup;
-use crate::controller::flows::node_id::NodeIds;
-use crate::controller::flows::request;
-use crate::controller::flows::source;
+use crate::controller::flows::node_id::{Lookup, NodeIds};
 use crate::controller::flows::source::Source;
+use crate::controller::flows::{request, source};
 use crate::controller::model::CachedVa;
 use crate::controller::seams::driver::Origin;
 use crate::controller::seams::patches;

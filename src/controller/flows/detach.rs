@@ -12,8 +12,7 @@
 //! when the finalizer patch shows the VA is gone (ours was the last
 //! finalizer), where it could only 404. Upstream sends it anyway.
 
-use crate::controller::context::seconds_since;
-use crate::controller::context::Ctx;
+use crate::controller::context::{seconds_since, Ctx};
 use crate::controller::error::FlowError;
 use crate::controller::flows::node_id::NodeIds;
 use crate::controller::flows::source;

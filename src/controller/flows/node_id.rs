@@ -150,19 +150,9 @@ impl NodeIds {
 /// `node_id`, from the caches: not being deleted, carrying our `finalizer`
 /// or saying attached, on a node whose CSINode gives our driver `node_id`
 /// (its node-id annotation only when the node has none: as the reconciler
-/// compares), and attaching the volume with handle `volume`.
-///
-/// Where the VA is, not what its record says: an annotation can be edited or
-/// restored, and a VA whose record was edited to another node's ID must not
-/// keep that node's own VA from unpublishing its volume when it is deleted
-/// (the chaos suite's `node-id-edited` fault: seed 1, I1).
-///
-/// An Unpublish of that pair would take the volume from under it (a pod on
-/// its node may be writing); its own detach unpublishes it when its time
-/// comes. Upstream asks only the CSINode on detach and never meets this
-/// (ours also unpublishes the recorded ID, [`NodeIds::to_unpublish`]). A
-/// VA being deleted holds nothing: two VAs detaching at once must not leave
-/// the pair to each other.
+/// compares), and attaching the volume with handle `volume`. Where the VA
+/// is, not what its record says; why, and why a VA being deleted holds
+/// nothing: `docs/contract.md`, "Never from under another VA".
 pub fn holder(
     stores: &Stores,
     finalizer: &str,

@@ -21,16 +21,7 @@
 //! implement. Its watcher needs a `kube::Resource`; [`Wire`] is the one type
 //! that is, and only at the watch boundary.
 //!
-//! # Layout
-//! - `meta`: the compact parts both views share (`Pairs`, `Meta`), the
-//!   `null`-as-default decode and their metadata accessors.
-//! - `pv`: the PersistentVolume view, [`CompactPvSpec`] and [`CachedPv`].
-//! - `va`: the VolumeAttachment view, [`CompactVaStatus`] and [`CachedVa`].
-//! - `lane`: [`Lane`], the flow a VA needs (attach, or detach once deleted).
-//! - `lookup`: how kube-runtime's store names the views ([`Lookup`]).
-//! - `wire`: [`Wire`], the views at the watch boundary.
-//! - `proto`: the views decoded from protobuf ([`proto::FromProto`]), the
-//!   form the VA and PV watches ask for.
+//! The files: `docs/architecture.md`, the module map.
 //!
 //! [`Deserialize`]: serde::Deserialize
 //! [`Lookup`]: kube::runtime::reflector::Lookup

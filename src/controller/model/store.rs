@@ -14,8 +14,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::runtime::reflector::{Lookup, ObjectRef, Store};
 
-use crate::controller::model::CachedPv;
-use crate::controller::model::CachedVa;
+use crate::controller::model::{CachedPv, CachedVa};
 
 /// Read handles of the caches. Cheap to clone.
 #[derive(Clone)]

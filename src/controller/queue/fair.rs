@@ -1,31 +1,19 @@
-//! Fair dispatch across nodes inside a lane, and per-node limits.
+//! Fair dispatch across nodes inside a lane, and per-node limits (the rules
+//! and their reasons: `docs/contract.md`, "Scheduling driver calls").
 //!
-//! A key's *group* is the node its work is for (the VA's `spec.nodeName`;
-//! empty for keys with no node, such as PVs). Within a lane the waiting keys
-//! of each group form a FIFO, and the groups take turns ([`FairFifo`]): one
-//! node's backlog of a hundred attaches cannot keep the next attach of
-//! another node waiting behind all of them. The next turn goes to the group
-//! with the fewest keys in flight in the lane among the next [`WINDOW`]
-//! open groups in turn, the first in turn among equals: a node whose keys
-//! took every free worker just before another node's key came does not take
-//! the next free worker too. (The window bounds the work under the queue's
-//! lock when thousands of nodes wait, each with keys in flight.) Urgent keys (the
-//! detaches of a failed node) go before every group.
+//! A key's *group* is the node its work is for (empty for keys with no node,
+//! such as PVs). [`FairFifo`]: within a lane each group's waiting keys form a
+//! FIFO and the groups take turns; the next turn goes to the group with the
+//! fewest keys in flight in the lane among the next [`WINDOW`] open groups
+//! in turn (the window bounds the work under the queue's lock when thousands
+//! of nodes wait); urgent keys go before every group.
 //!
-//! [`Groups`] counts the keys in flight per group and closes a group to new
-//! work while it is at the per-node cap (`--max-inflight-per-node`, all lanes
-//! together: a cloud serializes attaches and detaches of one VM alike) or
-//! *held* in a lane: closed until an instant, then open to one key at a time
-//! until released (the pace of a node whose driver answered
-//! `ResourceExhausted`), or *gathering* in a lane: closed until an instant,
-//! then open as usual (`--attach-gather-window`: a quiet node's first attach
-//! waits so that the node's attaches queued meanwhile start together), the
-//! instant moved later while the node's attaches keep coming, up to a latest
-//! (`--attach-gather-max`). A
-//! key's placement may also carry a *limit* of its group's keys in flight in
-//! the lane (the attach lane's: the node's CSINode `allocatable.count` for
-//! the driver, the most volumes it can have): a group at its limit waits in
-//! that lane while the others start.
+//! [`Groups`] counts the keys in flight per group and closes a group while
+//! it is at the per-node cap (all lanes together), *held* in a lane (closed
+//! until an instant, then one key at a time until released), or *gathering*
+//! in a lane (closed until an instant, moved later while keys keep coming, up
+//! to a latest). A placement may carry a *limit* of its group's keys in
+//! flight in the lane (the node's `allocatable.count`).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -115,17 +103,6 @@ impl FairFifo {
                 self.turns.push_back(placement.group);
             }
         }
-    }
-
-    /// Moves `key`, waiting in this lane, ahead when `placement` is urgent
-    /// and it is not urgent yet (its entry in its group stays, stale once
-    /// the key is taken); whether it moved.
-    pub fn promote(&mut self, key: &str, placement: Placement) -> bool {
-        if !placement.urgent || self.urgent.iter().any(|(k, _)| k == key) {
-            return false;
-        }
-        self.urgent.push_back((key.to_string(), placement.group));
-        true
     }
 
     /// Takes the next key: the first live urgent entry whose group is open,
@@ -527,30 +504,6 @@ mod tests {
         assert_eq!(drain(&mut fifo, closed), ["gone-0", "b-0"]);
         // Group a opens again: its key is still there.
         assert_eq!(drain(&mut fifo, |_| true), ["a-0"]);
-    }
-
-    #[test]
-    fn a_promoted_key_goes_first_once() {
-        let mut fifo = FairFifo::default();
-        fifo.push("a-0".into(), Placement::node("a"));
-        fifo.push("b-0".into(), Placement::node("b"));
-        fifo.push("b-1".into(), Placement::node("b"));
-        assert!(!fifo.promote("b-1", Placement::node("b")), "not urgent");
-        let urgent = Placement {
-            group: Arc::from("b"),
-            urgent: true,
-            limit: None,
-        };
-        assert!(fifo.promote("b-1", urgent.clone()));
-        assert!(!fifo.promote("b-1", urgent), "urgent already");
-        // Taken once: its old entry in group b is stale by then.
-        let mut taken = HashSet::new();
-        let mut order = Vec::new();
-        while let Some(key) = fifo.pop(|k| !taken.contains(k), |_| Some(0)) {
-            taken.insert(key.clone());
-            order.push(key);
-        }
-        assert_eq!(order, ["b-1", "a-0", "b-0"]);
     }
 
     #[test]

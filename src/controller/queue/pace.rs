@@ -1,34 +1,20 @@
-//! How the driver's answers pace the VA queue ([`Pacer`]).
+//! How the driver's answers pace the VA queue ([`Pacer`]). Every Publish and
+//! Unpublish answer is reported here by
+//! [`crate::controller::seams::fenced::FencedDriver`], and three rules follow,
+//! each stated with its reasons in `docs/contract.md`, "Scheduling driver
+//! calls":
 //!
-//! Every Publish and Unpublish answer is reported here (by
-//! [`crate::controller::seams::fenced::FencedDriver`]), and three rules follow:
-//!
-//! - **A node out of room is paced.** `ResourceExhausted` on a Publish (a
-//!   node at its attachment limit, a cloud's per-VM queue full) holds that
-//!   node in the attach lane: its other attaches wait `start · 2^n` (the
-//!   queue's backoff, `n` the node's consecutive answers), then go one at a
-//!   time until a Publish on the node that started after the first such
-//!   answer succeeds (one already running then was part of what the driver
-//!   found full: at an attachment limit, its success took room).
-//!   Other nodes, and the node's detaches (which make room), go on. Every
-//!   other code stays the VA's own.
-//! - **An operation the driver says still runs is polled, not backed off**
-//!   (`--poll-pending-after-deadline`, on by default).
-//!   When a VA whose call ended at the deadline is answered `Aborted` (the
-//!   driver's "an operation is pending for this volume": the one we
-//!   abandoned goes on), its next retry waits an eighth of the time since
-//!   that operation started (at least `--retry-interval-start`), if sooner
-//!   than its backoff: a VA idles at most about an eighth of its operation's
-//!   time after it ends, and the calls still grow geometrically (by 1.125)
-//!   while the driver keeps answering `Aborted`. With the doubling backoff
-//!   alone, the operation ends while the VA waits out 8, 16, 32 s
-//!   (benchmark P8, serial-per-node drain: its slowest VAs). A VA not in
-//!   doubt answered `Aborted` (another call's operation) keeps its backoff,
-//!   as CSI asks.
-//! - **A timeout that does not fit is said.** When at least 5 of the last 100
-//!   calls of a kind ended at the deadline, a warning (at most every 10
-//!   minutes) names the p99 of completed operations and a `--timeout` that
-//!   would fit it, also in `csi_attacher_suggested_timeout_seconds`.
+//! - `ResourceExhausted` on a Publish holds that node in the attach lane
+//!   (the queue's backoff, `n` the node's consecutive answers), then one at
+//!   a time until a Publish on the node that started after the first such
+//!   answer succeeds;
+//! - `Aborted` for a VA whose call ended at the deadline polls it: its next
+//!   retry waits an eighth of the time since that operation started (at
+//!   least `--retry-interval-start`) if sooner than its backoff
+//!   (`--poll-pending-after-deadline`);
+//! - at least 5 of the last 100 calls of a kind at the deadline: a warning
+//!   (at most every 10 minutes) with the p99 and a `--timeout` that fits,
+//!   also in `csi_attacher_suggested_timeout_seconds`.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -39,9 +25,7 @@ use tokio::time::Instant;
 use tonic::Code;
 
 use crate::controller::model::Lane;
-use crate::controller::queue::Backoff;
-use crate::controller::queue::QueueLane;
-use crate::controller::queue::WorkQueue;
+use crate::controller::queue::{Backoff, QueueLane, WorkQueue};
 
 /// Completed operations kept per lane for the percentiles.
 const SAMPLES: usize = 256;
@@ -132,45 +116,6 @@ impl Listener for Pacer {
         started: Instant,
         answer: Option<(Code, &str)>,
     ) {
-        Pacer::finished(self, lane, va, node, started, answer);
-    }
-}
-
-impl Pacer {
-    /// A pacer of `queue`, holding nodes for `backoff`'s delays, for calls
-    /// with deadline `timeout`.
-    pub fn new(
-        queue: Arc<WorkQueue<Lane>>,
-        backoff: Backoff,
-        timeout: Duration,
-        metrics: Option<PaceMetrics>,
-    ) -> Self {
-        Self {
-            queue,
-            backoff,
-            timeout,
-            metrics,
-            state: Mutex::new(PaceState::default()),
-        }
-    }
-
-    /// Polls an operation in doubt that the driver says still runs (see
-    /// the module docs).
-    pub fn with_poll(self) -> Self {
-        self.lock().poll = true;
-        self
-    }
-
-    /// A call of `lane` for VA `va` on node `node`, started at `started`,
-    /// ended with `answer`'s code and message (`None`: OK).
-    pub fn finished(
-        &self,
-        lane: Lane,
-        va: &str,
-        node: &str,
-        started: Instant,
-        answer: Option<(Code, &str)>,
-    ) {
         let now = Instant::now();
         let i = lane.index();
         let code = answer.map(|(code, _)| code);
@@ -232,6 +177,32 @@ impl Pacer {
             }
             Some(_) => {}
         }
+    }
+}
+
+impl Pacer {
+    /// A pacer of `queue`, holding nodes for `backoff`'s delays, for calls
+    /// with deadline `timeout`.
+    pub fn new(
+        queue: Arc<WorkQueue<Lane>>,
+        backoff: Backoff,
+        timeout: Duration,
+        metrics: Option<PaceMetrics>,
+    ) -> Self {
+        Self {
+            queue,
+            backoff,
+            timeout,
+            metrics,
+            state: Mutex::new(PaceState::default()),
+        }
+    }
+
+    /// Polls an operation in doubt that the driver says still runs (see
+    /// the module docs).
+    pub fn with_poll(self) -> Self {
+        self.lock().poll = true;
+        self
     }
 
     /// When VA `va` may be tried again, given its backoff: while an

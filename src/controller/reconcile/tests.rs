@@ -7,10 +7,7 @@ use tonic::Code;
 
 use super::{pass, PassReport, ReconcileError};
 use crate::controller::model::Lane;
-use crate::controller::queue::Backoff;
-use crate::controller::queue::Trigger;
-use crate::controller::queue::Work;
-use crate::controller::queue::WorkQueue;
+use crate::controller::queue::{Backoff, Trigger, Work, WorkQueue};
 use crate::controller::sync::sync_va;
 use crate::controller::testing::*;
 use crate::csi::{RpcStatus, VolumePage};

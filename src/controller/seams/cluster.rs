@@ -17,14 +17,9 @@ use kube::Resource;
 use serde::de::{DeserializeOwned, IgnoredAny};
 use serde_json::Value;
 
-use crate::controller::error::ApiError;
-use crate::controller::error::SecretError;
-use crate::controller::model::CachedPv;
-use crate::controller::model::CachedVa;
-use crate::controller::seams::patches::PvPatch;
-use crate::controller::seams::patches::StatusPatch;
-use crate::controller::seams::patches::Urgency;
-use crate::controller::seams::patches::VaPatch;
+use crate::controller::error::{ApiError, SecretError};
+use crate::controller::model::{CachedPv, CachedVa};
+use crate::controller::seams::patches::{PvPatch, StatusPatch, Urgency, VaPatch};
 use crate::kube_client;
 
 /// Every API request a flow makes. Each write names the object it was built
@@ -86,57 +81,6 @@ pub struct NodeStatusView {
     pub volumes_in_use: Option<Vec<String>>,
 }
 
-impl ClusterApi for KubeApi {
-    fn patch_va<'a>(
-        &'a self,
-        va: &'a CachedVa,
-        patch: &'a VaPatch,
-    ) -> BoxFuture<'a, Result<CachedVa, ApiError>> {
-        KubeApi::patch_va(self, va, patch).boxed()
-    }
-    fn patch_va_unread<'a>(
-        &'a self,
-        va: &'a CachedVa,
-        patch: &'a VaPatch,
-    ) -> BoxFuture<'a, Result<(), ApiError>> {
-        KubeApi::patch_va_unread(self, va, patch).boxed()
-    }
-    fn patch_va_status<'a>(
-        &'a self,
-        va: &'a CachedVa,
-        patch: &'a StatusPatch,
-    ) -> BoxFuture<'a, Result<(), ApiError>> {
-        KubeApi::patch_va_status(self, va, patch).boxed()
-    }
-    fn patch_pv<'a>(
-        &'a self,
-        name: &'a str,
-        patch: PvPatch,
-    ) -> BoxFuture<'a, Result<(), ApiError>> {
-        KubeApi::patch_pv(self, name, patch).boxed()
-    }
-    fn pv<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<CachedPv>, ApiError>> {
-        KubeApi::pv(self, name).boxed()
-    }
-    fn csinode_node_id<'a>(
-        &'a self,
-        node: &'a str,
-        driver: &'a str,
-    ) -> BoxFuture<'a, Result<Option<String>, ApiError>> {
-        KubeApi::csinode_node_id(self, node, driver).boxed()
-    }
-    fn secret_data<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<BTreeMap<String, String>, SecretError>> {
-        KubeApi::secret_data(self, namespace, name).boxed()
-    }
-    fn node<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<NodeView>, ApiError>> {
-        KubeApi::node(self, name).boxed()
-    }
-}
-
 /// API access for the flows; cheap to clone.
 #[derive(Clone)]
 pub struct KubeApi {
@@ -154,69 +98,6 @@ impl KubeApi {
         }
     }
 
-    // Every VA patch names the object it was built from by UID as well as by
-    // name: a VA deleted and re-created under the same name (another node)
-    // while this replica's cache still held the old one is a different
-    // object, and the API server refuses the write (422 Invalid on
-    // `metadata.uid`, see `ApiError::is_replaced`) instead of applying the old
-    // object's finalizers or status to the new one. Upstream sends no UID
-    // (docs/contract.md, "Writes aimed at the right object").
-
-    /// Merge patch on `va`'s main resource; returns the VA as written.
-    pub async fn patch_va(&self, va: &CachedVa, patch: &VaPatch) -> Result<CachedVa, ApiError> {
-        let body = with_uid(patch.body(), va);
-        let request = Request::new(VolumeAttachment::url_path(&(), None)).patch(
-            va.name(),
-            &PatchParams::default(),
-            &Patch::Merge(&body),
-        );
-        self.send(request, "patch").await.map_err(ApiError)
-    }
-
-    /// Merge patch on `va`'s main resource, when the caller does not need
-    /// the VA as written: the response body is skipped, not decoded.
-    pub async fn patch_va_unread(&self, va: &CachedVa, patch: &VaPatch) -> Result<(), ApiError> {
-        let body = with_uid(patch.body(), va);
-        let request = Request::new(VolumeAttachment::url_path(&(), None)).patch(
-            va.name(),
-            &PatchParams::default(),
-            &Patch::Merge(&body),
-        );
-        send_unread(&self.client, request).await
-    }
-
-    /// Merge patch on `va`'s `/status` (response skipped). An urgent patch
-    /// (`attached=true`, the write a pod waits for) goes by the urgent
-    /// client, ahead of requests waiting at the throttle.
-    pub async fn patch_va_status(
-        &self,
-        va: &CachedVa,
-        patch: &StatusPatch,
-    ) -> Result<(), ApiError> {
-        let body = with_uid(patch.body(), va);
-        let request = Request::new(VolumeAttachment::url_path(&(), None)).patch_subresource(
-            "status",
-            va.name(),
-            &PatchParams::default(),
-            &Patch::Merge(&body),
-        );
-        let client = match patch.urgency() {
-            Urgency::Urgent => &self.urgent,
-            Urgency::Normal => &self.client,
-        };
-        send_unread(client, request).await
-    }
-
-    /// JSON Patch on a PV (response skipped).
-    pub async fn patch_pv(&self, name: &str, patch: PvPatch) -> Result<(), ApiError> {
-        let request = Request::new(PersistentVolume::url_path(&(), None)).patch(
-            name,
-            &PatchParams::default(),
-            &Patch::<()>::Json(patch.into_patch()),
-        );
-        send_unread(&self.client, request).await
-    }
-
     /// Sends a built request (tagged `verb`, as kube's `Api` tags its own)
     /// by the normal client and decodes the answer as `T`.
     async fn send<T: DeserializeOwned>(
@@ -229,53 +110,132 @@ impl KubeApi {
         self.client.request::<T>(request).await
     }
 
+    /// GETs an object (`None` when there is none).
+    async fn get<K: Resource<DynamicType = ()>, T: DeserializeOwned>(
+        &self,
+        name: &str,
+    ) -> Result<Option<T>, ApiError> {
+        let request = Request::new(K::url_path(&(), None)).get(name, &GetParams::default());
+        match self.send(request, "get").await {
+            Ok(object) => Ok(Some(object)),
+            Err(kube::Error::Api(status)) if status.is_not_found() => Ok(None),
+            Err(err) => Err(ApiError(err)),
+        }
+    }
+
     /// GETs a PersistentVolume (`None` when there is none).
     pub async fn pv(&self, name: &str) -> Result<Option<CachedPv>, ApiError> {
-        let request =
-            Request::new(PersistentVolume::url_path(&(), None)).get(name, &GetParams::default());
-        match self.send(request, "get").await {
-            Ok(pv) => Ok(Some(pv)),
-            Err(kube::Error::Api(status)) if status.is_not_found() => Ok(None),
-            Err(err) => Err(ApiError(err)),
+        self.get::<PersistentVolume, _>(name).await
+    }
+}
+
+// Every VA patch names the object it was built from by UID as well as by
+// name: a VA deleted and re-created under the same name (another node)
+// while this replica's cache still held the old one is a different
+// object, and the API server refuses the write (422 Invalid on
+// `metadata.uid`, see `ApiError::is_replaced`) instead of applying the old
+// object's finalizers or status to the new one. Upstream sends no UID
+// (docs/contract.md, "Writes aimed at the right object").
+impl ClusterApi for KubeApi {
+    fn patch_va<'a>(
+        &'a self,
+        va: &'a CachedVa,
+        patch: &'a VaPatch,
+    ) -> BoxFuture<'a, Result<CachedVa, ApiError>> {
+        let request = va_patch(va, patch.body(), None);
+        async move { self.send(request, "patch").await.map_err(ApiError) }.boxed()
+    }
+
+    /// The response body is skipped, not decoded.
+    fn patch_va_unread<'a>(
+        &'a self,
+        va: &'a CachedVa,
+        patch: &'a VaPatch,
+    ) -> BoxFuture<'a, Result<(), ApiError>> {
+        send_unread(&self.client, va_patch(va, patch.body(), None)).boxed()
+    }
+
+    /// Response skipped. An urgent patch (`attached=true`, the write a pod
+    /// waits for) goes by the urgent client, ahead of requests waiting at
+    /// the throttle.
+    fn patch_va_status<'a>(
+        &'a self,
+        va: &'a CachedVa,
+        patch: &'a StatusPatch,
+    ) -> BoxFuture<'a, Result<(), ApiError>> {
+        let client = match patch.urgency() {
+            Urgency::Urgent => &self.urgent,
+            Urgency::Normal => &self.client,
+        };
+        send_unread(client, va_patch(va, patch.body(), Some("status"))).boxed()
+    }
+
+    /// Response skipped.
+    fn patch_pv<'a>(
+        &'a self,
+        name: &'a str,
+        patch: PvPatch,
+    ) -> BoxFuture<'a, Result<(), ApiError>> {
+        let request = Request::new(PersistentVolume::url_path(&(), None)).patch(
+            name,
+            &PatchParams::default(),
+            &Patch::<()>::Json(patch.into_patch()),
+        );
+        send_unread(&self.client, request).boxed()
+    }
+
+    fn pv<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<CachedPv>, ApiError>> {
+        KubeApi::pv(self, name).boxed()
+    }
+
+    fn csinode_node_id<'a>(
+        &'a self,
+        node: &'a str,
+        driver: &'a str,
+    ) -> BoxFuture<'a, Result<Option<String>, ApiError>> {
+        async move {
+            let csinodes: Api<CSINode> = Api::all(self.client.clone());
+            let csinode = csinodes.get_opt(node).await.map_err(ApiError)?;
+            Ok(csinode.and_then(|c| {
+                let mut drivers = c.spec.drivers.into_iter();
+                drivers.find(|d| d.name == driver).map(|d| d.node_id)
+            }))
         }
+        .boxed()
     }
 
-    /// GETs the Node called `name`, decoded as far as [`NodeView`].
-    pub async fn node(&self, name: &str) -> Result<Option<NodeView>, ApiError> {
-        let request = Request::new(Node::url_path(&(), None)).get(name, &GetParams::default());
-        match self.send(request, "get").await {
-            Ok(node) => Ok(Some(node)),
-            Err(kube::Error::Api(status)) if status.is_not_found() => Ok(None),
-            Err(err) => Err(ApiError(err)),
+    /// Never logged.
+    fn secret_data<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<BTreeMap<String, String>, SecretError>> {
+        async move {
+            let secrets: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+            let secret = secrets.get(name).await.map_err(ApiError)?;
+            secret_strings(secret.data.unwrap_or_default())
         }
+        .boxed()
     }
 
-    /// GETs `node`'s CSINode: `driver`'s node ID there, if the node has it.
-    pub async fn csinode_node_id(
-        &self,
-        node: &str,
-        driver: &str,
-    ) -> Result<Option<String>, ApiError> {
-        let csinodes: Api<CSINode> = Api::all(self.client.clone());
-        let csinode = csinodes.get_opt(node).await.map_err(ApiError)?;
-        Ok(csinode.and_then(|c| {
-            c.spec
-                .drivers
-                .into_iter()
-                .find(|d| d.name == driver)
-                .map(|d| d.node_id)
-        }))
+    /// Decoded as far as [`NodeView`].
+    fn node<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<NodeView>, ApiError>> {
+        self.get::<Node, _>(name).boxed()
     }
+}
 
-    /// GETs a Secret and returns its data as strings (never logged).
-    pub async fn secret_data(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<BTreeMap<String, String>, SecretError> {
-        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
-        let secret = secrets.get(name).await.map_err(ApiError)?;
-        secret_strings(secret.data.unwrap_or_default())
+/// A merge patch of `body`, with `va`'s UID, on `va` (or its `subresource`).
+fn va_patch(
+    va: &CachedVa,
+    body: &Value,
+    subresource: Option<&str>,
+) -> Result<http::Request<Vec<u8>>, kube::core::request::Error> {
+    let body = Patch::Merge(with_uid(body, va));
+    let request = Request::new(VolumeAttachment::url_path(&(), None));
+    let params = PatchParams::default();
+    match subresource {
+        Some(sub) => request.patch_subresource(sub, va.name(), &params, &body),
+        None => request.patch(va.name(), &params, &body),
     }
 }
 

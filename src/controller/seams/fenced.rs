@@ -22,11 +22,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::controller::error::FlowError;
-use crate::controller::model::CachedVa;
-use crate::controller::model::Lane;
+use crate::controller::model::{CachedVa, Lane};
 use crate::controller::queue::pace::Listener;
-use crate::controller::seams::driver::Driver;
-use crate::controller::seams::driver::Origin;
+use crate::controller::seams::driver::{Driver, Origin};
 use crate::controller::seams::undo::{may_have_acted, Published, Undo, Undos};
 use crate::csi::proto::{ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest};
 use crate::csi::RpcStatus;

@@ -18,8 +18,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::{json, Map, Value};
 
 use crate::controller::model::names::NODE_ID_ANNOTATION;
-use crate::controller::model::CachedVa;
-use crate::controller::model::CompactVaStatus;
+use crate::controller::model::{CachedVa, CompactVaStatus};
 
 /// A merge patch of a VA's main resource (its metadata).
 #[derive(Debug, Clone, PartialEq)]
@@ -195,22 +194,14 @@ pub fn detached_status(status: Option<&CompactVaStatus>) -> Option<StatusPatch> 
 /// patch sends the null too), and the kubelet acts on that code.
 pub fn attach_error(message: &str, error_code: Option<i32>, now: Timestamp) -> StatusPatch {
     let mut error = volume_error(message, now);
-    error.insert(
-        "errorCode".into(),
-        error_code.map_or(Value::Null, Value::from),
-    );
-    StatusPatch::new(Map::from_iter([(
-        "attachError".to_string(),
-        Value::Object(error),
-    )]))
+    error.insert("errorCode".into(), json!(error_code));
+    StatusPatch::new(Map::from_iter([("attachError".into(), error.into())]))
 }
 
 /// `/status` merge patch recording a failed detach (never with an error code).
 pub fn detach_error(message: &str, now: Timestamp) -> StatusPatch {
-    StatusPatch::new(Map::from_iter([(
-        "detachError".to_string(),
-        Value::Object(volume_error(message, now)),
-    )]))
+    let error = volume_error(message, now);
+    StatusPatch::new(Map::from_iter([("detachError".into(), error.into())]))
 }
 
 /// A `VolumeError` with `message` at `now`: always an object with the

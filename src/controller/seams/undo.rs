@@ -1,29 +1,14 @@
-//! Publishes owed an Unpublish after their VolumeAttachment went away.
+//! Publishes owed an Unpublish after their VolumeAttachment went away
+//! (which, why and when: `docs/contract.md`, "A Publish in doubt is undone
+//! when its VA goes away").
 //!
-//! A Publish may act although its caller saw no success: it ended at our
-//! deadline, the connection broke, the driver answered an internal error, or
-//! the leadership window closed while it ran (a cloud operation outlives
-//! its caller). Normally the VA's own life settles that: a later Publish
-//! that succeeds (the VA then says attached, and its detach unpublishes), or
-//! its detach's Unpublish. But a VA can go away without a detach of ours:
-//! an admin strips its finalizers, the API server deletes it at once in a
-//! race with our finalizer's write (the chaos suite saw it), or a previous
-//! leader detached it while this replica's cache lagged. No sync of it would
-//! call the driver again, and the publication would leak (as it does
-//! upstream). The same holds for the Publish that succeeded for a VA found
-//! gone at the status write, when its undo fails.
-//!
-//! So [`FencedDriver`](super::fenced::FencedDriver), where every driver
-//! answer arrives, records each such Publish here ([`Undos::owe`]) and strikes
-//! it off when a call settles it ([`Undos::paid`]: a Publish or an Unpublish
-//! of the pair that answered OK); the sync of a key whose VA is gone or
-//! replaced first pays what is owed (`FencedDriver::pay`), retried with the
-//! key's backoff until the driver answers OK. No flow keeps these books. A VA
-//! re-created under the same name waits for that: the old publication goes
-//! before the new one is made.
-//!
-//! In memory: a replica that exits forgets what it owed, and a replica that
-//! did not make a Publish does not know of it.
+//! [`FencedDriver`](super::fenced::FencedDriver), where every driver answer
+//! arrives, records each Publish that may have acted without a success
+//! ([`Undos::owe`]) and strikes it off when a call settles it ([`Undos::paid`]:
+//! a Publish or an Unpublish of the pair that answered OK); the sync of a key
+//! whose VA is gone or replaced first pays what is owed
+//! (`FencedDriver::pay`), retried with the key's backoff. No flow keeps these
+//! books. In memory only.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};

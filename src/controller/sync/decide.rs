@@ -5,8 +5,7 @@
 //! execute the step; nothing here does I/O.
 
 use crate::controller::error::FlowError;
-use crate::controller::model::CachedVa;
-use crate::controller::model::Lane;
+use crate::controller::model::{CachedVa, Lane};
 pub use crate::controller::queue::Trigger;
 use crate::csi::Capabilities;
 

@@ -17,20 +17,13 @@ use tracing::Instrument;
 
 use crate::controller::context::Ctx;
 use crate::controller::error::FlowError;
-use crate::controller::flows::attach;
-use crate::controller::flows::detach;
-use crate::controller::flows::pv_finalizer;
 use crate::controller::flows::pv_finalizer::needs_finalizer_check;
 use crate::controller::flows::trivial;
-use crate::controller::model::CachedVa;
-use crate::controller::model::Lane;
+use crate::controller::flows::{attach, detach, pv_finalizer};
+use crate::controller::model::{CachedVa, Lane};
 use crate::controller::queue::lane::PvLane;
-use crate::controller::queue::QueueLane;
-use crate::controller::queue::Work;
-use crate::controller::queue::WorkQueue;
-use crate::controller::sync::decide::decide;
-use crate::controller::sync::decide::Step;
-use crate::controller::sync::decide::Trigger;
+use crate::controller::queue::{QueueLane, Work, WorkQueue};
+use crate::controller::sync::decide::{decide, Step, Trigger};
 use crate::controller::sync::policy::ErrorPolicy;
 
 /// Runs syncs of the VA queue's `lane` until the queue shuts down; what a

@@ -11,8 +11,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::controller::error::FlowError;
 use crate::controller::events::FailureEvents;
-use crate::controller::model::CachedVa;
-use crate::controller::model::Lane;
+use crate::controller::model::{CachedVa, Lane};
 use crate::controller::queue::pace::Pacer;
 use crate::controller::seams::cluster::ClusterApi;
 use crate::controller::seams::patches;

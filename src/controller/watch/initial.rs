@@ -1,32 +1,14 @@
 //! How a watch gets the objects that exist when it starts: a streaming list
-//! where the API server serves one, a paginated, consistent LIST where it
-//! does not.
-//!
-//! A streaming list (KEP-3157, `sendInitialEvents=true`) is a watch whose
-//! first events are the current objects, ended by a bookmark annotated
-//! `k8s.io/initial-events-end`; the API server sends them from its watch
-//! cache one by one, where a LIST builds the whole page in memory. Upstream
-//! v4.12 (client-go v0.36, gate `WatchListClient` on by default since 1.35)
-//! streams its informers' lists, and so do we. The facts matched here:
-//!
-//! - the kill switch is client-go's: `KUBE_FEATURE_WatchListClient=false` in
-//!   the environment (a Go `strconv.ParseBool` value; anything else is
-//!   ignored with a warning, as client-go ignores it);
-//! - kube-apiserver 1.34 and later serve streaming lists by default (gate
-//!   `WatchList`, beta and on since 1.34). One started with
-//!   `--feature-gates=WatchList=false` refuses the watch with 422 Invalid
-//!   ("sendInitialEvents is forbidden for watch unless the WatchList feature
-//!   gate is enabled"), and servers before 1.27 refuse its
-//!   `resourceVersionMatch` the same way;
-//! - client-go falls back to a LIST when a streaming attempt fails.
-//!
-//! Here a refusal (422, or 400) switches that watch to paginated LISTs (500
-//! objects a page, no `resourceVersion`: consistent reads) for the life of
-//! the process, logged once. So do two streaming attempts in a row that end
-//! before the end bookmark (a server, or something between, that ignores
-//! the parameter would never send it); one such attempt is a dropped
-//! connection and is retried as a stream. Any other error is retried as it
-//! was before, with the watch's backoff.
+//! (KEP-3157, `sendInitialEvents=true`, as upstream v4.12's client-go) where
+//! the API server serves one, a paginated, consistent LIST where it does not.
+//! The facts (client-go's `KUBE_FEATURE_WatchListClient=false` switch, which
+//! API servers refuse and how) are in `docs/contract.md`, "Watches and
+//! queues". Here a refusal (422, or 400) switches that watch to paginated
+//! LISTs for the life of the process, logged once; so do two streaming
+//! attempts in a row that end before the end bookmark (something that
+//! ignores the parameter would never send it), where one is a dropped
+//! connection, retried as a stream. Any other error is retried with the
+//! watch's backoff.
 
 use futures::stream::BoxStream;
 use futures::StreamExt;

@@ -26,10 +26,7 @@ use crate::controller::flows::pv_finalizer::needs_finalizer_check;
 use crate::controller::model::names::NODE_ID_ANNOTATION;
 use crate::controller::model::proto::FromProto;
 use crate::controller::model::store::PvRefs;
-use crate::controller::model::CachedPv;
-use crate::controller::model::CachedVa;
-use crate::controller::model::Lane;
-use crate::controller::model::Wire;
+use crate::controller::model::{CachedPv, CachedVa, Lane, Wire};
 use crate::controller::queue::lane::PvLane;
 use crate::controller::queue::WorkQueue;
 use crate::controller::seams::undo::Undos;
@@ -190,15 +187,8 @@ pub async fn run_csinode_informer(api: Api<CSINode>, mut writer: Writer<CSINode>
     // dropped on arrival (the protobuf decode skips them; the JSON pages of
     // the fallback carry them): nothing here reads them, and they are often
     // the largest part of an object.
-    let mut events = watch_raw_proto(api, "CSINode").map(|mut event| {
-        match &mut event {
-            Event::Apply(node) | Event::InitApply(node) | Event::Delete(node) => {
-                node.metadata.managed_fields = None
-            }
-            Event::Init | Event::InitDone => {}
-        }
-        event
-    });
+    let mut events = watch_raw_proto(api, "CSINode")
+        .map(|event| event.modify(|node| node.metadata.managed_fields = None));
     while let Some(event) = events.next().await {
         writer.apply_watcher_event(&event);
     }

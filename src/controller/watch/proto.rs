@@ -1,26 +1,15 @@
 //! A streaming list and watch in protobuf, for the views that decode from it
-//! ([`FromProto`]): the VA, PV and CSINode watches. Upstream's client-go asks the API
-//! server for protobuf; kube-runtime's watcher reads JSON only, so this is
-//! the same protocol as its streaming watcher, on protobuf frames:
+//! ([`FromProto`]): the VA, PV and CSINode watches (what and why:
+//! `docs/contract.md`, "Watches and queues"). kube-runtime's watcher reads
+//! JSON only, so this is its streaming watcher's protocol on protobuf frames:
+//! [`Event::Init`], the objects as [`Event::InitApply`], [`Event::InitDone`]
+//! at the bookmark annotated `k8s.io/initial-events-end`, then the watch's
+//! events, resumed from the last resource version seen (an `ERROR` 410 lists
+//! again); or, `paginated`, LISTs of 500 followed by their `continue` tokens.
+//! Every failure is an item of the stream with kube-runtime's error variants,
+//! so [`super::initial`]'s fallback and the backoff's observer read them alike.
 //!
-//! - a streaming list (`sendInitialEvents=true`, `resourceVersionMatch=
-//!   NotOlderThan`, bookmarks): [`Event::Init`], the objects as
-//!   [`Event::InitApply`], and [`Event::InitDone`] at the bookmark annotated
-//!   `k8s.io/initial-events-end`;
-//! - then the watch's events, resumed from the last resource version seen
-//!   when the server ends it (`timeoutSeconds=290`) or it fails; an `ERROR`
-//!   event 410 (Gone) lists again;
-//! - paginated instead (`paginated`: where the API server refuses streaming
-//!   lists, or `KUBE_FEATURE_WatchListClient=false`): LISTs of 500 objects a
-//!   page with no `resourceVersion` (consistent reads), followed by their
-//!   `continue` tokens, then the watch from the list's resource version;
-//! - every failure is an item of the stream, for the caller's backoff, as
-//!   kube-runtime's are, with its error variants (so [`super::initial`]'s
-//!   fallback to paginated lists, and the backoff's observer, read them the
-//!   same way).
-//!
-//! Frames: `Accept: application/vnd.kubernetes.protobuf;stream=watch`; each
-//! frame is a 4-byte big-endian length and a bare `metav1.WatchEvent`, whose
+//! Frames: a 4-byte big-endian length and a bare `metav1.WatchEvent`, whose
 //! object is in the `k8s\0` envelope. An error answer is a `Status` in
 //! protobuf (or JSON, from something in between that only speaks JSON).
 
@@ -33,8 +22,7 @@ use kube::core::Status;
 use kube::runtime::watcher::{self, Event};
 use prost::Message;
 
-use crate::controller::model::proto::messages;
-use crate::controller::model::proto::{meta_of, unwrap_envelope, FromProto};
+use crate::controller::model::proto::{messages, meta_of, unwrap_envelope, FromProto};
 
 /// What the watch asks the API server for.
 pub const ACCEPT: &str = "application/vnd.kubernetes.protobuf;stream=watch";

@@ -14,8 +14,9 @@ use http::Uri;
 use hyper::rt::{Read, ReadBufCursor, Write};
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_util::either::Either;
 use tower::{BoxError, Service};
 
 use super::route::Route;
@@ -152,7 +153,7 @@ impl Service<Uri> for Connector {
             return Box::pin(async move {
                 let tcp = connecting.await?;
                 Ok(Stream {
-                    io: Io::Tcp(tcp.into_inner()),
+                    io: TokioIo::new(Either::Left(tcp.into_inner())),
                     forwarded: false,
                 })
             });
@@ -181,7 +182,10 @@ impl Service<Uri> for Connector {
                 }
                 None => connecting.await?,
             };
-            Ok(Stream { io, forwarded })
+            Ok(Stream {
+                io: TokioIo::new(io),
+                forwarded,
+            })
         })
     }
 }
@@ -219,8 +223,8 @@ async fn connect_via(
         })?
         .into_inner();
     let mut io = match &via.tls {
-        None => Io::Tcp(tcp),
-        Some((connector, name)) => Io::Tls(Box::new(
+        None => Either::Left(tcp),
+        Some((connector, name)) => Either::Right(Box::new(
             connector
                 .connect(name.clone(), tcp)
                 .await
@@ -418,73 +422,12 @@ async fn connect_tunnel(io: &mut Io, proxy: &ProxyUrl, target: &str) -> Result<(
     }
 }
 
-/// A connection to the API server or to the proxy.
-enum Io {
-    Tcp(TcpStream),
-    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
-}
-
-impl AsyncRead for Io {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Io::Tcp(s) => Pin::new(s).poll_read(cx, buf),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Io {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Io::Tcp(s) => Pin::new(s).poll_write(cx, buf),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Io::Tcp(s) => Pin::new(s).poll_flush(cx),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Io::Tcp(s) => Pin::new(s).poll_shutdown(cx),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Io::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            Io::Tcp(s) => s.is_write_vectored(),
-            Io::Tls(s) => s.is_write_vectored(),
-        }
-    }
-}
+/// A connection to the API server or to the proxy: TCP, or TLS to an `https` proxy.
+type Io = Either<TcpStream, Box<tokio_rustls::client::TlsStream<TcpStream>>>;
 
 /// What [`Connector`] hands to hyper (and, for `https`, to rustls first).
 pub struct Stream {
-    io: Io,
+    io: TokioIo<Io>,
     /// Requests go to the proxy with absolute URLs (a plain `http` API
     /// server behind a proxy).
     forwarded: bool,
@@ -502,8 +445,7 @@ impl Read for Stream {
         cx: &mut Context<'_>,
         buf: ReadBufCursor<'_>,
     ) -> Poll<io::Result<()>> {
-        let mut io = TokioIo::new(&mut self.get_mut().io);
-        Pin::new(&mut io).poll_read(cx, buf)
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
     }
 }
 

@@ -30,7 +30,7 @@ async fn exchange(
         seen
     });
     let proxy = ProxyUrl::parse(proxy_url).expect("proxy URL");
-    let mut io = Io::Tcp(TcpStream::connect(addr).await.expect("connect"));
+    let mut io: Io = Either::Left(TcpStream::connect(addr).await.expect("connect"));
     // Bounded: a client that sends less than the script expects waits for
     // an answer that never comes.
     let result = tokio::time::timeout(
