@@ -45,7 +45,10 @@ build() { # build <name> <command...>: the last line of its output into $go_dir/
 go_pids=()
 build tools hack/build-controlplane.sh "${go_tools[@]}" &
 go_pids+=($!)
-build promtool hack/build-gotool.sh tools-promtool promtool github.com/prometheus/prometheus/cmd/promtool &
+# promtool without Prometheus' service-discovery plugins (the cloud SDKs: its
+# `remove_all_sd` build tag): the rule tests need none, and the build takes
+# 195 s of CPU instead of 448 s (measured at a542323 with a cold GOCACHE).
+build promtool hack/build-gotool.sh tools-promtool promtool github.com/prometheus/prometheus/cmd/promtool remove_all_sd &
 go_pids+=($!)
 build gce-pd-driver hack/build-gotool.sh tools-gcepd gce-pd-driver github.com/csi-attacher-rs/hack/tools-gcepd &
 go_pids+=($!)
