@@ -99,7 +99,6 @@ struct State {
 
 /// The queue of lanes `L`. Share it in an `Arc`; run [`WorkQueue::run_timers`] once.
 pub struct WorkQueue<L: QueueLane> {
-    name: &'static str,
     backoff: Backoff,
     state: Mutex<State>,
     lane_ready: Vec<Notify>,
@@ -146,7 +145,6 @@ impl<L: QueueLane> WorkQueue<L> {
             ..State::default()
         };
         Self {
-            name,
             backoff,
             state: Mutex::new(state),
             lane_ready: (0..lanes).map(|_| Notify::new()).collect(),
@@ -198,11 +196,6 @@ impl<L: QueueLane> WorkQueue<L> {
     /// Takes adds from now on (a no-op on a queue that was not idle).
     pub fn start(&self) {
         self.lock().accepting = true;
-    }
-
-    /// The queue's name (the `name` label of workqueue metrics).
-    pub fn name(&self) -> &'static str {
-        self.name
     }
 
     /// Queues `key` in `lane` now, for an event.
@@ -347,11 +340,6 @@ impl<L: QueueLane> WorkQueue<L> {
         state.queued.contains_key(key)
             || state.delayed.contains_key(key)
             || state.processing.contains(key)
-    }
-
-    /// Keys ready to be processed in `lane`.
-    pub fn depth(&self, lane: L) -> usize {
-        self.lock().waiting.get(lane.index()).copied().unwrap_or(0)
     }
 
     /// `lane` has no key waiting any more: the slots of its reserve it stops
@@ -500,6 +488,14 @@ impl<L: QueueLane> WorkQueue<L> {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+impl<L: QueueLane> WorkQueue<L> {
+    /// Keys ready to be processed in `lane`.
+    pub fn depth(&self, lane: L) -> usize {
+        self.lock().waiting.get(lane.index()).copied().unwrap_or(0)
     }
 }
 

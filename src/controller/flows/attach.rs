@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 
 use crate::controller::context::{seconds_since, Ctx};
 use crate::controller::error::FlowError;
-use crate::controller::flows::node_id::{Lookup, NodeIds};
+use crate::controller::flows::node_id::NodeIds;
 use crate::controller::flows::source::Source;
 use crate::controller::flows::{request, source};
 use crate::controller::model::CachedVa;
@@ -211,14 +211,8 @@ async fn publish_request(
 ) -> Result<(ControllerPublishVolumeRequest, Origin, Option<String>), FlowError> {
     let plan = request::plan(source, &ctx.default_fs_type, &ctx.capabilities)?;
     let secrets = ctx.publish_secrets(&plan.volume.csi).await?;
-    let node_ids = NodeIds::look_up(
-        va,
-        &ctx.stores.csinodes,
-        ctx.api.as_ref(),
-        &ctx.driver_name,
-        Lookup::CacheThenApi,
-    )
-    .await;
+    let node_ids =
+        NodeIds::look_up(va, &ctx.stores.csinodes, ctx.api.as_ref(), &ctx.driver_name).await;
     let (node_id, stale) = node_ids.to_publish()?;
     Ok((plan.request(node_id, secrets), plan.volume.origin, stale))
 }
