@@ -26,7 +26,7 @@ use crate::controller::reconcile;
 use crate::controller::seams::cluster::KubeApi;
 use crate::controller::seams::driver::Driver;
 use crate::controller::seams::fenced::FencedDriver;
-use crate::controller::seams::undo::Undos;
+use crate::controller::seams::fenced::Undos;
 use crate::controller::sync;
 use crate::controller::sync::failing;
 use crate::controller::sync::failing::FailingVas;

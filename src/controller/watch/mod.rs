@@ -29,7 +29,7 @@ use crate::controller::model::store::PvRefs;
 use crate::controller::model::{CachedPv, CachedVa, Lane, Wire};
 use crate::controller::queue::lane::PvLane;
 use crate::controller::queue::WorkQueue;
-use crate::controller::seams::undo::Undos;
+use crate::controller::seams::fenced::Undos;
 use crate::controller::sync::failing::FailingVas;
 use crate::controller::watch::backoff::WatchBackoff;
 
@@ -332,7 +332,7 @@ mod tests {
     use super::*;
     use crate::controller::queue::Backoff;
     use crate::controller::seams::driver::Origin;
-    use crate::controller::seams::undo::Published;
+    use crate::controller::seams::fenced::Published;
     use crate::controller::testing;
     use crate::csi::proto::ControllerUnpublishVolumeRequest;
     use k8s_openapi::api::storage::v1::{VolumeAttachment, VolumeAttachmentStatus, VolumeError};
