@@ -30,7 +30,7 @@ use crate::controller::seams::fenced::Undos;
 use crate::controller::sync;
 use crate::controller::sync::failing;
 use crate::controller::sync::failing::FailingVas;
-use crate::controller::sync::policy::ErrorPolicy;
+use crate::controller::sync::ErrorPolicy;
 use crate::controller::watch;
 use crate::csi::{self, Capabilities};
 use crate::http::Readiness;
