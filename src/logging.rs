@@ -205,7 +205,10 @@ impl<W> KlogLayer<W> {
             pid: std::process::id(),
         }
     }
+}
 
+#[cfg(test)]
+impl<W> KlogLayer<W> {
     /// The same layer with another clock and process id (for reproducible output).
     pub fn with_clock_and_pid(mut self, clock: fn() -> SystemTime, pid: u32) -> Self {
         self.clock = clock;

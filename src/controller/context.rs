@@ -1,6 +1,6 @@
 //! What a flow reads and calls ([`Ctx`]), and what every flow does alike:
 //! read the publish secret. (What a failure leaves behind is
-//! `sync::policy`'s.)
+//! `sync::ErrorPolicy`'s.)
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -112,7 +112,10 @@ impl FailureEvents {
             tracing::debug!(why, "Dropped an Event");
         }
     }
+}
 
+#[cfg(test)]
+impl FailureEvents {
     /// Events dropped so far.
     pub fn dropped(&self) -> u64 {
         self.dropped.get()

@@ -38,6 +38,12 @@
 //! keys ([`WorkQueue::with_gather`]). The rules and their reasons are in
 //! `docs/contract.md`, "Scheduling driver calls".
 //!
+//! # Lanes of two queues
+//! The VA queue has an attach and a detach lane (a VA moves to the detach
+//! lane once it is being deleted); the PV queue has one lane ([`PvLane`]). A
+//! lane's name is its label in metrics (`csi_attacher_sync_panics_total`, the
+//! lane gauges) and its field in logs.
+//!
 //! # Idle until started
 //! A queue built [`WorkQueue::idle`] ignores adds until [`WorkQueue::start`]:
 //! a standby replica keeps its caches warm but queues (and counts) no work it
@@ -55,17 +61,14 @@ use tokio::time::Instant;
 pub mod ceiling;
 mod delay;
 pub mod fair;
-pub mod lane;
 pub mod metrics;
 pub mod pace;
-pub mod work;
 
 pub use ceiling::{Backoff, Concurrency};
 use fair::{FairFifo, Group, Groups, Placement, Placer};
-pub use lane::QueueLane;
-pub use work::{Trigger, Work};
-
 use metrics::{QueueFamilies, QueueMetrics};
+
+use crate::controller::model::Lane;
 
 #[derive(Default)]
 struct State {
@@ -99,7 +102,6 @@ struct State {
 
 /// The queue of lanes `L`. Share it in an `Arc`; run [`WorkQueue::run_timers`] once.
 pub struct WorkQueue<L: QueueLane> {
-    name: &'static str,
     backoff: Backoff,
     state: Mutex<State>,
     lane_ready: Vec<Notify>,
@@ -146,7 +148,6 @@ impl<L: QueueLane> WorkQueue<L> {
             ..State::default()
         };
         Self {
-            name,
             backoff,
             state: Mutex::new(state),
             lane_ready: (0..lanes).map(|_| Notify::new()).collect(),
@@ -198,11 +199,6 @@ impl<L: QueueLane> WorkQueue<L> {
     /// Takes adds from now on (a no-op on a queue that was not idle).
     pub fn start(&self) {
         self.lock().accepting = true;
-    }
-
-    /// The queue's name (the `name` label of workqueue metrics).
-    pub fn name(&self) -> &'static str {
-        self.name
     }
 
     /// Queues `key` in `lane` now, for an event.
@@ -347,11 +343,6 @@ impl<L: QueueLane> WorkQueue<L> {
         state.queued.contains_key(key)
             || state.delayed.contains_key(key)
             || state.processing.contains(key)
-    }
-
-    /// Keys ready to be processed in `lane`.
-    pub fn depth(&self, lane: L) -> usize {
-        self.lock().waiting.get(lane.index()).copied().unwrap_or(0)
     }
 
     /// `lane` has no key waiting any more: the slots of its reserve it stops
@@ -504,15 +495,98 @@ impl<L: QueueLane> WorkQueue<L> {
 }
 
 #[cfg(test)]
+impl<L: QueueLane> WorkQueue<L> {
+    /// Keys ready to be processed in `lane`.
+    pub fn depth(&self, lane: L) -> usize {
+        self.lock().waiting.get(lane.index()).copied().unwrap_or(0)
+    }
+}
+
+/// Why a key was queued. It travels with the key: [`WorkQueue::get`] hands
+/// it to the worker, and a key queued again while it waits or runs keeps the
+/// strongest reason (`Reconciler` over `Event`) until a worker takes it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Trigger {
+    /// A watch event, a resync or a retry.
+    #[default]
+    Event,
+    /// The reconciler saw the driver disagree with the object's status: run
+    /// the flow even though the object looks done.
+    Reconciler,
+}
+
+/// A key handed to a worker, with why it was queued.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Work {
+    /// The object's key.
+    pub key: String,
+    /// Why it was queued.
+    pub trigger: Trigger,
+}
+
+/// The lanes of one queue: a closed set, each lane with its place in the
+/// queue and its label. A queue only takes its own lane type, so a lane of
+/// another queue (or an index past the last lane) cannot be passed.
+pub trait QueueLane: Copy + Eq + std::fmt::Debug + Send + Sync + 'static {
+    /// Every lane, in queue order: `ALL[l.index()] == l`.
+    const ALL: &'static [Self];
+    /// The lane's place in [`Self::ALL`].
+    fn index(self) -> usize;
+    /// The lane's label in metrics and logs.
+    fn name(self) -> &'static str;
+}
+
+/// The PV queue's one lane: PersistentVolumes whose finalizer needs a look.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PvLane;
+
+/// Name of the VA queue (workqueue metrics label, as upstream).
+pub const VA_QUEUE: &str = "csi-attacher-va";
+/// Name of the PV queue.
+pub const PV_QUEUE: &str = "csi-attacher-pv";
+
+impl QueueLane for Lane {
+    const ALL: &'static [Lane] = &[Lane::Attach, Lane::Detach];
+
+    fn index(self) -> usize {
+        match self {
+            Lane::Attach => 0,
+            Lane::Detach => 1,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        Lane::name(self)
+    }
+}
+
+impl PvLane {
+    /// The lane's label in metrics and logs.
+    pub const NAME: &'static str = "pv";
+}
+
+impl QueueLane for PvLane {
+    const ALL: &'static [PvLane] = &[PvLane];
+
+    fn index(self) -> usize {
+        0
+    }
+
+    fn name(self) -> &'static str {
+        PvLane::NAME
+    }
+}
+
+#[cfg(test)]
 mod proptests;
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::controller::model::Lane;
     use crate::controller::queue::fair::{Placement, Placer};
-    use crate::controller::queue::lane::PvLane;
-    use std::sync::Arc;
 
     /// The lane at `index` of the queue's lane type.
     fn l<L: QueueLane>(index: usize) -> L {
@@ -1175,5 +1249,22 @@ mod tests {
         // The dropped timer does not bring it back.
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert_eq!(next(&q, 0).await, None);
+    }
+}
+
+#[cfg(test)]
+mod lane_tests {
+    use super::*;
+
+    #[test]
+    fn labels_and_indexes_are_the_queues_own() {
+        // Metric label values are part of the interface: never change them.
+        let names = |lanes: &[Lane]| lanes.iter().map(|l| l.name()).collect::<Vec<_>>();
+        assert_eq!(names(Lane::ALL), ["attach", "detach"]);
+        assert_eq!(QueueLane::name(PvLane), "pv");
+        for (i, lane) in Lane::ALL.iter().enumerate() {
+            assert_eq!(lane.index(), i);
+        }
+        assert_eq!(PvLane.index(), 0);
     }
 }

@@ -14,24 +14,19 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::controller::context::Ctx;
-use crate::controller::events;
-use crate::controller::model::names;
 use crate::controller::model::store::{PvRefs, Stores};
-use crate::controller::model::{CachedPv, CachedVa, Lane};
+use crate::controller::model::{names, CachedPv, CachedVa, Lane};
 use crate::controller::queue::fair::{Placement, Placer};
-use crate::controller::queue::lane::{PvLane, PV_QUEUE, VA_QUEUE};
 use crate::controller::queue::pace::{Listener, Pacer};
-use crate::controller::queue::{Backoff, Concurrency, Gather, QueueLane, WorkQueue};
-use crate::controller::reconcile;
+use crate::controller::queue::{
+    Backoff, Concurrency, Gather, PvLane, QueueLane, WorkQueue, PV_QUEUE, VA_QUEUE,
+};
 use crate::controller::seams::cluster::KubeApi;
 use crate::controller::seams::driver::Driver;
-use crate::controller::seams::fenced::FencedDriver;
-use crate::controller::seams::undo::Undos;
-use crate::controller::sync;
-use crate::controller::sync::failing;
+use crate::controller::seams::fenced::{FencedDriver, Undos};
 use crate::controller::sync::failing::FailingVas;
-use crate::controller::sync::policy::ErrorPolicy;
-use crate::controller::watch;
+use crate::controller::sync::{failing, ErrorPolicy};
+use crate::controller::{events, reconcile, sync, watch};
 use crate::csi::{self, Capabilities};
 use crate::http::Readiness;
 use crate::kube_client;
@@ -445,8 +440,9 @@ fn start_leading(
 
 #[cfg(test)]
 mod tests {
-    use super::allocatable;
     use k8s_openapi::api::storage::v1::CSINode;
+
+    use super::allocatable;
 
     fn csinode(drivers: serde_json::Value) -> CSINode {
         serde_json::from_value(serde_json::json!({

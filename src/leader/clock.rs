@@ -19,16 +19,6 @@ use std::time::Duration;
 pub struct Stamp(Duration);
 
 impl Stamp {
-    /// The reading `since_origin` after the clock's origin.
-    pub const fn from_origin(since_origin: Duration) -> Self {
-        Self(since_origin)
-    }
-
-    /// The time since the clock's origin.
-    pub const fn since_origin(self) -> Duration {
-        self.0
-    }
-
     /// `self - earlier`, zero if `earlier` is later.
     pub fn saturating_duration_since(self, earlier: Stamp) -> Duration {
         self.0.saturating_sub(earlier.0)
@@ -91,6 +81,19 @@ pub async fn sleep_until(clock: &dyn Clock, at: Stamp) {
             return;
         }
         tokio::time::sleep(clock.timer(left).min(RESUME_CHECK)).await;
+    }
+}
+
+#[cfg(test)]
+impl Stamp {
+    /// The reading `since_origin` after the clock's origin.
+    pub const fn from_origin(since_origin: Duration) -> Self {
+        Self(since_origin)
+    }
+
+    /// The time since the clock's origin.
+    pub const fn since_origin(self) -> Duration {
+        self.0
     }
 }
 

@@ -79,14 +79,6 @@ impl<A: LeaseApi> Elector<A> {
         }
     }
 
-    /// Times the window (and every other decision) by `clock` instead of
-    /// `CLOCK_BOOTTIME` (tests: a paused clock, a clock running fast or slow).
-    /// Before the first [`Elector::leadership`].
-    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
-        self
-    }
-
     /// Now, on the elector's clock.
     fn now(&self) -> Stamp {
         self.clock.now()
@@ -512,6 +504,17 @@ impl<A: LeaseApi> Elector<A> {
 
     fn is_valid(&self, now: Stamp) -> bool {
         self.observed_expiry().is_some_and(|expiry| expiry > now)
+    }
+}
+
+#[cfg(test)]
+impl<A: LeaseApi> Elector<A> {
+    /// Times the window (and every other decision) by `clock` instead of
+    /// `CLOCK_BOOTTIME` (tests: a paused clock, a clock running fast or slow).
+    /// Before the first [`Elector::leadership`].
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 }
 

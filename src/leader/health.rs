@@ -36,19 +36,22 @@ impl Health {
         }
     }
 
-    /// Whether this replica currently leads.
-    pub fn is_leading(&self) -> bool {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .leading
-    }
-
     pub(super) fn set(&self, leading: bool, renewed: Option<Instant>) {
         let mut state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         state.leading = leading;
         if renewed.is_some() {
             state.last_renew = renewed;
         }
+    }
+}
+
+#[cfg(test)]
+impl Health {
+    /// Whether this replica currently leads.
+    pub fn is_leading(&self) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .leading
     }
 }

@@ -112,22 +112,6 @@ impl Leadership {
         }
     }
 
-    /// A window that follows `window` (tests: open and close it at will),
-    /// timed by tokio's clock ([`clock::TokioClock`]).
-    #[cfg(test)]
-    pub fn following(window: watch::Receiver<Window>) -> Self {
-        Self {
-            window,
-            calls: Arc::default(),
-            clock: Arc::new(clock::TokioClock),
-        }
-    }
-
-    /// Now, on the window's clock.
-    pub fn now(&self) -> Stamp {
-        self.clock.now()
-    }
-
     /// The window now.
     pub fn window(&self) -> Window {
         *self.window.borrow()
@@ -208,5 +192,23 @@ impl Leadership {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+impl Leadership {
+    /// A window that follows `window` (tests: open and close it at will),
+    /// timed by tokio's clock ([`clock::TokioClock`]).
+    pub fn following(window: watch::Receiver<Window>) -> Self {
+        Self {
+            window,
+            calls: Arc::default(),
+            clock: Arc::new(clock::TokioClock),
+        }
+    }
+
+    /// Now, on the window's clock.
+    pub fn now(&self) -> Stamp {
+        self.clock.now()
     }
 }

@@ -83,6 +83,7 @@ pub fn in_tree_driver(spec: &PersistentVolumeSpec) -> Option<&'static str> {
     }
 }
 
+#[cfg(test)]
 /// Whether `pv` has the in-tree source of a migrated plugin (upstream's `IsPVMigratable`).
 pub fn is_pv_migratable(pv: &PersistentVolume) -> bool {
     pv.spec.as_ref().and_then(in_tree_driver).is_some()

@@ -26,14 +26,11 @@ pub fn rust_output(input: &Value) -> Result<Value> {
         );
     }
     let pv: PersistentVolume = serde_json::from_value(input["pv"].clone())?;
-    let migratable = migration::is_pv_migratable(&pv);
-    let mut out = json!({"migratable": migratable});
-    if !migratable {
-        return Ok(out);
-    }
-    if let Some(driver) = pv.spec.as_ref().and_then(migration::in_tree_driver) {
-        out["driver"] = json!(driver);
-    }
+    // Migratable (upstream's `IsPVMigratable`): it has a migrated plugin's in-tree source.
+    let Some(driver) = pv.spec.as_ref().and_then(migration::in_tree_driver) else {
+        return Ok(json!({"migratable": false}));
+    };
+    let mut out = json!({"migratable": true, "driver": driver});
     match migration::translate_pv(&pv) {
         Ok(translated) => out["pv"] = serde_json::to_value(translated)?,
         Err(err) => out["error"] = json!(err.to_string()),

@@ -26,14 +26,14 @@ use std::collections::BTreeMap;
 
 use crate::controller::context::{seconds_since, Ctx};
 use crate::controller::error::FlowError;
-use crate::controller::flows::node_id::{Lookup, NodeIds};
+use crate::controller::flows::node_id::NodeIds;
 use crate::controller::flows::source::Source;
 use crate::controller::flows::{request, source};
 use crate::controller::model::CachedVa;
 use crate::controller::seams::driver::Origin;
+use crate::controller::seams::fenced::Published;
 use crate::controller::seams::patches;
 use crate::controller::seams::patches::VaPatch;
-use crate::controller::seams::undo::Published;
 use crate::csi::proto::{ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest};
 
 /// One attach attempt. Safe to repeat after any failure, restart or failover.
@@ -125,7 +125,7 @@ async fn mark_attached_failed(
         // replica with a newer cache detached it already, or the API server
         // deleted it, and nobody else will unpublish what we just published.
         // Undo it; owed until the driver says so, so that a failed undo is
-        // retried although the VA is gone (`seams::undo`).
+        // retried although the VA is gone (`seams::fenced`).
         let undo = ctx.driver.undos().owe(va, &published);
         return ctx.driver.pay(&undo).await;
     }
@@ -175,7 +175,7 @@ async fn publish(
             .await
             .map_err(FlowError::SaveVolumeAttachment)?;
     }
-    // The driver's answer keeps the books of a Publish in doubt (`seams::undo`).
+    // The driver's answer keeps the books of a Publish in doubt (`seams::fenced`).
     let published = Published::of(&request, origin);
     let context = ctx.driver.publish(request, origin, va).await??;
     Ok((context.into_iter().collect(), published))
@@ -211,14 +211,8 @@ async fn publish_request(
 ) -> Result<(ControllerPublishVolumeRequest, Origin, Option<String>), FlowError> {
     let plan = request::plan(source, &ctx.default_fs_type, &ctx.capabilities)?;
     let secrets = ctx.publish_secrets(&plan.volume.csi).await?;
-    let node_ids = NodeIds::look_up(
-        va,
-        &ctx.stores.csinodes,
-        ctx.api.as_ref(),
-        &ctx.driver_name,
-        Lookup::CacheThenApi,
-    )
-    .await;
+    let node_ids =
+        NodeIds::look_up(va, &ctx.stores.csinodes, ctx.api.as_ref(), &ctx.driver_name).await;
     let (node_id, stale) = node_ids.to_publish()?;
     Ok((plan.request(node_id, secrets), plan.volume.origin, stale))
 }

@@ -39,17 +39,6 @@ pub struct NodeIds {
     pub csinode: Result<String, FlowError>,
 }
 
-/// Where a CSINode miss in the cache is looked up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lookup {
-    /// The cache only.
-    Cache,
-    /// The cache, then (on a miss) the API server: a node that registered a
-    /// moment ago may not have reached the cache yet (upstream fails and
-    /// backs off instead).
-    CacheThenApi,
-}
-
 /// The node-id annotation on `va`, as found.
 fn annotation(va: &CachedVa) -> Option<String> {
     va.annotation(NODE_ID_ANNOTATION).map(str::to_owned)
@@ -77,18 +66,18 @@ pub fn from_cache(
 }
 
 impl NodeIds {
-    /// Both sources for `va`; with [`Lookup::CacheThenApi`] a cache miss
-    /// costs one GET of the CSINode.
+    /// Both sources for `va`, the cache first, then (on a miss: one GET of
+    /// the CSINode) the API server: a node that registered a moment ago may
+    /// not have reached the cache yet (upstream fails and backs off instead).
     pub async fn look_up(
         va: &CachedVa,
         csinodes: &Store<CSINode>,
         api: &dyn ClusterApi,
         driver: &str,
-        lookup: Lookup,
     ) -> Self {
         let node = va.node_name();
         let mut csinode = from_cache(csinodes, node, driver);
-        if let (Lookup::CacheThenApi, Err(miss)) = (lookup, &csinode) {
+        if let Err(miss) = &csinode {
             match api.csinode_node_id(node, driver).await {
                 Ok(Some(id)) => csinode = Ok(id),
                 Ok(None) => {}

@@ -1,5 +1,5 @@
 //! Which flow a VA needs: [`Lane`], read off the view. The work queue keeps
-//! a sub-queue per lane (`queue::lane`), the metrics and logs label by it.
+//! a sub-queue per lane (`queue::QueueLane`), the metrics and logs label by it.
 
 use crate::controller::model::CachedVa;
 

@@ -177,6 +177,7 @@ macro_rules! metadata_accessors {
             self.meta.rest.uid.as_deref()
         }
 
+        #[cfg(test)]
         /// `metadata.resourceVersion`.
         pub fn resource_version(&self) -> Option<&str> {
             self.meta.rest.resource_version.as_deref()

@@ -88,14 +88,23 @@ impl CompactPvSpec {
         self.claim_ref.as_deref()
     }
 
-    /// `capacity`, sorted by resource name (`None`: absent).
-    pub fn capacity(&self) -> Option<&[(String, Quantity)]> {
-        self.capacity.as_slice()
-    }
-
     /// `nodeAffinity`.
     pub fn node_affinity(&self) -> Option<&VolumeNodeAffinity> {
         self.node_affinity.as_ref()
+    }
+
+    /// Every field of the spec the view does not keep by itself (an in-tree
+    /// volume source, among others); `None` when there is none.
+    pub fn in_tree_part(&self) -> Option<&PersistentVolumeSpec> {
+        self.rest.as_deref()
+    }
+}
+
+#[cfg(test)]
+impl CompactPvSpec {
+    /// `capacity`, sorted by resource name (`None`: absent).
+    pub fn capacity(&self) -> Option<&[(String, Quantity)]> {
+        self.capacity.as_slice()
     }
 
     /// `persistentVolumeReclaimPolicy`.
@@ -111,12 +120,6 @@ impl CompactPvSpec {
     /// `volumeAttributesClassName`.
     pub fn volume_attributes_class_name(&self) -> Option<&str> {
         self.volume_attributes_class_name.as_deref()
-    }
-
-    /// Every field of the spec the view does not keep by itself (an in-tree
-    /// volume source, among others); `None` when there is none.
-    pub fn in_tree_part(&self) -> Option<&PersistentVolumeSpec> {
-        self.rest.as_deref()
     }
 }
 

@@ -48,7 +48,10 @@ impl Placement {
             limit: None,
         }
     }
+}
 
+#[cfg(test)]
+impl Placement {
     /// In `group`, not urgent, no limit.
     pub fn node(group: &str) -> Self {
         Self {
@@ -216,11 +219,6 @@ impl Groups {
         self.cap = cap.filter(|c| *c > 0);
     }
 
-    /// Whether the cap is set.
-    pub fn capped(&self) -> bool {
-        self.cap.is_some()
-    }
-
     /// Whether `group` may start one more key in `lane` at `now`.
     pub fn open(&self, lane: usize, group: &Group, now: Instant) -> bool {
         if group.is_empty() {
@@ -293,11 +291,6 @@ impl Groups {
             .unwrap_or(0)
     }
 
-    /// Keys of `group` in flight, all lanes.
-    pub fn in_flight(&self, group: &str) -> usize {
-        self.total.get(group).copied().unwrap_or(0)
-    }
-
     /// Holds `group` in `lane` until `until` (a later end of an existing
     /// hold is kept).
     pub fn hold(&mut self, lane: usize, group: &Group, until: Instant) {
@@ -312,11 +305,6 @@ impl Groups {
     /// Ends the hold of `group` in `lane`; whether there was one.
     pub fn release(&mut self, lane: usize, group: &Group) -> bool {
         self.holds.remove(&(lane, Arc::clone(group))).is_some()
-    }
-
-    /// Whether `group` is held in `lane`.
-    pub fn held(&self, lane: usize, group: &str) -> bool {
-        self.holds.contains_key(&(lane, Arc::from(group)))
     }
 
     /// Closes `group` in `lane` until `until`, then opens it as before (a
@@ -365,6 +353,19 @@ impl Groups {
     /// The next hold or gather end still to come.
     pub fn next_hold_end(&self) -> Option<Instant> {
         self.hold_ends.peek().map(|Reverse(t)| *t)
+    }
+}
+
+#[cfg(test)]
+impl Groups {
+    /// Keys of `group` in flight, all lanes.
+    pub fn in_flight(&self, group: &str) -> usize {
+        self.total.get(group).copied().unwrap_or(0)
+    }
+
+    /// Whether `group` is held in `lane`.
+    pub fn held(&self, lane: usize, group: &str) -> bool {
+        self.holds.contains_key(&(lane, Arc::from(group)))
     }
 }
 

@@ -7,10 +7,9 @@
 //! - `driver`: [`driver::Driver`], the controller RPCs ([`crate::csi::Client`]);
 //! - `fenced`: [`fenced::FencedDriver`], the only way to the driver, with
 //!   the leadership window inside, and where every answer arrives: the
-//!   Publishes owed an Unpublish (`undo`) are kept there.
+//!   Publishes owed an Unpublish are kept there.
 
 pub mod cluster;
 pub mod driver;
 pub mod fenced;
 pub mod patches;
-pub mod undo;

@@ -106,13 +106,16 @@ impl FailingVas {
         }
     }
 
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+impl FailingVas {
     /// VAs failing in `lane` now.
     pub fn count(&self, lane: Lane) -> usize {
         self.lock().failing.values().filter(|l| **l == lane).count()
-    }
-
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

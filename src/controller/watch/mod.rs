@@ -27,9 +27,8 @@ use crate::controller::model::names::NODE_ID_ANNOTATION;
 use crate::controller::model::proto::FromProto;
 use crate::controller::model::store::PvRefs;
 use crate::controller::model::{CachedPv, CachedVa, Lane, Wire};
-use crate::controller::queue::lane::PvLane;
-use crate::controller::queue::WorkQueue;
-use crate::controller::seams::undo::Undos;
+use crate::controller::queue::{PvLane, WorkQueue};
+use crate::controller::seams::fenced::Undos;
 use crate::controller::sync::failing::FailingVas;
 use crate::controller::watch::backoff::WatchBackoff;
 
@@ -329,13 +328,14 @@ mod proptests;
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::api::storage::v1::{VolumeAttachment, VolumeAttachmentStatus, VolumeError};
+
     use super::*;
     use crate::controller::queue::Backoff;
     use crate::controller::seams::driver::Origin;
-    use crate::controller::seams::undo::Published;
+    use crate::controller::seams::fenced::Published;
     use crate::controller::testing;
     use crate::csi::proto::ControllerUnpublishVolumeRequest;
-    use k8s_openapi::api::storage::v1::{VolumeAttachment, VolumeAttachmentStatus, VolumeError};
 
     /// A VA `name` of the tests' driver, live and not attached.
     fn ours(name: &str) -> CachedVa {
