@@ -2,8 +2,10 @@
 //! clap as one `--name=value` per flag, the flags whose occurrences merge, and clap's
 //! errors worded as Go words them.
 
+use std::any::TypeId;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
+use std::time::Duration;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{Arg, ArgAction, ArgMatches, CommandFactory, FromArgMatches};
@@ -16,42 +18,14 @@ use crate::gofmt::parse as go;
 /// component-base's logging flags), without dashes. Go's flag package exits 2
 /// on any other: the flags of ours not in this list are the ones to remove
 /// before going back (docs/flags.md).
-pub const UPSTREAM_FLAGS: &[&str] = &[
-    "resync",
-    "timeout",
-    "retry-interval-start",
-    "retry-interval-max",
-    "worker-threads",
-    "max-entries",
-    "default-fstype",
-    "reconcile-sync",
-    "max-grpc-log-length",
-    "feature-gates",
-    "version",
-    "kubeconfig",
-    "csi-address",
-    "leader-election",
-    "leader-election-namespace",
-    "leader-election-lease-duration",
-    "leader-election-renew-deadline",
-    "leader-election-retry-period",
-    "leader-election-labels",
-    "kube-api-qps",
-    "kube-api-burst",
-    "http-endpoint",
-    "metrics-address",
-    "metrics-path",
-    "automaxprocs",
-    "v",
-    "vmodule",
-    "logging-format",
-    "log-flush-frequency",
-    "log-text-split-stream",
-    "log-text-info-buffer-size",
-    "log-json-split-stream",
-    "log-json-info-buffer-size",
-    "help",
-];
+pub const UPSTREAM_FLAGS: &str = "\
+    resync timeout retry-interval-start retry-interval-max worker-threads max-entries \
+    default-fstype reconcile-sync max-grpc-log-length feature-gates version kubeconfig \
+    csi-address leader-election leader-election-namespace leader-election-lease-duration \
+    leader-election-renew-deadline leader-election-retry-period leader-election-labels \
+    kube-api-qps kube-api-burst http-endpoint metrics-address metrics-path automaxprocs v \
+    vmodule logging-format log-flush-frequency log-text-split-stream log-text-info-buffer-size \
+    log-json-split-stream log-json-info-buffer-size help";
 
 /// Why the command line was not accepted (Go's `flag` package exits at this point).
 #[derive(Debug, thiserror::Error)]
@@ -81,21 +55,6 @@ impl ParseError {
         }
     }
 }
-
-/// Duration flags (their clap ids spell `-` as `_`).
-const DURATIONS: &[&str] = &[
-    "timeout",
-    "resync",
-    "retry-interval-start",
-    "retry-interval-max",
-    "reconcile-sync",
-    "attach-gather-window",
-    "attach-gather-max",
-    "leader-election-lease-duration",
-    "leader-election-renew-deadline",
-    "leader-election-retry-period",
-    "log-flush-frequency",
-];
 
 impl Config {
     /// Parses Go-style arguments (`args[0]` is the program name).
@@ -133,13 +92,16 @@ impl Config {
             .filter(|items| !items.is_empty())
             .collect::<Vec<_>>()
             .join(",");
-        for flag in DURATIONS {
+        let durations = command
+            .get_arguments()
+            .filter(|arg| arg.get_value_parser().type_id() == TypeId::of::<Duration>());
+        for arg in durations {
             let last = matches
-                .get_raw(&flag.replace('-', "_"))
-                .and_then(|mut values| values.next_back());
-            if let Some(raw) = last.and_then(|raw| raw.to_str()) {
+                .get_raw(arg.get_id().as_str())
+                .and_then(|mut values| values.next_back()?.to_str());
+            if let (Some(flag), Some(raw)) = (arg.get_long(), last) {
                 if go::parse_duration(raw).is_ok_and(|nanos| nanos < 0) {
-                    config.negative_durations.push((flag, raw.to_string()));
+                    config.negative_durations.push((flag.into(), raw.into()));
                 }
             }
         }
@@ -150,7 +112,7 @@ impl Config {
                     == Some(clap::parser::ValueSource::CommandLine)
             })
             .filter_map(Arg::get_long)
-            .filter(|long| !UPSTREAM_FLAGS.contains(long))
+            .filter(|long| !UPSTREAM_FLAGS.split_whitespace().any(|f| f == *long))
             .map(str::to_owned)
             .collect();
         config.raise_absurd_values();

@@ -27,7 +27,7 @@ pub enum Error {
     #[error("invalid --{flag}={value}: the duration must not be negative")]
     NegativeDuration {
         /// The flag's name.
-        flag: &'static str,
+        flag: String,
         /// The value as given.
         value: String,
     },
@@ -131,7 +131,7 @@ impl Config {
                 continue;
             }
             return Err(Error::NegativeDuration {
-                flag,
+                flag: flag.clone(),
                 value: value.clone(),
             });
         }
