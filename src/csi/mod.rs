@@ -19,11 +19,11 @@ pub mod proto;
 mod sanitize;
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::uri::PathAndQuery;
 use tokio::time::Instant;
 use tonic::transport::Channel;
 use tonic::Code;
@@ -32,8 +32,6 @@ pub use connection::{parse_address, ConnectionLoss, DIAL_TIMEOUT};
 pub use error::{go_code_name, Error, RpcStatus};
 
 use metrics::CsiCallMetrics;
-use proto::controller_client::ControllerClient;
-use proto::identity_client::IdentityClient;
 use proto::{controller_service_capability, plugin_capability};
 
 /// Upstream's `--max-grpc-log-length` truncation, with its suffix.
@@ -53,40 +51,6 @@ fn cap_log(mut text: String, max: Option<usize>) -> String {
 pub const STARTUP_CALL_TIMEOUT: Duration = Duration::from_secs(1);
 /// Pause between two probes.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
-
-/// The CSI methods this sidecar calls; `path()` is the metric label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Method {
-    /// `Identity/Probe`
-    Probe,
-    /// `Identity/GetPluginInfo`
-    GetPluginInfo,
-    /// `Identity/GetPluginCapabilities`
-    GetPluginCapabilities,
-    /// `Controller/ControllerGetCapabilities`
-    ControllerGetCapabilities,
-    /// `Controller/ControllerPublishVolume`
-    ControllerPublishVolume,
-    /// `Controller/ControllerUnpublishVolume`
-    ControllerUnpublishVolume,
-    /// `Controller/ListVolumes`
-    ListVolumes,
-}
-
-impl Method {
-    /// Full gRPC method path, e.g. `/csi.v1.Identity/Probe`.
-    pub fn path(self) -> &'static str {
-        match self {
-            Self::Probe => "/csi.v1.Identity/Probe",
-            Self::GetPluginInfo => "/csi.v1.Identity/GetPluginInfo",
-            Self::GetPluginCapabilities => "/csi.v1.Identity/GetPluginCapabilities",
-            Self::ControllerGetCapabilities => "/csi.v1.Controller/ControllerGetCapabilities",
-            Self::ControllerPublishVolume => "/csi.v1.Controller/ControllerPublishVolume",
-            Self::ControllerUnpublishVolume => "/csi.v1.Controller/ControllerUnpublishVolume",
-            Self::ListVolumes => "/csi.v1.Controller/ListVolumes",
-        }
-    }
-}
 
 /// What the driver can do, as far as the attacher cares (as upstream external-attacher v4.12).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -176,8 +140,7 @@ type Transport = sanitize::Sanitize<Channel>;
 /// A CSI client over one connection. Cheap to clone.
 #[derive(Clone)]
 pub struct Client {
-    identity: IdentityClient<Transport>,
-    controller: ControllerClient<Transport>,
+    transport: Transport,
     metrics: Arc<CsiCallMetrics>,
     timeout: Duration,
     max_log_length: Option<usize>,
@@ -195,8 +158,7 @@ impl Client {
     ) -> Result<(Self, ConnectionLoss), Error> {
         let (channel, loss) = connection::connect(address, dial_timeout).await?;
         let client = Self {
-            identity: IdentityClient::new(sanitize::Sanitize(channel.clone())),
-            controller: ControllerClient::new(sanitize::Sanitize(channel)),
+            transport: sanitize::Sanitize(channel),
             metrics,
             timeout,
             max_log_length: None,
@@ -237,15 +199,9 @@ impl Client {
     pub async fn probe_until_ready(&self) -> Result<(), Error> {
         loop {
             let deadline = Instant::now() + self.timeout;
-            let mut identity = self.identity.clone();
-            let result = self
-                .invoke(
-                    Method::Probe,
-                    deadline,
-                    Origin::Csi,
-                    |req| async move { identity.probe(req).await },
-                    proto::ProbeRequest {},
-                )
+            let path = "/csi.v1.Identity/Probe";
+            let result: Result<proto::ProbeResponse, _> = self
+                .invoke(path, deadline, Origin::Csi, proto::ProbeRequest {})
                 .await;
             match result {
                 // An absent `ready` means ready.
@@ -263,16 +219,10 @@ impl Client {
     /// `GetPluginInfo` with a 1 s deadline; an empty name is an error.
     pub async fn plugin_info(&self) -> Result<PluginInfo, Error> {
         let deadline = Instant::now() + STARTUP_CALL_TIMEOUT;
-        let mut identity = self.identity.clone();
-        let resp = self
-            .invoke(
-                Method::GetPluginInfo,
-                deadline,
-                Origin::Csi,
-                |req| async move { identity.get_plugin_info(req).await },
-                proto::GetPluginInfoRequest {},
-            )
-            .await?;
+        let request = proto::GetPluginInfoRequest {};
+        let path = "/csi.v1.Identity/GetPluginInfo";
+        let resp: proto::GetPluginInfoResponse =
+            self.invoke(path, deadline, Origin::Csi, request).await?;
         if resp.name.is_empty() {
             return Err(Error::EmptyDriverName);
         }
@@ -290,16 +240,10 @@ impl Client {
         use plugin_capability::service::Type as Service;
 
         let deadline = Instant::now() + STARTUP_CALL_TIMEOUT;
-        let mut identity = self.identity.clone();
-        let plugin = self
-            .invoke(
-                Method::GetPluginCapabilities,
-                deadline,
-                Origin::Csi,
-                |req| async move { identity.get_plugin_capabilities(req).await },
-                proto::GetPluginCapabilitiesRequest {},
-            )
-            .await?;
+        let request = proto::GetPluginCapabilitiesRequest {};
+        let path = "/csi.v1.Identity/GetPluginCapabilities";
+        let plugin: proto::GetPluginCapabilitiesResponse =
+            self.invoke(path, deadline, Origin::Csi, request).await?;
         let mut caps = Capabilities {
             controller_service: plugin.capabilities.iter().any(|c| {
                 matches!(&c.r#type, Some(plugin_capability::Type::Service(s))
@@ -310,16 +254,10 @@ impl Client {
         if !caps.controller_service {
             return Ok(caps);
         }
-        let mut controller = self.controller.clone();
-        let resp = self
-            .invoke(
-                Method::ControllerGetCapabilities,
-                deadline,
-                Origin::Csi,
-                |req| async move { controller.controller_get_capabilities(req).await },
-                proto::ControllerGetCapabilitiesRequest {},
-            )
-            .await?;
+        let path = "/csi.v1.Controller/ControllerGetCapabilities";
+        let request = proto::ControllerGetCapabilitiesRequest {};
+        let resp: proto::ControllerGetCapabilitiesResponse =
+            self.invoke(path, deadline, Origin::Csi, request).await?;
         for cap in resp.capabilities {
             let Some(controller_service_capability::Type::Rpc(rpc)) = cap.r#type else {
                 continue;
@@ -345,16 +283,9 @@ impl Client {
         origin: Origin,
     ) -> Result<HashMap<String, String>, RpcStatus> {
         let deadline = Instant::now() + self.timeout;
-        let mut controller = self.controller.clone();
-        let resp = self
-            .invoke(
-                Method::ControllerPublishVolume,
-                deadline,
-                origin,
-                |req| async move { controller.controller_publish_volume(req).await },
-                request,
-            )
-            .await?;
+        let path = "/csi.v1.Controller/ControllerPublishVolume";
+        let resp: proto::ControllerPublishVolumeResponse =
+            self.invoke(path, deadline, origin, request).await?;
         Ok(resp.publish_context)
     }
 
@@ -365,15 +296,9 @@ impl Client {
         origin: Origin,
     ) -> Result<(), RpcStatus> {
         let deadline = Instant::now() + self.timeout;
-        let mut controller = self.controller.clone();
-        self.invoke(
-            Method::ControllerUnpublishVolume,
-            deadline,
-            origin,
-            |req| async move { controller.controller_unpublish_volume(req).await },
-            request,
-        )
-        .await?;
+        let path = "/csi.v1.Controller/ControllerUnpublishVolume";
+        let _: proto::ControllerUnpublishVolumeResponse =
+            self.invoke(path, deadline, origin, request).await?;
         Ok(())
     }
 
@@ -384,20 +309,13 @@ impl Client {
         starting_token: String,
     ) -> Result<VolumePage, RpcStatus> {
         let deadline = Instant::now() + self.timeout;
-        let mut controller = self.controller.clone();
         let request = proto::ListVolumesRequest {
             max_entries,
             starting_token,
         };
-        let resp = self
-            .invoke(
-                Method::ListVolumes,
-                deadline,
-                Origin::Csi,
-                |req| async move { controller.list_volumes(req).await },
-                request,
-            )
-            .await?;
+        let path = "/csi.v1.Controller/ListVolumes";
+        let resp: proto::ListVolumesResponse =
+            self.invoke(path, deadline, Origin::Csi, request).await?;
         let mut page = VolumePage {
             next_token: resp.next_token,
             ..VolumePage::default()
@@ -415,34 +333,41 @@ impl Client {
         Ok(page)
     }
 
-    /// Runs one call under `deadline`, mapping errors to Go's view and recording metrics.
+    /// Runs the unary call `path` (also the metric's label) under `deadline`,
+    /// mapping errors to Go's view and recording metrics.
     ///
     /// Tonic reports its own deadline as `Cancelled`; Go reports a passed context
     /// deadline as `DeadlineExceeded`. We enforce the deadline here, and any
     /// failure observed at or after it is DeadlineExceeded, as in Go.
-    async fn invoke<Req, Resp, F, Fut>(
+    async fn invoke<Req, Resp>(
         &self,
-        method: Method,
+        path: &'static str,
         deadline: Instant,
         origin: Origin,
-        call: F,
         message: Req,
     ) -> Result<Resp, RpcStatus>
     where
-        Req: std::fmt::Debug,
-        Resp: std::fmt::Debug,
-        F: FnOnce(tonic::Request<Req>) -> Fut,
-        Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+        Req: prost::Message + std::fmt::Debug + 'static,
+        Resp: prost::Message + std::fmt::Debug + Default + 'static,
     {
         let started = Instant::now();
-        tracing::trace!(method = method.path(), request = ?message, "GRPC call");
+        tracing::trace!(method = path, request = ?message, "GRPC call");
         let mut request = tonic::Request::new(message);
         // Tell the driver the deadline too, as Go's client does (grpc-timeout header).
         request.set_timeout(deadline.saturating_duration_since(started));
-        let result = match tokio::time::timeout_at(deadline, call(request)).await {
+        let mut grpc = tonic::client::Grpc::new(self.transport.clone());
+        let call = async move {
+            grpc.ready()
+                .await
+                .map_err(|e| tonic::Status::unknown(format!("Service was not ready: {e}")))?;
+            let codec = tonic_prost::ProstCodec::default();
+            grpc.unary(request, PathAndQuery::from_static(path), codec)
+                .await
+        };
+        let result = match tokio::time::timeout_at(deadline, call).await {
             Ok(Ok(resp)) => Ok(resp.into_inner()),
             Ok(Err(status)) if Instant::now() >= deadline => {
-                tracing::debug!(method = method.path(), error = %status, "call failed at its deadline");
+                tracing::debug!(method = path, error = %status, "call failed at its deadline");
                 Err(RpcStatus::deadline_exceeded())
             }
             Ok(Err(status)) => Err(RpcStatus::from(status)),
@@ -453,7 +378,7 @@ impl Client {
             Err(status) => status.code,
         };
         self.metrics.observe(
-            method.path(),
+            path,
             go_code_name(code),
             origin,
             started.elapsed().as_secs_f64(),
@@ -461,10 +386,10 @@ impl Client {
         match &result {
             Ok(resp) if tracing::enabled!(tracing::Level::TRACE) => {
                 let response = cap_log(format!("{resp:?}"), self.max_log_length);
-                tracing::trace!(method = method.path(), %response, "GRPC response");
+                tracing::trace!(method = path, %response, "GRPC response");
             }
             Ok(_) => {}
-            Err(status) => tracing::trace!(method = method.path(), error = %status, "GRPC error"),
+            Err(status) => tracing::trace!(method = path, error = %status, "GRPC error"),
         }
         result
     }
