@@ -32,33 +32,22 @@ use crate::metrics::Metrics;
 /// Why the report could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The driver could not be reached or identified.
     #[error("CSI driver: {0}")]
     Driver(#[from] csi::Error),
-    /// The driver's ListVolumes failed.
     #[error(transparent)]
     List(#[from] reconcile::ReconcileError),
-    /// No API client.
     #[error(transparent)]
     Kube(#[from] kube_client::Error),
-    /// An API list failed.
-    #[error("listing {what}: {source}")]
-    Api {
-        /// What was listed.
-        what: &'static str,
-        /// Why it failed.
-        #[source]
-        source: kube::Error,
-    },
+    #[error("listing {0}: {1}")]
+    Api(&'static str, #[source] kube::Error),
     /// A metric family the crate refused (a bug in its definition).
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),
 }
 
-/// The report.
+/// The report (`docs/operations.md#csi-attacher-check`).
 #[derive(Debug, Default, Serialize)]
 pub struct Report {
-    /// The driver's name.
     pub driver: String,
     /// VAs of this driver.
     pub volume_attachments: usize,
@@ -86,40 +75,30 @@ pub struct Report {
     pub not_in_upstream: Vec<String>,
 }
 
-/// One VA whose status and the driver disagree.
+/// One VA whose status (`attached`) and the driver (`published`) disagree.
 #[derive(Debug, Serialize)]
 pub struct Mismatch {
-    /// VA name.
     pub volume_attachment: String,
-    /// Volume handle.
     pub volume: String,
-    /// Node ID.
     pub node_id: String,
-    /// `status.attached`.
     pub attached: bool,
-    /// Whether the driver lists the volume as published on the node.
     pub published: bool,
 }
 
 /// A volume the driver lists as published to a node, with no VA behind it.
 #[derive(Debug, Serialize)]
 pub struct Orphan {
-    /// Volume handle.
     pub volume: String,
-    /// Node ID.
     pub node_id: String,
 }
 
-/// One VA with an error on its status.
+/// One VA with an error on its status: `attach` or `detach`, seconds since
+/// it was recorded, its message.
 #[derive(Debug, Serialize)]
 pub struct StuckError {
-    /// VA name.
     pub volume_attachment: String,
-    /// `attach` or `detach`.
     pub operation: &'static str,
-    /// Seconds since the error was recorded.
     pub age_seconds: Option<i64>,
-    /// The error message.
     pub message: String,
 }
 
@@ -233,7 +212,7 @@ async fn list_objects(
     kube: kube::Client,
     driver: &str,
 ) -> Result<(Vec<CachedVa>, Vec<CachedPv>, Vec<CSINode>), Error> {
-    let list = |what: &'static str| move |source| Error::Api { what, source };
+    let list = |what: &'static str| move |source| Error::Api(what, source);
     let vas: Vec<CachedVa> = list_views(&kube, &VolumeAttachment::url_path(&(), None))
         .await
         .map_err(list("volumeattachments"))?

@@ -1,13 +1,6 @@
 //! The HTTP endpoint: metrics and health (`--http-endpoint` / `--metrics-address`).
-//! Paths and answers: `docs/contract.md#health-endpoints`.
-//!
-//! It runs on a thread and runtime of its own ([`serve`]), so a flood of
-//! connections costs that thread only: the controller and the Lease renewals
-//! never wait behind it. There, a request's headers must arrive within
-//! [`HEADER_READ_TIMEOUT`], at most [`max_connections`] are open (one more
-//! closes the oldest), and a failed accept backs off (5 ms doubling to 1 s,
-//! as Go's `net/http`), closing the oldest connection on EMFILE; why each:
-//! `docs/bounds.md`.
+//! Paths and answers: `docs/contract.md#health-endpoints`; its thread, timeouts,
+//! connection cap and accept backoff, and why each: `docs/bounds.md`.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -124,39 +117,30 @@ pub fn max_connections() -> usize {
     quarter.clamp(4, MAX_CONNECTIONS)
 }
 
-/// Serves `endpoint` on `listener`, on a thread with its own runtime; the
-/// returned future resolves only if that thread ends.
-pub async fn serve(listener: TcpListener, endpoint: Endpoint) {
-    let listener = match listener.into_std() {
-        Ok(listener) => listener,
-        Err(err) => {
-            tracing::error!(error = %err, "HTTP endpoint cannot start");
-            return;
-        }
+/// Serves `endpoint` on `listener`, on a thread with its own runtime.
+pub fn serve(listener: TcpListener, endpoint: Endpoint) {
+    let listener = listener.into_std(); // here, where its runtime is
+    let thread = move || -> std::io::Result<()> {
+        let listener = listener?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        runtime.block_on(async move {
+            let listener = TcpListener::from_std(listener)?;
+            serve_here(listener, endpoint, max_connections()).await;
+            Ok(())
+        })
     };
-    let (done, ended) = tokio::sync::oneshot::channel::<()>();
     let spawned = std::thread::Builder::new()
         .name("http".into())
         .spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build();
-            match runtime {
-                Ok(runtime) => runtime.block_on(async move {
-                    match TcpListener::from_std(listener) {
-                        Ok(listener) => serve_here(listener, endpoint, max_connections()).await,
-                        Err(err) => tracing::error!(error = %err, "HTTP endpoint cannot start"),
-                    }
-                }),
-                Err(err) => tracing::error!(error = %err, "HTTP endpoint cannot start its runtime"),
+            if let Err(err) = thread() {
+                tracing::error!(error = %err, "HTTP endpoint cannot start");
             }
-            drop(done);
         });
     if let Err(err) = spawned {
         tracing::error!(error = %err, "HTTP endpoint cannot start its thread");
-        return;
     }
-    let _ = ended.await;
 }
 
 /// Whether an accept error means "out of descriptors or memory" (closing a
@@ -170,7 +154,7 @@ fn is_resource_exhaustion(err: &std::io::Error) -> bool {
 }
 
 /// The accept loop, on the current runtime, with at most `cap` connections.
-pub async fn serve_here(listener: TcpListener, endpoint: Endpoint, cap: usize) {
+async fn serve_here(listener: TcpListener, endpoint: Endpoint, cap: usize) {
     let endpoint = Arc::new(endpoint);
     let mut open: VecDeque<tokio::task::AbortHandle> = VecDeque::new();
     let mut backoff = ACCEPT_BACKOFF_START;

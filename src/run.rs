@@ -35,14 +35,8 @@ pub enum RunError {
     #[error(transparent)]
     Kube(#[from] kube_client::Error),
     /// The HTTP endpoint could not listen.
-    #[error("cannot listen on {address}: {source}")]
-    Http {
-        /// The address.
-        address: String,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("cannot listen on {0}: {1}")]
+    Http(String, #[source] std::io::Error),
     /// The driver connection broke after startup.
     #[error("{CONNECTION_LOST_MESSAGE}")]
     ConnectionLost,
@@ -255,10 +249,7 @@ async fn serve_http(
     }
     let listener = http::bind(http_address)
         .await
-        .map_err(|source| RunError::Http {
-            address: http_address.clone(),
-            source,
-        })?;
+        .map_err(|source| RunError::Http(http_address.clone(), source))?;
     let endpoint = http::Endpoint {
         metrics: metrics.clone(),
         metrics_path: config.metrics_path.clone(),
@@ -269,7 +260,7 @@ async fn serve_http(
         readiness: readiness.clone(),
     };
     tracing::info!(address = %http_address, "Serving metrics and health checks");
-    tokio::spawn(http::serve(listener, endpoint));
+    http::serve(listener, endpoint);
     Ok(())
 }
 

@@ -24,13 +24,8 @@ pub enum Error {
     #[error("LoggingConfiguration is invalid: {0}")]
     Logging(String),
     /// A negative duration where upstream would break (`docs/bounds.md`).
-    #[error("invalid --{flag}={value}: the duration must not be negative")]
-    NegativeDuration {
-        /// The flag's name.
-        flag: String,
-        /// The value as given.
-        value: String,
-    },
+    #[error("invalid --{0}={1}: the duration must not be negative")]
+    NegativeDuration(String, String),
     /// Leader-election timing client-go refuses (upstream panics on it).
     #[error("invalid leader election settings: {0}")]
     LeaderElection(&'static str),
@@ -40,15 +35,8 @@ pub enum Error {
     )]
     NegativeBurst(i64),
     /// A Lease label the API server would refuse.
-    #[error("invalid --leader-election-labels entry {key:?}:{value:?}: {reason}")]
-    LeaseLabel {
-        /// The label key.
-        key: String,
-        /// The label value.
-        value: String,
-        /// What is wrong with it.
-        reason: String,
-    },
+    #[error("invalid --leader-election-labels entry {0:?}:{1:?}: {2}")]
+    LeaseLabel(String, String, String),
 }
 
 impl Config {
@@ -130,10 +118,7 @@ impl Config {
             if *flag == "log-flush-frequency" || (leader_only(flag) && !self.leader_election) {
                 continue;
             }
-            return Err(Error::NegativeDuration {
-                flag: flag.clone(),
-                value: value.clone(),
-            });
+            return Err(Error::NegativeDuration(flag.clone(), value.clone()));
         }
         // client-go: a zero QPS means 5, so any QPS but a negative one (or NaN) limits.
         if self.kube_api_burst < 0 && self.kube_api_qps >= 0.0 {
@@ -172,11 +157,7 @@ impl Config {
         for (key, value) in &self.leader_election_labels {
             let reason = label_key_problem(key).or_else(|| label_value_problem(value));
             if let Some(reason) = reason {
-                return Err(Error::LeaseLabel {
-                    key: key.clone(),
-                    value: value.clone(),
-                    reason,
-                });
+                return Err(Error::LeaseLabel(key.clone(), value.clone(), reason));
             }
         }
         Ok(())
