@@ -283,28 +283,6 @@ fn leader_election_labels_parse_like_csi_lib_utils() {
 }
 
 #[test]
-fn lease_labels_the_api_server_refuses_stop_a_leader_election_start() {
-    let problem = |value: &str, leader: bool| {
-        let arg = format!("--leader-election-labels={value}");
-        let mut args = vec![arg.as_str()];
-        if leader {
-            args.push("--leader-election");
-        }
-        ok(&args).validate().err().map(|e| e.to_string())
-    };
-    assert_eq!(problem(":v", false), None, "unused without leader election");
-    assert!(problem(":v", true).is_some_and(|e| e.contains("must not be empty")));
-    for bad in ["a b:1", "a:-x", "Example.com/a:1", "a/b/c:1", "a:x/y"] {
-        assert!(problem(bad, true).is_some(), "{bad}");
-    }
-    let long = "x".repeat(64);
-    assert!(problem(&format!("a:{long}"), true).is_some());
-    for good in ["a:", "a:1", "example.com/a-b_c.d:V-1", "x:y,z:w"] {
-        assert_eq!(problem(good, true), None, "{good}");
-    }
-}
-
-#[test]
 fn integers_use_go_syntax() {
     assert_eq!(ok(&["--worker-threads=0x10"]).worker_threads, 16);
     assert_eq!(ok(&["--worker-threads=010"]).worker_threads, 8);

@@ -1,6 +1,6 @@
 //! The checks after parsing, in upstream's order: component-base's logging validation,
 //! the feature gates, then upstream's remaining checks and ours (the table is in
-//! `docs/bounds.md`), with the API server's rules for the Lease's labels.
+//! `docs/bounds.md`).
 
 use super::{gates, Config, FeatureGates};
 use crate::gofmt::parse as go;
@@ -34,9 +34,6 @@ pub enum Error {
         "invalid --kube-api-burst={0}: must not be negative while --kube-api-qps limits the rate"
     )]
     NegativeBurst(i64),
-    /// A Lease label the API server would refuse.
-    #[error("invalid --leader-election-labels entry {0:?}:{1:?}: {2}")]
-    LeaseLabel(String, String, String),
 }
 
 impl Config {
@@ -125,7 +122,13 @@ impl Config {
             return Err(Error::NegativeBurst(self.kube_api_burst));
         }
         if self.leader_election {
-            self.validate_leader_election()?;
+            // client-go's `NewLeaderElector` checks.
+            crate::leader::validate_timing(
+                self.leader_election_lease_duration,
+                self.leader_election_renew_deadline,
+                self.leader_election_retry_period,
+            )
+            .map_err(|invalid| Error::LeaderElection(invalid.0))?;
         }
         for a in &self.adjusted {
             tracing::warn!(
@@ -145,70 +148,4 @@ impl Config {
         }
         Ok(())
     }
-
-    /// client-go's `NewLeaderElector` checks, and the API server's label rules for the Lease.
-    fn validate_leader_election(&self) -> Result<(), Error> {
-        crate::leader::validate_timing(
-            self.leader_election_lease_duration,
-            self.leader_election_renew_deadline,
-            self.leader_election_retry_period,
-        )
-        .map_err(|invalid| Error::LeaderElection(invalid.0))?;
-        for (key, value) in &self.leader_election_labels {
-            let reason = label_key_problem(key).or_else(|| label_value_problem(value));
-            if let Some(reason) = reason {
-                return Err(Error::LeaseLabel(key.clone(), value.clone(), reason));
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Why the API server would refuse `key` as a label key (apimachinery `IsQualifiedName`).
-fn label_key_problem(key: &str) -> Option<String> {
-    let (prefix, name) = match key.split('/').collect::<Vec<_>>().as_slice() {
-        [name] => (None, *name),
-        [prefix, name] => (Some(*prefix), *name),
-        _ => return Some("a label key has at most one '/'".into()),
-    };
-    if let Some(prefix) = prefix {
-        if !is_dns_subdomain(prefix) {
-            return Some(
-                "the prefix must be a DNS subdomain (lowercase alphanumerics, '-', '.'; at most 253)"
-                    .into(),
-            );
-        }
-    }
-    if name.is_empty() {
-        return Some("the name part must not be empty".into());
-    }
-    label_value_problem(name)
-}
-
-/// Why the API server would refuse `value` as a label value (apimachinery `IsValidLabelValue`).
-fn label_value_problem(value: &str) -> Option<String> {
-    let bytes = value.as_bytes();
-    let inner_ok = |c: &u8| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.');
-    let ok = bytes.is_empty()
-        || (bytes.len() <= 63
-            && bytes[0].is_ascii_alphanumeric()
-            && bytes[bytes.len() - 1].is_ascii_alphanumeric()
-            && bytes.iter().all(inner_ok));
-    (!ok).then(|| {
-        "at most 63 characters, alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric"
-            .into()
-    })
-}
-
-/// apimachinery `IsDNS1123Subdomain`.
-fn is_dns_subdomain(text: &str) -> bool {
-    text.len() <= 253
-        && text.split('.').all(|part| {
-            let b = part.as_bytes();
-            !b.is_empty()
-                && b[0].is_ascii_alphanumeric()
-                && b[b.len() - 1].is_ascii_alphanumeric()
-                && b.iter()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        })
 }
