@@ -5,24 +5,18 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolume};
-use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::storage::v1::CSINode;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
-use kube::core::{ObjectList, Request};
-use kube::Resource;
-use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::config::Config;
 use crate::controller::error::ApiError;
 use crate::controller::events;
 use crate::controller::model::names::finalizer;
-use crate::controller::model::store::store_from;
-use crate::controller::model::store::PvRefs;
-use crate::controller::model::store::Stores;
-use crate::controller::model::CachedPv;
-use crate::controller::model::CachedVa;
+use crate::controller::model::store::{store_from, PvRefs, Stores};
+use crate::controller::model::{CachedPv, CachedVa, Wire};
 use crate::controller::reconcile;
 use crate::controller::reconcile::orphans::{self, PROBE_NODE};
 use crate::csi::{self, Client};
@@ -112,99 +106,71 @@ impl Report {
             && self.deleting_vas.is_empty()
     }
 
-    /// The report as text tables.
+    /// The report as text tables (tab-separated).
     pub fn to_text(&self) -> String {
         let mut out = format!(
-            "driver {}: {} VolumeAttachments{}\n",
-            self.driver,
-            self.volume_attachments,
-            if self.driver_lists_published_nodes {
-                ""
-            } else {
-                " (the driver cannot list published nodes: mismatches not checked)"
-            }
+            "driver {}: {} VolumeAttachments",
+            self.driver, self.volume_attachments
         );
-        if !self.not_in_upstream.is_empty() {
-            let flags: Vec<String> = self
-                .not_in_upstream
-                .iter()
-                .map(|f| format!("--{f}"))
-                .collect();
-            out.push_str(&format!(
-                "flags upstream v4.12 would refuse (exit 2): {}; remove them before going back (docs/flags.md)\n",
-                flags.join(" ")
-            ));
+        if !self.driver_lists_published_nodes {
+            out += " (the driver cannot list published nodes: mismatches not checked)";
         }
-        out.push_str(&format!(
-            "Events on PersistentVolumeClaims and Pods: {}\n",
+        let mut line = |text: String| {
+            out.push('\n');
+            out += &text;
+        };
+        if !self.not_in_upstream.is_empty() {
+            let flags = self.not_in_upstream.join(" --");
+            line(format!("flags upstream v4.12 would refuse (exit 2): --{flags}; remove them before going back (docs/flags.md)"));
+        }
+        line(format!(
+            "Events on PersistentVolumeClaims and Pods: {}",
             self.claim_events
         ));
         if let Some(cleanup) = self.orphan_cleanup {
-            out.push_str(&format!(
-                "orphan cleanup (--unpublish-orphans): {cleanup}\n"
-            ));
+            line(format!("orphan cleanup (--unpublish-orphans): {cleanup}"));
         }
         if self.is_clean() {
-            out.push_str("nothing needs attention\n");
-            return out;
+            line("nothing needs attention".into());
         }
         if !self.mismatches.is_empty() {
-            out.push_str("\nVOLUMEATTACHMENT\tVOLUME\tNODE ID\tATTACHED\tPUBLISHED\n");
-            for m in &self.mismatches {
-                out.push_str(&format!(
-                    "{}\t{}\t{}\t{}\t{}\n",
-                    m.volume_attachment, m.volume, m.node_id, m.attached, m.published
-                ));
-            }
+            line("\nVOLUMEATTACHMENT\tVOLUME\tNODE ID\tATTACHED\tPUBLISHED".into());
+        }
+        for m in &self.mismatches {
+            line(format!(
+                "{}\t{}\t{}\t{}\t{}",
+                m.volume_attachment, m.volume, m.node_id, m.attached, m.published
+            ));
         }
         if !self.orphans.is_empty() {
-            out.push_str("\nPublished with no VolumeAttachment (orphans; a detach finishing shows here a moment too):\nVOLUME\tNODE ID\n");
-            for o in &self.orphans {
-                out.push_str(&format!("{}\t{}\n", o.volume, o.node_id));
-            }
+            line("\nPublished with no VolumeAttachment (orphans; a detach finishing shows here a moment too):\nVOLUME\tNODE ID".into());
+        }
+        for o in &self.orphans {
+            line(format!("{}\t{}", o.volume, o.node_id));
         }
         if !self.errors.is_empty() {
-            out.push_str("\nVOLUMEATTACHMENT\tOPERATION\tAGE\tERROR\n");
-            for e in &self.errors {
-                let age = e.age_seconds.map_or("?".to_string(), |s| format!("{s}s"));
-                out.push_str(&format!(
-                    "{}\t{}\t{}\t{}\n",
-                    e.volume_attachment, e.operation, age, e.message
-                ));
-            }
+            line("\nVOLUMEATTACHMENT\tOPERATION\tAGE\tERROR".into());
+        }
+        for e in &self.errors {
+            let age = e.age_seconds.map_or("?".to_string(), |s| format!("{s}s"));
+            line(format!(
+                "{}\t{}\t{age}\t{}",
+                e.volume_attachment, e.operation, e.message
+            ));
         }
         for (what, names) in [
-            (
-                "PersistentVolumes being deleted with our finalizer",
-                &self.deleting_pvs,
-            ),
-            (
-                "VolumeAttachments being deleted with our finalizer",
-                &self.deleting_vas,
-            ),
+            ("PersistentVolumes", &self.deleting_pvs),
+            ("VolumeAttachments", &self.deleting_vas),
         ] {
             if !names.is_empty() {
-                out.push_str(&format!("\n{what}:\n"));
-                for n in names {
-                    out.push_str(&format!("  {n}\n"));
-                }
+                line(format!("\n{what} being deleted with our finalizer:"));
+            }
+            for n in names {
+                line(format!("  {n}"));
             }
         }
-        out
+        out + "\n"
     }
-}
-
-/// One list of every object at `url_path`, decoded straight into views `T`
-/// (what kube's `Api::list` sends, without a k8s-openapi object per item).
-async fn list_views<T: Clone + DeserializeOwned>(
-    kube: &kube::Client,
-    url_path: &str,
-) -> Result<Vec<T>, kube::Error> {
-    let mut request = Request::new(url_path)
-        .list(&ListParams::default())
-        .map_err(kube::Error::BuildRequest)?;
-    request.extensions_mut().insert("list");
-    Ok(kube.request::<ObjectList<T>>(request).await?.items)
 }
 
 /// This driver's VAs, all PVs and all CSINodes, listed once.
@@ -212,22 +178,20 @@ async fn list_objects(
     kube: kube::Client,
     driver: &str,
 ) -> Result<(Vec<CachedVa>, Vec<CachedPv>, Vec<CSINode>), Error> {
-    let list = |what: &'static str| move |source| Error::Api(what, source);
-    let vas: Vec<CachedVa> = list_views(&kube, &VolumeAttachment::url_path(&(), None))
-        .await
-        .map_err(list("volumeattachments"))?
-        .into_iter()
-        .filter(|va: &CachedVa| va.attacher() == driver)
-        .collect();
-    let pvs = list_views(&kube, &PersistentVolume::url_path(&(), None))
-        .await
-        .map_err(list("persistentvolumes"))?;
-    let csinodes = Api::<CSINode>::all(kube)
-        .list(&ListParams::default())
-        .await
-        .map_err(list("csinodes"))?
-        .items;
-    Ok((vas, pvs, csinodes))
+    let all = ListParams::default();
+    let list = |what| move |err| Error::Api(what, err);
+    let vas = Api::<Wire<CachedVa>>::all(kube.clone()).list(&all).await;
+    let vas = vas.map_err(list("volumeattachments"))?.items.into_iter();
+    let pvs = Api::<Wire<CachedPv>>::all(kube.clone()).list(&all).await;
+    let pvs = pvs.map_err(list("persistentvolumes"))?.items.into_iter();
+    let csinodes = Api::<CSINode>::all(kube).list(&all).await;
+    Ok((
+        vas.map(|va| va.view)
+            .filter(|va| va.attacher() == driver)
+            .collect(),
+        pvs.map(|pv| pv.view).collect(),
+        csinodes.map_err(list("csinodes"))?.items,
+    ))
 }
 
 /// Builds the report with the sidecar's flags.
