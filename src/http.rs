@@ -199,13 +199,7 @@ async fn serve_here(listener: TcpListener, endpoint: Endpoint, cap: usize) {
 
 /// Closes the oldest open connection; false when there is none.
 fn close_oldest(open: &mut VecDeque<tokio::task::AbortHandle>) -> bool {
-    match open.pop_front() {
-        Some(oldest) => {
-            oldest.abort();
-            true
-        }
-        None => false,
-    }
+    open.pop_front().map(|oldest| oldest.abort()).is_some()
 }
 
 fn handle(endpoint: &Endpoint, req: &Request<Incoming>) -> Response<Full<Bytes>> {

@@ -32,18 +32,11 @@ pub const UPSTREAM_FLAGS: &str = "\
 pub enum ParseError {
     /// `-h`, `-help` or `--help`: print `usage` and exit 0.
     #[error("help requested")]
-    Help {
-        /// The usage text.
-        usage: String,
-    },
-    /// A usage error: print the message and the usage, exit 2.
+    Help { usage: String },
+    /// A usage error: print Go's `message` (`flag provided but not defined: -foo`)
+    /// and the usage, exit 2.
     #[error("{message}")]
-    Usage {
-        /// Go's wording, e.g. `flag provided but not defined: -foo`.
-        message: String,
-        /// The usage text.
-        usage: String,
-    },
+    Usage { message: String, usage: String },
 }
 
 impl ParseError {
@@ -120,6 +113,7 @@ impl Config {
     }
 
     /// The long names of every flag `--help` shows (without dashes).
+    #[cfg(test)]
     pub fn flag_names() -> Vec<String> {
         Self::command_go()
             .get_arguments()

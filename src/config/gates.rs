@@ -20,19 +20,6 @@ pub enum Stage {
     Deprecated,
 }
 
-/// One gate upstream's `--feature-gates` accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Gate {
-    /// Exact, case-sensitive name.
-    pub name: &'static str,
-    /// Maturity at 1.36.
-    pub stage: Stage,
-    /// Value when not set.
-    pub default: bool,
-    /// Setting it to anything but `default` is refused.
-    pub locked: bool,
-}
-
 use Stage::{Alpha, Beta, Deprecated, Ga};
 
 /// Every gate upstream v4.12.0's `--feature-gates` accepts: stage, default, whether it is
@@ -74,21 +61,20 @@ const MUTABLE_CSI_NODE_ALLOCATABLE_COUNT: &str = "MutableCSINodeAllocatableCount
 /// Sets every alpha gate not set by name.
 const ALL_ALPHA: &str = "AllAlpha";
 
-/// Every gate in [`KNOWN`].
-pub fn all() -> impl Iterator<Item = Gate> {
+/// Every gate in [`KNOWN`]: its exact, case-sensitive name, stage, default, lock.
+pub fn all() -> impl Iterator<Item = (&'static str, Stage, bool, bool)> {
     KNOWN.iter().flat_map(|&(stage, default, locked, names)| {
-        names.split_whitespace().map(move |name| Gate {
-            name,
-            stage,
-            default,
-            locked,
-        })
+        names
+            .split_whitespace()
+            .map(move |name| (name, stage, default, locked))
     })
 }
 
-/// The gate called `name`, if upstream knows it.
-pub fn lookup(name: &str) -> Option<Gate> {
-    all().find(|gate| gate.name == name)
+/// Stage, default and lock of the gate called `name`, if upstream knows it.
+pub fn lookup(name: &str) -> Option<(Stage, bool, bool)> {
+    all()
+        .find(|gate| gate.0 == name)
+        .map(|(_, s, d, l)| (s, d, l))
 }
 
 /// One `--feature-gates` value, as `MapStringBool.Set` reads it: `key=bool` pairs split on
@@ -142,11 +128,10 @@ impl FeatureGates {
         let locked: Vec<String> = set
             .iter()
             .filter_map(|(name, value)| {
-                let gate = lookup(name)?;
-                (gate.locked && gate.default != *value).then(|| {
+                let (_, default, locked) = lookup(name)?;
+                (locked && default != *value).then(|| {
                     format!(
-                        "cannot set feature gate {name} to {value}, feature is locked to {}",
-                        gate.default
+                        "cannot set feature gate {name} to {value}, feature is locked to {default}"
                     )
                 })
             })
@@ -156,18 +141,13 @@ impl FeatureGates {
             [one] => return Err(one.clone()),
             many => return Err(format!("[{}]", many.join(", "))),
         }
-        let defaults = Self::default();
-        // Named beats AllAlpha, which beats our default (on where upstream's is off).
-        let release = set
-            .get(RELEASE_LEADER_ELECTION_ON_EXIT)
-            .or_else(|| set.get(ALL_ALPHA))
-            .copied()
-            .unwrap_or(defaults.release_leader_election_on_exit);
+        let (defaults, get) = (Self::default(), |name| set.get(name).copied());
         Ok(Self {
-            release_leader_election_on_exit: release,
-            mutable_csi_node_allocatable_count: set
-                .get(MUTABLE_CSI_NODE_ALLOCATABLE_COUNT)
-                .copied()
+            // Named beats AllAlpha, which beats our default (on where upstream's is off).
+            release_leader_election_on_exit: get(RELEASE_LEADER_ELECTION_ON_EXIT)
+                .or(get(ALL_ALPHA))
+                .unwrap_or(defaults.release_leader_election_on_exit),
+            mutable_csi_node_allocatable_count: get(MUTABLE_CSI_NODE_ALLOCATABLE_COUNT)
                 .unwrap_or(defaults.mutable_csi_node_allocatable_count),
         })
     }
@@ -191,7 +171,7 @@ pub fn without_effect(set: &BTreeMap<String, bool>) -> Vec<&str> {
 /// which of them do nothing here.
 pub fn log(set: &BTreeMap<String, bool>) {
     for (name, value) in set {
-        match lookup(name).map(|gate| gate.stage) {
+        match lookup(name).map(|gate| gate.0) {
             Some(Stage::Ga) => tracing::info!(
                 feature_gate = %name, value,
                 "Warning: setting GA feature gate. It will be removed in a future release."
@@ -222,16 +202,16 @@ mod tests {
 
     #[test]
     fn the_table_has_49_names_and_the_attacher_gates() {
-        let mut names: Vec<&str> = all().map(|g| g.name).collect();
+        let mut names: Vec<&str> = all().map(|g| g.0).collect();
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), 49, "49 names, each once");
         assert_eq!(
-            lookup("ReleaseLeaderElectionOnExit").map(|g| (g.stage, g.default, g.locked)),
+            lookup("ReleaseLeaderElectionOnExit"),
             Some((Alpha, false, false))
         );
         assert_eq!(
-            lookup("MutableCSINodeAllocatableCount").map(|g| (g.stage, g.default, g.locked)),
+            lookup("MutableCSINodeAllocatableCount"),
             Some((Ga, true, false))
         );
         assert!(lookup("AllAlpha").is_some() && lookup("AllBeta").is_some());
@@ -271,11 +251,11 @@ mod tests {
 
     #[test]
     fn every_known_gate_is_accepted_unless_set_against_its_lock() {
-        for gate in all() {
+        for (name, _, default, locked) in all() {
             for value in [true, false] {
-                let result = FeatureGates::resolve(&set(&[(gate.name, value)]));
-                let refused = gate.locked && value != gate.default;
-                assert_eq!(result.is_err(), refused, "{}={value}", gate.name);
+                let result = FeatureGates::resolve(&set(&[(name, value)]));
+                let refused = locked && value != default;
+                assert_eq!(result.is_err(), refused, "{name}={value}");
             }
         }
         assert_eq!(
