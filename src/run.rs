@@ -169,16 +169,12 @@ async fn connect_driver(
     address: &Path,
     metrics: &Metrics,
 ) -> Result<(Client, csi::ConnectionLoss, csi::PluginInfo), RunError> {
-    let log = &config.termination_log_path;
-    let timeout = config.timeout;
-    let (client, mut loss) =
-        Client::connect(address, DIAL_TIMEOUT, timeout, Arc::clone(&metrics.csi))
-            .await
-            .map_err(|err| startup_failed(log, err))?;
-    let max_log = usize::try_from(config.max_grpc_log_length)
-        .ok()
-        .filter(|n| *n > 0);
-    let client = client.with_max_log_length(max_log);
+    let (log, metrics) = (&config.termination_log_path, Arc::clone(&metrics.csi));
+    let (client, mut loss) = Client::connect(address, DIAL_TIMEOUT, config.timeout, metrics)
+        .await
+        .map_err(|err| startup_failed(log, err))?;
+    let max_log = usize::try_from(config.max_grpc_log_length).ok();
+    let client = client.with_max_log_length(max_log.filter(|n| *n > 0));
     let startup = async {
         client.probe_until_ready().await?;
         client.plugin_info().await
@@ -239,14 +235,10 @@ async fn serve_http(
     elector: Option<&Elector<KubeLeases>>,
 ) -> Result<(), RunError> {
     let http_endpoint = &config.http_endpoint;
-    let http_address = if http_endpoint.is_empty() {
-        &config.metrics_address
-    } else {
-        http_endpoint
-    };
-    if http_address.is_empty() {
+    let addresses = [http_endpoint, &config.metrics_address];
+    let Some(http_address) = addresses.into_iter().find(|a| !a.is_empty()) else {
         return Ok(());
-    }
+    };
     let listener = http::bind(http_address)
         .await
         .map_err(|source| RunError::Http(http_address.clone(), source))?;

@@ -167,28 +167,27 @@ pub fn without_effect(set: &BTreeMap<String, bool>) -> Vec<&str> {
         .collect()
 }
 
-/// Logs, once, what upstream logs when gates are set (GA and deprecated warnings) and
-/// which of them do nothing here.
-pub fn log(set: &BTreeMap<String, bool>) {
-    for (name, value) in set {
-        match lookup(name).map(|gate| gate.0) {
-            Some(Stage::Ga) => tracing::info!(
-                feature_gate = %name, value,
-                "Warning: setting GA feature gate. It will be removed in a future release."
-            ),
-            Some(Stage::Deprecated) => tracing::info!(
-                feature_gate = %name, value,
-                "Warning: setting deprecated feature gate. It will be removed in a future release."
-            ),
-            _ => {}
+impl super::Config {
+    /// Logs, once, what upstream logs when gates are set (GA and deprecated warnings) and
+    /// which of them do nothing here.
+    pub fn log_feature_gates(&self) {
+        let set = &self.feature_gates;
+        for (name, value) in set {
+            let stage = match lookup(name).map(|gate| gate.0) {
+                Some(Ga) => "GA",
+                Some(Deprecated) => "deprecated",
+                _ => continue,
+            };
+            tracing::info!(feature_gate = %name, value,
+                "Warning: setting {stage} feature gate. It will be removed in a future release.");
         }
-    }
-    let idle = without_effect(set);
-    if !idle.is_empty() {
-        tracing::info!(
-            feature_gates = ?idle,
-            "Feature gates accepted for compatibility with the Go external-attacher have no effect here"
-        );
+        let idle = without_effect(set);
+        if !idle.is_empty() {
+            tracing::info!(
+                feature_gates = ?idle,
+                "Feature gates accepted for compatibility with the Go external-attacher have no effect here"
+            );
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! the feature gates, then upstream's remaining checks and ours (the table is in
 //! `docs/bounds.md`).
 
-use super::{gates, Config, FeatureGates};
+use super::{Config, FeatureGates};
 use crate::gofmt::parse as go;
 
 /// A flag combination refused after parsing (exit 1, not 2).
@@ -63,18 +63,16 @@ impl Config {
             errors.push("vmodule: Forbidden: Only supported for text log format".into());
         }
         let alpha = "Forbidden: Feature LoggingAlphaOptions is disabled";
+        let (text, json) = (
+            &self.log_text_info_buffer_size,
+            &self.log_json_info_buffer_size,
+        );
         let nonzero = |size: &str| !go::quantity_is_zero(size).unwrap_or(true);
         for (on, field) in [
             (self.log_text_split_stream, "options.text.splitStream"),
-            (
-                nonzero(&self.log_text_info_buffer_size),
-                "options.text.infoBufferSize",
-            ),
+            (nonzero(text), "options.text.infoBufferSize"),
             (self.log_json_split_stream, "options.json.splitStream"),
-            (
-                nonzero(&self.log_json_info_buffer_size),
-                "options.json.infoBufferSize",
-            ),
+            (nonzero(json), "options.json.infoBufferSize"),
         ] {
             if on {
                 errors.push(format!("{field}: {alpha}"));
@@ -90,12 +88,6 @@ impl Config {
     /// The feature gates, as upstream's `SetFromMap` resolves the merged map (exit 1 on error).
     pub fn feature_gates(&self) -> Result<FeatureGates, Error> {
         FeatureGates::resolve(&self.feature_gates).map_err(Error::FeatureGates)
-    }
-
-    /// Logs what setting the gates means (upstream's GA/deprecated warnings, and the gates
-    /// that have no effect here); once, at start.
-    pub fn log_feature_gates(&self) {
-        gates::log(&self.feature_gates);
     }
 
     /// Checks what parsing cannot, after `--version` (exit 1).
