@@ -324,18 +324,13 @@ async fn lead(
 
 /// `--leader-election-namespace`, else `$POD_NAMESPACE`, else the service account's, else `default`.
 fn lease_namespace(flag: &str) -> String {
-    if !flag.is_empty() {
-        return flag.to_string();
-    }
-    if let Ok(ns) = std::env::var("POD_NAMESPACE") {
-        if !ns.is_empty() {
-            return ns;
-        }
-    }
-    std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE)
-        .ok()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
+    let file = || std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE).ok();
+    let file = std::iter::once_with(|| file().map(|s| s.trim().to_string()));
+    [Some(flag.to_string()), std::env::var("POD_NAMESPACE").ok()]
+        .into_iter()
+        .chain(file)
+        .flatten()
+        .find(|ns| !ns.is_empty())
         .unwrap_or_else(|| "default".to_string())
 }
 

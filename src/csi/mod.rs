@@ -1,14 +1,7 @@
-//! Everything that speaks gRPC to the CSI driver.
-//!
-//! In:  `--csi-address`, `--timeout`. Out: a [`Client`] whose calls carry their
-//! own deadline, report errors in Go's format ([`RpcStatus`]) and record
-//! `csi_sidecar_operations_seconds`; a [`ConnectionLoss`] that resolves when
-//! the driver goes away.
-//!
-//! # Startup (as upstream external-attacher v4.12)
-//! [`Client::connect`] dials for up to 30 s; [`Client::probe_until_ready`]
-//! retries `Probe` every second on DeadlineExceeded or `ready=false` only;
-//! [`Client::plugin_info`] and [`Client::capabilities`] each get a fixed 1 s.
+//! Everything that speaks gRPC to the CSI driver: a [`Client`] whose calls carry
+//! their own deadline, report errors in Go's format ([`RpcStatus`]) and record
+//! `csi_sidecar_operations_seconds`; a [`ConnectionLoss`] that resolves when the
+//! driver goes away. Startup's calls and deadlines: `docs/contract.md#startup`.
 
 mod connection;
 mod error;
@@ -27,6 +20,7 @@ use http::uri::PathAndQuery;
 use tokio::time::Instant;
 use tonic::transport::Channel;
 use tonic::Code;
+use tonic_prost::ProstCodec;
 
 pub use connection::{parse_address, ConnectionLoss, DIAL_TIMEOUT};
 pub use error::{go_code_name, Error, RpcStatus};
@@ -52,18 +46,15 @@ pub const STARTUP_CALL_TIMEOUT: Duration = Duration::from_secs(1);
 /// Pause between two probes.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
-/// What the driver can do, as far as the attacher cares (as upstream external-attacher v4.12).
+/// The plugin and controller capabilities the attacher reads (as upstream external-attacher v4.12).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Capabilities {
-    /// Plugin capability CONTROLLER_SERVICE.
     pub controller_service: bool,
     /// PUBLISH_UNPUBLISH_VOLUME: real attach/detach instead of the trivial handler.
     pub publish_unpublish: bool,
     /// PUBLISH_READONLY: `readonly` may be sent as true.
     pub publish_readonly: bool,
-    /// LIST_VOLUMES.
     pub list_volumes: bool,
-    /// LIST_VOLUMES_PUBLISHED_NODES.
     pub list_volumes_published_nodes: bool,
     /// SINGLE_NODE_MULTI_WRITER: changes the access-mode mapping.
     pub single_node_multi_writer: bool,
@@ -357,12 +348,10 @@ impl Client {
         request.set_timeout(deadline.saturating_duration_since(started));
         let mut grpc = tonic::client::Grpc::new(self.transport.clone());
         let call = async move {
-            grpc.ready()
-                .await
-                .map_err(|e| tonic::Status::unknown(format!("Service was not ready: {e}")))?;
-            let codec = tonic_prost::ProstCodec::default();
-            grpc.unary(request, PathAndQuery::from_static(path), codec)
-                .await
+            let not_ready = |e| tonic::Status::unknown(format!("Service was not ready: {e}"));
+            grpc.ready().await.map_err(not_ready)?;
+            let (path, codec) = (PathAndQuery::from_static(path), ProstCodec::default());
+            grpc.unary(request, path, codec).await
         };
         let result = match tokio::time::timeout_at(deadline, call).await {
             Ok(Ok(resp)) => Ok(resp.into_inner()),
@@ -373,16 +362,9 @@ impl Client {
             Ok(Err(status)) => Err(RpcStatus::from(status)),
             Err(_elapsed) => Err(RpcStatus::deadline_exceeded()),
         };
-        let code = match &result {
-            Ok(_) => Code::Ok,
-            Err(status) => status.code,
-        };
-        self.metrics.observe(
-            path,
-            go_code_name(code),
-            origin,
-            started.elapsed().as_secs_f64(),
-        );
+        let code = go_code_name(result.as_ref().map_or_else(|s| s.code, |_| Code::Ok));
+        let seconds = started.elapsed().as_secs_f64();
+        self.metrics.observe(path, code, origin, seconds);
         match &result {
             Ok(resp) if tracing::enabled!(tracing::Level::TRACE) => {
                 let response = cap_log(format!("{resp:?}"), self.max_log_length);
