@@ -31,13 +31,10 @@ pub enum RunError {
     /// Connecting to or probing the driver failed at startup.
     #[error("CSI driver startup failed: {0}")]
     Startup(#[source] csi::Error),
-    /// No Kubernetes API client.
     #[error(transparent)]
     Kube(#[from] kube_client::Error),
-    /// The HTTP endpoint could not listen.
     #[error("cannot listen on {0}: {1}")]
     Http(String, #[source] std::io::Error),
-    /// The driver connection broke after startup.
     #[error("{CONNECTION_LOST_MESSAGE}")]
     ConnectionLost,
     /// Another replica took over, or the Lease could not be renewed.

@@ -7,16 +7,14 @@ use std::collections::BTreeMap;
 
 use crate::gofmt::parse as go;
 
-/// The maturity a gate has at upstream's emulated version (1.36).
+/// The maturity a gate has at upstream's emulated version (1.36): `AllAlpha` and
+/// `AllBeta` set the alpha and beta gates not set by name; setting a GA or a
+/// deprecated gate logs upstream's warning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {
-    /// Off by default unless said otherwise; `AllAlpha` flips it when not set by name.
     Alpha,
-    /// `AllBeta` flips it when not set by name.
     Beta,
-    /// Upstream warns that setting it is pointless.
     Ga,
-    /// Upstream warns that it will go away.
     Deprecated,
 }
 

@@ -8,16 +8,13 @@ use crate::gofmt::parse as go;
 /// A flag combination refused after parsing (exit 1, not 2).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// `--worker-threads=0`.
     #[error("Option -worker-threads must be greater than zero")]
     NoWorkers,
-    /// Both HTTP address flags.
     #[error("only one of `--metrics-address` and `--http-endpoint` can be set")]
     TwoHttpAddresses,
     /// A metrics path no request can have (upstream's HTTP mux panics on it).
     #[error("--metrics-path must start with \"/\", got {0:?}")]
     MetricsPath(String),
-    /// An unknown feature gate, or a locked one set against its lock.
     #[error("failed to store flag gates: {0}")]
     FeatureGates(String),
     /// What component-base's logging validation refuses (flush period, format, alpha options).
