@@ -65,17 +65,16 @@ pub struct Endpoint {
 /// (one dual-stack socket; IPv4 only where the host has no IPv6), so the
 /// kubelet's probe reaches it on IPv4, IPv6 and dual-stack clusters alike.
 /// Any other host binds as given.
-pub async fn bind(addr: &str) -> std::io::Result<TcpListener> {
-    match unspecified_port(addr) {
-        Some(port) => match bind_dual_stack(port) {
-            Ok(listener) => Ok(listener),
-            Err(err) => {
-                tracing::debug!(error = %err, "no IPv6 listener; listening on IPv4 only");
-                TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).await
-            }
-        },
-        None => TcpListener::bind(addr).await,
-    }
+pub fn bind(addr: &str) -> std::io::Result<std::net::TcpListener> {
+    let listener = match unspecified_port(addr) {
+        Some(port) => bind_dual_stack(port).or_else(|err| {
+            tracing::debug!(error = %err, "no IPv6 listener; listening on IPv4 only");
+            std::net::TcpListener::bind((Ipv4Addr::UNSPECIFIED, port))
+        })?,
+        None => std::net::TcpListener::bind(addr)?,
+    };
+    listener.set_nonblocking(true)?; // for tokio
+    Ok(listener)
 }
 
 /// The port of `addr` when its host is empty or an unspecified address.
@@ -90,14 +89,13 @@ fn unspecified_port(addr: &str) -> Option<u16> {
     unspecified.then(|| port.parse().ok()).flatten()
 }
 
-fn bind_dual_stack(port: u16) -> std::io::Result<TcpListener> {
+fn bind_dual_stack(port: u16) -> std::io::Result<std::net::TcpListener> {
     let socket = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP))?;
     socket.set_only_v6(false)?;
     socket.set_reuse_address(true)?;
-    socket.set_nonblocking(true)?;
     socket.bind(&SocketAddr::from((Ipv6Addr::UNSPECIFIED, port)).into())?;
     socket.listen(1024)?;
-    TcpListener::from_std(socket.into())
+    Ok(socket.into())
 }
 
 /// How long a client may take to send a request's headers.
@@ -118,10 +116,8 @@ pub fn max_connections() -> usize {
 }
 
 /// Serves `endpoint` on `listener`, on a thread with its own runtime.
-pub fn serve(listener: TcpListener, endpoint: Endpoint) {
-    let listener = listener.into_std(); // here, where its runtime is
+pub fn serve(listener: std::net::TcpListener, endpoint: Endpoint) {
     let thread = move || -> std::io::Result<()> {
-        let listener = listener?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
@@ -272,7 +268,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_port_alone_is_reachable_on_both_loopbacks() {
-        let listener = bind(":0").await.expect("bind");
+        let listener = bind(":0").expect("bind");
         let port = listener.local_addr().expect("addr").port();
         let v4 = tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port)).await;
         assert!(v4.is_ok(), "IPv4: {v4:?}");
@@ -285,7 +281,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_explicit_address_binds_as_given() {
-        let listener = bind("127.0.0.1:0").await.expect("bind");
+        let listener = bind("127.0.0.1:0").expect("bind");
         let addr = listener.local_addr().expect("addr");
         assert_eq!(addr.ip(), IpAddr::from(Ipv4Addr::LOCALHOST));
     }

@@ -67,7 +67,7 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
         config.leader_election_identity.clone()
     };
     let elector = elector(&config, &info.name, &identity, election_client, &metrics);
-    serve_http(&config, &metrics, &readiness, elector.as_ref()).await?;
+    serve_http(&config, &metrics, &readiness, elector.as_ref())?;
 
     // Capabilities decide the handler (upstream steps 10-11).
     let capabilities = unless_lost(&mut loss, &log, client.capabilities()).await?;
@@ -225,7 +225,7 @@ fn elector(
 }
 
 /// The HTTP endpoint: up before and regardless of leadership (upstream step 9).
-async fn serve_http(
+fn serve_http(
     config: &Config,
     metrics: &Metrics,
     readiness: &Readiness,
@@ -236,9 +236,8 @@ async fn serve_http(
     let Some(http_address) = addresses.into_iter().find(|a| !a.is_empty()) else {
         return Ok(());
     };
-    let listener = http::bind(http_address)
-        .await
-        .map_err(|source| RunError::Http(http_address.clone(), source))?;
+    let listener =
+        http::bind(http_address).map_err(|source| RunError::Http(http_address.clone(), source))?;
     let endpoint = http::Endpoint {
         metrics: metrics.clone(),
         metrics_path: config.metrics_path.clone(),
