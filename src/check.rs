@@ -19,7 +19,7 @@ use crate::controller::model::store::{store_from, PvRefs, Stores};
 use crate::controller::model::{CachedPv, CachedVa, Wire};
 use crate::controller::reconcile;
 use crate::controller::reconcile::orphans::{self, PROBE_NODE};
-use crate::csi::{self, Client};
+use crate::csi::{self, Client, DIAL_TIMEOUT};
 use crate::kube_client;
 use crate::metrics::Metrics;
 
@@ -45,18 +45,15 @@ pub struct Report {
     pub driver: String,
     /// VAs of this driver.
     pub volume_attachments: usize,
-    /// Whether the driver can list published nodes (else no mismatch check).
+    /// Else no mismatch or orphan is looked for.
     pub driver_lists_published_nodes: bool,
-    /// Status and driver disagree.
     pub mismatches: Vec<Mismatch>,
     /// Published to a node with no VolumeAttachment of this driver (an
     /// orphan, or a detach finishing as the report was made).
     pub orphans: Vec<Orphan>,
-    /// VAs carrying an attach or detach error.
     pub errors: Vec<StuckError>,
-    /// PVs being deleted that still hold our finalizer.
+    /// PVs and VAs being deleted that still hold our finalizer.
     pub deleting_pvs: Vec<String>,
-    /// VAs being deleted that still hold our finalizer.
     pub deleting_vas: Vec<String>,
     /// With `--unpublish-orphans`: whether orphans would be unpublished (RBAC
     /// may refuse the Node GETs it needs).
@@ -203,8 +200,12 @@ pub async fn report(config: &Config) -> Result<Report, Error> {
         config.kube_api_burst,
     )?;
     let metrics = Metrics::new()?;
-    let (client, driver, capabilities) =
-        Client::identified(&address, config.timeout, Arc::clone(&metrics.csi)).await?;
+    let csi_metrics = Arc::clone(&metrics.csi);
+    let (client, _) = Client::connect(&address, DIAL_TIMEOUT, config.timeout, csi_metrics).await?;
+    client.probe_until_ready().await?;
+    let driver = client.plugin_info().await?.name;
+    metrics.csi.set_driver_name(&driver);
+    let capabilities = client.capabilities().await?;
     let fin = finalizer(&driver);
 
     let orphan_cleanup = orphan_cleanup(config, &kube).await;
@@ -259,16 +260,13 @@ async fn orphan_cleanup(config: &Config, kube: &kube::Client) -> Option<&'static
     if !config.unpublish_orphans {
         return None;
     }
-    let nodes = Api::<Node>::all(kube.clone());
-    let answer = nodes
-        .get_opt(PROBE_NODE)
-        .await
-        .map(|_| None)
-        .map_err(ApiError);
-    Some(match orphans::refused(&answer) {
-        true => "off: not allowed to get Nodes (deploy/kubernetes/rbac-nodes.yaml)",
-        false => "on",
-    })
+    let answer = Api::<Node>::all(kube.clone()).get_opt(PROBE_NODE).await;
+    Some(
+        match orphans::refused(&answer.map(|_| None).map_err(ApiError)) {
+            true => "off: not allowed to get Nodes (deploy/kubernetes/rbac-nodes.yaml)",
+            false => "on",
+        },
+    )
 }
 
 /// The VAs' errors and the VAs and PVs being deleted that still hold our

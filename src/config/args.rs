@@ -197,14 +197,11 @@ fn normalize_args(command: &clap::Command, args: Vec<OsString>) -> (Vec<OsString
                 Some(Stop::Usage(format!("invalid UTF-8 in argument {text:?}"))),
             );
         }
-        if text.len() < 2 || !text.starts_with('-') {
-            // First non-flag argument: Go stops parsing here.
-            out.push(OsString::from("--"));
-            out.push(arg);
-            out.extend(iter);
-            break;
-        }
-        if text == "--" {
+        if text.len() < 2 || !text.starts_with('-') || text == "--" {
+            // The first non-flag argument, or `--`: Go stops parsing here.
+            if text != "--" {
+                out.push(OsString::from("--"));
+            }
             out.push(arg);
             out.extend(iter);
             break;

@@ -157,21 +157,6 @@ impl Client {
         Ok((client, loss))
     }
 
-    /// A client for `check`: connected within [`DIAL_TIMEOUT`], probed until
-    /// ready, the driver named in `metrics`; with its name and capabilities.
-    pub async fn identified(
-        address: &Path,
-        timeout: Duration,
-        metrics: Arc<CsiCallMetrics>,
-    ) -> Result<(Self, String, Capabilities), Error> {
-        let (client, _loss) = Self::connect(address, DIAL_TIMEOUT, timeout, metrics).await?;
-        client.probe_until_ready().await?;
-        let driver = client.plugin_info().await?.name;
-        client.metrics.set_driver_name(&driver);
-        let capabilities = client.capabilities().await?;
-        Ok((client, driver, capabilities))
-    }
-
     /// Caps logged responses at `max` characters (`--max-grpc-log-length`).
     pub fn with_max_log_length(mut self, max: Option<usize>) -> Self {
         self.max_log_length = max;
