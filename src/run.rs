@@ -74,15 +74,19 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
     readiness.set_driver_ready();
     tracing::info!(driver = %info.name, vendor_version = %info.vendor_version, ?capabilities, "CSI driver ready");
 
-    // Leadership: a task that acquires, renews, and releases when told to stop.
-    // Without election this replica leads at once.
+    // Leadership: acquired, renewed, and released when told to stop; without
+    // election this replica leads at once.
     let leadership = elector
         .as_ref()
         .map_or_else(leader::Leadership::unbounded, Elector::leadership);
     let (leading_tx, mut leading) = watch::channel(elector.is_none());
     let (stop, stop_rx) = watch::channel(false);
-    let release = gates.release_leader_election_on_exit;
-    let mut task = elector.map(|e| tokio::spawn(lead(e, leading_tx, stop_rx, release)));
+    let (elected, release) = (elector.is_some(), gates.release_leader_election_on_exit);
+    let mut lead = std::pin::pin!(async move {
+        if let Some(elector) = elector {
+            lead(elector, leading_tx, stop_rx, release).await;
+        }
+    });
 
     // The controller, until a signal; then drain and release.
     let settings = controller_settings(&config, &gates, info.name, capabilities, identity);
@@ -98,23 +102,14 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
             tracing::info!("Shutting down");
         },
     };
-    let lost_leadership = async {
-        match task.as_mut() {
-            Some(task) => {
-                let _ = task.await;
-            }
-            None => std::future::pending::<()>().await,
-        }
-    };
     tokio::select! {
         () = controller::run(kube, client, settings, hooks) => {
             stop.send_replace(true);
-            if let Some(task) = task {
-                let _ = task.await;
-            }
+            lead.await; // releases the Lease if allowed
             Ok(())
         }
-        () = lost_leadership => Err(RunError::LostLeadership),
+        // Returning before `stop` means leadership was lost.
+        () = &mut lead, if elected => Err(RunError::LostLeadership),
         () = loss.lost() => Err(connection_lost(&log)),
     }
 }
