@@ -45,16 +45,13 @@ impl Readiness {
     }
 }
 
-/// What the endpoint serves.
+/// What the endpoint serves: `metrics` at `--metrics-path`, the leader-election
+/// health check when it is registered, readiness.
 #[derive(Clone)]
 pub struct Endpoint {
-    /// The registry to expose.
     pub metrics: Metrics,
-    /// `--metrics-path`.
     pub metrics_path: String,
-    /// Leader-election health, when the check is registered.
     pub leader_health: Option<Health>,
-    /// Readiness.
     pub readiness: Readiness,
 }
 
