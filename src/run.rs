@@ -160,7 +160,14 @@ async fn connect_driver(
     config: &Config,
     address: &Path,
     metrics: &Metrics,
-) -> Result<(Client, csi::ConnectionLoss, csi::PluginInfo), RunError> {
+) -> Result<
+    (
+        Client,
+        csi::ConnectionLoss,
+        csi::proto::GetPluginInfoResponse,
+    ),
+    RunError,
+> {
     let (log, metrics) = (&config.termination_log_path, Arc::clone(&metrics.csi));
     let (client, mut loss) = Client::connect(address, DIAL_TIMEOUT, config.timeout, metrics)
         .await

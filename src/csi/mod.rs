@@ -72,15 +72,6 @@ impl Capabilities {
     }
 }
 
-/// Name and version the driver reports.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PluginInfo {
-    /// Driver name: matched against `VolumeAttachment.spec.attacher`.
-    pub name: String,
-    /// Free-form vendor version.
-    pub vendor_version: String,
-}
-
 /// Where a volume's CSI source came from (the `migrated` label of the CSI
 /// operation metrics).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -192,20 +183,18 @@ impl Client {
         }
     }
 
-    /// `GetPluginInfo` with a 1 s deadline; an empty name is an error.
-    pub async fn plugin_info(&self) -> Result<PluginInfo, Error> {
+    /// `GetPluginInfo` with a 1 s deadline; an empty name is an error. The name
+    /// is matched against `VolumeAttachment.spec.attacher`.
+    pub async fn plugin_info(&self) -> Result<proto::GetPluginInfoResponse, Error> {
         let deadline = Instant::now() + STARTUP_CALL_TIMEOUT;
         let request = proto::GetPluginInfoRequest {};
         let path = "/csi.v1.Identity/GetPluginInfo";
         let resp: proto::GetPluginInfoResponse =
             self.invoke(path, deadline, Origin::Csi, request).await?;
-        if resp.name.is_empty() {
-            return Err(Error::EmptyDriverName);
+        match resp.name.is_empty() {
+            true => Err(Error::EmptyDriverName),
+            false => Ok(resp),
         }
-        Ok(PluginInfo {
-            name: resp.name,
-            vendor_version: resp.vendor_version,
-        })
     }
 
     /// Plugin and controller capabilities, sharing one 1 s deadline.
