@@ -58,17 +58,15 @@ impl Config {
     {
         let mut command = Self::command_go();
         let usage = command.render_help().to_string();
-        let (args, stop) = normalize_args(&command, args.into_iter().map(Into::into).collect());
+        let args = args.into_iter().map(Into::into).collect();
+        let (args, stop) = normalize_args(&command, args, &usage);
         // Go reports the first problem in argument order: clap sees the arguments before
         // the one that stopped the walk, so an earlier bad value still wins.
         let matches = command
             .try_get_matches_from_mut(args)
             .map_err(|err| usage_error(&command, &err, &usage))?;
         if let Some(stop) = stop {
-            return Err(match stop {
-                Stop::Help => ParseError::Help { usage },
-                Stop::Usage(message) => ParseError::Usage { message, usage },
-            });
+            return Err(stop);
         }
         let mut config = Self::from_arg_matches(&matches).map_err(|err| ParseError::Usage {
             message: err.to_string(),
@@ -167,22 +165,25 @@ fn merged<'a, T: Clone + Send + Sync + 'static>(
     matches.get_many::<T>(id).into_iter().flatten().cloned()
 }
 
-/// Where Go's flag parsing stopped before the arguments ran out.
-enum Stop {
-    /// `-h`, `-help`, `--help`, with or without a value.
-    Help,
-    /// A usage error in Go's words.
-    Usage(String),
-}
-
 /// Walks Go `flag` syntax, rewriting each flag as `--name=value` for clap.
 ///
 /// Knows from `command` which flags take a value, so `--timeout -1s` keeps
 /// `-1s` as the value (Go consumes the next argument whatever it looks like)
 /// while a bool flag never consumes the next argument. Stops, as Go does, at
 /// an unknown flag, bad syntax, a missing value or help; the arguments before
-/// it are returned for clap to check their values.
-fn normalize_args(command: &clap::Command, args: Vec<OsString>) -> (Vec<OsString>, Option<Stop>) {
+/// it are returned for clap to check their values, with why it stopped.
+fn normalize_args(
+    command: &clap::Command,
+    args: Vec<OsString>,
+    usage: &str,
+) -> (Vec<OsString>, Option<ParseError>) {
+    let usage = || usage.to_string();
+    let stop = |message| {
+        Some(ParseError::Usage {
+            message,
+            usage: usage(),
+        })
+    };
     let mut out = Vec::with_capacity(args.len() + 1);
     let mut iter = args.into_iter();
     if let Some(program) = iter.next() {
@@ -192,10 +193,7 @@ fn normalize_args(command: &clap::Command, args: Vec<OsString>) -> (Vec<OsString
         let text = arg.to_string_lossy().into_owned();
         if text.starts_with('-') && arg.to_str().is_none() {
             // Go keeps the bytes; every flag here holds text, so say so rather than mangle it.
-            return (
-                out,
-                Some(Stop::Usage(format!("invalid UTF-8 in argument {text:?}"))),
-            );
+            return (out, stop(format!("invalid UTF-8 in argument {text:?}")));
         }
         if text.len() < 2 || !text.starts_with('-') || text == "--" {
             // The first non-flag argument, or `--`: Go stops parsing here.
@@ -208,7 +206,7 @@ fn normalize_args(command: &clap::Command, args: Vec<OsString>) -> (Vec<OsString
         }
         let body = text.strip_prefix("--").unwrap_or(&text[1..]);
         if body.is_empty() || body.starts_with(['-', '=']) {
-            return (out, Some(Stop::Usage(format!("bad flag syntax: {text}"))));
+            return (out, stop(format!("bad flag syntax: {text}")));
         }
         let (name, value) = match body.split_once('=') {
             Some((name, value)) => (name, Some(value)),
@@ -218,12 +216,10 @@ fn normalize_args(command: &clap::Command, args: Vec<OsString>) -> (Vec<OsString
             .get_arguments()
             .find(|a| a.get_long() == Some(name) && !is_help(a));
         let Some(flag) = flag else {
-            let stop = if name == "help" || name == "h" {
-                Stop::Help
-            } else {
-                Stop::Usage(format!("flag provided but not defined: -{name}"))
-            };
-            return (out, Some(stop));
+            if name == "help" || name == "h" {
+                return (out, Some(ParseError::Help { usage: usage() }));
+            }
+            return (out, stop(format!("flag provided but not defined: -{name}")));
         };
         let mut rewritten = OsString::from(format!("--{name}="));
         match value {
@@ -232,12 +228,7 @@ fn normalize_args(command: &clap::Command, args: Vec<OsString>) -> (Vec<OsString
             None if flag.is_require_equals_set() => rewritten.push("true"),
             None => match iter.next() {
                 Some(next) => rewritten.push(next),
-                None => {
-                    return (
-                        out,
-                        Some(Stop::Usage(format!("flag needs an argument: -{name}"))),
-                    )
-                }
+                None => return (out, stop(format!("flag needs an argument: -{name}"))),
             },
         }
         out.push(rewritten);
