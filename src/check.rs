@@ -218,19 +218,16 @@ pub async fn report(config: &Config) -> Result<Report, Error> {
         pv_refs: PvRefs::default(),
     };
 
+    let mut not_in_upstream = config.not_in_upstream.clone();
+    // `--output` is this subcommand's own, not the sidecar's.
+    not_in_upstream.retain(|flag| flag != "output");
     let mut report = Report {
         driver: driver.clone(),
         volume_attachments: vas.len(),
         driver_lists_published_nodes: capabilities.can_reconcile(),
         orphan_cleanup,
         claim_events,
-        // `--output` is this subcommand's own, not the sidecar's.
-        not_in_upstream: config
-            .not_in_upstream
-            .iter()
-            .filter(|flag| *flag != "output")
-            .cloned()
-            .collect(),
+        not_in_upstream,
         ..Report::default()
     };
     if report.driver_lists_published_nodes {
