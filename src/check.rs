@@ -5,75 +5,55 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolume};
-use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::storage::v1::CSINode;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
-use kube::core::{ObjectList, Request};
-use kube::Resource;
-use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::config::Config;
 use crate::controller::error::ApiError;
 use crate::controller::events;
 use crate::controller::model::names::finalizer;
-use crate::controller::model::store::store_from;
-use crate::controller::model::store::PvRefs;
-use crate::controller::model::store::Stores;
-use crate::controller::model::CachedPv;
-use crate::controller::model::CachedVa;
+use crate::controller::model::store::{store_from, PvRefs, Stores};
+use crate::controller::model::{CachedPv, CachedVa, Wire};
 use crate::controller::reconcile;
 use crate::controller::reconcile::orphans::{self, PROBE_NODE};
-use crate::csi::{self, Client};
+use crate::csi::{self, Client, DIAL_TIMEOUT};
 use crate::kube_client;
 use crate::metrics::Metrics;
 
 /// Why the report could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The driver could not be reached or identified.
     #[error("CSI driver: {0}")]
     Driver(#[from] csi::Error),
-    /// The driver's ListVolumes failed.
     #[error(transparent)]
     List(#[from] reconcile::ReconcileError),
-    /// No API client.
     #[error(transparent)]
     Kube(#[from] kube_client::Error),
-    /// An API list failed.
-    #[error("listing {what}: {source}")]
-    Api {
-        /// What was listed.
-        what: &'static str,
-        /// Why it failed.
-        #[source]
-        source: kube::Error,
-    },
+    #[error("listing {0}: {1}")]
+    Api(&'static str, #[source] kube::Error),
     /// A metric family the crate refused (a bug in its definition).
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),
 }
 
-/// The report.
+/// The report (`docs/operations.md#csi-attacher-check`).
 #[derive(Debug, Default, Serialize)]
 pub struct Report {
-    /// The driver's name.
     pub driver: String,
     /// VAs of this driver.
     pub volume_attachments: usize,
-    /// Whether the driver can list published nodes (else no mismatch check).
+    /// Else no mismatch or orphan is looked for.
     pub driver_lists_published_nodes: bool,
-    /// Status and driver disagree.
     pub mismatches: Vec<Mismatch>,
     /// Published to a node with no VolumeAttachment of this driver (an
     /// orphan, or a detach finishing as the report was made).
     pub orphans: Vec<Orphan>,
-    /// VAs carrying an attach or detach error.
     pub errors: Vec<StuckError>,
-    /// PVs being deleted that still hold our finalizer.
+    /// PVs and VAs being deleted that still hold our finalizer.
     pub deleting_pvs: Vec<String>,
-    /// VAs being deleted that still hold our finalizer.
     pub deleting_vas: Vec<String>,
     /// With `--unpublish-orphans`: whether orphans would be unpublished (RBAC
     /// may refuse the Node GETs it needs).
@@ -86,40 +66,30 @@ pub struct Report {
     pub not_in_upstream: Vec<String>,
 }
 
-/// One VA whose status and the driver disagree.
+/// One VA whose status (`attached`) and the driver (`published`) disagree.
 #[derive(Debug, Serialize)]
 pub struct Mismatch {
-    /// VA name.
     pub volume_attachment: String,
-    /// Volume handle.
     pub volume: String,
-    /// Node ID.
     pub node_id: String,
-    /// `status.attached`.
     pub attached: bool,
-    /// Whether the driver lists the volume as published on the node.
     pub published: bool,
 }
 
 /// A volume the driver lists as published to a node, with no VA behind it.
 #[derive(Debug, Serialize)]
 pub struct Orphan {
-    /// Volume handle.
     pub volume: String,
-    /// Node ID.
     pub node_id: String,
 }
 
-/// One VA with an error on its status.
+/// One VA with an error on its status: `attach` or `detach`, seconds since
+/// it was recorded, its message.
 #[derive(Debug, Serialize)]
 pub struct StuckError {
-    /// VA name.
     pub volume_attachment: String,
-    /// `attach` or `detach`.
     pub operation: &'static str,
-    /// Seconds since the error was recorded.
     pub age_seconds: Option<i64>,
-    /// The error message.
     pub message: String,
 }
 
@@ -133,99 +103,71 @@ impl Report {
             && self.deleting_vas.is_empty()
     }
 
-    /// The report as text tables.
+    /// The report as text tables (tab-separated).
     pub fn to_text(&self) -> String {
         let mut out = format!(
-            "driver {}: {} VolumeAttachments{}\n",
-            self.driver,
-            self.volume_attachments,
-            if self.driver_lists_published_nodes {
-                ""
-            } else {
-                " (the driver cannot list published nodes: mismatches not checked)"
-            }
+            "driver {}: {} VolumeAttachments",
+            self.driver, self.volume_attachments
         );
-        if !self.not_in_upstream.is_empty() {
-            let flags: Vec<String> = self
-                .not_in_upstream
-                .iter()
-                .map(|f| format!("--{f}"))
-                .collect();
-            out.push_str(&format!(
-                "flags upstream v4.12 would refuse (exit 2): {}; remove them before going back (docs/flags.md)\n",
-                flags.join(" ")
-            ));
+        if !self.driver_lists_published_nodes {
+            out += " (the driver cannot list published nodes: mismatches not checked)";
         }
-        out.push_str(&format!(
-            "Events on PersistentVolumeClaims and Pods: {}\n",
+        let mut line = |text: String| {
+            out.push('\n');
+            out += &text;
+        };
+        if !self.not_in_upstream.is_empty() {
+            let flags = self.not_in_upstream.join(" --");
+            line(format!("flags upstream v4.12 would refuse (exit 2): --{flags}; remove them before going back (docs/flags.md)"));
+        }
+        line(format!(
+            "Events on PersistentVolumeClaims and Pods: {}",
             self.claim_events
         ));
         if let Some(cleanup) = self.orphan_cleanup {
-            out.push_str(&format!(
-                "orphan cleanup (--unpublish-orphans): {cleanup}\n"
-            ));
+            line(format!("orphan cleanup (--unpublish-orphans): {cleanup}"));
         }
         if self.is_clean() {
-            out.push_str("nothing needs attention\n");
-            return out;
+            line("nothing needs attention".into());
         }
         if !self.mismatches.is_empty() {
-            out.push_str("\nVOLUMEATTACHMENT\tVOLUME\tNODE ID\tATTACHED\tPUBLISHED\n");
-            for m in &self.mismatches {
-                out.push_str(&format!(
-                    "{}\t{}\t{}\t{}\t{}\n",
-                    m.volume_attachment, m.volume, m.node_id, m.attached, m.published
-                ));
-            }
+            line("\nVOLUMEATTACHMENT\tVOLUME\tNODE ID\tATTACHED\tPUBLISHED".into());
+        }
+        for m in &self.mismatches {
+            line(format!(
+                "{}\t{}\t{}\t{}\t{}",
+                m.volume_attachment, m.volume, m.node_id, m.attached, m.published
+            ));
         }
         if !self.orphans.is_empty() {
-            out.push_str("\nPublished with no VolumeAttachment (orphans; a detach finishing shows here a moment too):\nVOLUME\tNODE ID\n");
-            for o in &self.orphans {
-                out.push_str(&format!("{}\t{}\n", o.volume, o.node_id));
-            }
+            line("\nPublished with no VolumeAttachment (orphans; a detach finishing shows here a moment too):\nVOLUME\tNODE ID".into());
+        }
+        for o in &self.orphans {
+            line(format!("{}\t{}", o.volume, o.node_id));
         }
         if !self.errors.is_empty() {
-            out.push_str("\nVOLUMEATTACHMENT\tOPERATION\tAGE\tERROR\n");
-            for e in &self.errors {
-                let age = e.age_seconds.map_or("?".to_string(), |s| format!("{s}s"));
-                out.push_str(&format!(
-                    "{}\t{}\t{}\t{}\n",
-                    e.volume_attachment, e.operation, age, e.message
-                ));
-            }
+            line("\nVOLUMEATTACHMENT\tOPERATION\tAGE\tERROR".into());
+        }
+        for e in &self.errors {
+            let age = e.age_seconds.map_or("?".to_string(), |s| format!("{s}s"));
+            line(format!(
+                "{}\t{}\t{age}\t{}",
+                e.volume_attachment, e.operation, e.message
+            ));
         }
         for (what, names) in [
-            (
-                "PersistentVolumes being deleted with our finalizer",
-                &self.deleting_pvs,
-            ),
-            (
-                "VolumeAttachments being deleted with our finalizer",
-                &self.deleting_vas,
-            ),
+            ("PersistentVolumes", &self.deleting_pvs),
+            ("VolumeAttachments", &self.deleting_vas),
         ] {
             if !names.is_empty() {
-                out.push_str(&format!("\n{what}:\n"));
-                for n in names {
-                    out.push_str(&format!("  {n}\n"));
-                }
+                line(format!("\n{what} being deleted with our finalizer:"));
+            }
+            for n in names {
+                line(format!("  {n}"));
             }
         }
-        out
+        out + "\n"
     }
-}
-
-/// One list of every object at `url_path`, decoded straight into views `T`
-/// (what kube's `Api::list` sends, without a k8s-openapi object per item).
-async fn list_views<T: Clone + DeserializeOwned>(
-    kube: &kube::Client,
-    url_path: &str,
-) -> Result<Vec<T>, kube::Error> {
-    let mut request = Request::new(url_path)
-        .list(&ListParams::default())
-        .map_err(kube::Error::BuildRequest)?;
-    request.extensions_mut().insert("list");
-    Ok(kube.request::<ObjectList<T>>(request).await?.items)
 }
 
 /// This driver's VAs, all PVs and all CSINodes, listed once.
@@ -233,22 +175,20 @@ async fn list_objects(
     kube: kube::Client,
     driver: &str,
 ) -> Result<(Vec<CachedVa>, Vec<CachedPv>, Vec<CSINode>), Error> {
-    let list = |what: &'static str| move |source| Error::Api { what, source };
-    let vas: Vec<CachedVa> = list_views(&kube, &VolumeAttachment::url_path(&(), None))
-        .await
-        .map_err(list("volumeattachments"))?
-        .into_iter()
-        .filter(|va: &CachedVa| va.attacher() == driver)
-        .collect();
-    let pvs = list_views(&kube, &PersistentVolume::url_path(&(), None))
-        .await
-        .map_err(list("persistentvolumes"))?;
-    let csinodes = Api::<CSINode>::all(kube)
-        .list(&ListParams::default())
-        .await
-        .map_err(list("csinodes"))?
-        .items;
-    Ok((vas, pvs, csinodes))
+    let all = ListParams::default();
+    let list = |what| move |err| Error::Api(what, err);
+    let vas = Api::<Wire<CachedVa>>::all(kube.clone()).list(&all).await;
+    let vas = vas.map_err(list("volumeattachments"))?.items.into_iter();
+    let pvs = Api::<Wire<CachedPv>>::all(kube.clone()).list(&all).await;
+    let pvs = pvs.map_err(list("persistentvolumes"))?.items.into_iter();
+    let csinodes = Api::<CSINode>::all(kube).list(&all).await;
+    Ok((
+        vas.map(|va| va.view)
+            .filter(|va| va.attacher() == driver)
+            .collect(),
+        pvs.map(|pv| pv.view).collect(),
+        csinodes.map_err(list("csinodes"))?.items,
+    ))
 }
 
 /// Builds the report with the sidecar's flags.
@@ -260,8 +200,12 @@ pub async fn report(config: &Config) -> Result<Report, Error> {
         config.kube_api_burst,
     )?;
     let metrics = Metrics::new()?;
-    let (client, driver, capabilities) =
-        Client::identified(&address, config.timeout, Arc::clone(&metrics.csi)).await?;
+    let csi_metrics = Arc::clone(&metrics.csi);
+    let (client, _) = Client::connect(&address, DIAL_TIMEOUT, config.timeout, csi_metrics).await?;
+    client.probe_until_ready().await?;
+    let driver = client.plugin_info().await?.name;
+    metrics.csi.set_driver_name(&driver);
+    let capabilities = client.capabilities().await?;
     let fin = finalizer(&driver);
 
     let orphan_cleanup = orphan_cleanup(config, &kube).await;
@@ -274,19 +218,16 @@ pub async fn report(config: &Config) -> Result<Report, Error> {
         pv_refs: PvRefs::default(),
     };
 
+    let mut not_in_upstream = config.not_in_upstream.clone();
+    // `--output` is this subcommand's own, not the sidecar's.
+    not_in_upstream.retain(|flag| flag != "output");
     let mut report = Report {
         driver: driver.clone(),
         volume_attachments: vas.len(),
         driver_lists_published_nodes: capabilities.can_reconcile(),
         orphan_cleanup,
         claim_events,
-        // `--output` is this subcommand's own, not the sidecar's.
-        not_in_upstream: config
-            .not_in_upstream
-            .iter()
-            .filter(|flag| *flag != "output")
-            .cloned()
-            .collect(),
+        not_in_upstream,
         ..Report::default()
     };
     if report.driver_lists_published_nodes {
@@ -316,16 +257,13 @@ async fn orphan_cleanup(config: &Config, kube: &kube::Client) -> Option<&'static
     if !config.unpublish_orphans {
         return None;
     }
-    let nodes = Api::<Node>::all(kube.clone());
-    let answer = nodes
-        .get_opt(PROBE_NODE)
-        .await
-        .map(|_| None)
-        .map_err(ApiError);
-    Some(match orphans::refused(&answer) {
-        true => "off: not allowed to get Nodes (deploy/kubernetes/rbac-nodes.yaml)",
-        false => "on",
-    })
+    let answer = Api::<Node>::all(kube.clone()).get_opt(PROBE_NODE).await;
+    Some(
+        match orphans::refused(&answer.map(|_| None).map_err(ApiError)) {
+            true => "off: not allowed to get Nodes (deploy/kubernetes/rbac-nodes.yaml)",
+            false => "on",
+        },
+    )
 }
 
 /// The VAs' errors and the VAs and PVs being deleted that still hold our

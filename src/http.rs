@@ -1,13 +1,6 @@
 //! The HTTP endpoint: metrics and health (`--http-endpoint` / `--metrics-address`).
-//! Paths and answers: `docs/contract.md#health-endpoints`.
-//!
-//! It runs on a thread and runtime of its own ([`serve`]), so a flood of
-//! connections costs that thread only: the controller and the Lease renewals
-//! never wait behind it. There, a request's headers must arrive within
-//! [`HEADER_READ_TIMEOUT`], at most [`max_connections`] are open (one more
-//! closes the oldest), and a failed accept backs off (5 ms doubling to 1 s,
-//! as Go's `net/http`), closing the oldest connection on EMFILE; why each:
-//! `docs/bounds.md`.
+//! Paths and answers: `docs/contract.md#health-endpoints`; its thread, timeouts,
+//! connection cap and accept backoff, and why each: `docs/bounds.md`.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -52,16 +45,13 @@ impl Readiness {
     }
 }
 
-/// What the endpoint serves.
+/// What the endpoint serves: `metrics` at `--metrics-path`, the leader-election
+/// health check when it is registered, readiness.
 #[derive(Clone)]
 pub struct Endpoint {
-    /// The registry to expose.
     pub metrics: Metrics,
-    /// `--metrics-path`.
     pub metrics_path: String,
-    /// Leader-election health, when the check is registered.
     pub leader_health: Option<Health>,
-    /// Readiness.
     pub readiness: Readiness,
 }
 
@@ -72,17 +62,16 @@ pub struct Endpoint {
 /// (one dual-stack socket; IPv4 only where the host has no IPv6), so the
 /// kubelet's probe reaches it on IPv4, IPv6 and dual-stack clusters alike.
 /// Any other host binds as given.
-pub async fn bind(addr: &str) -> std::io::Result<TcpListener> {
-    match unspecified_port(addr) {
-        Some(port) => match bind_dual_stack(port) {
-            Ok(listener) => Ok(listener),
-            Err(err) => {
-                tracing::debug!(error = %err, "no IPv6 listener; listening on IPv4 only");
-                TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).await
-            }
-        },
-        None => TcpListener::bind(addr).await,
-    }
+pub fn bind(addr: &str) -> std::io::Result<std::net::TcpListener> {
+    let listener = match unspecified_port(addr) {
+        Some(port) => bind_dual_stack(port).or_else(|err| {
+            tracing::debug!(error = %err, "no IPv6 listener; listening on IPv4 only");
+            std::net::TcpListener::bind((Ipv4Addr::UNSPECIFIED, port))
+        })?,
+        None => std::net::TcpListener::bind(addr)?,
+    };
+    listener.set_nonblocking(true)?; // for tokio
+    Ok(listener)
 }
 
 /// The port of `addr` when its host is empty or an unspecified address.
@@ -97,14 +86,13 @@ fn unspecified_port(addr: &str) -> Option<u16> {
     unspecified.then(|| port.parse().ok()).flatten()
 }
 
-fn bind_dual_stack(port: u16) -> std::io::Result<TcpListener> {
+fn bind_dual_stack(port: u16) -> std::io::Result<std::net::TcpListener> {
     let socket = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP))?;
     socket.set_only_v6(false)?;
     socket.set_reuse_address(true)?;
-    socket.set_nonblocking(true)?;
     socket.bind(&SocketAddr::from((Ipv6Addr::UNSPECIFIED, port)).into())?;
     socket.listen(1024)?;
-    TcpListener::from_std(socket.into())
+    Ok(socket.into())
 }
 
 /// How long a client may take to send a request's headers.
@@ -124,39 +112,28 @@ pub fn max_connections() -> usize {
     quarter.clamp(4, MAX_CONNECTIONS)
 }
 
-/// Serves `endpoint` on `listener`, on a thread with its own runtime; the
-/// returned future resolves only if that thread ends.
-pub async fn serve(listener: TcpListener, endpoint: Endpoint) {
-    let listener = match listener.into_std() {
-        Ok(listener) => listener,
-        Err(err) => {
-            tracing::error!(error = %err, "HTTP endpoint cannot start");
-            return;
-        }
+/// Serves `endpoint` on `listener`, on a thread with its own runtime.
+pub fn serve(listener: std::net::TcpListener, endpoint: Endpoint) {
+    let thread = move || -> std::io::Result<()> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        runtime.block_on(async move {
+            let listener = TcpListener::from_std(listener)?;
+            serve_here(listener, endpoint, max_connections()).await;
+            Ok(())
+        })
     };
-    let (done, ended) = tokio::sync::oneshot::channel::<()>();
     let spawned = std::thread::Builder::new()
         .name("http".into())
         .spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build();
-            match runtime {
-                Ok(runtime) => runtime.block_on(async move {
-                    match TcpListener::from_std(listener) {
-                        Ok(listener) => serve_here(listener, endpoint, max_connections()).await,
-                        Err(err) => tracing::error!(error = %err, "HTTP endpoint cannot start"),
-                    }
-                }),
-                Err(err) => tracing::error!(error = %err, "HTTP endpoint cannot start its runtime"),
+            if let Err(err) = thread() {
+                tracing::error!(error = %err, "HTTP endpoint cannot start");
             }
-            drop(done);
         });
     if let Err(err) = spawned {
         tracing::error!(error = %err, "HTTP endpoint cannot start its thread");
-        return;
     }
-    let _ = ended.await;
 }
 
 /// Whether an accept error means "out of descriptors or memory" (closing a
@@ -170,7 +147,7 @@ fn is_resource_exhaustion(err: &std::io::Error) -> bool {
 }
 
 /// The accept loop, on the current runtime, with at most `cap` connections.
-pub async fn serve_here(listener: TcpListener, endpoint: Endpoint, cap: usize) {
+async fn serve_here(listener: TcpListener, endpoint: Endpoint, cap: usize) {
     let endpoint = Arc::new(endpoint);
     let mut open: VecDeque<tokio::task::AbortHandle> = VecDeque::new();
     let mut backoff = ACCEPT_BACKOFF_START;
@@ -215,13 +192,7 @@ pub async fn serve_here(listener: TcpListener, endpoint: Endpoint, cap: usize) {
 
 /// Closes the oldest open connection; false when there is none.
 fn close_oldest(open: &mut VecDeque<tokio::task::AbortHandle>) -> bool {
-    match open.pop_front() {
-        Some(oldest) => {
-            oldest.abort();
-            true
-        }
-        None => false,
-    }
+    open.pop_front().map(|oldest| oldest.abort()).is_some()
 }
 
 fn handle(endpoint: &Endpoint, req: &Request<Incoming>) -> Response<Full<Bytes>> {
@@ -294,7 +265,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_port_alone_is_reachable_on_both_loopbacks() {
-        let listener = bind(":0").await.expect("bind");
+        let listener = bind(":0").expect("bind");
         let port = listener.local_addr().expect("addr").port();
         let v4 = tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port)).await;
         assert!(v4.is_ok(), "IPv4: {v4:?}");
@@ -307,7 +278,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_explicit_address_binds_as_given() {
-        let listener = bind("127.0.0.1:0").await.expect("bind");
+        let listener = bind("127.0.0.1:0").expect("bind");
         let addr = listener.local_addr().expect("addr");
         assert_eq!(addr.ip(), IpAddr::from(Ipv4Addr::LOCALHOST));
     }

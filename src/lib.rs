@@ -1,18 +1,6 @@
-//! csi-attacher: the Kubernetes CSI external-attacher sidecar, in Rust.
-//!
-//! ```text
-//!  kube-apiserver ──watch──▶ reflectors (VA, PV, CSINode; own-driver objects only)
-//!                                │
-//!                          work queues (attach, detach, PV lanes)
-//!                                │
-//!             attach flow / detach flow / PV finalizer flow
-//!                                │
-//!        CSI client (tonic over UDS; per-call deadline; metrics) ──▶ driver socket
-//! ```
-//!
-//! README.md and `docs/` (index: `docs/README.md`; the compatibility contract, the architecture,
-//! operations, migration guide, bounds, chaos suite, malformed inputs) say what it
-//! does for operators; each module's doc says how.
+//! csi-attacher: the Kubernetes CSI external-attacher sidecar, in Rust. README.md
+//! and `docs/` (index: `docs/README.md`; the architecture: `docs/architecture.md`)
+//! say what it does for operators; each module's doc says how.
 
 pub mod check;
 pub mod config;

@@ -39,12 +39,11 @@ fn main() -> ExitCode {
         tracing::error!(error = %err, "invalid flags");
         return ExitCode::FAILURE;
     }
-    let gates = match config.feature_gates() {
-        Ok(gates) => gates,
-        Err(err) => {
-            tracing::error!(error = %err, feature_gates = ?config.feature_gates, "invalid flags");
-            return ExitCode::FAILURE;
-        }
+    let gates = config.feature_gates().inspect_err(|err| {
+        tracing::error!(error = %err, feature_gates = ?config.feature_gates, "invalid flags");
+    });
+    let Ok(gates) = gates else {
+        return ExitCode::FAILURE;
     };
     config.log_feature_gates();
     if config.version {
@@ -60,24 +59,20 @@ fn main() -> ExitCode {
     if let Err(err) = config.validate() {
         tracing::error!(error = %err, "invalid flags");
         // Upstream panics on leader-election timing client-go refuses: exit 2.
-        if matches!(err, csi_attacher::config::Error::LeaderElection(_)) {
-            return ExitCode::from(2);
-        }
-        return ExitCode::FAILURE;
+        let panics = matches!(err, csi_attacher::config::Error::LeaderElection(_));
+        return ExitCode::from(if panics { 2 } else { 1 });
     }
 
     // One thread: the attacher waits on the API server and the driver; a
     // single-threaded runtime spends less CPU on wake-ups and hand-offs than
     // a work-stealing pool (tools/bench, P2).
-    let runtime = match tokio::runtime::Builder::new_current_thread()
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(err) => {
-            tracing::error!(error = %err, "cannot start the async runtime");
-            return ExitCode::FAILURE;
-        }
+        .build();
+    let Ok(runtime) =
+        runtime.inspect_err(|err| tracing::error!(error = %err, "cannot start the async runtime"))
+    else {
+        return ExitCode::FAILURE;
     };
     if check {
         return run_check(&runtime, &config);
@@ -114,20 +109,13 @@ fn run_check(runtime: &tokio::runtime::Runtime, config: &Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if config.output == "json" {
-        match serde_json::to_string_pretty(&report) {
-            Ok(json) => println!("{json}"),
-            Err(err) => {
-                eprintln!("cannot encode the report: {err}");
-                return ExitCode::FAILURE;
-            }
-        }
-    } else {
-        print!("{}", report.to_text());
+    let text = match config.output.as_str() {
+        "json" => serde_json::to_string_pretty(&report).map(|json| json + "\n"),
+        _ => Ok(report.to_text()),
+    };
+    match &text {
+        Ok(text) => print!("{text}"),
+        Err(err) => eprintln!("cannot encode the report: {err}"),
     }
-    if report.is_clean() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    ExitCode::from(u8::from(!report.is_clean() || text.is_err()))
 }

@@ -31,19 +31,10 @@ pub enum RunError {
     /// Connecting to or probing the driver failed at startup.
     #[error("CSI driver startup failed: {0}")]
     Startup(#[source] csi::Error),
-    /// No Kubernetes API client.
     #[error(transparent)]
     Kube(#[from] kube_client::Error),
-    /// The HTTP endpoint could not listen.
-    #[error("cannot listen on {address}: {source}")]
-    Http {
-        /// The address.
-        address: String,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The driver connection broke after startup.
+    #[error("cannot listen on {0}: {1}")]
+    Http(String, #[source] std::io::Error),
     #[error("{CONNECTION_LOST_MESSAGE}")]
     ConnectionLost,
     /// Another replica took over, or the Lease could not be renewed.
@@ -76,27 +67,26 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
         config.leader_election_identity.clone()
     };
     let elector = elector(&config, &info.name, &identity, election_client, &metrics);
-    serve_http(&config, &metrics, &readiness, elector.as_ref()).await?;
+    serve_http(&config, &metrics, &readiness, elector.as_ref())?;
 
     // Capabilities decide the handler (upstream steps 10-11).
-    let capabilities = tokio::select! {
-        result = client.capabilities() => match result {
-            Ok(caps) => caps,
-            Err(_) if loss.is_lost() => return Err(connection_lost(&log)),
-            Err(err) => return Err(RunError::Startup(err)),
-        },
-        () = loss.lost() => return Err(connection_lost(&log)),
-    };
+    let capabilities = unless_lost(&mut loss, &log, client.capabilities()).await?;
     readiness.set_driver_ready();
     tracing::info!(driver = %info.name, vendor_version = %info.vendor_version, ?capabilities, "CSI driver ready");
 
-    // Leadership: a task that acquires, renews, and releases when told to stop.
-    let Election {
-        mut leading,
-        stop,
-        leadership,
-        mut task,
-    } = start_election(elector, gates.release_leader_election_on_exit);
+    // Leadership: acquired, renewed, and released when told to stop; without
+    // election this replica leads at once.
+    let leadership = elector
+        .as_ref()
+        .map_or_else(leader::Leadership::unbounded, Elector::leadership);
+    let (leading_tx, mut leading) = watch::channel(elector.is_none());
+    let (stop, stop_rx) = watch::channel(false);
+    let (elected, release) = (elector.is_some(), gates.release_leader_election_on_exit);
+    let mut lead = std::pin::pin!(async move {
+        if let Some(elector) = elector {
+            lead(elector, leading_tx, stop_rx, release).await;
+        }
+    });
 
     // The controller, until a signal; then drain and release.
     let settings = controller_settings(&config, &gates, info.name, capabilities, identity);
@@ -112,23 +102,14 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
             tracing::info!("Shutting down");
         },
     };
-    let lost_leadership = async {
-        match task.as_mut() {
-            Some(task) => {
-                let _ = task.await;
-            }
-            None => std::future::pending::<()>().await,
-        }
-    };
     tokio::select! {
         () = controller::run(kube, client, settings, hooks) => {
             stop.send_replace(true);
-            if let Some(task) = task {
-                let _ = task.await;
-            }
+            lead.await; // releases the Lease if allowed
             Ok(())
         }
-        () = lost_leadership => Err(RunError::LostLeadership),
+        // Returning before `stop` means leadership was lost.
+        () = &mut lead, if elected => Err(RunError::LostLeadership),
         () = loss.lost() => Err(connection_lost(&log)),
     }
 }
@@ -149,74 +130,25 @@ async fn kube_clients(config: &Config) -> Result<(kube_client::Clients, kube::Cl
     Ok((kube, election_client))
 }
 
-/// Logs the flags and arguments that have no effect. Every field is named,
-/// so that a new flag has to be placed: used by [`run`], or listed here.
+/// Logs the flags and arguments that have no effect.
 fn note_ignored_flags(config: &Config) {
-    let Config {
-        csi_address: _,
-        timeout: _,
-        termination_log_path: _,
-        kubeconfig: _,
-        resync: _,
-        retry_interval_start: _,
-        retry_interval_max: _,
-        worker_threads: _,
-        max_inflight_per_node: _,
-        attach_gather_window,
-        attach_gather_max,
-        schedule_per_node,
-        poll_pending_after_deadline: _,
-        unpublish_not_found_node_gone: _,
-        unpublish_orphans: _,
-        default_fstype: _,
-        kube_api_qps: _,
-        kube_api_burst: _,
-        reconcile_sync: _,
-        max_entries: _,
-        max_grpc_log_length: _,
-        feature_gates: _,
-        negative_durations: _,
-        adjusted: _,
-        leader_election: _,
-        leader_election_namespace: _,
-        leader_election_lease_duration: _,
-        leader_election_renew_deadline: _,
-        leader_election_retry_period: _,
-        leader_election_labels: _,
-        leader_election_identity: _,
-        http_endpoint: _,
-        metrics_address: _,
-        metrics_path: _,
-        automaxprocs,
-        vmodule,
-        log_flush_frequency: _,
-        log_text_split_stream: _,
-        log_text_info_buffer_size: _,
-        log_json_split_stream: _,
-        log_json_info_buffer_size: _,
-        v: _,
-        logging_format: _,
-        version: _,
-        output: _,
-        not_in_upstream,
-        rest,
-    } = config;
-    if !not_in_upstream.is_empty() {
-        tracing::info!(flags = %not_in_upstream.join(" "),
+    let window = config.attach_gather_window;
+    if !config.not_in_upstream.is_empty() {
+        tracing::info!(flags = %config.not_in_upstream.join(" "),
             "Flags upstream v4.12 does not define (it exits 2 on them): remove them before going back (docs/flags.md)");
     }
-    if *automaxprocs || !vmodule.is_empty() {
+    if config.automaxprocs || !config.vmodule.is_empty() {
         tracing::info!("--automaxprocs and --vmodule are Go-specific and have no effect here");
     }
-    if !rest.is_empty() {
-        tracing::warn!(ignored = ?rest, "Arguments after the first non-flag argument are ignored");
+    if !config.rest.is_empty() {
+        tracing::warn!(ignored = ?config.rest, "Arguments after the first non-flag argument are ignored");
     }
-    if !attach_gather_window.is_zero() && !schedule_per_node {
+    if !window.is_zero() && !config.schedule_per_node {
         tracing::warn!(
             "--attach-gather-window needs --schedule-per-node: attaches are not gathered"
         );
     }
-    if !attach_gather_max.is_zero() && attach_gather_window.is_zero() {
+    if !config.attach_gather_max.is_zero() && window.is_zero() {
         tracing::warn!(
             "--attach-gather-max needs --attach-gather-window: attaches are not gathered"
         );
@@ -228,31 +160,42 @@ async fn connect_driver(
     config: &Config,
     address: &Path,
     metrics: &Metrics,
-) -> Result<(Client, csi::ConnectionLoss, csi::PluginInfo), RunError> {
-    let log = &config.termination_log_path;
-    let timeout = config.timeout;
-    let (client, mut loss) =
-        Client::connect(address, DIAL_TIMEOUT, timeout, Arc::clone(&metrics.csi))
-            .await
-            .map_err(|err| startup_failed(log, err))?;
-    let max_log = usize::try_from(config.max_grpc_log_length)
-        .ok()
-        .filter(|n| *n > 0);
-    let client = client.with_max_log_length(max_log);
+) -> Result<
+    (
+        Client,
+        csi::ConnectionLoss,
+        csi::proto::GetPluginInfoResponse,
+    ),
+    RunError,
+> {
+    let (log, metrics) = (&config.termination_log_path, Arc::clone(&metrics.csi));
+    let (client, mut loss) = Client::connect(address, DIAL_TIMEOUT, config.timeout, metrics)
+        .await
+        .map_err(|err| startup_failed(log, err))?;
+    let max_log = usize::try_from(config.max_grpc_log_length).ok();
+    let client = client.with_max_log_length(max_log.filter(|n| *n > 0));
     let startup = async {
         client.probe_until_ready().await?;
         client.plugin_info().await
     };
-    let info = tokio::select! {
-        result = startup => match result {
-            Ok(info) => info,
-            // A call failing because the driver went away is a lost connection.
-            Err(_) if loss.is_lost() => return Err(connection_lost(log)),
-            Err(err) => return Err(RunError::Startup(err)),
-        },
-        () = loss.lost() => return Err(connection_lost(log)),
-    };
+    let info = unless_lost(&mut loss, log, startup).await?;
     Ok((client, loss, info))
+}
+
+/// `call`'s answer, unless the driver goes away first (a call failing because
+/// it went away is a lost connection too).
+async fn unless_lost<T>(
+    loss: &mut csi::ConnectionLoss,
+    log: &Path,
+    call: impl std::future::Future<Output = Result<T, csi::Error>>,
+) -> Result<T, RunError> {
+    tokio::select! {
+        result = call => result.map_err(|err| match loss.is_lost() {
+            true => connection_lost(log),
+            false => RunError::Startup(err),
+        }),
+        () = loss.lost() => Err(connection_lost(log)),
+    }
 }
 
 /// The leader elector (the Lease name needs the driver name), with
@@ -284,27 +227,19 @@ fn elector(
 }
 
 /// The HTTP endpoint: up before and regardless of leadership (upstream step 9).
-async fn serve_http(
+fn serve_http(
     config: &Config,
     metrics: &Metrics,
     readiness: &Readiness,
     elector: Option<&Elector<KubeLeases>>,
 ) -> Result<(), RunError> {
     let http_endpoint = &config.http_endpoint;
-    let http_address = if http_endpoint.is_empty() {
-        &config.metrics_address
-    } else {
-        http_endpoint
-    };
-    if http_address.is_empty() {
+    let addresses = [http_endpoint, &config.metrics_address];
+    let Some(http_address) = addresses.into_iter().find(|a| !a.is_empty()) else {
         return Ok(());
-    }
-    let listener = http::bind(http_address)
-        .await
-        .map_err(|source| RunError::Http {
-            address: http_address.clone(),
-            source,
-        })?;
+    };
+    let listener =
+        http::bind(http_address).map_err(|source| RunError::Http(http_address.clone(), source))?;
     let endpoint = http::Endpoint {
         metrics: metrics.clone(),
         metrics_path: config.metrics_path.clone(),
@@ -315,7 +250,7 @@ async fn serve_http(
         readiness: readiness.clone(),
     };
     tracing::info!(address = %http_address, "Serving metrics and health checks");
-    tokio::spawn(http::serve(listener, endpoint));
+    http::serve(listener, endpoint);
     Ok(())
 }
 
@@ -359,40 +294,6 @@ fn controller_settings(
     }
 }
 
-/// The leader-election task and the handles to it.
-struct Election {
-    /// Becomes true once this replica leads.
-    leading: watch::Receiver<bool>,
-    /// Set to true to stop (and release, if allowed).
-    stop: watch::Sender<bool>,
-    /// The window driver calls are checked against.
-    leadership: leader::Leadership,
-    /// Ends when leadership is lost or after `stop`; `None` without election.
-    task: Option<tokio::task::JoinHandle<()>>,
-}
-
-/// Starts electing with `elector`; without one, this replica leads at once.
-fn start_election(elector: Option<Elector<KubeLeases>>, release: bool) -> Election {
-    let (leading_tx, leading) = watch::channel(false);
-    let (stop, stop_rx) = watch::channel(false);
-    let leadership = elector
-        .as_ref()
-        .map_or_else(leader::Leadership::unbounded, Elector::leadership);
-    let task = match elector {
-        Some(elector) => Some(tokio::spawn(lead(elector, leading_tx, stop_rx, release))),
-        None => {
-            leading_tx.send_replace(true);
-            None
-        }
-    };
-    Election {
-        leading,
-        stop,
-        leadership,
-        task,
-    }
-}
-
 /// Acquires, then renews until lost or until `stop` (then releases if
 /// `release` and no driver call can still be running: [`Elector::release`]).
 ///
@@ -406,12 +307,12 @@ async fn lead(
     let changes = Box::pin(elector.api().changes());
     tokio::select! {
         () = elector.acquire(changes) => {}
-        () = stopped(&mut stop) => return,
+        _ = stop.changed() => return,
     }
     leading.send_replace(true);
     tokio::select! {
         () = elector.renew_until_lost() => {}
-        () = stopped(&mut stop) => {
+        _ = stop.changed() => {
             if release {
                 elector.release().await;
             }
@@ -419,25 +320,15 @@ async fn lead(
     }
 }
 
-/// Resolves once `stop` is true.
-async fn stopped(stop: &mut watch::Receiver<bool>) {
-    let _ = stop.wait_for(|s| *s).await;
-}
-
 /// `--leader-election-namespace`, else `$POD_NAMESPACE`, else the service account's, else `default`.
 fn lease_namespace(flag: &str) -> String {
-    if !flag.is_empty() {
-        return flag.to_string();
-    }
-    if let Ok(ns) = std::env::var("POD_NAMESPACE") {
-        if !ns.is_empty() {
-            return ns;
-        }
-    }
-    std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE)
-        .ok()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
+    let file = || std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE).ok();
+    let file = std::iter::once_with(|| file().map(|s| s.trim().to_string()));
+    [Some(flag.to_string()), std::env::var("POD_NAMESPACE").ok()]
+        .into_iter()
+        .chain(file)
+        .flatten()
+        .find(|ns| !ns.is_empty())
         .unwrap_or_else(|| "default".to_string())
 }
 

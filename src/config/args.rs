@@ -2,8 +2,10 @@
 //! clap as one `--name=value` per flag, the flags whose occurrences merge, and clap's
 //! errors worded as Go words them.
 
+use std::any::TypeId;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
+use std::time::Duration;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{Arg, ArgAction, ArgMatches, CommandFactory, FromArgMatches};
@@ -16,60 +18,25 @@ use crate::gofmt::parse as go;
 /// component-base's logging flags), without dashes. Go's flag package exits 2
 /// on any other: the flags of ours not in this list are the ones to remove
 /// before going back (docs/flags.md).
-pub const UPSTREAM_FLAGS: &[&str] = &[
-    "resync",
-    "timeout",
-    "retry-interval-start",
-    "retry-interval-max",
-    "worker-threads",
-    "max-entries",
-    "default-fstype",
-    "reconcile-sync",
-    "max-grpc-log-length",
-    "feature-gates",
-    "version",
-    "kubeconfig",
-    "csi-address",
-    "leader-election",
-    "leader-election-namespace",
-    "leader-election-lease-duration",
-    "leader-election-renew-deadline",
-    "leader-election-retry-period",
-    "leader-election-labels",
-    "kube-api-qps",
-    "kube-api-burst",
-    "http-endpoint",
-    "metrics-address",
-    "metrics-path",
-    "automaxprocs",
-    "v",
-    "vmodule",
-    "logging-format",
-    "log-flush-frequency",
-    "log-text-split-stream",
-    "log-text-info-buffer-size",
-    "log-json-split-stream",
-    "log-json-info-buffer-size",
-    "help",
-];
+pub const UPSTREAM_FLAGS: &str = "\
+    resync timeout retry-interval-start retry-interval-max worker-threads max-entries \
+    default-fstype reconcile-sync max-grpc-log-length feature-gates version kubeconfig \
+    csi-address leader-election leader-election-namespace leader-election-lease-duration \
+    leader-election-renew-deadline leader-election-retry-period leader-election-labels \
+    kube-api-qps kube-api-burst http-endpoint metrics-address metrics-path automaxprocs v \
+    vmodule logging-format log-flush-frequency log-text-split-stream log-text-info-buffer-size \
+    log-json-split-stream log-json-info-buffer-size help";
 
 /// Why the command line was not accepted (Go's `flag` package exits at this point).
 #[derive(Debug, thiserror::Error)]
 pub enum ParseError {
     /// `-h`, `-help` or `--help`: print `usage` and exit 0.
     #[error("help requested")]
-    Help {
-        /// The usage text.
-        usage: String,
-    },
-    /// A usage error: print the message and the usage, exit 2.
+    Help { usage: String },
+    /// A usage error: print Go's `message` (`flag provided but not defined: -foo`)
+    /// and the usage, exit 2.
     #[error("{message}")]
-    Usage {
-        /// Go's wording, e.g. `flag provided but not defined: -foo`.
-        message: String,
-        /// The usage text.
-        usage: String,
-    },
+    Usage { message: String, usage: String },
 }
 
 impl ParseError {
@@ -82,21 +49,6 @@ impl ParseError {
     }
 }
 
-/// Duration flags (their clap ids spell `-` as `_`).
-const DURATIONS: &[&str] = &[
-    "timeout",
-    "resync",
-    "retry-interval-start",
-    "retry-interval-max",
-    "reconcile-sync",
-    "attach-gather-window",
-    "attach-gather-max",
-    "leader-election-lease-duration",
-    "leader-election-renew-deadline",
-    "leader-election-retry-period",
-    "log-flush-frequency",
-];
-
 impl Config {
     /// Parses Go-style arguments (`args[0]` is the program name).
     pub fn try_parse_go<I, T>(args: I) -> Result<Self, ParseError>
@@ -106,17 +58,15 @@ impl Config {
     {
         let mut command = Self::command_go();
         let usage = command.render_help().to_string();
-        let (args, stop) = normalize_args(&command, args.into_iter().map(Into::into).collect());
+        let args = args.into_iter().map(Into::into).collect();
+        let (args, stop) = normalize_args(&command, args, &usage);
         // Go reports the first problem in argument order: clap sees the arguments before
         // the one that stopped the walk, so an earlier bad value still wins.
         let matches = command
             .try_get_matches_from_mut(args)
             .map_err(|err| usage_error(&command, &err, &usage))?;
         if let Some(stop) = stop {
-            return Err(match stop {
-                Stop::Help => ParseError::Help { usage },
-                Stop::Usage(message) => ParseError::Usage { message, usage },
-            });
+            return Err(stop);
         }
         let mut config = Self::from_arg_matches(&matches).map_err(|err| ParseError::Usage {
             message: err.to_string(),
@@ -133,13 +83,16 @@ impl Config {
             .filter(|items| !items.is_empty())
             .collect::<Vec<_>>()
             .join(",");
-        for flag in DURATIONS {
+        let durations = command
+            .get_arguments()
+            .filter(|arg| arg.get_value_parser().type_id() == TypeId::of::<Duration>());
+        for arg in durations {
             let last = matches
-                .get_raw(&flag.replace('-', "_"))
-                .and_then(|mut values| values.next_back());
-            if let Some(raw) = last.and_then(|raw| raw.to_str()) {
+                .get_raw(arg.get_id().as_str())
+                .and_then(|mut values| values.next_back()?.to_str());
+            if let (Some(flag), Some(raw)) = (arg.get_long(), last) {
                 if go::parse_duration(raw).is_ok_and(|nanos| nanos < 0) {
-                    config.negative_durations.push((flag, raw.to_string()));
+                    config.negative_durations.push((flag.into(), raw.into()));
                 }
             }
         }
@@ -150,7 +103,7 @@ impl Config {
                     == Some(clap::parser::ValueSource::CommandLine)
             })
             .filter_map(Arg::get_long)
-            .filter(|long| !UPSTREAM_FLAGS.contains(long))
+            .filter(|long| !UPSTREAM_FLAGS.split_whitespace().any(|f| f == *long))
             .map(str::to_owned)
             .collect();
         config.raise_absurd_values();
@@ -158,6 +111,7 @@ impl Config {
     }
 
     /// The long names of every flag `--help` shows (without dashes).
+    #[cfg(test)]
     pub fn flag_names() -> Vec<String> {
         Self::command_go()
             .get_arguments()
@@ -211,22 +165,25 @@ fn merged<'a, T: Clone + Send + Sync + 'static>(
     matches.get_many::<T>(id).into_iter().flatten().cloned()
 }
 
-/// Where Go's flag parsing stopped before the arguments ran out.
-enum Stop {
-    /// `-h`, `-help`, `--help`, with or without a value.
-    Help,
-    /// A usage error in Go's words.
-    Usage(String),
-}
-
 /// Walks Go `flag` syntax, rewriting each flag as `--name=value` for clap.
 ///
 /// Knows from `command` which flags take a value, so `--timeout -1s` keeps
 /// `-1s` as the value (Go consumes the next argument whatever it looks like)
 /// while a bool flag never consumes the next argument. Stops, as Go does, at
 /// an unknown flag, bad syntax, a missing value or help; the arguments before
-/// it are returned for clap to check their values.
-fn normalize_args(command: &clap::Command, args: Vec<OsString>) -> (Vec<OsString>, Option<Stop>) {
+/// it are returned for clap to check their values, with why it stopped.
+fn normalize_args(
+    command: &clap::Command,
+    args: Vec<OsString>,
+    usage: &str,
+) -> (Vec<OsString>, Option<ParseError>) {
+    let usage = || usage.to_string();
+    let stop = |message| {
+        Some(ParseError::Usage {
+            message,
+            usage: usage(),
+        })
+    };
     let mut out = Vec::with_capacity(args.len() + 1);
     let mut iter = args.into_iter();
     if let Some(program) = iter.next() {
@@ -236,26 +193,20 @@ fn normalize_args(command: &clap::Command, args: Vec<OsString>) -> (Vec<OsString
         let text = arg.to_string_lossy().into_owned();
         if text.starts_with('-') && arg.to_str().is_none() {
             // Go keeps the bytes; every flag here holds text, so say so rather than mangle it.
-            return (
-                out,
-                Some(Stop::Usage(format!("invalid UTF-8 in argument {text:?}"))),
-            );
+            return (out, stop(format!("invalid UTF-8 in argument {text:?}")));
         }
-        if text.len() < 2 || !text.starts_with('-') {
-            // First non-flag argument: Go stops parsing here.
-            out.push(OsString::from("--"));
-            out.push(arg);
-            out.extend(iter);
-            break;
-        }
-        if text == "--" {
+        if text.len() < 2 || !text.starts_with('-') || text == "--" {
+            // The first non-flag argument, or `--`: Go stops parsing here.
+            if text != "--" {
+                out.push(OsString::from("--"));
+            }
             out.push(arg);
             out.extend(iter);
             break;
         }
         let body = text.strip_prefix("--").unwrap_or(&text[1..]);
         if body.is_empty() || body.starts_with(['-', '=']) {
-            return (out, Some(Stop::Usage(format!("bad flag syntax: {text}"))));
+            return (out, stop(format!("bad flag syntax: {text}")));
         }
         let (name, value) = match body.split_once('=') {
             Some((name, value)) => (name, Some(value)),
@@ -265,12 +216,10 @@ fn normalize_args(command: &clap::Command, args: Vec<OsString>) -> (Vec<OsString
             .get_arguments()
             .find(|a| a.get_long() == Some(name) && !is_help(a));
         let Some(flag) = flag else {
-            let stop = if name == "help" || name == "h" {
-                Stop::Help
-            } else {
-                Stop::Usage(format!("flag provided but not defined: -{name}"))
-            };
-            return (out, Some(stop));
+            if name == "help" || name == "h" {
+                return (out, Some(ParseError::Help { usage: usage() }));
+            }
+            return (out, stop(format!("flag provided but not defined: -{name}")));
         };
         let mut rewritten = OsString::from(format!("--{name}="));
         match value {
@@ -279,12 +228,7 @@ fn normalize_args(command: &clap::Command, args: Vec<OsString>) -> (Vec<OsString
             None if flag.is_require_equals_set() => rewritten.push("true"),
             None => match iter.next() {
                 Some(next) => rewritten.push(next),
-                None => {
-                    return (
-                        out,
-                        Some(Stop::Usage(format!("flag needs an argument: -{name}"))),
-                    )
-                }
+                None => return (out, stop(format!("flag needs an argument: -{name}"))),
             },
         }
         out.push(rewritten);

@@ -28,11 +28,11 @@ pub const MAX_WORKERS: u64 = 10_000;
 impl Config {
     /// Replaces values upstream accepts but cannot run with (`docs/bounds.md`).
     pub(super) fn raise_absurd_values(&mut self) {
-        let negative: Vec<&str> = self.negative_durations.iter().map(|(f, _)| *f).collect();
+        let negative = &self.negative_durations;
         let mut adjusted = Vec::new();
         let mut floor = |flag: &'static str, value: &mut Duration, min: Duration, reason| {
             // A negative value is refused by `validate`; say that, not this.
-            if *value < min && !negative.contains(&flag) {
+            if *value < min && !negative.iter().any(|(f, _)| f == flag) {
                 adjusted.push(Adjustment {
                     flag,
                     given: format!("{value:?}"),

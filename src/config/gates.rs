@@ -7,110 +7,49 @@ use std::collections::BTreeMap;
 
 use crate::gofmt::parse as go;
 
-/// The maturity a gate has at upstream's emulated version (1.36).
+/// The maturity a gate has at upstream's emulated version (1.36): `AllAlpha` and
+/// `AllBeta` set the alpha and beta gates not set by name; setting a GA or a
+/// deprecated gate logs upstream's warning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {
-    /// Off by default unless said otherwise; `AllAlpha` flips it when not set by name.
     Alpha,
-    /// `AllBeta` flips it when not set by name.
     Beta,
-    /// Upstream warns that setting it is pointless.
     Ga,
-    /// Upstream warns that it will go away.
     Deprecated,
-}
-
-/// One gate upstream's `--feature-gates` accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Gate {
-    /// Exact, case-sensitive name.
-    pub name: &'static str,
-    /// Maturity at 1.36.
-    pub stage: Stage,
-    /// Value when not set.
-    pub default: bool,
-    /// Setting it to anything but `default` is refused.
-    pub locked: bool,
-}
-
-const fn gate(name: &'static str, stage: Stage, default: bool, locked: bool) -> Gate {
-    Gate {
-        name,
-        stage,
-        default,
-        locked,
-    }
 }
 
 use Stage::{Alpha, Beta, Deprecated, Ga};
 
-/// Every gate upstream v4.12.0's `--feature-gates` accepts, sorted by name.
+/// Every gate upstream v4.12.0's `--feature-gates` accepts: stage, default, whether it is
+/// locked to its default, and the names of the gates that share them.
 ///
 /// Source: the gates registered on `k8s.io/apiserver/pkg/util/feature.DefaultMutableFeatureGate`
 /// in a program importing what `cmd/csi-attacher/main.go` of external-attacher v4.12.0 imports
 /// (k8s.io/apiserver and component-base v0.36.3, identical to v0.36.1 there; csi-lib-utils
 /// v0.24.0), read at the emulated version 1.36 with minimum compatibility 1.35. No gate is
 /// pre-alpha at 1.36 and none declares dependencies.
-pub const KNOWN: &[Gate] = &[
-    gate("APIResponseCompression", Beta, true, false),
-    gate("APIServerIdentity", Beta, true, false),
-    gate("APIServerTracing", Ga, true, true),
-    gate("APIServingWithRoutine", Alpha, false, false),
-    gate("AggregatedDiscoveryRemoveBetaType", Deprecated, true, true),
-    gate("AllAlpha", Alpha, false, false),
-    gate("AllBeta", Beta, false, false),
-    gate("AllowParsingUserUIDFromCertAuth", Beta, true, false),
-    gate("AllowUnsafeMalformedObjectDeletion", Alpha, false, false),
-    gate("AnonymousAuthConfigurableEndpoints", Ga, true, true),
-    gate("AuthorizeWithSelectors", Ga, true, true),
-    gate("BtreeWatchCache", Ga, true, true),
-    gate("CBORServingAndStorage", Alpha, false, false),
-    gate("ComponentFlagz", Beta, true, false),
-    gate("ComponentStatusz", Beta, true, false),
-    gate("ConcurrentWatchObjectDecode", Beta, false, false),
-    gate("ConsistentListFromCache", Ga, true, true),
-    gate("ConstrainedImpersonation", Beta, true, false),
-    gate("CoordinatedLeaderElection", Beta, false, false),
-    gate("DeclarativeValidation", Ga, true, true),
-    gate("DeclarativeValidationBeta", Beta, true, false),
-    gate("DeclarativeValidationTakeover", Deprecated, false, false),
-    gate("DetectCacheInconsistency", Beta, true, false),
-    gate("KMSv1", Deprecated, false, false),
-    gate("ListFromCacheSnapshot", Beta, true, false),
-    gate("ManifestBasedAdmissionControlConfig", Alpha, false, false),
-    gate(MUTABLE_CSI_NODE_ALLOCATABLE_COUNT, Ga, true, false),
-    gate("MutatingAdmissionPolicy", Ga, true, false),
-    gate("NativeHistograms", Alpha, false, false),
-    gate("OpenAPIEnums", Beta, true, false),
-    gate(RELEASE_LEADER_ELECTION_ON_EXIT, Alpha, false, false),
-    gate("RemoteRequestHeaderUID", Beta, true, false),
-    gate("ResilientWatchCacheInitialization", Ga, true, true),
-    gate("RetryGenerateName", Ga, true, true),
-    gate("SeparateCacheWatchRPC", Deprecated, false, true),
-    gate("ShardedListAndWatch", Alpha, false, false),
-    gate("SizeBasedListCostEstimate", Beta, true, false),
-    gate("StorageVersionAPI", Alpha, false, false),
-    gate("StorageVersionHash", Beta, true, false),
-    gate("StreamingCollectionEncodingToJSON", Ga, true, true),
-    gate("StreamingCollectionEncodingToProtobuf", Ga, true, true),
-    gate("StructuredAuthenticationConfiguration", Ga, true, true),
-    gate(
-        "StructuredAuthenticationConfigurationEgressSelector",
-        Beta,
-        true,
-        false,
-    ),
-    gate(
-        "StructuredAuthenticationConfigurationJWKSMetrics",
-        Beta,
-        true,
-        false,
-    ),
-    gate("TokenRequestServiceAccountUIDValidation", Beta, true, false),
-    gate("UnauthenticatedHTTP2DOSMitigation", Beta, true, false),
-    gate("UnknownVersionInteroperabilityProxy", Beta, true, false),
-    gate("WatchCacheInitializationPostStartHook", Beta, true, false),
-    gate("WatchList", Beta, true, false),
+#[rustfmt::skip]
+pub const KNOWN: &[(Stage, bool, bool, &str)] = &[
+    (Alpha, false, false, "APIServingWithRoutine AllAlpha AllowUnsafeMalformedObjectDeletion \
+        CBORServingAndStorage ManifestBasedAdmissionControlConfig NativeHistograms \
+        ReleaseLeaderElectionOnExit ShardedListAndWatch StorageVersionAPI"),
+    (Beta, false, false, "AllBeta ConcurrentWatchObjectDecode CoordinatedLeaderElection"),
+    (Beta, true, false, "APIResponseCompression APIServerIdentity \
+        AllowParsingUserUIDFromCertAuth ComponentFlagz ComponentStatusz \
+        ConstrainedImpersonation DeclarativeValidationBeta DetectCacheInconsistency \
+        ListFromCacheSnapshot OpenAPIEnums RemoteRequestHeaderUID SizeBasedListCostEstimate \
+        StorageVersionHash StructuredAuthenticationConfigurationEgressSelector \
+        StructuredAuthenticationConfigurationJWKSMetrics \
+        TokenRequestServiceAccountUIDValidation UnauthenticatedHTTP2DOSMitigation \
+        UnknownVersionInteroperabilityProxy WatchCacheInitializationPostStartHook WatchList"),
+    (Ga, true, false, "MutableCSINodeAllocatableCount MutatingAdmissionPolicy"),
+    (Ga, true, true, "APIServerTracing AnonymousAuthConfigurableEndpoints \
+        AuthorizeWithSelectors BtreeWatchCache ConsistentListFromCache DeclarativeValidation \
+        ResilientWatchCacheInitialization RetryGenerateName StreamingCollectionEncodingToJSON \
+        StreamingCollectionEncodingToProtobuf StructuredAuthenticationConfiguration"),
+    (Deprecated, false, false, "DeclarativeValidationTakeover KMSv1"),
+    (Deprecated, false, true, "SeparateCacheWatchRPC"),
+    (Deprecated, true, true, "AggregatedDiscoveryRemoveBetaType"),
 ];
 
 /// Release the Lease on SIGTERM/SIGINT.
@@ -120,12 +59,20 @@ const MUTABLE_CSI_NODE_ALLOCATABLE_COUNT: &str = "MutableCSINodeAllocatableCount
 /// Sets every alpha gate not set by name.
 const ALL_ALPHA: &str = "AllAlpha";
 
-/// The gate called `name`, if upstream knows it.
-pub fn lookup(name: &str) -> Option<&'static Gate> {
-    KNOWN
-        .binary_search_by(|gate| gate.name.cmp(name))
-        .ok()
-        .map(|i| &KNOWN[i])
+/// Every gate in [`KNOWN`]: its exact, case-sensitive name, stage, default, lock.
+pub fn all() -> impl Iterator<Item = (&'static str, Stage, bool, bool)> {
+    KNOWN.iter().flat_map(|&(stage, default, locked, names)| {
+        names
+            .split_whitespace()
+            .map(move |name| (name, stage, default, locked))
+    })
+}
+
+/// Stage, default and lock of the gate called `name`, if upstream knows it.
+pub fn lookup(name: &str) -> Option<(Stage, bool, bool)> {
+    all()
+        .find(|gate| gate.0 == name)
+        .map(|(_, s, d, l)| (s, d, l))
 }
 
 /// One `--feature-gates` value, as `MapStringBool.Set` reads it: `key=bool` pairs split on
@@ -179,11 +126,10 @@ impl FeatureGates {
         let locked: Vec<String> = set
             .iter()
             .filter_map(|(name, value)| {
-                let gate = lookup(name)?;
-                (gate.locked && gate.default != *value).then(|| {
+                let (_, default, locked) = lookup(name)?;
+                (locked && default != *value).then(|| {
                     format!(
-                        "cannot set feature gate {name} to {value}, feature is locked to {}",
-                        gate.default
+                        "cannot set feature gate {name} to {value}, feature is locked to {default}"
                     )
                 })
             })
@@ -193,18 +139,13 @@ impl FeatureGates {
             [one] => return Err(one.clone()),
             many => return Err(format!("[{}]", many.join(", "))),
         }
-        let defaults = Self::default();
-        // Named beats AllAlpha, which beats our default (on where upstream's is off).
-        let release = set
-            .get(RELEASE_LEADER_ELECTION_ON_EXIT)
-            .or_else(|| set.get(ALL_ALPHA))
-            .copied()
-            .unwrap_or(defaults.release_leader_election_on_exit);
+        let (defaults, get) = (Self::default(), |name| set.get(name).copied());
         Ok(Self {
-            release_leader_election_on_exit: release,
-            mutable_csi_node_allocatable_count: set
-                .get(MUTABLE_CSI_NODE_ALLOCATABLE_COUNT)
-                .copied()
+            // Named beats AllAlpha, which beats our default (on where upstream's is off).
+            release_leader_election_on_exit: get(RELEASE_LEADER_ELECTION_ON_EXIT)
+                .or(get(ALL_ALPHA))
+                .unwrap_or(defaults.release_leader_election_on_exit),
+            mutable_csi_node_allocatable_count: get(MUTABLE_CSI_NODE_ALLOCATABLE_COUNT)
                 .unwrap_or(defaults.mutable_csi_node_allocatable_count),
         })
     }
@@ -224,28 +165,27 @@ pub fn without_effect(set: &BTreeMap<String, bool>) -> Vec<&str> {
         .collect()
 }
 
-/// Logs, once, what upstream logs when gates are set (GA and deprecated warnings) and
-/// which of them do nothing here.
-pub fn log(set: &BTreeMap<String, bool>) {
-    for (name, value) in set {
-        match lookup(name).map(|gate| gate.stage) {
-            Some(Stage::Ga) => tracing::info!(
-                feature_gate = %name, value,
-                "Warning: setting GA feature gate. It will be removed in a future release."
-            ),
-            Some(Stage::Deprecated) => tracing::info!(
-                feature_gate = %name, value,
-                "Warning: setting deprecated feature gate. It will be removed in a future release."
-            ),
-            _ => {}
+impl super::Config {
+    /// Logs, once, what upstream logs when gates are set (GA and deprecated warnings) and
+    /// which of them do nothing here.
+    pub fn log_feature_gates(&self) {
+        let set = &self.feature_gates;
+        for (name, value) in set {
+            let stage = match lookup(name).map(|gate| gate.0) {
+                Some(Ga) => "GA",
+                Some(Deprecated) => "deprecated",
+                _ => continue,
+            };
+            tracing::info!(feature_gate = %name, value,
+                "Warning: setting {stage} feature gate. It will be removed in a future release.");
         }
-    }
-    let idle = without_effect(set);
-    if !idle.is_empty() {
-        tracing::info!(
-            feature_gates = ?idle,
-            "Feature gates accepted for compatibility with the Go external-attacher have no effect here"
-        );
+        let idle = without_effect(set);
+        if !idle.is_empty() {
+            tracing::info!(
+                feature_gates = ?idle,
+                "Feature gates accepted for compatibility with the Go external-attacher have no effect here"
+            );
+        }
     }
 }
 
@@ -258,15 +198,17 @@ mod tests {
     }
 
     #[test]
-    fn the_table_is_sorted_and_has_the_attacher_gates() {
-        assert!(KNOWN.windows(2).all(|w| w[0].name < w[1].name));
-        assert_eq!(KNOWN.len(), 49);
+    fn the_table_has_49_names_and_the_attacher_gates() {
+        let mut names: Vec<&str> = all().map(|g| g.0).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), 49, "49 names, each once");
         assert_eq!(
-            lookup("ReleaseLeaderElectionOnExit").map(|g| (g.stage, g.default, g.locked)),
+            lookup("ReleaseLeaderElectionOnExit"),
             Some((Alpha, false, false))
         );
         assert_eq!(
-            lookup("MutableCSINodeAllocatableCount").map(|g| (g.stage, g.default, g.locked)),
+            lookup("MutableCSINodeAllocatableCount"),
             Some((Ga, true, false))
         );
         assert!(lookup("AllAlpha").is_some() && lookup("AllBeta").is_some());
@@ -306,11 +248,11 @@ mod tests {
 
     #[test]
     fn every_known_gate_is_accepted_unless_set_against_its_lock() {
-        for gate in KNOWN {
+        for (name, _, default, locked) in all() {
             for value in [true, false] {
-                let result = FeatureGates::resolve(&set(&[(gate.name, value)]));
-                let refused = gate.locked && value != gate.default;
-                assert_eq!(result.is_err(), refused, "{}={value}", gate.name);
+                let result = FeatureGates::resolve(&set(&[(name, value)]));
+                let refused = locked && value != default;
+                assert_eq!(result.is_err(), refused, "{name}={value}");
             }
         }
         assert_eq!(

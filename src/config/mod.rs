@@ -1,45 +1,12 @@
-//! Command-line flags, parsed the way upstream's Go binary parses them.
-//!
-//! Upstream registers every flag on Go's `flag.CommandLine`, and deployments
-//! rely on its syntax. [`Config::try_parse_go`] walks the arguments with Go's
-//! rules and hands clap one `--name=value` per flag; the values are read with
-//! ports of Go's own parsers (`crate::gofmt::parse`).
-//!
-//! # Go's rules, kept here
-//! - `-flag` and `--flag`; `--flag=value` and `--flag value`, except for bools,
-//!   which take `--flag` or `--flag=value` (`--flag false` ends the flags).
-//!   Parsing stops at the first non-flag argument or after `--`.
-//! - A repeated flag: the last value wins, and every value must still parse.
-//!   `--feature-gates`, `--leader-election-labels` and `--vmodule` accumulate
-//!   instead, as their Go types do (a later key wins within the merged map).
-//! - Values: integers in Go literal syntax (`0x10`, `010`, `0b1`, `0o7`,
-//!   `1_000`; `--worker-threads` unsigned, `--v` decimal only), floats
-//!   (`1e-3`, `inf`, `nan`), bools (`1`, `t`, `TRUE`, ...), durations (`1m30s`,
-//!   `-1s`), quantities for the logging buffer sizes.
-//! - An unknown flag, a bad value or a missing value is a usage error
-//!   ([`ParseError::Usage`], exit 2) worded as Go words it; `-h`, `-help` and
-//!   `--help` print the usage (exit 0).
-//!
-//! # After parsing (exit 1), in upstream's order
-//! 1. [`Config::validate_logging`]: component-base's logging validation.
-//! 2. [`Config::feature_gates`]: the merged `--feature-gates` map (`config/gates.rs`).
-//! 3. `--version` prints and exits 0 (main).
-//! 4. [`Config::validate`]: upstream's remaining checks, and ours for values Go
-//!    accepts but cannot run with (negative durations and bursts; with
-//!    `--leader-election` only, as upstream, its timing and labels).
-//!
-//! Values upstream runs with but badly (`--timeout=0`, 20,000 workers) are
-//! raised to a sane bound instead ([`Adjustment`], `bounds.rs`). Each value,
-//! what upstream does with it and what we do: `docs/bounds.md`.
-//!
-//! # Files
-//! - `mod.rs`: [`Config`], its flags (clap's derive) and their defaults.
-//! - `args.rs`: [`Config::try_parse_go`]: Go's flag syntax walked for clap, the merging
-//!   flags, clap's errors in Go's words ([`ParseError`]).
-//! - `values.rs`: one flag value, read with Go's parsers (`crate::gofmt::parse`).
-//! - `bounds.rs`: values raised to a sane bound after parsing ([`Adjustment`]).
-//! - `validate.rs`: the checks after parsing ([`Config::validate_logging`],
-//!   [`Config::feature_gates`], [`Config::validate`]; [`Error`]).
+//! Command-line flags, parsed the way upstream's Go binary parses them
+//! (`docs/contract.md#flags`): deployments rely on Go's `flag` syntax, which
+//! clap does not speak, so [`Config::try_parse_go`] (`args.rs`) walks the
+//! arguments with Go's rules and hands clap one `--name=value` per flag, read
+//! with ports of Go's own parsers (`values.rs`, `crate::gofmt::parse`). After
+//! parsing, in upstream's order (exit 1): [`Config::validate_logging`],
+//! [`Config::feature_gates`] (`gates.rs`), `--version` (main), then
+//! [`Config::validate`] (`validate.rs`); values upstream runs with but badly
+//! are raised to a sane bound (`bounds.rs`, `docs/bounds.md`).
 
 mod args;
 mod bounds;
@@ -53,14 +20,12 @@ use std::time::Duration;
 
 use clap::{ArgAction, Parser};
 
+use crate::gofmt::parse as go;
 pub use args::{ParseError, UPSTREAM_FLAGS};
 pub use bounds::{Adjustment, MAX_WORKERS, MIN_INTERVAL, MIN_RESYNC};
 pub use gates::FeatureGates;
 pub use validate::Error;
-use values::{
-    automaxprocs_flag, bool_flag, duration_flag, float_flag, int32_flag, int_flag, level_flag,
-    quantity_flag, uint_flag,
-};
+use values::{automaxprocs_flag, bool_flag, duration_flag, int32_flag, quantity_flag};
 
 /// Where the kubelet reads a container's termination message by default.
 pub const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
@@ -117,11 +82,11 @@ pub struct Config {
     pub retry_interval_max: Duration,
 
     /// Number of attacher worker threads (per lane).
-    #[arg(long, default_value = "10", value_parser = uint_flag)]
+    #[arg(long, default_value = "10", value_parser = go::parse_uint)]
     pub worker_threads: u64,
 
     /// Not in upstream: at most this many attaches and detaches in flight per node (0: no cap). Never below the driver's own batch per node.
-    #[arg(long, default_value = "0", value_parser = uint_flag)]
+    #[arg(long, default_value = "0", value_parser = go::parse_uint)]
     pub max_inflight_per_node: u64,
 
     /// Not in upstream: a node's first attach (none of its attaches waiting or in flight) waits this long, and the node's attaches queued meanwhile start with it, for a driver that batches a VM's attaches into one update (Azure Disk); 0: no wait. Needs --schedule-per-node.
@@ -157,11 +122,11 @@ pub struct Config {
     pub default_fstype: String,
 
     /// QPS to use while communicating with the Kubernetes API server (0: 5; < 0: no limit).
-    #[arg(long, default_value = "5", value_parser = float_flag)]
+    #[arg(long, default_value = "5", value_parser = go::parse_float)]
     pub kube_api_qps: f64,
 
     /// Burst to use while communicating with the Kubernetes API server (0: 10).
-    #[arg(long, default_value = "10", value_parser = int_flag)]
+    #[arg(long, default_value = "10", value_parser = go::parse_int)]
     pub kube_api_burst: i64,
 
     /// Period of the ListVolumes-based VolumeAttachment reconciler.
@@ -173,7 +138,7 @@ pub struct Config {
     pub max_entries: i32,
 
     /// Truncate logged gRPC responses to this many characters (<= 0: no limit).
-    #[arg(long, default_value = "-1", value_parser = int_flag)]
+    #[arg(long, default_value = "-1", value_parser = go::parse_int)]
     pub max_grpc_log_length: i64,
 
     /// Feature gates (`--feature-gates`, merged over every occurrence); see [`Config::feature_gates`].
@@ -253,7 +218,7 @@ pub struct Config {
     pub log_json_info_buffer_size: String,
 
     /// Number for the log level verbosity (0-1 info, 2-4 debug, 5+ trace; at most 2^31-1).
-    #[arg(long, default_value = "0", value_parser = level_flag)]
+    #[arg(long, default_value = "0", value_parser = go::parse_level)]
     pub v: u32,
 
     /// Log format: text or json (anything else is refused after parsing, as upstream).
@@ -276,7 +241,7 @@ pub struct Config {
     /// Duration flags given a negative value, with the value as given: Go parses them, and
     /// [`Config::validate`] / [`Config::validate_logging`] refuse them (the field holds zero).
     #[arg(skip)]
-    pub negative_durations: Vec<(&'static str, String)>,
+    pub negative_durations: Vec<(String, String)>,
 
     /// Values raised to a sane bound by [`Config::try_parse_go`], logged by [`Config::validate`].
     #[arg(skip)]

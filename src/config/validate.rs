@@ -1,36 +1,28 @@
 //! The checks after parsing, in upstream's order: component-base's logging validation,
 //! the feature gates, then upstream's remaining checks and ours (the table is in
-//! `docs/bounds.md`), with the API server's rules for the Lease's labels.
+//! `docs/bounds.md`).
 
-use super::{gates, Config, FeatureGates};
+use super::{Config, FeatureGates};
 use crate::gofmt::parse as go;
 
 /// A flag combination refused after parsing (exit 1, not 2).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// `--worker-threads=0`.
     #[error("Option -worker-threads must be greater than zero")]
     NoWorkers,
-    /// Both HTTP address flags.
     #[error("only one of `--metrics-address` and `--http-endpoint` can be set")]
     TwoHttpAddresses,
     /// A metrics path no request can have (upstream's HTTP mux panics on it).
     #[error("--metrics-path must start with \"/\", got {0:?}")]
     MetricsPath(String),
-    /// An unknown feature gate, or a locked one set against its lock.
     #[error("failed to store flag gates: {0}")]
     FeatureGates(String),
     /// What component-base's logging validation refuses (flush period, format, alpha options).
     #[error("LoggingConfiguration is invalid: {0}")]
     Logging(String),
     /// A negative duration where upstream would break (`docs/bounds.md`).
-    #[error("invalid --{flag}={value}: the duration must not be negative")]
-    NegativeDuration {
-        /// The flag's name.
-        flag: &'static str,
-        /// The value as given.
-        value: String,
-    },
+    #[error("invalid --{0}={1}: the duration must not be negative")]
+    NegativeDuration(String, String),
     /// Leader-election timing client-go refuses (upstream panics on it).
     #[error("invalid leader election settings: {0}")]
     LeaderElection(&'static str),
@@ -39,16 +31,6 @@ pub enum Error {
         "invalid --kube-api-burst={0}: must not be negative while --kube-api-qps limits the rate"
     )]
     NegativeBurst(i64),
-    /// A Lease label the API server would refuse.
-    #[error("invalid --leader-election-labels entry {key:?}:{value:?}: {reason}")]
-    LeaseLabel {
-        /// The label key.
-        key: String,
-        /// The label value.
-        value: String,
-        /// What is wrong with it.
-        reason: String,
-    },
 }
 
 impl Config {
@@ -78,18 +60,16 @@ impl Config {
             errors.push("vmodule: Forbidden: Only supported for text log format".into());
         }
         let alpha = "Forbidden: Feature LoggingAlphaOptions is disabled";
+        let (text, json) = (
+            &self.log_text_info_buffer_size,
+            &self.log_json_info_buffer_size,
+        );
         let nonzero = |size: &str| !go::quantity_is_zero(size).unwrap_or(true);
         for (on, field) in [
             (self.log_text_split_stream, "options.text.splitStream"),
-            (
-                nonzero(&self.log_text_info_buffer_size),
-                "options.text.infoBufferSize",
-            ),
+            (nonzero(text), "options.text.infoBufferSize"),
             (self.log_json_split_stream, "options.json.splitStream"),
-            (
-                nonzero(&self.log_json_info_buffer_size),
-                "options.json.infoBufferSize",
-            ),
+            (nonzero(json), "options.json.infoBufferSize"),
         ] {
             if on {
                 errors.push(format!("{field}: {alpha}"));
@@ -105,12 +85,6 @@ impl Config {
     /// The feature gates, as upstream's `SetFromMap` resolves the merged map (exit 1 on error).
     pub fn feature_gates(&self) -> Result<FeatureGates, Error> {
         FeatureGates::resolve(&self.feature_gates).map_err(Error::FeatureGates)
-    }
-
-    /// Logs what setting the gates means (upstream's GA/deprecated warnings, and the gates
-    /// that have no effect here); once, at start.
-    pub fn log_feature_gates(&self) {
-        gates::log(&self.feature_gates);
     }
 
     /// Checks what parsing cannot, after `--version` (exit 1).
@@ -130,17 +104,20 @@ impl Config {
             if *flag == "log-flush-frequency" || (leader_only(flag) && !self.leader_election) {
                 continue;
             }
-            return Err(Error::NegativeDuration {
-                flag,
-                value: value.clone(),
-            });
+            return Err(Error::NegativeDuration(flag.clone(), value.clone()));
         }
         // client-go: a zero QPS means 5, so any QPS but a negative one (or NaN) limits.
         if self.kube_api_burst < 0 && self.kube_api_qps >= 0.0 {
             return Err(Error::NegativeBurst(self.kube_api_burst));
         }
         if self.leader_election {
-            self.validate_leader_election()?;
+            // client-go's `NewLeaderElector` checks.
+            crate::leader::validate_timing(
+                self.leader_election_lease_duration,
+                self.leader_election_renew_deadline,
+                self.leader_election_retry_period,
+            )
+            .map_err(|invalid| Error::LeaderElection(invalid.0))?;
         }
         for a in &self.adjusted {
             tracing::warn!(
@@ -160,74 +137,4 @@ impl Config {
         }
         Ok(())
     }
-
-    /// client-go's `NewLeaderElector` checks, and the API server's label rules for the Lease.
-    fn validate_leader_election(&self) -> Result<(), Error> {
-        crate::leader::validate_timing(
-            self.leader_election_lease_duration,
-            self.leader_election_renew_deadline,
-            self.leader_election_retry_period,
-        )
-        .map_err(|invalid| Error::LeaderElection(invalid.0))?;
-        for (key, value) in &self.leader_election_labels {
-            let reason = label_key_problem(key).or_else(|| label_value_problem(value));
-            if let Some(reason) = reason {
-                return Err(Error::LeaseLabel {
-                    key: key.clone(),
-                    value: value.clone(),
-                    reason,
-                });
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Why the API server would refuse `key` as a label key (apimachinery `IsQualifiedName`).
-fn label_key_problem(key: &str) -> Option<String> {
-    let (prefix, name) = match key.split('/').collect::<Vec<_>>().as_slice() {
-        [name] => (None, *name),
-        [prefix, name] => (Some(*prefix), *name),
-        _ => return Some("a label key has at most one '/'".into()),
-    };
-    if let Some(prefix) = prefix {
-        if !is_dns_subdomain(prefix) {
-            return Some(
-                "the prefix must be a DNS subdomain (lowercase alphanumerics, '-', '.'; at most 253)"
-                    .into(),
-            );
-        }
-    }
-    if name.is_empty() {
-        return Some("the name part must not be empty".into());
-    }
-    label_value_problem(name)
-}
-
-/// Why the API server would refuse `value` as a label value (apimachinery `IsValidLabelValue`).
-fn label_value_problem(value: &str) -> Option<String> {
-    let bytes = value.as_bytes();
-    let inner_ok = |c: &u8| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.');
-    let ok = bytes.is_empty()
-        || (bytes.len() <= 63
-            && bytes[0].is_ascii_alphanumeric()
-            && bytes[bytes.len() - 1].is_ascii_alphanumeric()
-            && bytes.iter().all(inner_ok));
-    (!ok).then(|| {
-        "at most 63 characters, alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric"
-            .into()
-    })
-}
-
-/// apimachinery `IsDNS1123Subdomain`.
-fn is_dns_subdomain(text: &str) -> bool {
-    text.len() <= 253
-        && text.split('.').all(|part| {
-            let b = part.as_bytes();
-            !b.is_empty()
-                && b[0].is_ascii_alphanumeric()
-                && b[b.len() - 1].is_ascii_alphanumeric()
-                && b.iter()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        })
 }

@@ -14,24 +14,9 @@ pub(super) fn duration_flag(s: &str) -> Result<Duration, String> {
         .map_err(|_| "parse error".to_string())
 }
 
-/// `flag.Uint`.
-pub(super) fn uint_flag(s: &str) -> Result<u64, String> {
-    go::parse_uint(s).map_err(|e| e.to_string())
-}
-
-/// `flag.Int`.
-pub(super) fn int_flag(s: &str) -> Result<i64, String> {
-    go::parse_int(s).map_err(|e| e.to_string())
-}
-
 /// `flag.Int`, then Go's `int32(n)` (upstream's ListVolumes lister keeps the low 32 bits).
-pub(super) fn int32_flag(s: &str) -> Result<i32, String> {
-    int_flag(s).map(|n| n as i32)
-}
-
-/// `flag.Float64`.
-pub(super) fn float_flag(s: &str) -> Result<f64, String> {
-    go::parse_float(s).map_err(|e| e.to_string())
+pub(super) fn int32_flag(s: &str) -> Result<i32, go::NumError> {
+    go::parse_int(s).map(|n| n as i32)
 }
 
 /// `flag.Bool`.
@@ -50,11 +35,6 @@ pub(super) fn automaxprocs_flag(s: &str) -> Result<bool, String> {
             go::quote(s)
         )
     })
-}
-
-/// klog's `--v`.
-pub(super) fn level_flag(s: &str) -> Result<u32, String> {
-    go::parse_level(s)
 }
 
 /// Logging buffer sizes: Kubernetes quantities, kept as given.

@@ -1,14 +1,7 @@
-//! Everything that speaks gRPC to the CSI driver.
-//!
-//! In:  `--csi-address`, `--timeout`. Out: a [`Client`] whose calls carry their
-//! own deadline, report errors in Go's format ([`RpcStatus`]) and record
-//! `csi_sidecar_operations_seconds`; a [`ConnectionLoss`] that resolves when
-//! the driver goes away.
-//!
-//! # Startup (as upstream external-attacher v4.12)
-//! [`Client::connect`] dials for up to 30 s; [`Client::probe_until_ready`]
-//! retries `Probe` every second on DeadlineExceeded or `ready=false` only;
-//! [`Client::plugin_info`] and [`Client::capabilities`] each get a fixed 1 s.
+//! Everything that speaks gRPC to the CSI driver: a [`Client`] whose calls carry
+//! their own deadline, report errors in Go's format ([`RpcStatus`]) and record
+//! `csi_sidecar_operations_seconds`; a [`ConnectionLoss`] that resolves when the
+//! driver goes away. Startup's calls and deadlines: `docs/contract.md#startup`.
 
 mod connection;
 mod error;
@@ -19,21 +12,20 @@ pub mod proto;
 mod sanitize;
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::uri::PathAndQuery;
 use tokio::time::Instant;
 use tonic::transport::Channel;
 use tonic::Code;
+use tonic_prost::ProstCodec;
 
 pub use connection::{parse_address, ConnectionLoss, DIAL_TIMEOUT};
 pub use error::{go_code_name, Error, RpcStatus};
 
 use metrics::CsiCallMetrics;
-use proto::controller_client::ControllerClient;
-use proto::identity_client::IdentityClient;
 use proto::{controller_service_capability, plugin_capability};
 
 /// Upstream's `--max-grpc-log-length` truncation, with its suffix.
@@ -54,52 +46,15 @@ pub const STARTUP_CALL_TIMEOUT: Duration = Duration::from_secs(1);
 /// Pause between two probes.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
-/// The CSI methods this sidecar calls; `path()` is the metric label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Method {
-    /// `Identity/Probe`
-    Probe,
-    /// `Identity/GetPluginInfo`
-    GetPluginInfo,
-    /// `Identity/GetPluginCapabilities`
-    GetPluginCapabilities,
-    /// `Controller/ControllerGetCapabilities`
-    ControllerGetCapabilities,
-    /// `Controller/ControllerPublishVolume`
-    ControllerPublishVolume,
-    /// `Controller/ControllerUnpublishVolume`
-    ControllerUnpublishVolume,
-    /// `Controller/ListVolumes`
-    ListVolumes,
-}
-
-impl Method {
-    /// Full gRPC method path, e.g. `/csi.v1.Identity/Probe`.
-    pub fn path(self) -> &'static str {
-        match self {
-            Self::Probe => "/csi.v1.Identity/Probe",
-            Self::GetPluginInfo => "/csi.v1.Identity/GetPluginInfo",
-            Self::GetPluginCapabilities => "/csi.v1.Identity/GetPluginCapabilities",
-            Self::ControllerGetCapabilities => "/csi.v1.Controller/ControllerGetCapabilities",
-            Self::ControllerPublishVolume => "/csi.v1.Controller/ControllerPublishVolume",
-            Self::ControllerUnpublishVolume => "/csi.v1.Controller/ControllerUnpublishVolume",
-            Self::ListVolumes => "/csi.v1.Controller/ListVolumes",
-        }
-    }
-}
-
-/// What the driver can do, as far as the attacher cares (as upstream external-attacher v4.12).
+/// The plugin and controller capabilities the attacher reads (as upstream external-attacher v4.12).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Capabilities {
-    /// Plugin capability CONTROLLER_SERVICE.
     pub controller_service: bool,
     /// PUBLISH_UNPUBLISH_VOLUME: real attach/detach instead of the trivial handler.
     pub publish_unpublish: bool,
     /// PUBLISH_READONLY: `readonly` may be sent as true.
     pub publish_readonly: bool,
-    /// LIST_VOLUMES.
     pub list_volumes: bool,
-    /// LIST_VOLUMES_PUBLISHED_NODES.
     pub list_volumes_published_nodes: bool,
     /// SINGLE_NODE_MULTI_WRITER: changes the access-mode mapping.
     pub single_node_multi_writer: bool,
@@ -115,15 +70,6 @@ impl Capabilities {
     pub fn can_reconcile(&self) -> bool {
         self.controller_service && self.list_volumes && self.list_volumes_published_nodes
     }
-}
-
-/// Name and version the driver reports.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PluginInfo {
-    /// Driver name: matched against `VolumeAttachment.spec.attacher`.
-    pub name: String,
-    /// Free-form vendor version.
-    pub vendor_version: String,
 }
 
 /// Where a volume's CSI source came from (the `migrated` label of the CSI
@@ -176,8 +122,7 @@ type Transport = sanitize::Sanitize<Channel>;
 /// A CSI client over one connection. Cheap to clone.
 #[derive(Clone)]
 pub struct Client {
-    identity: IdentityClient<Transport>,
-    controller: ControllerClient<Transport>,
+    transport: Transport,
     metrics: Arc<CsiCallMetrics>,
     timeout: Duration,
     max_log_length: Option<usize>,
@@ -195,28 +140,12 @@ impl Client {
     ) -> Result<(Self, ConnectionLoss), Error> {
         let (channel, loss) = connection::connect(address, dial_timeout).await?;
         let client = Self {
-            identity: IdentityClient::new(sanitize::Sanitize(channel.clone())),
-            controller: ControllerClient::new(sanitize::Sanitize(channel)),
+            transport: sanitize::Sanitize(channel),
             metrics,
             timeout,
             max_log_length: None,
         };
         Ok((client, loss))
-    }
-
-    /// A client for `check`: connected within [`DIAL_TIMEOUT`], probed until
-    /// ready, the driver named in `metrics`; with its name and capabilities.
-    pub async fn identified(
-        address: &Path,
-        timeout: Duration,
-        metrics: Arc<CsiCallMetrics>,
-    ) -> Result<(Self, String, Capabilities), Error> {
-        let (client, _loss) = Self::connect(address, DIAL_TIMEOUT, timeout, metrics).await?;
-        client.probe_until_ready().await?;
-        let driver = client.plugin_info().await?.name;
-        client.metrics.set_driver_name(&driver);
-        let capabilities = client.capabilities().await?;
-        Ok((client, driver, capabilities))
     }
 
     /// Caps logged responses at `max` characters (`--max-grpc-log-length`).
@@ -237,15 +166,9 @@ impl Client {
     pub async fn probe_until_ready(&self) -> Result<(), Error> {
         loop {
             let deadline = Instant::now() + self.timeout;
-            let mut identity = self.identity.clone();
-            let result = self
-                .invoke(
-                    Method::Probe,
-                    deadline,
-                    Origin::Csi,
-                    |req| async move { identity.probe(req).await },
-                    proto::ProbeRequest {},
-                )
+            let path = "/csi.v1.Identity/Probe";
+            let result: Result<proto::ProbeResponse, _> = self
+                .invoke(path, deadline, Origin::Csi, proto::ProbeRequest {})
                 .await;
             match result {
                 // An absent `ready` means ready.
@@ -260,26 +183,18 @@ impl Client {
         }
     }
 
-    /// `GetPluginInfo` with a 1 s deadline; an empty name is an error.
-    pub async fn plugin_info(&self) -> Result<PluginInfo, Error> {
+    /// `GetPluginInfo` with a 1 s deadline; an empty name is an error. The name
+    /// is matched against `VolumeAttachment.spec.attacher`.
+    pub async fn plugin_info(&self) -> Result<proto::GetPluginInfoResponse, Error> {
         let deadline = Instant::now() + STARTUP_CALL_TIMEOUT;
-        let mut identity = self.identity.clone();
-        let resp = self
-            .invoke(
-                Method::GetPluginInfo,
-                deadline,
-                Origin::Csi,
-                |req| async move { identity.get_plugin_info(req).await },
-                proto::GetPluginInfoRequest {},
-            )
-            .await?;
-        if resp.name.is_empty() {
-            return Err(Error::EmptyDriverName);
+        let request = proto::GetPluginInfoRequest {};
+        let path = "/csi.v1.Identity/GetPluginInfo";
+        let resp: proto::GetPluginInfoResponse =
+            self.invoke(path, deadline, Origin::Csi, request).await?;
+        match resp.name.is_empty() {
+            true => Err(Error::EmptyDriverName),
+            false => Ok(resp),
         }
-        Ok(PluginInfo {
-            name: resp.name,
-            vendor_version: resp.vendor_version,
-        })
     }
 
     /// Plugin and controller capabilities, sharing one 1 s deadline.
@@ -290,16 +205,10 @@ impl Client {
         use plugin_capability::service::Type as Service;
 
         let deadline = Instant::now() + STARTUP_CALL_TIMEOUT;
-        let mut identity = self.identity.clone();
-        let plugin = self
-            .invoke(
-                Method::GetPluginCapabilities,
-                deadline,
-                Origin::Csi,
-                |req| async move { identity.get_plugin_capabilities(req).await },
-                proto::GetPluginCapabilitiesRequest {},
-            )
-            .await?;
+        let request = proto::GetPluginCapabilitiesRequest {};
+        let path = "/csi.v1.Identity/GetPluginCapabilities";
+        let plugin: proto::GetPluginCapabilitiesResponse =
+            self.invoke(path, deadline, Origin::Csi, request).await?;
         let mut caps = Capabilities {
             controller_service: plugin.capabilities.iter().any(|c| {
                 matches!(&c.r#type, Some(plugin_capability::Type::Service(s))
@@ -310,16 +219,10 @@ impl Client {
         if !caps.controller_service {
             return Ok(caps);
         }
-        let mut controller = self.controller.clone();
-        let resp = self
-            .invoke(
-                Method::ControllerGetCapabilities,
-                deadline,
-                Origin::Csi,
-                |req| async move { controller.controller_get_capabilities(req).await },
-                proto::ControllerGetCapabilitiesRequest {},
-            )
-            .await?;
+        let path = "/csi.v1.Controller/ControllerGetCapabilities";
+        let request = proto::ControllerGetCapabilitiesRequest {};
+        let resp: proto::ControllerGetCapabilitiesResponse =
+            self.invoke(path, deadline, Origin::Csi, request).await?;
         for cap in resp.capabilities {
             let Some(controller_service_capability::Type::Rpc(rpc)) = cap.r#type else {
                 continue;
@@ -345,16 +248,9 @@ impl Client {
         origin: Origin,
     ) -> Result<HashMap<String, String>, RpcStatus> {
         let deadline = Instant::now() + self.timeout;
-        let mut controller = self.controller.clone();
-        let resp = self
-            .invoke(
-                Method::ControllerPublishVolume,
-                deadline,
-                origin,
-                |req| async move { controller.controller_publish_volume(req).await },
-                request,
-            )
-            .await?;
+        let path = "/csi.v1.Controller/ControllerPublishVolume";
+        let resp: proto::ControllerPublishVolumeResponse =
+            self.invoke(path, deadline, origin, request).await?;
         Ok(resp.publish_context)
     }
 
@@ -365,15 +261,9 @@ impl Client {
         origin: Origin,
     ) -> Result<(), RpcStatus> {
         let deadline = Instant::now() + self.timeout;
-        let mut controller = self.controller.clone();
-        self.invoke(
-            Method::ControllerUnpublishVolume,
-            deadline,
-            origin,
-            |req| async move { controller.controller_unpublish_volume(req).await },
-            request,
-        )
-        .await?;
+        let path = "/csi.v1.Controller/ControllerUnpublishVolume";
+        let _: proto::ControllerUnpublishVolumeResponse =
+            self.invoke(path, deadline, origin, request).await?;
         Ok(())
     }
 
@@ -384,20 +274,13 @@ impl Client {
         starting_token: String,
     ) -> Result<VolumePage, RpcStatus> {
         let deadline = Instant::now() + self.timeout;
-        let mut controller = self.controller.clone();
         let request = proto::ListVolumesRequest {
             max_entries,
             starting_token,
         };
-        let resp = self
-            .invoke(
-                Method::ListVolumes,
-                deadline,
-                Origin::Csi,
-                |req| async move { controller.list_volumes(req).await },
-                request,
-            )
-            .await?;
+        let path = "/csi.v1.Controller/ListVolumes";
+        let resp: proto::ListVolumesResponse =
+            self.invoke(path, deadline, Origin::Csi, request).await?;
         let mut page = VolumePage {
             next_token: resp.next_token,
             ..VolumePage::default()
@@ -415,56 +298,54 @@ impl Client {
         Ok(page)
     }
 
-    /// Runs one call under `deadline`, mapping errors to Go's view and recording metrics.
+    /// Runs the unary call `path` (also the metric's label) under `deadline`,
+    /// mapping errors to Go's view and recording metrics.
     ///
     /// Tonic reports its own deadline as `Cancelled`; Go reports a passed context
     /// deadline as `DeadlineExceeded`. We enforce the deadline here, and any
     /// failure observed at or after it is DeadlineExceeded, as in Go.
-    async fn invoke<Req, Resp, F, Fut>(
+    async fn invoke<Req, Resp>(
         &self,
-        method: Method,
+        path: &'static str,
         deadline: Instant,
         origin: Origin,
-        call: F,
         message: Req,
     ) -> Result<Resp, RpcStatus>
     where
-        Req: std::fmt::Debug,
-        Resp: std::fmt::Debug,
-        F: FnOnce(tonic::Request<Req>) -> Fut,
-        Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+        Req: prost::Message + std::fmt::Debug + 'static,
+        Resp: prost::Message + std::fmt::Debug + Default + 'static,
     {
         let started = Instant::now();
-        tracing::trace!(method = method.path(), request = ?message, "GRPC call");
+        tracing::trace!(method = path, request = ?message, "GRPC call");
         let mut request = tonic::Request::new(message);
         // Tell the driver the deadline too, as Go's client does (grpc-timeout header).
         request.set_timeout(deadline.saturating_duration_since(started));
-        let result = match tokio::time::timeout_at(deadline, call(request)).await {
+        let mut grpc = tonic::client::Grpc::new(self.transport.clone());
+        let call = async move {
+            let not_ready = |e| tonic::Status::unknown(format!("Service was not ready: {e}"));
+            grpc.ready().await.map_err(not_ready)?;
+            let (path, codec) = (PathAndQuery::from_static(path), ProstCodec::default());
+            grpc.unary(request, path, codec).await
+        };
+        let result = match tokio::time::timeout_at(deadline, call).await {
             Ok(Ok(resp)) => Ok(resp.into_inner()),
             Ok(Err(status)) if Instant::now() >= deadline => {
-                tracing::debug!(method = method.path(), error = %status, "call failed at its deadline");
+                tracing::debug!(method = path, error = %status, "call failed at its deadline");
                 Err(RpcStatus::deadline_exceeded())
             }
             Ok(Err(status)) => Err(RpcStatus::from(status)),
             Err(_elapsed) => Err(RpcStatus::deadline_exceeded()),
         };
-        let code = match &result {
-            Ok(_) => Code::Ok,
-            Err(status) => status.code,
-        };
-        self.metrics.observe(
-            method.path(),
-            go_code_name(code),
-            origin,
-            started.elapsed().as_secs_f64(),
-        );
+        let code = go_code_name(result.as_ref().map_or_else(|s| s.code, |_| Code::Ok));
+        let seconds = started.elapsed().as_secs_f64();
+        self.metrics.observe(path, code, origin, seconds);
         match &result {
             Ok(resp) if tracing::enabled!(tracing::Level::TRACE) => {
                 let response = cap_log(format!("{resp:?}"), self.max_log_length);
-                tracing::trace!(method = method.path(), %response, "GRPC response");
+                tracing::trace!(method = path, %response, "GRPC response");
             }
             Ok(_) => {}
-            Err(status) => tracing::trace!(method = method.path(), error = %status, "GRPC error"),
+            Err(status) => tracing::trace!(method = path, error = %status, "GRPC error"),
         }
         result
     }

@@ -1,16 +1,12 @@
-//! The Publish request a VA gets, planned without I/O: everything but the
-//! node ID and the secrets' values, which the attach flow adds itself.
-//!
-//! Pure: a resolved source, `--default-fstype` and the driver's capabilities
-//! in; the plan, or the step's error (upstream's texts) out.
+//! The Publish request a VA gets, planned without I/O from a resolved source,
+//! `--default-fstype` and the driver's capabilities: everything but the node ID
+//! and the secrets' values, which the attach flow adds itself.
 
 use std::collections::BTreeMap;
 
 use crate::controller::error::FlowError;
-use crate::controller::flows::capability::volume_capability;
-use crate::controller::flows::capability::SingleNodeModes;
-use crate::controller::flows::source::CsiVolume;
-use crate::controller::flows::source::Source;
+use crate::controller::flows::capability::{volume_capability, SingleNodeModes};
+use crate::controller::flows::source::{CsiVolume, Source};
 use crate::csi::proto::{ControllerPublishVolumeRequest, VolumeCapability};
 use crate::csi::Capabilities;
 
@@ -53,20 +49,15 @@ impl PublishPlan<'_> {
         node_id: String,
         secrets: BTreeMap<String, String>,
     ) -> ControllerPublishVolumeRequest {
+        let csi = &self.volume.csi;
+        let context = csi.volume_attributes.clone().unwrap_or_default();
         ControllerPublishVolumeRequest {
-            volume_id: self.volume.csi.volume_handle.clone(),
+            volume_id: csi.volume_handle.clone(),
             node_id,
             volume_capability: Some(self.capability.clone()),
             readonly: self.readonly,
             secrets: secrets.into_iter().collect(),
-            volume_context: self
-                .volume
-                .csi
-                .volume_attributes
-                .clone()
-                .unwrap_or_default()
-                .into_iter()
-                .collect(),
+            volume_context: context.into_iter().collect(),
         }
     }
 }
