@@ -22,57 +22,37 @@ use tower::{BoxError, Service};
 use super::route::Route;
 use super::url::{host_port, uri_host, ProxyUrl, Scheme};
 
-/// Why a connection through the proxy failed.
+/// Why a connection through `proxy` failed; `target` is the `host:port`
+/// asked for.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
     /// The proxy could not be reached.
     #[error("proxyconnect: cannot reach the proxy {proxy}: {source}")]
-    Reach {
-        /// The proxy.
-        proxy: ProxyUrl,
-        /// Why.
-        #[source]
-        source: BoxError,
-    },
+    Reach { proxy: ProxyUrl, source: BoxError },
     /// TLS to an `https` proxy failed.
     #[error("proxyconnect: TLS with the proxy {proxy} failed: {source}")]
-    Tls {
-        /// The proxy.
-        proxy: ProxyUrl,
-        /// Why.
-        #[source]
-        source: io::Error,
-    },
-    /// The proxy answered CONNECT with another status than 200 (HTTP), or
-    /// with another reply than "succeeded" (SOCKS5).
+    Tls { proxy: ProxyUrl, source: io::Error },
+    /// The proxy answered CONNECT with another status than 200 (HTTP: its
+    /// status line's code and reason), or with another reply than
+    /// "succeeded" (SOCKS5: the reply as Go names it).
     #[error("the proxy {proxy} refused CONNECT to {target}: {status}")]
     Refused {
-        /// The proxy.
         proxy: ProxyUrl,
-        /// `host:port` asked for.
         target: String,
-        /// Its status line's code and reason, or the SOCKS5 reply as Go
-        /// names it.
         status: String,
     },
     /// The CONNECT (or SOCKS5) exchange broke off or made no sense.
     #[error("the proxy {proxy} did not open a tunnel to {target}: {reason}")]
     Handshake {
-        /// The proxy.
         proxy: ProxyUrl,
-        /// `host:port` asked for.
         target: String,
-        /// What happened.
         reason: String,
     },
     /// No tunnel within the connect timeout.
     #[error("the proxy {proxy} did not open a tunnel to {target} within {timeout:?}")]
     Timeout {
-        /// The proxy.
         proxy: ProxyUrl,
-        /// `host:port` asked for.
         target: String,
-        /// The connect timeout.
         timeout: Duration,
     },
 }
@@ -199,29 +179,21 @@ async fn connect_via(
     tunnel: bool,
 ) -> Result<Io, ConnectError> {
     let proxy = &via.proxy;
+    let reach = |source: BoxError| ConnectError::Reach {
+        proxy: proxy.clone(),
+        source,
+    };
     let proxy_uri = Uri::builder()
         .scheme("http")
         .authority(host_port(&proxy.host, proxy.port))
         .path_and_query("/")
         .build()
-        .map_err(|e| ConnectError::Reach {
-            proxy: proxy.clone(),
-            source: e.into(),
-        })?;
+        .map_err(|e| reach(e.into()))?;
     std::future::poll_fn(|cx| http.poll_ready(cx))
         .await
-        .map_err(|e| ConnectError::Reach {
-            proxy: proxy.clone(),
-            source: e.into(),
-        })?;
-    let tcp = http
-        .call(proxy_uri)
-        .await
-        .map_err(|e| ConnectError::Reach {
-            proxy: proxy.clone(),
-            source: e.into(),
-        })?
-        .into_inner();
+        .map_err(|e| reach(e.into()))?;
+    let tcp = http.call(proxy_uri).await.map_err(|e| reach(e.into()))?;
+    let tcp = tcp.into_inner();
     let mut io = match &via.tls {
         None => Either::Left(tcp),
         Some((connector, name)) => Either::Right(Box::new(
@@ -367,11 +339,11 @@ async fn connect_tunnel(io: &mut Io, proxy: &ProxyUrl, target: &str) -> Result<(
         request.push_str("\r\n");
     }
     request.push_str("\r\n");
-    io.write_all(request.as_bytes())
-        .await
-        .map_err(|e| handshake(format!("sending CONNECT: {e}")))?;
-    io.flush()
-        .await
+    let sent = async {
+        io.write_all(request.as_bytes()).await?;
+        io.flush().await
+    };
+    sent.await
         .map_err(|e| handshake(format!("sending CONNECT: {e}")))?;
     // Byte by byte up to the blank line: nothing of the tunnel's own bytes
     // (the API server's TLS) may be read here. The head is small and comes once.
