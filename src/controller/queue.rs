@@ -126,7 +126,7 @@ pub struct Gather {
 }
 
 /// One lane's backlog, as [`WorkQueue::observe`] reports it.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct LaneBacklog {
     /// Keys waiting.
     pub depth: usize,
@@ -449,13 +449,7 @@ impl<L: QueueLane> WorkQueue<L> {
     pub fn observe(&self) -> Vec<LaneBacklog> {
         let state = self.lock();
         let now = Instant::now();
-        let mut lanes = vec![
-            LaneBacklog {
-                depth: 0,
-                oldest: Duration::ZERO
-            };
-            state.lanes.len()
-        ];
+        let mut lanes = vec![LaneBacklog::default(); state.lanes.len()];
         for (key, (lane, _)) in &state.queued {
             let age = state
                 .ready_since
