@@ -245,7 +245,7 @@ impl<L: QueueLane> WorkQueue<L> {
         let placement = self
             .placer
             .as_ref()
-            .map_or_else(Placement::none, |place| place(key, lane));
+            .map_or_else(Placement::default, |place| place(key, lane));
         self.maybe_gather(state, lane, &placement);
         state
             .queued
@@ -543,20 +543,12 @@ impl QueueLane for Lane {
     const ALL: &'static [Lane] = &[Lane::Attach, Lane::Detach];
 
     fn index(self) -> usize {
-        match self {
-            Lane::Attach => 0,
-            Lane::Detach => 1,
-        }
+        self as usize
     }
 
     fn name(self) -> &'static str {
         Lane::name(self)
     }
-}
-
-impl PvLane {
-    /// The lane's label in metrics and logs.
-    pub const NAME: &'static str = "pv";
 }
 
 impl QueueLane for PvLane {
@@ -567,7 +559,7 @@ impl QueueLane for PvLane {
     }
 
     fn name(self) -> &'static str {
-        PvLane::NAME
+        "pv"
     }
 }
 

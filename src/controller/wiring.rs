@@ -134,7 +134,7 @@ impl Queues {
 fn placer(stores: Stores, driver: String) -> Placer {
     Box::new(move |key, lane| {
         let Some(va) = stores.va(key) else {
-            return Placement::none();
+            return Placement::default();
         };
         let node = va.node_name();
         let csinode = stores.csinodes.get(&ObjectRef::new(node));
