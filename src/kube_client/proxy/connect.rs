@@ -87,33 +87,32 @@ impl Connector {
         tls_server_name: Option<&str>,
         timeout: Option<Duration>,
     ) -> Result<Self, kube::Error> {
-        let via = match route {
-            Route::Direct => None,
-            Route::Proxy(proxy, _) => {
-                let tls = match proxy.scheme {
-                    Scheme::Https => {
-                        let mut config = tls()?;
-                        // HTTP/1.1 to the proxy: CONNECT, never h2.
-                        config.alpn_protocols.clear();
-                        let name = tls_server_name.unwrap_or(&proxy.host).to_string();
-                        let name = tokio_rustls::rustls::pki_types::ServerName::try_from(name)
-                            .map_err(|e| {
-                                kube::Error::Service(
-                                    format!("proxy {proxy}: invalid TLS server name: {e}").into(),
-                                )
-                            })?;
-                        Some((tokio_rustls::TlsConnector::from(Arc::new(config)), name))
-                    }
-                    Scheme::Http | Scheme::Socks5 | Scheme::Socks5h => None,
-                };
-                Some(Arc::new(Via {
-                    proxy: proxy.clone(),
-                    tls,
-                    timeout,
-                }))
-            }
+        let Route::Proxy(proxy, _) = route else {
+            return Ok(Self { http, via: None });
         };
-        Ok(Self { http, via })
+        let mut tls_to_proxy = None;
+        if proxy.scheme == Scheme::Https {
+            let mut config = tls()?;
+            // HTTP/1.1 to the proxy: CONNECT, never h2.
+            config.alpn_protocols.clear();
+            let name = tls_server_name.unwrap_or(&proxy.host).to_string();
+            let name =
+                tokio_rustls::rustls::pki_types::ServerName::try_from(name).map_err(|e| {
+                    kube::Error::Service(
+                        format!("proxy {proxy}: invalid TLS server name: {e}").into(),
+                    )
+                })?;
+            tls_to_proxy = Some((tokio_rustls::TlsConnector::from(Arc::new(config)), name));
+        }
+        let via = Via {
+            proxy: proxy.clone(),
+            tls: tls_to_proxy,
+            timeout,
+        };
+        Ok(Self {
+            http,
+            via: Some(Arc::new(via)),
+        })
     }
 }
 
@@ -367,16 +366,12 @@ async fn connect_tunnel(io: &mut Io, proxy: &ProxyUrl, target: &str) -> Result<(
     }
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut response = httparse::Response::new(&mut headers);
-    match response.parse(&head) {
-        Ok(httparse::Status::Complete(_)) => {}
-        Ok(httparse::Status::Partial) | Err(_) => {
-            let line =
-                String::from_utf8_lossy(head.split(|b| *b == b'\n').next().unwrap_or_default());
-            return Err(handshake(format!(
-                "not an HTTP answer to CONNECT: {:?}",
-                line.trim_end()
-            )));
-        }
+    if !matches!(response.parse(&head), Ok(httparse::Status::Complete(_))) {
+        let line = String::from_utf8_lossy(head.split(|b| *b == b'\n').next().unwrap_or_default());
+        let line = line.trim_end();
+        return Err(handshake(format!(
+            "not an HTTP answer to CONNECT: {line:?}"
+        )));
     }
     match response.code {
         Some(200) => Ok(()),
