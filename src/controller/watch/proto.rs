@@ -261,7 +261,12 @@ fn invalid(e: impl std::error::Error + Send + Sync + 'static) -> kube::Error {
 
 /// Starts a watch: its frames, or the API server's answer as an error.
 async fn open(client: &kube::Client, uri: &str) -> Result<Frames, kube::Error> {
-    Ok(Frames::new(send(client, uri, ACCEPT).await?))
+    let body = send(client, uri, ACCEPT).await?;
+    Ok(Frames {
+        body,
+        buf: Vec::new(),
+        start: 0,
+    })
 }
 
 /// A GET of `uri` accepting `accept`: the body of a success, or the API
@@ -358,14 +363,6 @@ struct Frames {
 }
 
 impl Frames {
-    fn new(body: kube::client::Body) -> Self {
-        Self {
-            body,
-            buf: Vec::new(),
-            start: 0,
-        }
-    }
-
     /// The next event; `None` when the body ends.
     async fn next_event(&mut self) -> Option<Result<WatchItem, kube::Error>> {
         loop {
