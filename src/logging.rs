@@ -237,25 +237,17 @@ where
 {
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
         let Some(span) = ctx.span(id) else { return };
-        let mut collector = Collector::default();
-        attrs.record(&mut collector);
-        let mut fields = collector.fields;
-        if let Some(err) = collector.err {
-            fields.insert(0, (ERR_KEY, Value::Str(err)));
-        }
+        let fields = span_fields(|c| attrs.record(c));
         span.extensions_mut().insert(SpanFields(fields));
     }
 
     fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
         let Some(span) = ctx.span(id) else { return };
-        let mut collector = Collector::default();
-        values.record(&mut collector);
         let mut extensions = span.extensions_mut();
         let Some(SpanFields(fields)) = extensions.get_mut::<SpanFields>() else {
             return;
         };
-        let err = collector.err.map(|e| (ERR_KEY, Value::Str(e)));
-        for (key, value) in err.into_iter().chain(collector.fields) {
+        for (key, value) in span_fields(|c| values.record(c)) {
             match fields.iter_mut().find(|(k, _)| *k == key) {
                 Some(slot) => slot.1 = value,
                 None => fields.push((key, value)),
@@ -312,6 +304,14 @@ where
                 .write_all(line.as_bytes());
         });
     }
+}
+
+/// A span's fields as `record` gives them, its error first as `err`.
+fn span_fields(record: impl FnOnce(&mut Collector)) -> Fields {
+    let mut collector = Collector::default();
+    record(&mut collector);
+    let err = collector.err.map(|e| (ERR_KEY, Value::Str(e)));
+    err.into_iter().chain(collector.fields).collect()
 }
 
 /// Seconds and nanoseconds since the epoch; klog never logs earlier times.
@@ -392,15 +392,13 @@ fn dedup_last_wins<'a>(
 fn write_text_value(out: &mut String, value: &Value) {
     match value {
         Value::Str(s) => write_klog_string(out, s),
-        Value::Int(i) => {
-            let _ = write!(out, "={i}");
-        }
         Value::Float(f) => {
             out.push('=');
             out.push_str(&go_json_float(*f));
         }
-        Value::Bool(b) => {
-            let _ = write!(out, "={b}");
+        other => {
+            out.push('=');
+            out.push_str(&text_of(other));
         }
     }
 }
@@ -487,20 +485,12 @@ fn write_json_pair(out: &mut String, key: &str, value: &Value) {
             zap_escape_into(out, s);
             out.push('"');
         }
-        Value::Int(i) => {
-            let _ = write!(out, "{i}");
-        }
         // zap writes non-finite floats as strings; the rest with strconv's 'f', -1.
         Value::Float(f) if f.is_nan() => out.push_str("\"NaN\""),
         Value::Float(f) if f.is_infinite() => {
             out.push_str(if *f > 0.0 { "\"+Inf\"" } else { "\"-Inf\"" })
         }
-        Value::Float(f) => {
-            let _ = write!(out, "{f}");
-        }
-        Value::Bool(b) => {
-            let _ = write!(out, "{b}");
-        }
+        other => out.push_str(&text_of(other)),
     }
 }
 
@@ -522,7 +512,6 @@ fn zap_escape_into(out: &mut String, s: &str) {
     }
 }
 
-#[cfg(test)]
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -126,7 +126,7 @@ pub struct Gather {
 }
 
 /// One lane's backlog, as [`WorkQueue::observe`] reports it.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct LaneBacklog {
     /// Keys waiting.
     pub depth: usize,
@@ -245,7 +245,7 @@ impl<L: QueueLane> WorkQueue<L> {
         let placement = self
             .placer
             .as_ref()
-            .map_or_else(Placement::none, |place| place(key, lane));
+            .map_or_else(Placement::default, |place| place(key, lane));
         self.maybe_gather(state, lane, &placement);
         state
             .queued
@@ -449,13 +449,7 @@ impl<L: QueueLane> WorkQueue<L> {
     pub fn observe(&self) -> Vec<LaneBacklog> {
         let state = self.lock();
         let now = Instant::now();
-        let mut lanes = vec![
-            LaneBacklog {
-                depth: 0,
-                oldest: Duration::ZERO
-            };
-            state.lanes.len()
-        ];
+        let mut lanes = vec![LaneBacklog::default(); state.lanes.len()];
         for (key, (lane, _)) in &state.queued {
             let age = state
                 .ready_since
@@ -549,20 +543,12 @@ impl QueueLane for Lane {
     const ALL: &'static [Lane] = &[Lane::Attach, Lane::Detach];
 
     fn index(self) -> usize {
-        match self {
-            Lane::Attach => 0,
-            Lane::Detach => 1,
-        }
+        self as usize
     }
 
     fn name(self) -> &'static str {
         Lane::name(self)
     }
-}
-
-impl PvLane {
-    /// The lane's label in metrics and logs.
-    pub const NAME: &'static str = "pv";
 }
 
 impl QueueLane for PvLane {
@@ -573,7 +559,7 @@ impl QueueLane for PvLane {
     }
 
     fn name(self) -> &'static str {
-        PvLane::NAME
+        "pv"
     }
 }
 

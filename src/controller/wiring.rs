@@ -134,7 +134,7 @@ impl Queues {
 fn placer(stores: Stores, driver: String) -> Placer {
     Box::new(move |key, lane| {
         let Some(va) = stores.va(key) else {
-            return Placement::none();
+            return Placement::default();
         };
         let node = va.node_name();
         let csinode = stores.csinodes.get(&ObjectRef::new(node));
@@ -176,18 +176,11 @@ pub async fn run(
     settings: Settings,
     hooks: Hooks<impl Future<Output = ()>, impl Future<Output = ()>>,
 ) {
-    let Hooks {
-        metrics,
-        readiness,
-        leading,
-        leadership,
-        shutdown,
-    } = hooks;
+    let metrics = hooks.metrics;
     let finalizer = names::finalizer(&settings.driver_name);
     let mut tasks = JoinSet::new();
     let (stores, writers) = caches();
     let queues = Queues::new(&settings, &metrics, &stores);
-    let client = clients.normal.clone();
     let failing = Arc::new(FailingVas::new(&metrics.flows.failing));
     let undos = Arc::new(Undos::default());
     spawn_watches(
@@ -203,6 +196,7 @@ pub async fn run(
     );
 
     // Upstream waits for the VA and PV caches only; CSINode lags are retried.
+    let shutdown = hooks.shutdown;
     tokio::pin!(shutdown);
     let synced = async {
         let _ = stores.vas.wait_until_ready().await;
@@ -211,20 +205,29 @@ pub async fn run(
     tokio::select! {
         () = synced => {
             tracing::info!("Caches synced");
-            readiness.set_caches_synced();
+            hooks.readiness.set_caches_synced();
         }
         () = &mut shutdown => return tasks.shutdown().await,
     }
     tokio::select! {
-        () = leading => {}
+        () = hooks.leading => {}
         () = &mut shutdown => return tasks.shutdown().await,
     }
 
-    let (driver, pacer) = fenced_driver(csi, leadership, &settings, &metrics, &queues);
+    let (driver, pacer) = fenced_driver(csi, hooks.leadership, &settings, &metrics, &queues);
+    // Failure Events when there is a reporter to post them.
+    let events = settings.reporter.clone().map(|reporter| {
+        let dropped = metrics.flows.events_dropped.clone();
+        Arc::new(events::FailureEvents::new(
+            clients.normal.clone(),
+            reporter,
+            dropped,
+        ))
+    });
     let policy = Arc::new(ErrorPolicy {
         error_codes: settings.error_codes,
         failing,
-        events: failure_events(&settings, client, &metrics),
+        events,
         pacer,
     });
     let ctx = Arc::new(Ctx {
@@ -272,19 +275,6 @@ fn fenced_driver(
     } else {
         (driver, None)
     }
-}
-
-/// The failure Events, when there is a reporter to post them.
-fn failure_events(
-    settings: &Settings,
-    client: kube::Client,
-    metrics: &Metrics,
-) -> Option<Arc<events::FailureEvents>> {
-    let dropped = metrics.flows.events_dropped.clone();
-    let reporter = settings.reporter.clone()?;
-    Some(Arc::new(events::FailureEvents::new(
-        client, reporter, dropped,
-    )))
 }
 
 /// Shuts the queues down and waits up to `timeout` for the workers' work in flight.

@@ -22,7 +22,10 @@ use tonic::transport::{Channel, Endpoint};
 
 use super::Error;
 
-/// Largest header list (headers or trailers) accepted from the driver: gRPC-Go's default.
+/// Largest header list (headers or trailers) accepted from the driver:
+/// gRPC-Go's default. With h2's 16 KiB, a driver error message over ~16 KiB
+/// would arrive as "ResourceExhausted: h2 protocol error", not as the
+/// driver's code and (capped) text.
 const MAX_HEADER_LIST_SIZE: u32 = 16 << 20;
 
 /// Upstream gives up dialling after this long and exits.
@@ -112,11 +115,7 @@ pub async fn connect(path: &Path, timeout: Duration) -> Result<(Channel, Connect
     let (lost_tx, lost_rx) = watch::channel(false);
     let lost_tx = Arc::new(lost_tx);
     let socket = Arc::new(path.to_path_buf());
-    // The URI is required by tonic but never resolved: the connector below dials the socket.
-    // Header lists (the status trailers, with the driver's error message) up to
-    // gRPC-Go's client default of 16 MiB: with h2's 16 KiB, a driver error
-    // message over ~16 KiB would arrive as "ResourceExhausted: h2 protocol
-    // error" instead of the driver's code and (capped) text.
+    // The URI is never resolved: the connector below dials the socket.
     let endpoint = Endpoint::from_static("http://csi.driver.local")
         .http2_max_header_list_size(MAX_HEADER_LIST_SIZE);
     let connector = tower::service_fn(move |_uri| {
@@ -325,11 +324,12 @@ struct WatchedStream {
 }
 
 impl WatchedStream {
-    fn note<T>(&self, result: &Poll<io::Result<T>>) {
-        if let Poll::Ready(Err(err)) = result {
+    fn note<T>(&self, result: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        if let Poll::Ready(Err(err)) = &result {
             tracing::debug!(error = %err, "CSI socket I/O error");
             self.lost.send_replace(true);
         }
+        result
     }
 }
 
@@ -342,7 +342,7 @@ impl AsyncRead for WatchedStream {
         let before = buf.filled().len();
         let wanted = buf.remaining() > 0;
         let result = Pin::new(&mut self.inner).poll_read(cx, buf);
-        self.note(&result);
+        let result = self.note(result);
         if matches!(result, Poll::Ready(Ok(()))) && wanted && buf.filled().len() == before {
             // Zero bytes into a non-empty buffer: the driver closed the socket.
             self.lost.send_replace(true);
@@ -358,14 +358,12 @@ impl AsyncWrite for WatchedStream {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let result = Pin::new(&mut self.inner).poll_write(cx, buf);
-        self.note(&result);
-        result
+        self.note(result)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let result = Pin::new(&mut self.inner).poll_flush(cx);
-        self.note(&result);
-        result
+        self.note(result)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -378,8 +376,7 @@ impl AsyncWrite for WatchedStream {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let result = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        self.note(&result);
-        result
+        self.note(result)
     }
 
     fn is_write_vectored(&self) -> bool {

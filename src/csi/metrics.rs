@@ -35,23 +35,16 @@ pub struct CsiCallMetrics {
 enum CallState {
     /// Before the driver is named: the samples kept, and how many were dropped.
     Unnamed(Vec<CallSample>, u64),
+    /// `with_migrated`: the family has the `migrated` label (drivers that
+    /// serve translated in-tree volumes).
     Named {
         histogram: HistogramVec,
         driver_name: String,
-        labels: LabelSet,
+        with_migrated: bool,
     },
 }
 
-/// Whether the family has the `migrated` label (drivers that serve
-/// translated in-tree volumes).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum LabelSet {
-    Plain,
-    WithMigrated,
-}
-
 struct CallSample {
-    driver_name: String,
     method: &'static str,
     code: &'static str,
     origin: Origin,
@@ -69,21 +62,14 @@ impl CsiCallMetrics {
 
     /// Names the driver: registers the family and flushes earlier samples.
     pub fn set_driver_name(&self, driver_name: &str) {
-        let label_set = if is_migration_driver(driver_name) {
-            LabelSet::WithMigrated
-        } else {
-            LabelSet::Plain
-        };
-        let mut labels = vec!["driver_name", "method_name", "grpc_status_code"];
-        if label_set == LabelSet::WithMigrated {
-            labels.push("migrated");
-        }
+        let with_migrated = is_migration_driver(driver_name);
+        let labels = ["driver_name", "method_name", "grpc_status_code", "migrated"];
         let opts = HistogramOpts::new(
             "csi_sidecar_operations_seconds",
             "[ALPHA] Container Storage Interface operation duration with gRPC error code status total",
         )
         .buckets(CSI_OPERATION_BUCKETS.to_vec());
-        let histogram = match HistogramVec::new(opts, &labels) {
+        let histogram = match HistogramVec::new(opts, label_set(&labels, with_migrated)) {
             Ok(h) => h,
             Err(err) => {
                 tracing::error!(error = %err, "cannot create csi_sidecar_operations_seconds");
@@ -97,77 +83,61 @@ impl CsiCallMetrics {
         if let Err(err) = self.registry.register(Box::new(histogram.clone())) {
             tracing::error!(error = %err, "cannot register csi_sidecar_operations_seconds");
         }
-        let pending = match std::mem::replace(
-            &mut *state,
-            CallState::Named {
-                histogram,
-                driver_name: driver_name.to_string(),
-                labels: label_set,
-            },
-        ) {
-            CallState::Unnamed(pending, dropped) => {
-                if dropped > 0 {
-                    tracing::warn!(
-                        kept = pending.len(),
-                        dropped,
-                        "CSI calls made before the driver was named: only the first samples are in csi_sidecar_operations_seconds"
-                    );
-                }
-                pending
+        if let CallState::Unnamed(pending, dropped) = &*state {
+            if *dropped > 0 {
+                tracing::warn!(
+                    kept = pending.len(),
+                    dropped,
+                    "CSI calls made before the driver was named: only the first samples are in csi_sidecar_operations_seconds"
+                );
             }
-            CallState::Named { .. } => Vec::new(),
-        };
-        if let CallState::Named { histogram, .. } = &*state {
-            for s in pending {
-                observe(histogram, label_set, &s);
+            for sample in pending {
+                observe(&histogram, UNKNOWN_DRIVER, with_migrated, sample);
             }
         }
+        *state = CallState::Named {
+            histogram,
+            driver_name: driver_name.to_string(),
+            with_migrated,
+        };
     }
 
     /// Records one finished call. `method` is the full gRPC path.
     pub fn observe(&self, method: &'static str, code: &'static str, origin: Origin, seconds: f64) {
+        let sample = CallSample {
+            method,
+            code,
+            origin,
+            seconds,
+        };
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         match &mut *state {
             CallState::Unnamed(pending, dropped) if pending.len() >= MAX_UNNAMED_SAMPLES => {
                 *dropped += 1;
             }
-            CallState::Unnamed(pending, _) => pending.push(CallSample {
-                driver_name: UNKNOWN_DRIVER.to_string(),
-                method,
-                code,
-                origin,
-                seconds,
-            }),
+            CallState::Unnamed(pending, _) => pending.push(sample),
             CallState::Named {
                 histogram,
                 driver_name,
-                labels,
-            } => observe(
-                histogram,
-                *labels,
-                &CallSample {
-                    driver_name: driver_name.clone(),
-                    method,
-                    code,
-                    origin,
-                    seconds,
-                },
-            ),
+                with_migrated,
+            } => observe(histogram, driver_name, *with_migrated, &sample),
         }
     }
 }
 
-fn observe(histogram: &HistogramVec, label_set: LabelSet, s: &CallSample) {
+/// The first three of `labels`, and the fourth (`migrated`) too `with_migrated`.
+fn label_set<T>(labels: &[T; 4], with_migrated: bool) -> &[T] {
+    &labels[..3 + usize::from(with_migrated)]
+}
+
+fn observe(histogram: &HistogramVec, driver_name: &str, with_migrated: bool, s: &CallSample) {
     let migrated = if s.origin.is_migrated() {
         "true"
     } else {
         "false"
     };
-    let labels: &[&str] = match label_set {
-        LabelSet::WithMigrated => &[&s.driver_name, s.method, s.code, migrated],
-        LabelSet::Plain => &[&s.driver_name, s.method, s.code],
-    };
-    if let Ok(h) = histogram.get_metric_with_label_values(labels) {
+    let labels = [driver_name, s.method, s.code, migrated];
+    if let Ok(h) = histogram.get_metric_with_label_values(label_set(&labels, with_migrated)) {
         h.observe(s.seconds);
     }
 }

@@ -26,7 +26,7 @@ pub fn request_timeout_for(csi_timeout: Duration) -> Duration {
 }
 
 /// Why a request was abandoned.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Copy, Debug, thiserror::Error)]
 pub enum DeadlineError {
     /// No response headers in time.
     #[error("the API server did not answer within {0:?}")]
@@ -120,9 +120,9 @@ where
             };
             let (until, bound) = if watch {
                 let silent_until = tokio::time::Instant::now() + WATCH_SILENCE;
-                (silent_until, Bound::Silence(WATCH_SILENCE))
+                (silent_until, DeadlineError::WatchSilent(WATCH_SILENCE))
             } else {
-                (deadline, Bound::Deadline(timeout))
+                (deadline, DeadlineError::Body(timeout))
             };
             Ok(response.map(|body| -> BoxBody {
                 Box::new(BoundedBody {
@@ -135,21 +135,13 @@ where
     }
 }
 
-/// What bounds a body.
-#[derive(Clone, Copy)]
-enum Bound {
-    /// The request's deadline: the whole body by then.
-    Deadline(Duration),
-    /// A watch: never cut while it carries something, failed once it has
-    /// been silent this long (each frame restarts the count).
-    Silence(Duration),
-}
-
-/// A body that fails when its [`Bound`] is reached.
+/// A body that fails with `bound` when `sleep` fires: the request's
+/// deadline for the whole body ([`DeadlineError::Body`]), or a watch's
+/// silence, which each frame restarts ([`DeadlineError::WatchSilent`]).
 struct BoundedBody<B> {
     body: B,
     sleep: Pin<Box<tokio::time::Sleep>>,
-    bound: Bound,
+    bound: DeadlineError,
 }
 
 impl<B> Body for BoundedBody<B>
@@ -165,7 +157,7 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         if let Poll::Ready(frame) = Pin::new(&mut self.body).poll_frame(cx) {
-            if let Bound::Silence(limit) = self.bound {
+            if let DeadlineError::WatchSilent(limit) = self.bound {
                 self.sleep
                     .as_mut()
                     .reset(tokio::time::Instant::now() + limit);
@@ -173,11 +165,7 @@ where
             return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
         }
         if self.sleep.as_mut().poll(cx).is_ready() {
-            let err = match self.bound {
-                Bound::Deadline(timeout) => DeadlineError::Body(timeout),
-                Bound::Silence(limit) => DeadlineError::WatchSilent(limit),
-            };
-            return Poll::Ready(Some(Err(err.into())));
+            return Poll::Ready(Some(Err(self.bound.into())));
         }
         Poll::Pending
     }

@@ -137,8 +137,7 @@ impl RateLimitLayer {
             .map(|q| Arc::new(RateLimiter::direct(q)));
         Self {
             limiter,
-            priority: Arc::default(),
-            urgent: false,
+            ..Self::unlimited()
         }
     }
 

@@ -167,21 +167,16 @@ impl<A: LeaseApi> Elector<A> {
                 if self.now() >= deadline {
                     break false;
                 }
-                let attempt = {
-                    let clock = Arc::clone(&self.clock);
-                    tokio::select! {
-                        renewed = self.try_acquire_or_renew() => Some(renewed),
-                        () = clock::sleep_until(clock.as_ref(), deadline) => None,
-                    }
+                let clock = Arc::clone(&self.clock);
+                let renewed = tokio::select! {
+                    renewed = self.try_acquire_or_renew() => renewed,
+                    () = clock::sleep_until(clock.as_ref(), deadline) => break false,
                 };
-                match attempt {
-                    Some(true) => break true,
-                    Some(false) => {
-                        let next = self.now() + self.settings.retry_period;
-                        self.sleep_until(next.min(deadline)).await;
-                    }
-                    None => break false,
+                if renewed {
+                    break true;
                 }
+                let next = self.now() + self.settings.retry_period;
+                self.sleep_until(next.min(deadline)).await;
             };
             if !renewed {
                 tracing::error!(lease = %self.settings.name, "Failed to renew lease within the renew deadline: leadership lost");
@@ -208,7 +203,7 @@ impl<A: LeaseApi> Elector<A> {
             // so leave it to expire instead.
             tracing::info!(
                 lease = %self.settings.name,
-                expires_in = ?self.observed_expiry().map(|e| e.saturating_duration_since(self.now())),
+                expires_in = ?self.expires_in(),
                 "Not releasing the leader lease: it was taken less than a renew deadline ago and may have been deleted under a leader still acting; the lease is left to expire"
             );
             return false;
@@ -220,7 +215,7 @@ impl<A: LeaseApi> Elector<A> {
                 lease = %self.settings.name,
                 in_flight,
                 abandoned,
-                expires_in = ?self.observed_expiry().map(|e| e.saturating_duration_since(self.now())),
+                expires_in = ?self.expires_in(),
                 "Not releasing the leader lease: driver calls were abandoned before they returned and may still be running in the driver; the lease is left to expire"
             );
             return false;
@@ -229,7 +224,7 @@ impl<A: LeaseApi> Elector<A> {
             return false;
         };
         let now = MicroTime(Timestamp::now());
-        let transitions = lease.spec.as_ref().and_then(|s| s.lease_transitions);
+        let (_, transitions) = acquired_and_transitions(&lease);
         lease.spec = Some(LeaseSpec {
             holder_identity: Some(String::new()),
             lease_duration_seconds: Some(1),
@@ -282,7 +277,7 @@ impl<A: LeaseApi> Elector<A> {
             tracing::debug!(
                 holder = ?self.holder(),
                 changed,
-                expires_in = ?self.observed_expiry().map(|e| e.saturating_duration_since(self.now())),
+                expires_in = ?self.expires_in(),
                 "Lease is held by another replica"
             );
             return false;
@@ -291,23 +286,18 @@ impl<A: LeaseApi> Elector<A> {
         // 4. Take it (or keep it, on the slow path). A Lease that already
         //    names us is not proof we led without a break: the CREATE whose
         //    answer we lost wrote it too.
-        let since = if self.is_leader() {
-            Since::Unknown
-        } else {
-            Since::ObservedExpiry
-        };
-        let (acquired, transitions) = if self.is_leader() {
+        let (since, (acquired, transitions)) = if self.is_leader() {
             if let Some(m) = &self.metrics {
                 m.slowpath.with_label_values(&[METRIC_NAME_LABEL]).inc();
             }
-            acquired_and_transitions(&current)
+            (Since::Unknown, acquired_and_transitions(&current))
         } else {
-            let transitions = current
-                .spec
-                .as_ref()
-                .and_then(|s| s.lease_transitions)
-                .unwrap_or(0);
-            (Some(MicroTime(Timestamp::now())), Some(transitions + 1))
+            let (_, transitions) = acquired_and_transitions(&current);
+            let taken = (
+                Some(MicroTime(Timestamp::now())),
+                Some(transitions.unwrap_or(0) + 1),
+            );
+            (Since::ObservedExpiry, taken)
         };
         match self
             .api
@@ -368,7 +358,7 @@ impl<A: LeaseApi> Elector<A> {
                 tracing::info!(
                     lease = %self.settings.name,
                     holder = ?self.holder(),
-                    expires_in = ?self.observed_expiry().map(|e| e.saturating_duration_since(self.now())),
+                    expires_in = ?self.expires_in(),
                     "Lease deleted while held by another replica; waiting out its last observed renewal before creating it"
                 );
                 return Err(false);
@@ -442,14 +432,10 @@ impl<A: LeaseApi> Elector<A> {
             && !self.window.borrow().is_open(started)
             && self.opens_at.is_none_or(|opens| opens < hold_until)
         {
-            // The Lease may have been deleted (and this one created) under a
-            // leader that does not know yet and keeps calling the driver until
-            // its window ends: `window_length(renew_deadline)` on its clock
-            // after its last renewal, which the API server applied before the
-            // deletion, so before this write, so before now. Our window opens
-            // a lease duration later on our clock: the margin a takeover has,
-            // so the hold absorbs the same clock-rate differences
-            // (`proptests.rs`); a renew deadline absorbed only 2 %.
+            // A leader that missed the deletion acts until its window ends,
+            // which started before this write; ours opens a lease duration
+            // from now: a takeover's margin against clock-rate differences
+            // (`proptests.rs`; a renew deadline absorbed only 2 %).
             // client-go leads at once.
             self.opens_at = Some(hold_until);
             tracing::info!(
@@ -458,20 +444,18 @@ impl<A: LeaseApi> Elector<A> {
                 "Leading on a lease that may have been re-created; holding it a lease duration before acting, in case a leader that missed the deletion is still acting"
             );
         }
-        if self.opens_at.is_some_and(|opens| now < opens) {
-            // Leading, not acting yet.
-            self.set_leading(true, Some(tokio::time::Instant::now()));
-            return true;
+        // Leading; acting too unless holding.
+        if self.opens_at.is_none_or(|opens| now >= opens) {
+            self.opens_at = None;
+            let end = started + window_length(self.settings.renew_deadline);
+            self.window.send_if_modified(|window| match window {
+                Window::Until(current) if *current >= end => false,
+                _ => {
+                    *window = Window::Until(end);
+                    true
+                }
+            });
         }
-        self.opens_at = None;
-        let end = started + window_length(self.settings.renew_deadline);
-        self.window.send_if_modified(|window| match window {
-            Window::Until(current) if *current >= end => false,
-            _ => {
-                *window = Window::Until(end);
-                true
-            }
-        });
         self.set_leading(true, Some(tokio::time::Instant::now()));
         true
     }
@@ -500,6 +484,13 @@ impl<A: LeaseApi> Elector<A> {
         let (lease, seen) = self.observed.as_ref()?;
         let seconds = lease.spec.as_ref()?.lease_duration_seconds?;
         Some(*seen + Duration::from_secs(u64::try_from(seconds).unwrap_or(0)))
+    }
+
+    /// How long until the observed lease expires, for the logs.
+    fn expires_in(&self) -> Option<Duration> {
+        let now = self.now();
+        self.observed_expiry()
+            .map(|e| e.saturating_duration_since(now))
     }
 
     fn is_valid(&self, now: Stamp) -> bool {

@@ -42,13 +42,9 @@ impl KubeLeases {
             .default_backoff()
             .filter_map(|event| async move {
                 match event {
+                    Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
                     // InitApply too: a Lease created between our GET and the watch start counts.
-                    Ok(
-                        watcher::Event::Apply(_)
-                        | watcher::Event::InitApply(_)
-                        | watcher::Event::Delete(_),
-                    ) => Some(()),
-                    Ok(_) => None,
+                    Ok(_) => Some(()),
                     Err(err) => {
                         tracing::debug!(error = %err, "Lease watch failed; retrying");
                         None

@@ -41,27 +41,20 @@ pub fn encode_text(families: &[MetricFamily]) -> String {
                 MetricType::UNTYPED => {}
                 MetricType::HISTOGRAM => {
                     let h = m.get_histogram();
-                    let mut inf_seen = false;
-                    for b in h.get_bucket() {
-                        let bound = b.upper_bound();
-                        sample(
-                            &mut out,
-                            "_bucket",
-                            Some(("le", bound)),
-                            b.cumulative_count() as f64,
-                        );
-                        inf_seen |= bound == f64::INFINITY;
+                    let count = h.get_sample_count() as f64;
+                    let mut buckets: Vec<(f64, f64)> = h
+                        .get_bucket()
+                        .iter()
+                        .map(|b| (b.upper_bound(), b.cumulative_count() as f64))
+                        .collect();
+                    if !buckets.iter().any(|(bound, _)| *bound == f64::INFINITY) {
+                        buckets.push((f64::INFINITY, count));
                     }
-                    if !inf_seen {
-                        sample(
-                            &mut out,
-                            "_bucket",
-                            Some(("le", f64::INFINITY)),
-                            h.get_sample_count() as f64,
-                        );
+                    for (bound, n) in buckets {
+                        sample(&mut out, "_bucket", Some(("le", bound)), n);
                     }
                     sample(&mut out, "_sum", None, h.get_sample_sum());
-                    sample(&mut out, "_count", None, h.get_sample_count() as f64);
+                    sample(&mut out, "_count", None, count);
                 }
                 MetricType::SUMMARY => {
                     let s = m.get_summary();

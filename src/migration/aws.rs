@@ -210,18 +210,10 @@ fn check_host(host: &str) -> Result<(), String> {
             check_port(port)?;
             check_escapes(port, Part::Host)?;
             let literal = &host[1..close];
-            let address = match literal.find("%25") {
-                Some(zone) => {
-                    check_escapes(&literal[..zone], Part::Host)?;
-                    check_escapes(&literal[zone..], Part::Zone)?;
-                    unescape_checked(literal)
-                }
-                None => {
-                    check_escapes(literal, Part::Host)?;
-                    unescape_checked(literal)
-                }
-            };
-            match parse_addr(&address)? {
+            let zone = literal.find("%25").unwrap_or(literal.len());
+            check_escapes(&literal[..zone], Part::Host)?;
+            check_escapes(&literal[zone..], Part::Zone)?;
+            match parse_addr(&unescape_checked(literal))? {
                 IpKind::V4 => Err("invalid IP-literal".to_owned()),
                 IpKind::V6 => Ok(()),
             }

@@ -38,7 +38,7 @@ impl From<PersistentVolumeSpec> for CompactPvSpec {
 impl CompactPvSpec {
     /// Compacts `spec`.
     pub fn new(mut spec: PersistentVolumeSpec) -> Self {
-        let mut compact = Self {
+        Self {
             access_modes: spec.access_modes.take(),
             capacity: Pairs::new(spec.capacity.take()),
             claim_ref: spec.claim_ref.take().map(Box::new),
@@ -49,12 +49,9 @@ impl CompactPvSpec {
             storage_class_name: spec.storage_class_name.take(),
             volume_attributes_class_name: spec.volume_attributes_class_name.take(),
             volume_mode: spec.volume_mode.take(),
-            rest: None,
-        };
-        if spec != PersistentVolumeSpec::default() {
-            compact.rest = Some(Box::new(spec));
+            // Only when anything is left, such as an in-tree source.
+            rest: (spec != PersistentVolumeSpec::default()).then(|| Box::new(spec)),
         }
-        compact
     }
 
     /// The in-tree plugin's CSI driver, for a PV with an in-tree source.

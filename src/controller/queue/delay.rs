@@ -49,10 +49,8 @@ impl<L: QueueLane> WorkQueue<L> {
     ) -> Duration {
         let failures = {
             let mut state = self.lock();
-            let f = state.failures.entry(key.to_string()).or_insert(0);
-            let before = *f;
-            *f = f.saturating_add(1);
-            before
+            let count = state.failures.entry(key.to_string()).or_insert(0);
+            std::mem::replace(count, count.saturating_add(1))
         };
         let delay = adjust(self.backoff.delay(failures));
         if let Some(m) = &self.metrics {
@@ -109,10 +107,7 @@ impl<L: QueueLane> WorkQueue<L> {
                     }
                 }
                 let timer = state.timers.peek().map(|Reverse((due, _, _))| *due);
-                match (timer, state.groups.next_hold_end()) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                }
+                timer.into_iter().chain(state.groups.next_hold_end()).min()
             };
             match next {
                 Some(due) => {

@@ -27,8 +27,8 @@ pub const WINDOW: usize = 64;
 /// The node (or other group) a key's work is for; empty for none.
 pub type Group = Arc<str>;
 
-/// Where a key waits in its lane.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where a key waits in its lane (default: no group, not urgent).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Placement {
     /// The key's group.
     pub group: Group,
@@ -37,17 +37,6 @@ pub struct Placement {
     /// At most this many of the group's keys in flight in the lane (`None`:
     /// no limit); the latest placement of a group's key sets it.
     pub limit: Option<usize>,
-}
-
-impl Placement {
-    /// No group, not urgent.
-    pub fn none() -> Self {
-        Self {
-            group: Arc::from(""),
-            urgent: false,
-            limit: None,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -205,7 +205,15 @@ where
     Wire<T>: kube::Resource<DynamicType = ()> + FromProto + Send + 'static,
     T: Send + 'static,
 {
-    unwrap_views(watch_raw_proto(api, kind))
+    watch_raw_proto(api, kind)
+        .map(|event| match event {
+            Event::Init => Event::Init,
+            Event::InitApply(obj) => Event::InitApply(obj.view),
+            Event::InitDone => Event::InitDone,
+            Event::Apply(obj) => Event::Apply(obj.view),
+            Event::Delete(obj) => Event::Delete(obj.view),
+        })
+        .boxed()
 }
 
 /// A watch of every `kind` object in protobuf, listed as
@@ -224,20 +232,6 @@ where
     )
 }
 
-fn unwrap_views<T: Send + 'static>(
-    events: futures::stream::BoxStream<'static, Event<Wire<T>>>,
-) -> futures::stream::BoxStream<'static, Event<T>> {
-    events
-        .map(|event| match event {
-            Event::Init => Event::Init,
-            Event::InitApply(obj) => Event::InitApply(obj.view),
-            Event::InitDone => Event::InitDone,
-            Event::Apply(obj) => Event::Apply(obj.view),
-            Event::Delete(obj) => Event::Delete(obj.view),
-        })
-        .boxed()
-}
-
 /// `events` retried as [`WatchBackoff`] says; failures are logged and the
 /// watch goes on.
 fn retried<K: Send + 'static>(
@@ -250,17 +244,14 @@ fn retried<K: Send + 'static>(
         .inspect_err(move |err| failures.record(err))
         .backoff(backoff)
         .filter_map(move |event| async move {
-            match event {
-                Ok(event) => Some(event),
-                Err(err) => {
-                    tracing::warn!(
-                        error = %crate::kube_client::error_chain(&err),
-                        kind,
-                        "watch failed; retrying"
-                    );
-                    None
-                }
+            let err = event
+                .as_ref()
+                .err()
+                .map(|e| crate::kube_client::error_chain(e));
+            if let Some(error) = err {
+                tracing::warn!(%error, kind, "watch failed; retrying");
             }
+            event.ok()
         })
         .boxed()
 }

@@ -36,9 +36,9 @@ const PAGE: u32 = 500;
 /// The bookmark annotation that ends a streaming list's initial events.
 const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 
-/// The server ends each watch after this long (kube-runtime's and
-/// client-go's bound, below the API server's own cap).
-const TIMEOUT_SECONDS: u32 = 290;
+/// Every watch's query: the server ends each after 290 s (kube-runtime's
+/// and client-go's bound, below the API server's own cap).
+const WATCH: &str = "watch=true&timeoutSeconds=290&allowWatchBookmarks=true";
 
 /// No object is anywhere near this (etcd's limit is 1.5 MiB); a longer frame
 /// is a broken stream, not a reason to allocate.
@@ -95,6 +95,20 @@ where
 
 type Step<K> = (Option<Result<Event<K>, watcher::Error>>, State);
 
+/// A step that hands out `err` and goes on at `next`.
+fn fail<K>(err: watcher::Error, next: State) -> Step<K> {
+    (Some(Err(err)), next)
+}
+
+/// `keep`, or a list from scratch when the resource version is gone (410).
+fn unless_gone(gone: bool, keep: State) -> State {
+    if gone {
+        State::Empty
+    } else {
+        keep
+    }
+}
+
 async fn step<K>(state: State, client: &kube::Client, path: &str, paginated: bool) -> Step<K>
 where
     K: FromProto + kube::Resource<DynamicType = ()>,
@@ -102,10 +116,7 @@ where
     match state {
         State::Empty if paginated => match page(client, path, None).await {
             Ok(page) => (Some(Ok(Event::Init)), State::Paging(page)),
-            Err(err) => (
-                Some(Err(watcher::Error::InitialListFailed(err))),
-                State::Empty,
-            ),
+            Err(err) => fail(watcher::Error::InitialListFailed(err), State::Empty),
         },
         State::Empty => list(client, path).await,
         State::Paging(page) => paging(client, path, page).await,
@@ -117,16 +128,10 @@ where
 
 /// Starts the streaming list.
 async fn list<K>(client: &kube::Client, path: &str) -> Step<K> {
-    let uri = format!(
-        "{path}?watch=true&timeoutSeconds={TIMEOUT_SECONDS}&allowWatchBookmarks=true\
-         &sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
-    );
+    let uri = format!("{path}?{WATCH}&sendInitialEvents=true&resourceVersionMatch=NotOlderThan");
     match open(client, &uri).await {
         Ok(frames) => (Some(Ok(Event::Init)), State::Listing(frames)),
-        Err(err) => (
-            Some(Err(watcher::Error::WatchStartFailed(err))),
-            State::Empty,
-        ),
+        Err(err) => fail(watcher::Error::WatchStartFailed(err), State::Empty),
     }
 }
 
@@ -140,17 +145,14 @@ async fn paging<K: FromProto>(client: &kube::Client, path: &str, mut current: Pa
     }
     let Some(token) = current.next else {
         if current.rv.is_empty() {
-            return (Some(Err(watcher::Error::NoResourceVersion)), State::Empty);
+            return fail(watcher::Error::NoResourceVersion, State::Empty);
         }
         return (Some(Ok(Event::InitDone)), State::Resume(current.rv));
     };
     match page(client, path, Some(&token)).await {
         Ok(next) => (None, State::Paging(next)),
         // A token that expired (410) or any other failure: list again.
-        Err(err) => (
-            Some(Err(watcher::Error::InitialListFailed(err))),
-            State::Empty,
-        ),
+        Err(err) => fail(watcher::Error::InitialListFailed(err), State::Empty),
     }
 }
 
@@ -182,21 +184,14 @@ async fn page(client: &kube::Client, path: &str, token: Option<&str>) -> Result<
 
 /// Watches again from `rv`; from scratch when it is gone (410).
 async fn resume<K>(client: &kube::Client, path: &str, rv: String) -> Step<K> {
-    let uri = format!(
-        "{path}?watch=true&timeoutSeconds={TIMEOUT_SECONDS}&allowWatchBookmarks=true\
-         &resourceVersion={}",
-        percent_encoding::utf8_percent_encode(&rv, percent_encoding::NON_ALPHANUMERIC)
-    );
+    let rv_query = percent_encoding::utf8_percent_encode(&rv, percent_encoding::NON_ALPHANUMERIC);
+    let uri = format!("{path}?{WATCH}&resourceVersion={rv_query}");
     match open(client, &uri).await {
         Ok(frames) => (None, State::Watching(frames, rv)),
         Err(err) => {
             let gone = matches!(&err, kube::Error::Api(s) if s.code == 410);
-            let next = if gone {
-                State::Empty
-            } else {
-                State::Resume(rv)
-            };
-            (Some(Err(watcher::Error::WatchStartFailed(err))), next)
+            let next = unless_gone(gone, State::Resume(rv));
+            fail(watcher::Error::WatchStartFailed(err), next)
         }
     }
 }
@@ -205,7 +200,7 @@ async fn resume<K>(client: &kube::Client, path: &str, rv: String) -> Step<K> {
 async fn listing<K: FromProto>(mut frames: Frames) -> Step<K> {
     match frames.next_event().await {
         None => (None, State::Empty),
-        Some(Err(err)) => (Some(Err(watcher::Error::WatchFailed(err))), State::Empty),
+        Some(Err(err)) => fail(watcher::Error::WatchFailed(err), State::Empty),
         Some(Ok(WatchItem::Object(kind, raw))) => match kind.as_str() {
             "ADDED" | "MODIFIED" => (
                 Some(decode::<K>(&raw).map(Event::InitApply)),
@@ -216,16 +211,12 @@ async fn listing<K: FromProto>(mut frames: Frames) -> Step<K> {
         },
         Some(Ok(WatchItem::Bookmark { rv, end })) => match (end, rv) {
             (true, Some(rv)) => (Some(Ok(Event::InitDone)), State::Watching(frames, rv)),
-            (true, None) => (Some(Err(watcher::Error::NoResourceVersion)), State::Empty),
+            (true, None) => fail(watcher::Error::NoResourceVersion, State::Empty),
             (false, _) => (None, State::Listing(frames)),
         },
         Some(Ok(WatchItem::Error(status))) => {
-            let next = if status.code == 410 {
-                State::Empty
-            } else {
-                State::Listing(frames)
-            };
-            (Some(Err(watcher::Error::WatchError(status))), next)
+            let next = unless_gone(status.code == 410, State::Listing(frames));
+            fail(watcher::Error::WatchError(status), next)
         }
     }
 }
@@ -237,10 +228,7 @@ where
 {
     match frames.next_event().await {
         None => (None, State::Resume(rv)),
-        Some(Err(err)) => (
-            Some(Err(watcher::Error::WatchFailed(err))),
-            State::Resume(rv),
-        ),
+        Some(Err(err)) => fail(watcher::Error::WatchFailed(err), State::Resume(rv)),
         Some(Ok(WatchItem::Object(kind, raw))) => match decode::<K>(&raw) {
             Ok(obj) => {
                 let new_rv = obj.meta().resource_version.clone().unwrap_or(rv);
@@ -251,18 +239,14 @@ where
                 };
                 (Some(Ok(event)), State::Watching(frames, new_rv))
             }
-            Err(err) => (Some(Err(err)), State::Watching(frames, rv)),
+            Err(err) => fail(err, State::Watching(frames, rv)),
         },
         Some(Ok(WatchItem::Bookmark { rv: new_rv, .. })) => {
             (None, State::Watching(frames, new_rv.unwrap_or(rv)))
         }
         Some(Ok(WatchItem::Error(status))) => {
-            let next = if status.code == 410 {
-                State::Empty
-            } else {
-                State::Watching(frames, rv)
-            };
-            (Some(Err(watcher::Error::WatchError(status))), next)
+            let next = unless_gone(status.code == 410, State::Watching(frames, rv));
+            fail(watcher::Error::WatchError(status), next)
         }
     }
 }
@@ -277,7 +261,12 @@ fn invalid(e: impl std::error::Error + Send + Sync + 'static) -> kube::Error {
 
 /// Starts a watch: its frames, or the API server's answer as an error.
 async fn open(client: &kube::Client, uri: &str) -> Result<Frames, kube::Error> {
-    Ok(Frames::new(send(client, uri, ACCEPT).await?))
+    let body = send(client, uri, ACCEPT).await?;
+    Ok(Frames {
+        body,
+        buf: Vec::new(),
+        start: 0,
+    })
 }
 
 /// A GET of `uri` accepting `accept`: the body of a success, or the API
@@ -374,14 +363,6 @@ struct Frames {
 }
 
 impl Frames {
-    fn new(body: kube::client::Body) -> Self {
-        Self {
-            body,
-            buf: Vec::new(),
-            start: 0,
-        }
-    }
-
     /// The next event; `None` when the body ends.
     async fn next_event(&mut self) -> Option<Result<WatchItem, kube::Error>> {
         loop {

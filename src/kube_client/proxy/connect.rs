@@ -22,57 +22,37 @@ use tower::{BoxError, Service};
 use super::route::Route;
 use super::url::{host_port, uri_host, ProxyUrl, Scheme};
 
-/// Why a connection through the proxy failed.
+/// Why a connection through `proxy` failed; `target` is the `host:port`
+/// asked for.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
     /// The proxy could not be reached.
     #[error("proxyconnect: cannot reach the proxy {proxy}: {source}")]
-    Reach {
-        /// The proxy.
-        proxy: ProxyUrl,
-        /// Why.
-        #[source]
-        source: BoxError,
-    },
+    Reach { proxy: ProxyUrl, source: BoxError },
     /// TLS to an `https` proxy failed.
     #[error("proxyconnect: TLS with the proxy {proxy} failed: {source}")]
-    Tls {
-        /// The proxy.
-        proxy: ProxyUrl,
-        /// Why.
-        #[source]
-        source: io::Error,
-    },
-    /// The proxy answered CONNECT with another status than 200 (HTTP), or
-    /// with another reply than "succeeded" (SOCKS5).
+    Tls { proxy: ProxyUrl, source: io::Error },
+    /// The proxy answered CONNECT with another status than 200 (HTTP: its
+    /// status line's code and reason), or with another reply than
+    /// "succeeded" (SOCKS5: the reply as Go names it).
     #[error("the proxy {proxy} refused CONNECT to {target}: {status}")]
     Refused {
-        /// The proxy.
         proxy: ProxyUrl,
-        /// `host:port` asked for.
         target: String,
-        /// Its status line's code and reason, or the SOCKS5 reply as Go
-        /// names it.
         status: String,
     },
     /// The CONNECT (or SOCKS5) exchange broke off or made no sense.
     #[error("the proxy {proxy} did not open a tunnel to {target}: {reason}")]
     Handshake {
-        /// The proxy.
         proxy: ProxyUrl,
-        /// `host:port` asked for.
         target: String,
-        /// What happened.
         reason: String,
     },
     /// No tunnel within the connect timeout.
     #[error("the proxy {proxy} did not open a tunnel to {target} within {timeout:?}")]
     Timeout {
-        /// The proxy.
         proxy: ProxyUrl,
-        /// `host:port` asked for.
         target: String,
-        /// The connect timeout.
         timeout: Duration,
     },
 }
@@ -107,33 +87,32 @@ impl Connector {
         tls_server_name: Option<&str>,
         timeout: Option<Duration>,
     ) -> Result<Self, kube::Error> {
-        let via = match route {
-            Route::Direct => None,
-            Route::Proxy(proxy, _) => {
-                let tls = match proxy.scheme {
-                    Scheme::Https => {
-                        let mut config = tls()?;
-                        // HTTP/1.1 to the proxy: CONNECT, never h2.
-                        config.alpn_protocols.clear();
-                        let name = tls_server_name.unwrap_or(&proxy.host).to_string();
-                        let name = tokio_rustls::rustls::pki_types::ServerName::try_from(name)
-                            .map_err(|e| {
-                                kube::Error::Service(
-                                    format!("proxy {proxy}: invalid TLS server name: {e}").into(),
-                                )
-                            })?;
-                        Some((tokio_rustls::TlsConnector::from(Arc::new(config)), name))
-                    }
-                    Scheme::Http | Scheme::Socks5 | Scheme::Socks5h => None,
-                };
-                Some(Arc::new(Via {
-                    proxy: proxy.clone(),
-                    tls,
-                    timeout,
-                }))
-            }
+        let Route::Proxy(proxy, _) = route else {
+            return Ok(Self { http, via: None });
         };
-        Ok(Self { http, via })
+        let mut tls_to_proxy = None;
+        if proxy.scheme == Scheme::Https {
+            let mut config = tls()?;
+            // HTTP/1.1 to the proxy: CONNECT, never h2.
+            config.alpn_protocols.clear();
+            let name = tls_server_name.unwrap_or(&proxy.host).to_string();
+            let name =
+                tokio_rustls::rustls::pki_types::ServerName::try_from(name).map_err(|e| {
+                    kube::Error::Service(
+                        format!("proxy {proxy}: invalid TLS server name: {e}").into(),
+                    )
+                })?;
+            tls_to_proxy = Some((tokio_rustls::TlsConnector::from(Arc::new(config)), name));
+        }
+        let via = Via {
+            proxy: proxy.clone(),
+            tls: tls_to_proxy,
+            timeout,
+        };
+        Ok(Self {
+            http,
+            via: Some(Arc::new(via)),
+        })
     }
 }
 
@@ -199,29 +178,21 @@ async fn connect_via(
     tunnel: bool,
 ) -> Result<Io, ConnectError> {
     let proxy = &via.proxy;
+    let reach = |source: BoxError| ConnectError::Reach {
+        proxy: proxy.clone(),
+        source,
+    };
     let proxy_uri = Uri::builder()
         .scheme("http")
         .authority(host_port(&proxy.host, proxy.port))
         .path_and_query("/")
         .build()
-        .map_err(|e| ConnectError::Reach {
-            proxy: proxy.clone(),
-            source: e.into(),
-        })?;
+        .map_err(|e| reach(e.into()))?;
     std::future::poll_fn(|cx| http.poll_ready(cx))
         .await
-        .map_err(|e| ConnectError::Reach {
-            proxy: proxy.clone(),
-            source: e.into(),
-        })?;
-    let tcp = http
-        .call(proxy_uri)
-        .await
-        .map_err(|e| ConnectError::Reach {
-            proxy: proxy.clone(),
-            source: e.into(),
-        })?
-        .into_inner();
+        .map_err(|e| reach(e.into()))?;
+    let tcp = http.call(proxy_uri).await.map_err(|e| reach(e.into()))?;
+    let tcp = tcp.into_inner();
     let mut io = match &via.tls {
         None => Either::Left(tcp),
         Some((connector, name)) => Either::Right(Box::new(
@@ -367,11 +338,11 @@ async fn connect_tunnel(io: &mut Io, proxy: &ProxyUrl, target: &str) -> Result<(
         request.push_str("\r\n");
     }
     request.push_str("\r\n");
-    io.write_all(request.as_bytes())
-        .await
-        .map_err(|e| handshake(format!("sending CONNECT: {e}")))?;
-    io.flush()
-        .await
+    let sent = async {
+        io.write_all(request.as_bytes()).await?;
+        io.flush().await
+    };
+    sent.await
         .map_err(|e| handshake(format!("sending CONNECT: {e}")))?;
     // Byte by byte up to the blank line: nothing of the tunnel's own bytes
     // (the API server's TLS) may be read here. The head is small and comes once.
@@ -395,16 +366,12 @@ async fn connect_tunnel(io: &mut Io, proxy: &ProxyUrl, target: &str) -> Result<(
     }
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut response = httparse::Response::new(&mut headers);
-    match response.parse(&head) {
-        Ok(httparse::Status::Complete(_)) => {}
-        Ok(httparse::Status::Partial) | Err(_) => {
-            let line =
-                String::from_utf8_lossy(head.split(|b| *b == b'\n').next().unwrap_or_default());
-            return Err(handshake(format!(
-                "not an HTTP answer to CONNECT: {:?}",
-                line.trim_end()
-            )));
-        }
+    if !matches!(response.parse(&head), Ok(httparse::Status::Complete(_))) {
+        let line = String::from_utf8_lossy(head.split(|b| *b == b'\n').next().unwrap_or_default());
+        let line = line.trim_end();
+        return Err(handshake(format!(
+            "not an HTTP answer to CONNECT: {line:?}"
+        )));
     }
     match response.code {
         Some(200) => Ok(()),

@@ -315,31 +315,32 @@ fn pv_spec(s: messages::PersistentVolumeSpec) -> core::PersistentVolumeSpec {
 }
 
 fn persistent_volume(pv: messages::PersistentVolume) -> Result<core::PersistentVolume, ProtoError> {
-    let status = match pv.status {
-        Some(s) => Some(core::PersistentVolumeStatus {
+    let status = pv.status.map(|s| {
+        Ok::<_, ProtoError>(core::PersistentVolumeStatus {
             last_phase_transition_time: time(s.last_phase_transition_time)?,
             message: text(s.message),
             phase: text(s.phase),
             reason: text(s.reason),
-        }),
-        None => None,
-    };
+        })
+    });
     Ok(core::PersistentVolume {
         metadata: object_meta(pv.metadata)?,
         spec: pv.spec.map(pv_spec),
-        status,
+        status: status.transpose()?,
     })
 }
 
 fn volume_error(
     e: Option<messages::VolumeError>,
 ) -> Result<Option<storage::VolumeError>, ProtoError> {
-    let Some(e) = e else { return Ok(None) };
-    Ok(Some(storage::VolumeError {
-        error_code: e.error_code,
-        message: text(e.message),
-        time: time(e.time)?,
-    }))
+    e.map(|e| {
+        Ok(storage::VolumeError {
+            error_code: e.error_code,
+            message: text(e.message),
+            time: time(e.time)?,
+        })
+    })
+    .transpose()
 }
 
 fn volume_attachment(
@@ -347,15 +348,14 @@ fn volume_attachment(
 ) -> Result<storage::VolumeAttachment, ProtoError> {
     let spec = va.spec.unwrap_or_default();
     let source = spec.source.unwrap_or_default();
-    let status = match va.status {
-        Some(s) => Some(storage::VolumeAttachmentStatus {
+    let status = va.status.map(|s| {
+        Ok::<_, ProtoError>(storage::VolumeAttachmentStatus {
             attach_error: volume_error(s.attach_error)?,
             attached: s.attached.unwrap_or_default(),
             attachment_metadata: map(s.attachment_metadata),
             detach_error: volume_error(s.detach_error)?,
-        }),
-        None => None,
-    };
+        })
+    });
     Ok(storage::VolumeAttachment {
         metadata: object_meta(va.metadata)?,
         spec: storage::VolumeAttachmentSpec {
@@ -366,7 +366,7 @@ fn volume_attachment(
                 persistent_volume_name: source.persistent_volume_name,
             },
         },
-        status,
+        status: status.transpose()?,
     })
 }
 
