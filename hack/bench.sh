@@ -13,6 +13,9 @@
 #   hack/bench.sh --ours-only     skip upstream (profiling; CSI_ATTACHER_BENCH_OURS=wrapper, or
 #                                 --ours-binary wrapper, runs ours under a profiler); P8 then runs
 #                                 ours and ours FIFO (--schedule-per-node=false)
+#   hack/bench.sh --upstream-binary PATH
+#                                 another build in upstream's place: before/after of ours in one run
+#                                 (hack/evidence.sh's lean part), results.md says so above its table
 #   hack/bench.sh --only p8 --p8-floor-only
 #                                 P8's floor alone (and its cloud operations' bound), no attacher
 #   hack/bench.sh --charts-only   redraw the SVG charts from bench/results.json (or --out DIR's), running nothing

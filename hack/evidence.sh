@@ -10,6 +10,9 @@
 # date, machine and command, through hack/figures.py --provenance):
 #   mutants   the full mutation table            docs/mutants-results.md
 #   bench     P1-P7, limits, growth, floor, cost  bench/results.{md,json} and charts (3 rounds)
+#   lean      P1-P7 of this build against the build before issue 50's cuts
+#             (2371ee9), in one run: that build in upstream's place
+#             (hack/bench.sh --upstream-binary), 3 rounds  bench/lean/results.{md,json}
 #   p8-*      P8 at the charts' flags and at upstream's defaults, 5 rounds (5 distinct
 #             seeds per cell), with the azure-disk-fast sensitivity row, in ten parts
 #             that each fit a session (the whole is ~4 h): one per profile, or per
@@ -74,7 +77,7 @@ p8_minutes() {
   esac
 }
 
-all=(mutants bench "${p8_parts[@]}" p8 chaos-1 chaos-2 soak fresh ci)
+all=(mutants bench lean "${p8_parts[@]}" p8 chaos-1 chaos-2 soak fresh ci)
 parts=("${all[@]}")
 list=false
 while [ $# -gt 0 ]; do
@@ -202,6 +205,18 @@ p8_merge() {
   hack/bench.sh --merge "${dirs[@]}" --out bench/p8
 }
 
+# The commit before issue 50's cuts (lean core): P1-P7 must not be worse than
+# at it beyond the run's spread. Built once, in a worktree under target/.
+lean_base=2371ee98d93618bcc93a51a7ba2c3d65d5202b97
+lean() {
+  local wt=$root/target/evidence/lean-base
+  if [ ! -x "$wt/target/release/csi-attacher" ]; then
+    rm -rf "$wt" && git worktree prune && git worktree add --detach "$wt" "$lean_base" &&
+      (cd "$wt" && cargo build --locked --release --bin csi-attacher) || return 1
+  fi
+  hack/bench.sh --only p1,p2,p3,p4,p5,p6,p7 --upstream-binary "$wt/target/release/csi-attacher" --out bench/lean
+}
+
 run_part() {
   local part=$1
   CSI_ATTACHER_PROVENANCE=$(python3 hack/figures.py --provenance "hack/evidence.sh --only $part")
@@ -209,6 +224,7 @@ run_part() {
   case "$part" in
     mutants) python3 hack/mutants.py --in-place --table docs/mutants-results.md ;;
     bench) hack/bench.sh --only limit,p1,p2,p3,p4,p5,p6,p1-workers,p4-load,p7,growth,floor,cost --out bench ;;
+    lean) lean ;;
     p8-*)
       rm -rf "${state:?}/$part"
       # shellcheck disable=SC2046 # p8_args's words are flags

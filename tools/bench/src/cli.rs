@@ -50,6 +50,9 @@ pub struct Cli {
     /// Another binary (or a profiling wrapper) to run as ours [default: this build's csi-attacher].
     #[arg(long, value_name = "PATH", env = "CSI_ATTACHER_BENCH_OURS")]
     pub ours_binary: Option<PathBuf>,
+    /// Another binary to run in upstream's place: another build of ours, for a before/after comparison in one run (the upstream column then holds the "before" build, and results.md says so) [default: upstream's csi-attacher v4.12].
+    #[arg(long, value_name = "PATH", conflicts_with = "ours_only")]
+    pub upstream_binary: Option<PathBuf>,
     /// Added by `cargo bench`; means nothing here.
     #[arg(long, hide = true)]
     bench: bool,

@@ -67,10 +67,18 @@ pub fn qps_args(qps: u32) -> Vec<String> {
 impl Harness {
     /// Starts (or joins) the control plane and the mock driver, and creates
     /// the CSINodes of `sizes.nodes` nodes. `ours`: another binary to run as
-    /// ours than this build's.
-    pub async fn start(sizes: Sizes, ours: Option<PathBuf>, third: Option<&str>) -> Result<Self> {
-        let tools = controlplane::tools_dir()?;
-        let upstream = tools.join("csi-attacher-upstream");
+    /// ours than this build's; `upstream`: another than upstream's.
+    pub async fn start(
+        sizes: Sizes,
+        ours: Option<PathBuf>,
+        upstream: Option<PathBuf>,
+        third: Option<&str>,
+    ) -> Result<Self> {
+        let upstream = match upstream {
+            Some(binary) if binary.exists() => binary,
+            Some(binary) => bail!("{} is missing", binary.display()),
+            None => controlplane::tools_dir()?.join("csi-attacher-upstream"),
+        };
         if !upstream.exists() {
             bail!(
                 "{} is missing: run hack/build-controlplane.sh",

@@ -85,7 +85,16 @@ async fn bench() -> Result<()> {
         return report::write_charts(&out);
     }
     let sizes = cli.sizes();
-    let h = Harness::start(sizes, cli.ours_binary.clone(), cli.p8_third.as_deref()).await?;
+    let h = Harness::start(
+        sizes,
+        cli.ours_binary.clone(),
+        cli.upstream_binary.clone(),
+        cli.p8_third.as_deref(),
+    )
+    .await?;
+    if let Some(binary) = &cli.upstream_binary {
+        h.note(report::UPSTREAM_BINARY, binary.display().to_string());
+    }
     if let Some(flags) = &cli.p8_third {
         h.note(report::P8_THIRD, flags.clone());
     }

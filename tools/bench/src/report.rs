@@ -133,6 +133,13 @@ pub fn markdown(results: &Results, sizes: &Sizes, smoke: bool, machine: &str) ->
         sizes.p6_vas,
         new_sizes(sizes),
     ));
+    if let Some(binary) = results.notes().get(UPSTREAM_BINARY) {
+        md.push_str(&format!(
+            "**In this run the upstream column is not upstream**: it is `{binary}`, another build \
+             run in its place (`hack/bench.sh --upstream-binary`), so \"ours better by\" reads \
+             what changed from that build to this one.\n\n"
+        ));
+    }
     md.push_str("| scenario | upstream median | ours median | ours better by | upstream min–max | ours min–max |\n|---|---|---|---|---|---|\n");
     let summary = |values: Option<&[f64]>| values.and_then(|v| Summary::of(v.iter().copied()));
     for (metric, series) in results.iter() {
@@ -566,6 +573,8 @@ pub fn growth_table(results: &Results, steps: &[GrowthSize]) -> String {
 pub const APISERVER_FLAGS: &str = "kube-apiserver flags";
 /// The note of P8's third side's flags, where `--p8-third` set them.
 pub const P8_THIRD: &str = "p8 third side";
+/// The note of the binary run in upstream's place, where `--upstream-binary` named one.
+pub const UPSTREAM_BINARY: &str = "upstream binary";
 /// The note of a merge (`--merge`): how many P8 runs made apart.
 pub const P8_MERGED: &str = "p8 merged runs";
 
@@ -978,5 +987,18 @@ mod tests {
             md.contains("kube-apiserver's flags in this run: `--v=1`"),
             "{md}"
         );
+    }
+
+    #[test]
+    fn another_build_in_upstreams_place_is_said_above_the_table() {
+        let mut results = Results::default();
+        let plain = markdown(&results, &SMOKE, true, "test");
+        assert!(!plain.contains("is not upstream"), "{plain}");
+        results.note(UPSTREAM_BINARY, "/tmp/before/csi-attacher".into());
+        let md = markdown(&results, &SMOKE, true, "test");
+        let said = md
+            .find("**In this run the upstream column is not upstream**: it is `/tmp/before/csi-attacher`")
+            .expect(&md);
+        assert!(said < md.find("| scenario |").expect(&md), "{md}");
     }
 }
