@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::controller::error::FlowError;
-use crate::controller::flows::capability::{volume_capability, SingleNodeModes};
+use crate::controller::flows::capability::volume_capability;
 use crate::controller::flows::source::{CsiVolume, Source};
 use crate::csi::proto::{ControllerPublishVolumeRequest, VolumeCapability};
 use crate::csi::Capabilities;
@@ -28,11 +28,7 @@ pub fn plan<'a>(
     capabilities: &Capabilities,
 ) -> Result<PublishPlan<'a>, FlowError> {
     let volume = source.csi_volume()?;
-    let capability = volume_capability(
-        volume.capability_source(),
-        default_fs_type,
-        SingleNodeModes::of(capabilities),
-    )?;
+    let capability = volume_capability(volume.capability_source(), default_fs_type, capabilities)?;
     // "CO MUST set this field to false if SP does not have PUBLISH_READONLY".
     let readonly = volume.csi.read_only.unwrap_or(false) && capabilities.publish_readonly;
     Ok(PublishPlan {
