@@ -82,13 +82,6 @@ pub enum Origin {
     Migrated,
 }
 
-impl Origin {
-    /// The metric label's value: whether the volume was translated.
-    pub fn is_migrated(self) -> bool {
-        self == Origin::Migrated
-    }
-}
-
 /// One page of `ListVolumes`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct VolumePage {
