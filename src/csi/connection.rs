@@ -204,7 +204,6 @@ fn dial_error_kind(err: &(dyn std::error::Error + 'static)) -> Option<io::ErrorK
 /// Why a connect(2) to the socket was refused: who owns it, who we are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct SocketAccess {
-    /// The socket path.
     path: String,
     /// The socket's owner and mode, or why it could not be read.
     socket: Result<FileOwner, String>,

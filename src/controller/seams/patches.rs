@@ -31,7 +31,6 @@ impl VaPatch {
         Self(json!({}))
     }
 
-    /// The merge patch body.
     pub fn body(&self) -> &Value {
         &self.0
     }
@@ -68,12 +67,10 @@ impl StatusPatch {
         }
     }
 
-    /// The merge patch body.
     pub fn body(&self) -> &Value {
         &self.body
     }
 
-    /// Who waits for it.
     pub fn urgency(&self) -> Urgency {
         self.urgency
     }
@@ -84,7 +81,6 @@ impl StatusPatch {
 pub struct PvPatch(json_patch::Patch);
 
 impl PvPatch {
-    /// The JSON patch.
     pub fn into_patch(self) -> json_patch::Patch {
         self.0
     }
