@@ -196,20 +196,14 @@ fn connect_timeout(path: &Path, timeout: Duration, last_error: String) -> Error 
 
 /// The kind of the I/O error behind a failed dial, if one is in its source chain.
 fn dial_error_kind(err: &(dyn std::error::Error + 'static)) -> Option<io::ErrorKind> {
-    let mut next = Some(err);
-    while let Some(err) = next {
-        if let Some(io) = err.downcast_ref::<io::Error>() {
-            return Some(io.kind());
-        }
-        next = err.source();
-    }
-    None
+    std::iter::successors(Some(err), |err| err.source())
+        .find_map(|err| err.downcast_ref::<io::Error>())
+        .map(io::Error::kind)
 }
 
 /// Why a connect(2) to the socket was refused: who owns it, who we are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct SocketAccess {
-    /// The socket path.
     path: String,
     /// The socket's owner and mode, or why it could not be read.
     socket: Result<FileOwner, String>,
@@ -308,13 +302,11 @@ impl std::fmt::Display for SocketAccess {
 }
 
 fn source_chain(err: &dyn std::error::Error) -> String {
-    let mut parts = Vec::new();
-    let mut source = err.source();
-    while let Some(s) = source {
-        parts.push(s.to_string());
-        source = s.source();
-    }
-    parts.join(": ")
+    let sources = std::iter::successors(err.source(), |err| err.source());
+    sources
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(": ")
 }
 
 /// A Unix stream that reports EOF and I/O errors on a watch channel.

@@ -17,9 +17,7 @@ pub enum Error {
     /// `--csi-address` is neither an absolute path nor a `unix://` URL.
     #[error("invalid CSI address {address:?}: {reason}")]
     InvalidAddress {
-        /// The address as given.
         address: String,
-        /// What is wrong with it.
         reason: &'static str,
     },
     /// No connection to the driver socket could be made in time.
@@ -27,9 +25,7 @@ pub enum Error {
     ConnectTimeout {
         /// Socket path.
         address: String,
-        /// How long we tried.
         timeout: Duration,
-        /// The last dial error.
         last_error: String,
     },
     /// The driver socket refused us (EACCES): connecting needs write permission on it.
@@ -47,14 +43,12 @@ pub enum Error {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("rpc error: code = {} desc = {message}", go_code_name(*.code))]
 pub struct RpcStatus {
-    /// The status code.
     pub code: Code,
     /// The status message, verbatim.
     pub message: String,
 }
 
 impl RpcStatus {
-    /// A status with the given code and message.
     pub fn new(code: Code, message: impl Into<String>) -> Self {
         Self {
             code,

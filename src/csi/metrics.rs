@@ -131,7 +131,7 @@ fn label_set<T>(labels: &[T; 4], with_migrated: bool) -> &[T] {
 }
 
 fn observe(histogram: &HistogramVec, driver_name: &str, with_migrated: bool, s: &CallSample) {
-    let migrated = if s.origin.is_migrated() {
+    let migrated = if s.origin == Origin::Migrated {
         "true"
     } else {
         "false"

@@ -29,16 +29,14 @@ use metrics::CsiCallMetrics;
 use proto::{controller_service_capability, plugin_capability};
 
 /// Upstream's `--max-grpc-log-length` truncation, with its suffix.
-fn cap_log(mut text: String, max: Option<usize>) -> String {
-    if let Some(max) = max {
-        if text.chars().count() > max {
-            text = text.chars().take(max).collect();
-            text.push_str(&format!(
-                " [response body too large, log capped to {max} chars]"
-            ));
+fn cap_log(text: String, max: Option<usize>) -> String {
+    match max {
+        Some(max) if text.chars().count() > max => {
+            let kept: String = text.chars().take(max).collect();
+            format!("{kept} [response body too large, log capped to {max} chars]")
         }
+        _ => text,
     }
-    text
 }
 
 /// Deadline of the short startup calls (GetPluginInfo; the two capability calls share one).
@@ -80,13 +78,6 @@ pub enum Origin {
     Csi,
     /// An in-tree PV translated to CSI.
     Migrated,
-}
-
-impl Origin {
-    /// The metric label's value: whether the volume was translated.
-    pub fn is_migrated(self) -> bool {
-        self == Origin::Migrated
-    }
 }
 
 /// One page of `ListVolumes`.

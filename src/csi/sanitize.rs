@@ -99,13 +99,10 @@ fn repair_status(headers: &mut HeaderMap) {
     }
     let text = String::from_utf8_lossy(&bytes);
     let encoded = percent_encode(text.as_bytes(), NON_ALPHANUMERIC).to_string();
-    match HeaderValue::from_str(&encoded) {
-        Ok(value) => {
-            headers.insert(GRPC_MESSAGE, value);
-        }
-        Err(_) => {
-            headers.remove(GRPC_MESSAGE);
-        }
+    if let Ok(value) = HeaderValue::from_str(&encoded) {
+        headers.insert(GRPC_MESSAGE, value);
+    } else {
+        headers.remove(GRPC_MESSAGE);
     }
 }
 

@@ -209,12 +209,14 @@ async fn publish_request(
     va: &CachedVa,
     source: &Source<'_>,
 ) -> Result<(ControllerPublishVolumeRequest, Origin, Option<String>), FlowError> {
-    let plan = request::plan(source, &ctx.default_fs_type, &ctx.capabilities)?;
-    let secrets = ctx.publish_secrets(&plan.volume.csi).await?;
+    let (volume, mut request) = request::plan(source, &ctx.default_fs_type, &ctx.capabilities)?;
+    let secrets = ctx.publish_secrets(&volume.csi).await?;
+    request.secrets = secrets.into_iter().collect();
     let node_ids =
         NodeIds::look_up(va, &ctx.stores.csinodes, ctx.api.as_ref(), &ctx.driver_name).await;
     let (node_id, stale) = node_ids.to_publish()?;
-    Ok((plan.request(node_id, secrets), plan.volume.origin, stale))
+    request.node_id = node_id;
+    Ok((request, volume.origin, stale))
 }
 
 #[cfg(test)]

@@ -35,37 +35,13 @@ pub struct CapabilitySource<'a> {
     pub fs_type: Option<&'a str>,
 }
 
-/// The CSI access modes a single-node volume gets: the classic
-/// `SINGLE_NODE_WRITER`, or the finer `SINGLE_NODE_SINGLE_WRITER` /
-/// `SINGLE_NODE_MULTI_WRITER` when the driver has the
-/// `SINGLE_NODE_MULTI_WRITER` controller capability.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SingleNodeModes {
-    /// `SINGLE_NODE_WRITER` for ReadWriteOnce and ReadWriteOncePod.
-    Classic,
-    /// `SINGLE_NODE_MULTI_WRITER` for ReadWriteOnce,
-    /// `SINGLE_NODE_SINGLE_WRITER` for ReadWriteOncePod.
-    MultiWriter,
-}
-
-impl SingleNodeModes {
-    /// The modes `capabilities` allow.
-    pub fn of(capabilities: &Capabilities) -> Self {
-        if capabilities.single_node_multi_writer {
-            Self::MultiWriter
-        } else {
-            Self::Classic
-        }
-    }
-}
-
 /// Builds the capability; `default_fs_type` fills an empty fsType (`--default-fstype`).
 pub fn volume_capability(
     source: CapabilitySource<'_>,
     default_fs_type: &str,
-    single_node: SingleNodeModes,
+    capabilities: &Capabilities,
 ) -> Result<VolumeCapability, CapabilityError> {
-    let mode = access_mode(source.access_modes, single_node)?;
+    let mode = access_mode(source.access_modes, capabilities)?;
     let access_type = if source.block {
         AccessType::Block(BlockVolume {})
     } else {
@@ -85,12 +61,13 @@ pub fn volume_capability(
     })
 }
 
-/// Kubernetes access modes (a set) → one CSI access mode.
-pub fn access_mode(
-    modes: &[String],
-    single_node: SingleNodeModes,
-) -> Result<Mode, CapabilityError> {
-    let multi_writer = single_node == SingleNodeModes::MultiWriter;
+/// Kubernetes access modes (a set) → one CSI access mode. A single-node
+/// volume gets the classic `SINGLE_NODE_WRITER`, or the finer
+/// `SINGLE_NODE_SINGLE_WRITER` (ReadWriteOncePod) / `SINGLE_NODE_MULTI_WRITER`
+/// (ReadWriteOnce) when the driver has the `SINGLE_NODE_MULTI_WRITER`
+/// controller capability.
+pub fn access_mode(modes: &[String], capabilities: &Capabilities) -> Result<Mode, CapabilityError> {
+    let multi_writer = capabilities.single_node_multi_writer;
     let has = |m: &str| modes.iter().any(|x| x == m);
     let (rwo, rox, rwx, rwop) = (
         has("ReadWriteOnce"),
@@ -134,6 +111,22 @@ mod tests {
     fn modes(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()
     }
+
+    /// A driver without SINGLE_NODE_MULTI_WRITER.
+    const CLASSIC: &Capabilities = &Capabilities {
+        controller_service: true,
+        publish_unpublish: true,
+        publish_readonly: false,
+        list_volumes: false,
+        list_volumes_published_nodes: false,
+        single_node_multi_writer: false,
+    };
+
+    /// A driver with SINGLE_NODE_MULTI_WRITER.
+    const MULTI_WRITER: &Capabilities = &Capabilities {
+        single_node_multi_writer: true,
+        ..*CLASSIC
+    };
 
     #[test]
     fn access_mode_table_matches_upstream() {
@@ -197,12 +190,12 @@ mod tests {
         ];
         for (input, default, multi) in cases {
             assert_eq!(
-                &access_mode(&modes(input), SingleNodeModes::Classic),
+                &access_mode(&modes(input), CLASSIC),
                 default,
                 "{input:?} default"
             );
             assert_eq!(
-                &access_mode(&modes(input), SingleNodeModes::MultiWriter),
+                &access_mode(&modes(input), MULTI_WRITER),
                 multi,
                 "{input:?} SINGLE_NODE_MULTI_WRITER"
             );
@@ -212,11 +205,11 @@ mod tests {
     #[test]
     fn empty_or_unknown_modes_are_unsupported_with_upstream_text() {
         assert_eq!(
-            access_mode(&[], SingleNodeModes::Classic).map_err(|e| e.to_string()),
+            access_mode(&[], CLASSIC).map_err(|e| e.to_string()),
             Err("unsupported AccessMode combination: []".to_string())
         );
         assert_eq!(
-            access_mode(&modes(&["Bogus"]), SingleNodeModes::Classic).map_err(|e| e.to_string()),
+            access_mode(&modes(&["Bogus"]), CLASSIC).map_err(|e| e.to_string()),
             Err("unsupported AccessMode combination: [Bogus]".to_string())
         );
     }
@@ -231,7 +224,7 @@ mod tests {
             mount_options: &opts,
             fs_type: Some(""),
         };
-        let cap = volume_capability(source, "ext4", SingleNodeModes::Classic).expect("capability");
+        let cap = volume_capability(source, "ext4", CLASSIC).expect("capability");
         assert_eq!(
             cap.access_type,
             Some(AccessType::Mount(MountVolume {
@@ -246,7 +239,7 @@ mod tests {
                 ..source
             },
             "ext4",
-            SingleNodeModes::Classic,
+            CLASSIC,
         )
         .expect("capability");
         assert!(matches!(xfs.access_type, Some(AccessType::Mount(ref m)) if m.fs_type == "xfs"));
@@ -264,7 +257,7 @@ mod tests {
                 fs_type: Some("ext4"),
             },
             "ext4",
-            SingleNodeModes::Classic,
+            CLASSIC,
         )
         .expect("capability");
         assert_eq!(cap.access_type, Some(AccessType::Block(BlockVolume {})));

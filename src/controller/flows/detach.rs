@@ -77,16 +77,16 @@ async fn unpublish(ctx: &Ctx, va: &CachedVa) -> Result<(), FlowError> {
                 "The node ID recorded at publish differs from the CSINode's; unpublishing from both");
         }
     }
+    let volume_id = &volume.csi.volume_handle;
     for node_id in node_ids.to_unpublish()? {
-        let request = ControllerUnpublishVolumeRequest {
-            volume_id: volume.csi.volume_handle.clone(),
-            node_id,
-            secrets: secrets.clone().into_iter().collect(),
-        };
-        let node_id = request.node_id.clone();
-        if ctx.held_elsewhere(va.name(), &request.volume_id, &node_id) {
+        if ctx.held_elsewhere(va.name(), volume_id, &node_id) {
             continue;
         }
+        let request = ControllerUnpublishVolumeRequest {
+            volume_id: volume_id.clone(),
+            node_id: node_id.clone(),
+            secrets: secrets.clone().into_iter().collect(),
+        };
         // An OK settles what the VA owed there (`FencedDriver::unpublish`).
         match ctx
             .driver
@@ -106,9 +106,7 @@ async fn unpublish(ctx: &Ctx, va: &CachedVa) -> Result<(), FlowError> {
                 }
                 tracing::warn!(va = %va.name(), node = %va.node_name(), error = %status,
                     "Unpublish answered NotFound and the Node is gone: counted as detached (--unpublish-not-found-node-gone)");
-                ctx.driver
-                    .undos()
-                    .paid(va.name(), &volume.csi.volume_handle, &node_id);
+                ctx.driver.undos().paid(va.name(), volume_id, &node_id);
             }
             Err(status) => return Err(status.into()),
         }

@@ -39,11 +39,6 @@ pub struct NodeIds {
     pub csinode: Result<String, FlowError>,
 }
 
-/// The node-id annotation on `va`, as found.
-fn annotation(va: &CachedVa) -> Option<String> {
-    va.annotation(NODE_ID_ANNOTATION).map(str::to_owned)
-}
-
 /// `driver`'s node ID on `node` from the CSINode cache.
 pub fn from_cache(
     csinodes: &Store<CSINode>,
@@ -76,26 +71,23 @@ impl NodeIds {
         driver: &str,
     ) -> Self {
         let node = va.node_name();
-        let mut csinode = from_cache(csinodes, node, driver);
-        if let Err(miss) = &csinode {
+        let mut ids = Self::cached(va, csinodes, driver);
+        if let Err(miss) = &ids.csinode {
             match api.csinode_node_id(node, driver).await {
-                Ok(Some(id)) => csinode = Ok(id),
+                Ok(Some(id)) => ids.csinode = Ok(id),
                 Ok(None) => {}
                 Err(err) => {
                     tracing::debug!(node, error = %err, cache = %miss, "CSINode lookup after a cache miss failed")
                 }
             }
         }
-        Self {
-            recorded: annotation(va),
-            csinode,
-        }
+        ids
     }
 
     /// Both sources for `va`, from the cache only (no I/O).
     pub fn cached(va: &CachedVa, csinodes: &Store<CSINode>, driver: &str) -> Self {
         Self {
-            recorded: annotation(va),
+            recorded: va.annotation(NODE_ID_ANNOTATION).map(str::to_owned),
             csinode: from_cache(csinodes, va.node_name(), driver),
         }
     }

@@ -21,12 +21,8 @@ use crate::controller::seams::patches;
 /// Upstream's `processFinalizers`: our finalizer, and the PV is deleting or its
 /// CSI migration was rolled back (in-tree PV not marked as migrated to us).
 pub fn needs_finalizer_check(pv: &CachedPv, driver: &str, finalizer: &str) -> bool {
-    pv.has_finalizer(finalizer) && (pv.is_deleting() || migration_rolled_back(pv, driver))
-}
-
-/// An in-tree PV whose `pv.kubernetes.io/migrated-to` is missing or not us.
-pub fn migration_rolled_back(pv: &CachedPv, driver: &str) -> bool {
-    pv.is_migratable() && pv.annotation(MIGRATED_TO_ANNOTATION) != Some(driver)
+    let rolled_back = pv.is_migratable() && pv.annotation(MIGRATED_TO_ANNOTATION) != Some(driver);
+    pv.has_finalizer(finalizer) && (pv.is_deleting() || rolled_back)
 }
 
 /// One attempt for `pv`.

@@ -2,62 +2,34 @@
 //! `--default-fstype` and the driver's capabilities: everything but the node ID
 //! and the secrets' values, which the attach flow adds itself.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 
 use crate::controller::error::FlowError;
-use crate::controller::flows::capability::{volume_capability, SingleNodeModes};
+use crate::controller::flows::capability::volume_capability;
 use crate::controller::flows::source::{CsiVolume, Source};
-use crate::csi::proto::{ControllerPublishVolumeRequest, VolumeCapability};
+use crate::csi::proto::ControllerPublishVolumeRequest;
 use crate::csi::Capabilities;
 
-/// The Publish request of one VA, but for its node ID and secrets.
-pub struct PublishPlan<'a> {
-    /// The CSI volume (translated for an in-tree PV).
-    pub volume: CsiVolume<'a>,
-    /// The capability Publish carries.
-    pub capability: VolumeCapability,
-    /// `readonly`: the PV's, only when the driver has PUBLISH_READONLY.
-    pub readonly: bool,
-}
-
-/// Plans the request for `source`: the CSI volume (translation errors), then
-/// the capability (capability errors), in the attach flow's order.
+/// The CSI volume of `source` (translated for an in-tree PV) and its Publish
+/// request, without node ID and secrets: the CSI volume (translation errors)
+/// first, then the capability (capability errors), in the attach flow's order.
 pub fn plan<'a>(
     source: &'a Source<'_>,
     default_fs_type: &str,
     capabilities: &Capabilities,
-) -> Result<PublishPlan<'a>, FlowError> {
+) -> Result<(CsiVolume<'a>, ControllerPublishVolumeRequest), FlowError> {
     let volume = source.csi_volume()?;
-    let capability = volume_capability(
-        volume.capability_source(),
-        default_fs_type,
-        SingleNodeModes::of(capabilities),
-    )?;
-    // "CO MUST set this field to false if SP does not have PUBLISH_READONLY".
-    let readonly = volume.csi.read_only.unwrap_or(false) && capabilities.publish_readonly;
-    Ok(PublishPlan {
-        volume,
-        capability,
-        readonly,
-    })
-}
-
-impl PublishPlan<'_> {
-    /// The request to `node_id`, with the secrets' values.
-    pub fn request(
-        &self,
-        node_id: String,
-        secrets: BTreeMap<String, String>,
-    ) -> ControllerPublishVolumeRequest {
-        let csi = &self.volume.csi;
-        let context = csi.volume_attributes.clone().unwrap_or_default();
-        ControllerPublishVolumeRequest {
-            volume_id: csi.volume_handle.clone(),
-            node_id,
-            volume_capability: Some(self.capability.clone()),
-            readonly: self.readonly,
-            secrets: secrets.into_iter().collect(),
-            volume_context: context.into_iter().collect(),
-        }
-    }
+    let capability = volume_capability(volume.capability_source(), default_fs_type, capabilities)?;
+    let csi = &volume.csi;
+    let context = csi.volume_attributes.clone().unwrap_or_default();
+    let request = ControllerPublishVolumeRequest {
+        volume_id: csi.volume_handle.clone(),
+        node_id: String::new(),
+        volume_capability: Some(capability),
+        // "CO MUST set this field to false if SP does not have PUBLISH_READONLY".
+        readonly: csi.read_only.unwrap_or(false) && capabilities.publish_readonly,
+        secrets: HashMap::new(),
+        volume_context: context.into_iter().collect(),
+    };
+    Ok((volume, request))
 }

@@ -122,11 +122,6 @@ impl KubeApi {
             Err(err) => Err(ApiError(err)),
         }
     }
-
-    /// GETs a PersistentVolume (`None` when there is none).
-    pub async fn pv(&self, name: &str) -> Result<Option<CachedPv>, ApiError> {
-        self.get::<PersistentVolume, _>(name).await
-    }
 }
 
 // Every VA patch names the object it was built from by UID as well as by
@@ -185,7 +180,7 @@ impl ClusterApi for KubeApi {
     }
 
     fn pv<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<CachedPv>, ApiError>> {
-        KubeApi::pv(self, name).boxed()
+        self.get::<PersistentVolume, _>(name).boxed()
     }
 
     fn csinode_node_id<'a>(

@@ -104,7 +104,11 @@ impl FencedDriver {
         va: &CachedVa,
     ) -> Result<Result<HashMap<String, String>, RpcStatus>, NotLeading> {
         let published = Published::of(&request, origin);
-        let answer = self.publish_fenced(request, origin, va).await;
+        let answer = self
+            .call(Lane::Attach, Some(va), || {
+                self.driver.publish(request, origin)
+            })
+            .await;
         let (volume, node_id) = (&published.request.volume_id, &published.request.node_id);
         match &answer {
             Ok(Ok(_)) => self.undos.paid(va.name(), volume, node_id),
@@ -118,26 +122,6 @@ impl FencedDriver {
         answer
     }
 
-    async fn publish_fenced(
-        &self,
-        request: ControllerPublishVolumeRequest,
-        origin: Origin,
-        va: &CachedVa,
-    ) -> Result<Result<HashMap<String, String>, RpcStatus>, NotLeading> {
-        // Not even built outside the window (a driver may act on the call itself).
-        if !self.leadership.may_start() {
-            return Err(NotLeading);
-        }
-        let started = tokio::time::Instant::now();
-        let answer = self
-            .leadership
-            .call(self.driver.publish(request, origin))
-            .await;
-        self.note_deadline(&answer);
-        self.report(Lane::Attach, va, started, &answer);
-        answer
-    }
-
     /// `ControllerUnpublishVolume` inside the window (as [`Self::publish`]);
     /// an OK settles what VA `va` owed on that pair; `None` for a call no VA
     /// stands behind (an orphan's: no listener hears it, nothing was owed).
@@ -147,50 +131,44 @@ impl FencedDriver {
         origin: Origin,
         va: Option<&CachedVa>,
     ) -> Result<Result<(), RpcStatus>, NotLeading> {
-        // Not even built outside the window (a driver may act on the call itself).
-        if !self.leadership.may_start() {
-            return Err(NotLeading);
-        }
         let pair = (request.volume_id.clone(), request.node_id.clone());
-        let started = tokio::time::Instant::now();
         let answer = self
-            .leadership
-            .call(self.driver.unpublish(request, origin))
+            .call(Lane::Detach, va, || self.driver.unpublish(request, origin))
             .await;
-        self.note_deadline(&answer);
-        if let Some(va) = va {
-            self.report(Lane::Detach, va, started, &answer);
-            if matches!(answer, Ok(Ok(()))) {
-                self.undos.paid(va.name(), &pair.0, &pair.1);
-            }
+        if let (Some(va), Ok(Ok(()))) = (va, &answer) {
+            self.undos.paid(va.name(), &pair.0, &pair.1);
         }
         answer
     }
 
-    /// A call that ended at its deadline may still run in the driver
-    /// (a cloud operation outlives its caller): counted as abandoned.
-    fn note_deadline<T>(&self, answer: &Result<Result<T, RpcStatus>, NotLeading>) {
-        if matches!(answer, Ok(Err(status)) if status.code == tonic::Code::DeadlineExceeded) {
-            self.leadership.gave_up();
-        }
-    }
-
-    /// Tells the listener how a call for `va` ended (an abandoned call tells
-    /// it nothing: no answer came).
-    fn report<T>(
+    /// Runs the call `start` builds inside the window, and tells the listener
+    /// how the call for `va` ended (an abandoned call tells it nothing: no
+    /// answer came).
+    async fn call<T, F: Future<Output = Result<T, RpcStatus>>>(
         &self,
         lane: Lane,
-        va: &CachedVa,
-        started: tokio::time::Instant,
-        answer: &Result<Result<T, RpcStatus>, NotLeading>,
-    ) {
-        if let (Some(listener), Ok(result)) = (&self.listener, answer) {
+        va: Option<&CachedVa>,
+        start: impl FnOnce() -> F,
+    ) -> Result<Result<T, RpcStatus>, NotLeading> {
+        // Not even built outside the window (a driver may act on the call itself).
+        if !self.leadership.may_start() {
+            return Err(NotLeading);
+        }
+        let started = tokio::time::Instant::now();
+        let answer = self.leadership.call(start()).await;
+        // A call that ended at its deadline may still run in the driver
+        // (a cloud operation outlives its caller): counted as abandoned.
+        if matches!(&answer, Ok(Err(status)) if status.code == Code::DeadlineExceeded) {
+            self.leadership.gave_up();
+        }
+        if let (Some(listener), Some(va), Ok(result)) = (&self.listener, va, &answer) {
             let answer = result
                 .as_ref()
                 .err()
                 .map(|status| (status.code, status.message.as_str()));
             listener.finished(lane, va.name(), va.node_name(), started, answer);
         }
+        answer
     }
 
     /// A read through the driver (the reconciler's ListVolumes pages) inside

@@ -31,7 +31,6 @@ impl VaPatch {
         Self(json!({}))
     }
 
-    /// The merge patch body.
     pub fn body(&self) -> &Value {
         &self.0
     }
@@ -68,12 +67,10 @@ impl StatusPatch {
         }
     }
 
-    /// The merge patch body.
     pub fn body(&self) -> &Value {
         &self.body
     }
 
-    /// Who waits for it.
     pub fn urgency(&self) -> Urgency {
         self.urgency
     }
@@ -84,7 +81,6 @@ impl StatusPatch {
 pub struct PvPatch(json_patch::Patch);
 
 impl PvPatch {
-    /// The JSON patch.
     pub fn into_patch(self) -> json_patch::Patch {
         self.0
     }
@@ -142,28 +138,24 @@ pub fn attached_status(
         patch.insert("attached".into(), json!(true));
     }
     let current = status.and_then(CompactVaStatus::attachment_metadata);
-    let current_empty = current.is_none_or(<[_]>::is_empty);
     // Both are sorted by key without repeats: equal as maps when equal in order.
     let same =
         current.is_some_and(|pairs| pairs.iter().map(|(k, v)| (k, v)).eq(publish_context.iter()));
-    match (current_empty, publish_context.is_empty()) {
-        (true, true) => {}
-        (false, true) => {
+    if publish_context.is_empty() {
+        if current.is_some_and(|pairs| !pairs.is_empty()) {
             patch.insert("attachmentMetadata".into(), Value::Null);
         }
-        _ if !same => {
-            // Merge patches merge maps: null out keys that disappeared.
-            let mut metadata: Map<String, Value> = current
-                .into_iter()
-                .flatten()
-                .map(|(k, _)| k)
-                .filter(|k| !publish_context.contains_key(*k))
-                .map(|k| (k.clone(), Value::Null))
-                .collect();
-            metadata.extend(publish_context.iter().map(|(k, v)| (k.clone(), json!(v))));
-            patch.insert("attachmentMetadata".into(), Value::Object(metadata));
-        }
-        _ => {}
+    } else if !same {
+        // Merge patches merge maps: null out keys that disappeared.
+        let mut metadata: Map<String, Value> = current
+            .into_iter()
+            .flatten()
+            .map(|(k, _)| k)
+            .filter(|k| !publish_context.contains_key(*k))
+            .map(|k| (k.clone(), Value::Null))
+            .collect();
+        metadata.extend(publish_context.iter().map(|(k, v)| (k.clone(), json!(v))));
+        patch.insert("attachmentMetadata".into(), Value::Object(metadata));
     }
     if status.is_some_and(|s| s.attach_error().is_some()) {
         patch.insert("attachError".into(), Value::Null);
