@@ -94,7 +94,7 @@ impl From<WireVa> for CachedVa {
                 .spec
                 .source
                 .inline_volume_spec
-                .map(|spec| Box::new(CompactPvSpec::new(*spec))),
+                .map(|spec| Box::new(CompactPvSpec::from(*spec))),
             status: w.status,
         }
     }
@@ -116,7 +116,7 @@ impl From<VolumeAttachment> for CachedVa {
             persistent_volume_name: source.persistent_volume_name,
             inline_volume_spec: source
                 .inline_volume_spec
-                .map(|spec| Box::new(CompactPvSpec::new(spec))),
+                .map(|spec| Box::new(CompactPvSpec::from(spec))),
             status: va.status.map(|s| CompactVaStatus {
                 attached: s.attached,
                 attachment_metadata: Pairs::new(s.attachment_metadata),
