@@ -4,27 +4,18 @@
 //! Display texts are upstream's where upstream writes them into
 //! `attachError`/`detachError` (as upstream external-attacher v4.12).
 
-use std::fmt;
-
 use crate::controller::flows::capability::CapabilityError;
 use crate::csi::RpcStatus;
 
 /// A Kubernetes API error, shown like Go's `err.Error()`: the Status message.
-#[derive(Debug)]
-pub struct ApiError(pub kube::Error);
+#[derive(Debug, thiserror::Error)]
+#[error("{}", go_text(.0))]
+pub struct ApiError(#[source] pub kube::Error);
 
-impl fmt::Display for ApiError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.0 {
-            kube::Error::Api(status) if !status.message.is_empty() => f.write_str(&status.message),
-            other => write!(f, "{other}"),
-        }
-    }
-}
-
-impl std::error::Error for ApiError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.0)
+fn go_text(err: &kube::Error) -> String {
+    match err {
+        kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
+        other => other.to_string(),
     }
 }
 
