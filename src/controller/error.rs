@@ -66,9 +66,7 @@ pub enum FlowError {
     /// Reading a PV the cache does not hold failed.
     #[error("could not get PersistentVolume {name:?}: {source}")]
     GetPv {
-        /// The PV's name.
         name: String,
-        /// The API error.
         #[source]
         source: ApiError,
     },
@@ -90,9 +88,7 @@ pub enum FlowError {
     /// The controller-publish secret could not be read.
     #[error("failed to load secret \"{namespace}/{name}\": {source}")]
     Secret {
-        /// Secret namespace.
         namespace: String,
-        /// Secret name.
         name: String,
         /// The API error, or a value that cannot be sent.
         #[source]
@@ -103,12 +99,7 @@ pub enum FlowError {
     CsiNodeNotFound(String),
     /// The CSINode has no entry for our driver.
     #[error("CSINode {node} does not contain driver {driver}")]
-    DriverNotOnNode {
-        /// Node name.
-        node: String,
-        /// Driver name.
-        driver: String,
-    },
+    DriverNotOnNode { node: String, driver: String },
     /// Adding our finalizer / node-id annotation to the VA failed.
     #[error("could not save VolumeAttachment: {0}")]
     SaveVolumeAttachment(#[source] ApiError),
