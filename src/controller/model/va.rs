@@ -1,7 +1,6 @@
 //! The VolumeAttachment view: [`CompactVaStatus`], [`CachedVa`] and the wire
 //! structs it decodes from ([`WireVa`]).
 
-use k8s_openapi::api::core::v1::PersistentVolumeSpec;
 use k8s_openapi::api::storage::v1::{VolumeAttachment, VolumeAttachmentSpec, VolumeError};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::Deserialize;
@@ -80,7 +79,7 @@ struct WireVaSpec {
 #[serde(rename_all = "camelCase")]
 struct WireVaSource {
     persistent_volume_name: Option<String>,
-    inline_volume_spec: Option<Box<PersistentVolumeSpec>>,
+    inline_volume_spec: Option<Box<CompactPvSpec>>,
 }
 
 impl From<WireVa> for CachedVa {
@@ -90,11 +89,7 @@ impl From<WireVa> for CachedVa {
             attacher: w.spec.attacher,
             node_name: w.spec.node_name,
             persistent_volume_name: w.spec.source.persistent_volume_name,
-            inline_volume_spec: w
-                .spec
-                .source
-                .inline_volume_spec
-                .map(|spec| Box::new(CompactPvSpec::from(*spec))),
+            inline_volume_spec: w.spec.source.inline_volume_spec,
             status: w.status,
         }
     }
