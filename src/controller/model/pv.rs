@@ -124,8 +124,8 @@ pub struct CachedPv {
     status: Option<PersistentVolumeStatus>,
 }
 
-/// A view of an already decoded PV (for callers that hold one, such as
-/// benchmarks); the watches decode views straight from the wire.
+/// A view of an already decoded PV: the protobuf decode's ([`super::proto`])
+/// or a benchmark's; JSON decodes straight into the view.
 impl From<PersistentVolume> for CachedPv {
     fn from(pv: PersistentVolume) -> Self {
         Self {

@@ -95,8 +95,8 @@ impl From<WireVa> for CachedVa {
     }
 }
 
-/// A view of an already decoded VA (for callers that hold one, such as
-/// benchmarks); the watches decode views straight from the wire.
+/// A view of an already decoded VA: the protobuf decode's ([`super::proto`])
+/// or a benchmark's; JSON decodes straight into the view.
 impl From<VolumeAttachment> for CachedVa {
     fn from(va: VolumeAttachment) -> Self {
         let VolumeAttachmentSpec {
