@@ -19,17 +19,13 @@ use crate::csi::Capabilities;
 
 /// Everything a flow reads or calls.
 pub struct Ctx {
-    /// Driver name.
     pub driver_name: String,
     /// `external-attacher/<sanitised driver>`.
     pub finalizer: String,
-    /// Driver capabilities.
     pub capabilities: Capabilities,
     /// `--default-fstype`.
     pub default_fs_type: String,
-    /// API reads and writes.
     pub api: Arc<dyn ClusterApi>,
-    /// Caches.
     pub stores: Stores,
     /// The driver's controller RPCs, fenced by the leadership window.
     pub driver: FencedDriver,

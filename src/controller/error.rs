@@ -4,27 +4,18 @@
 //! Display texts are upstream's where upstream writes them into
 //! `attachError`/`detachError` (as upstream external-attacher v4.12).
 
-use std::fmt;
-
 use crate::controller::flows::capability::CapabilityError;
 use crate::csi::RpcStatus;
 
 /// A Kubernetes API error, shown like Go's `err.Error()`: the Status message.
-#[derive(Debug)]
-pub struct ApiError(pub kube::Error);
+#[derive(Debug, thiserror::Error)]
+#[error("{}", go_text(.0))]
+pub struct ApiError(#[source] pub kube::Error);
 
-impl fmt::Display for ApiError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.0 {
-            kube::Error::Api(status) if !status.message.is_empty() => f.write_str(&status.message),
-            other => write!(f, "{other}"),
-        }
-    }
-}
-
-impl std::error::Error for ApiError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.0)
+fn go_text(err: &kube::Error) -> String {
+    match err {
+        kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
+        other => other.to_string(),
     }
 }
 
@@ -75,9 +66,7 @@ pub enum FlowError {
     /// Reading a PV the cache does not hold failed.
     #[error("could not get PersistentVolume {name:?}: {source}")]
     GetPv {
-        /// The PV's name.
         name: String,
-        /// The API error.
         #[source]
         source: ApiError,
     },
@@ -99,9 +88,7 @@ pub enum FlowError {
     /// The controller-publish secret could not be read.
     #[error("failed to load secret \"{namespace}/{name}\": {source}")]
     Secret {
-        /// Secret namespace.
         namespace: String,
-        /// Secret name.
         name: String,
         /// The API error, or a value that cannot be sent.
         #[source]
@@ -112,12 +99,7 @@ pub enum FlowError {
     CsiNodeNotFound(String),
     /// The CSINode has no entry for our driver.
     #[error("CSINode {node} does not contain driver {driver}")]
-    DriverNotOnNode {
-        /// Node name.
-        node: String,
-        /// Driver name.
-        driver: String,
-    },
+    DriverNotOnNode { node: String, driver: String },
     /// Adding our finalizer / node-id annotation to the VA failed.
     #[error("could not save VolumeAttachment: {0}")]
     SaveVolumeAttachment(#[source] ApiError),

@@ -28,10 +28,5 @@ mod testing;
 pub mod watch;
 mod wiring;
 
-pub use context::{seconds_since, Ctx};
-pub use error::{ApiError, FlowError};
-pub use model::Lane;
 pub use queue::Gather;
-pub use queue::{PV_QUEUE, VA_QUEUE};
-pub use seams::cluster::{ClusterApi, KubeApi};
 pub use wiring::{run, Hooks, Settings};

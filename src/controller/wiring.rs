@@ -38,7 +38,6 @@ use crate::metrics::Metrics;
 pub struct Settings {
     /// Driver name from GetPluginInfo (matched against `spec.attacher`).
     pub driver_name: String,
-    /// Driver capabilities.
     pub capabilities: Capabilities,
     /// `--default-fstype`.
     pub default_fs_type: String,
@@ -77,7 +76,6 @@ pub struct Settings {
 
 /// Where the controller reports to and what it waits for.
 pub struct Hooks<L, S> {
-    /// Metric families.
     pub metrics: Metrics,
     /// Set once the caches are synced.
     pub readiness: Readiness,

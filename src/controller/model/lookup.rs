@@ -26,9 +26,6 @@ macro_rules! lookup_as {
             fn version(_: &()) -> Cow<'_, str> {
                 Cow::Borrowed(<$full as k8s_openapi::Resource>::VERSION)
             }
-            fn api_version(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed(<$full as k8s_openapi::Resource>::API_VERSION)
-            }
             fn plural(_: &()) -> Cow<'_, str> {
                 Cow::Borrowed(<$full as k8s_openapi::Resource>::URL_PATH_SEGMENT)
             }

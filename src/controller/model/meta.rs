@@ -4,11 +4,9 @@
 //! both views share.
 
 use std::collections::BTreeMap;
-use std::fmt;
-use std::marker::PhantomData;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
-use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::de::Deserializer;
 use serde::Deserialize;
 
 /// A map kept as an exact-size slice of pairs sorted by key (no repeated
@@ -51,34 +49,7 @@ impl<V> Pairs<V> {
 /// keeps its last value, as a `BTreeMap` would.
 impl<'de, V: Deserialize<'de>> Deserialize<'de> for Pairs<V> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Entries<V>(Vec<(String, V)>);
-        struct EntriesVisitor<V>(PhantomData<V>);
-        impl<'de, V: Deserialize<'de>> Visitor<'de> for EntriesVisitor<V> {
-            type Value = Entries<V>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a map")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(0));
-                while let Some(entry) = map.next_entry()? {
-                    entries.push(entry);
-                }
-                Ok(Entries(entries))
-            }
-        }
-        impl<'de, V: Deserialize<'de>> Deserialize<'de> for Entries<V> {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                d.deserialize_map(EntriesVisitor(PhantomData))
-            }
-        }
-        let entries = Option::<Entries<V>>::deserialize(deserializer)?;
-        Ok(Self(entries.map(|Entries(mut entries)| {
-            // Stable sort of the reversed input: of equal keys the last comes first and stays.
-            entries.reverse();
-            entries.sort_by(|a, b| a.0.cmp(&b.0));
-            entries.dedup_by(|later, kept| later.0 == kept.0);
-            entries.into_boxed_slice()
-        })))
+        Option::<BTreeMap<String, V>>::deserialize(deserializer).map(Self::new)
     }
 }
 

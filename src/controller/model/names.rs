@@ -11,16 +11,7 @@ pub const MIGRATED_TO_ANNOTATION: &str = "pv.kubernetes.io/migrated-to";
 /// Upstream's `SanitizeDriverName`: every char outside `[a-zA-Z0-9-]` becomes
 /// `-`, and a trailing `-` gets an `X` appended. No lower-casing, no length limit.
 pub fn sanitize_driver_name(driver_name: &str) -> String {
-    let mut out: String = driver_name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect();
+    let mut out = driver_name.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "-");
     if out.ends_with('-') {
         out.push('X');
     }

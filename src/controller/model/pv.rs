@@ -30,14 +30,7 @@ pub struct CompactPvSpec {
 }
 
 impl From<PersistentVolumeSpec> for CompactPvSpec {
-    fn from(spec: PersistentVolumeSpec) -> Self {
-        Self::new(spec)
-    }
-}
-
-impl CompactPvSpec {
-    /// Compacts `spec`.
-    pub fn new(mut spec: PersistentVolumeSpec) -> Self {
+    fn from(mut spec: PersistentVolumeSpec) -> Self {
         Self {
             access_modes: spec.access_modes.take(),
             capacity: Pairs::new(spec.capacity.take()),
@@ -53,7 +46,9 @@ impl CompactPvSpec {
             rest: (spec != PersistentVolumeSpec::default()).then(|| Box::new(spec)),
         }
     }
+}
 
+impl CompactPvSpec {
     /// The in-tree plugin's CSI driver, for a PV with an in-tree source.
     pub fn in_tree_driver(&self) -> Option<&'static str> {
         // In-tree sources are never among the compact fields.
@@ -129,13 +124,13 @@ pub struct CachedPv {
     status: Option<PersistentVolumeStatus>,
 }
 
-/// A view of an already decoded PV (for callers that hold one, such as
-/// benchmarks); the watches decode views straight from the wire.
+/// A view of an already decoded PV: the protobuf decode's ([`super::proto`])
+/// or a benchmark's; JSON decodes straight into the view.
 impl From<PersistentVolume> for CachedPv {
     fn from(pv: PersistentVolume) -> Self {
         Self {
             meta: Meta::new(pv.metadata),
-            spec: pv.spec.map(CompactPvSpec::new),
+            spec: pv.spec.map(CompactPvSpec::from),
             status: pv.status,
         }
     }

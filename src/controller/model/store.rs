@@ -23,7 +23,6 @@ pub struct Stores {
     pub vas: Store<CachedVa>,
     /// PVs this driver serves (CSI source of this driver, or its in-tree plugin).
     pub pvs: Store<CachedPv>,
-    /// CSINodes.
     pub csinodes: Store<CSINode>,
     /// PV name → VAs (of any driver) that name it.
     pub pv_refs: PvRefs,

@@ -1,7 +1,6 @@
 //! The VolumeAttachment view: [`CompactVaStatus`], [`CachedVa`] and the wire
 //! structs it decodes from ([`WireVa`]).
 
-use k8s_openapi::api::core::v1::PersistentVolumeSpec;
 use k8s_openapi::api::storage::v1::{VolumeAttachment, VolumeAttachmentSpec, VolumeError};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::Deserialize;
@@ -80,7 +79,7 @@ struct WireVaSpec {
 #[serde(rename_all = "camelCase")]
 struct WireVaSource {
     persistent_volume_name: Option<String>,
-    inline_volume_spec: Option<Box<PersistentVolumeSpec>>,
+    inline_volume_spec: Option<Box<CompactPvSpec>>,
 }
 
 impl From<WireVa> for CachedVa {
@@ -90,18 +89,14 @@ impl From<WireVa> for CachedVa {
             attacher: w.spec.attacher,
             node_name: w.spec.node_name,
             persistent_volume_name: w.spec.source.persistent_volume_name,
-            inline_volume_spec: w
-                .spec
-                .source
-                .inline_volume_spec
-                .map(|spec| Box::new(CompactPvSpec::new(*spec))),
+            inline_volume_spec: w.spec.source.inline_volume_spec,
             status: w.status,
         }
     }
 }
 
-/// A view of an already decoded VA (for callers that hold one, such as
-/// benchmarks); the watches decode views straight from the wire.
+/// A view of an already decoded VA: the protobuf decode's ([`super::proto`])
+/// or a benchmark's; JSON decodes straight into the view.
 impl From<VolumeAttachment> for CachedVa {
     fn from(va: VolumeAttachment) -> Self {
         let VolumeAttachmentSpec {
@@ -116,7 +111,7 @@ impl From<VolumeAttachment> for CachedVa {
             persistent_volume_name: source.persistent_volume_name,
             inline_volume_spec: source
                 .inline_volume_spec
-                .map(|spec| Box::new(CompactPvSpec::new(spec))),
+                .map(|spec| Box::new(CompactPvSpec::from(spec))),
             status: va.status.map(|s| CompactVaStatus {
                 attached: s.attached,
                 attachment_metadata: Pairs::new(s.attachment_metadata),

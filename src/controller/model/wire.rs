@@ -3,16 +3,11 @@
 
 use std::borrow::Cow;
 
-use k8s_openapi::api::core::v1::PersistentVolume;
-use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::ClusterResourceScope;
 use kube::runtime::reflector::Lookup;
 use serde::de::Deserializer;
 use serde::Deserialize;
-
-use super::pv::CachedPv;
-use super::va::CachedVa;
 
 /// A view as kube-runtime's watcher receives it.
 ///
@@ -50,33 +45,28 @@ where
     }
 }
 
-macro_rules! wire_resource {
-    ($view:ty, $full:ty) => {
-        impl kube::Resource for Wire<$view> {
-            type DynamicType = ();
-            type Scope = ClusterResourceScope;
+/// The `Resource` of the k8s-openapi type the view stands for (its
+/// [`Lookup`]); both views are of cluster-scoped kinds.
+impl<T: Lookup<DynamicType = ()>> kube::Resource for Wire<T> {
+    type DynamicType = ();
+    type Scope = ClusterResourceScope;
 
-            fn kind(dt: &()) -> Cow<'_, str> {
-                <$full as kube::Resource>::kind(dt)
-            }
-            fn group(dt: &()) -> Cow<'_, str> {
-                <$full as kube::Resource>::group(dt)
-            }
-            fn version(dt: &()) -> Cow<'_, str> {
-                <$full as kube::Resource>::version(dt)
-            }
-            fn plural(dt: &()) -> Cow<'_, str> {
-                <$full as kube::Resource>::plural(dt)
-            }
-            fn meta(&self) -> &ObjectMeta {
-                &self.meta
-            }
-            fn meta_mut(&mut self) -> &mut ObjectMeta {
-                &mut self.meta
-            }
-        }
-    };
+    fn kind(dt: &()) -> Cow<'_, str> {
+        T::kind(dt)
+    }
+    fn group(dt: &()) -> Cow<'_, str> {
+        T::group(dt)
+    }
+    fn version(dt: &()) -> Cow<'_, str> {
+        T::version(dt)
+    }
+    fn plural(dt: &()) -> Cow<'_, str> {
+        T::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.meta
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.meta
+    }
 }
-
-wire_resource!(CachedVa, VolumeAttachment);
-wire_resource!(CachedPv, PersistentVolume);

@@ -90,21 +90,13 @@ pub struct Attempts {
     unfinished: u32,
 }
 
-/// What [`Attempts::observe`] decides.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    /// Go on streaming.
-    Stream,
-    /// List in pages from now on, for this reason.
-    FallBack(&'static str),
-}
-
 impl Attempts {
-    /// Notes one item of a streaming watcher.
-    pub fn observe<K>(&mut self, item: &Result<Event<K>, watcher::Error>) -> Verdict {
+    /// Notes one item of a streaming watcher: the reason to list in pages
+    /// from now on, if it gives one (`None`: go on streaming).
+    pub fn observe<K>(&mut self, item: &Result<Event<K>, watcher::Error>) -> Option<&'static str> {
         match item {
             Err(err) if is_refusal(err) => {
-                return Verdict::FallBack("the API server refuses streaming lists");
+                return Some("the API server refuses streaming lists");
             }
             Ok(Event::Init) => {
                 if self.open {
@@ -112,9 +104,7 @@ impl Attempts {
                 }
                 self.open = true;
                 if self.unfinished >= 2 {
-                    return Verdict::FallBack(
-                        "two streaming lists in a row ended before their end bookmark",
-                    );
+                    return Some("two streaming lists in a row ended before their end bookmark");
                 }
             }
             Ok(Event::InitDone) => {
@@ -123,7 +113,7 @@ impl Attempts {
             }
             _ => {}
         }
-        Verdict::Stream
+        None
     }
 }
 
@@ -152,21 +142,19 @@ where
         async move {
             loop {
                 let item = inner.next().await?;
-                if let Some(seen) = attempts.as_mut() {
-                    if let Verdict::FallBack(reason) = seen.observe(&item) {
-                        match &item {
-                            Err(err) => tracing::info!(
-                                kind,
-                                reason,
-                                error = %crate::kube_client::error_chain(err),
-                                "listing in pages from now on"
-                            ),
-                            Ok(_) => tracing::warn!(kind, reason, "listing in pages from now on"),
-                        }
-                        inner = proto::watcher(client.clone(), true);
-                        attempts = None;
-                        continue;
+                if let Some(reason) = attempts.as_mut().and_then(|seen| seen.observe(&item)) {
+                    match &item {
+                        Err(err) => tracing::info!(
+                            kind,
+                            reason,
+                            error = %crate::kube_client::error_chain(err),
+                            "listing in pages from now on"
+                        ),
+                        Ok(_) => tracing::warn!(kind, reason, "listing in pages from now on"),
                     }
+                    inner = proto::watcher(client.clone(), true);
+                    attempts = None;
+                    continue;
                 }
                 return Some((item, (inner, attempts)));
             }
@@ -222,9 +210,9 @@ mod tests {
         }
         let mut attempts = Attempts::default();
         let item: Result<Event<()>, _> = Err(api_error(503));
-        assert_eq!(attempts.observe(&item), Verdict::Stream);
+        assert_eq!(attempts.observe(&item), None);
         let item: Result<Event<()>, _> = Err(api_error(422));
-        assert!(matches!(attempts.observe(&item), Verdict::FallBack(_)));
+        assert!(attempts.observe(&item).is_some());
     }
 
     #[test]
@@ -232,18 +220,14 @@ mod tests {
         let mut attempts = Attempts::default();
         let init: Result<Event<()>, watcher::Error> = Ok(Event::Init);
         let done: Result<Event<()>, watcher::Error> = Ok(Event::InitDone);
-        assert_eq!(attempts.observe(&init), Verdict::Stream);
-        assert_eq!(
-            attempts.observe(&init),
-            Verdict::Stream,
-            "one dropped stream"
-        );
-        assert_eq!(attempts.observe(&done), Verdict::Stream);
+        assert_eq!(attempts.observe(&init), None);
+        assert_eq!(attempts.observe(&init), None, "one dropped stream");
+        assert_eq!(attempts.observe(&done), None);
         // Finished attempts reset the count.
-        assert_eq!(attempts.observe(&init), Verdict::Stream);
-        assert_eq!(attempts.observe(&done), Verdict::Stream);
-        assert_eq!(attempts.observe(&init), Verdict::Stream);
-        assert_eq!(attempts.observe(&init), Verdict::Stream);
-        assert!(matches!(attempts.observe(&init), Verdict::FallBack(_)));
+        assert_eq!(attempts.observe(&init), None);
+        assert_eq!(attempts.observe(&done), None);
+        assert_eq!(attempts.observe(&init), None);
+        assert_eq!(attempts.observe(&init), None);
+        assert!(attempts.observe(&init).is_some());
     }
 }

@@ -14,6 +14,7 @@ pub mod proto;
 
 use std::sync::Arc;
 
+use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::api::Api;
@@ -197,10 +198,7 @@ pub async fn run_csinode_informer(api: Api<CSINode>, mut writer: Writer<CSINode>
 /// upstream's client-go asks for VAs, PVs and CSINodes: each object is
 /// decoded once, straight into its view, and unwrapped from [`Wire`] here,
 /// before any cache or enqueue decision sees it.
-pub fn watch_proto<T>(
-    api: Api<Wire<T>>,
-    kind: &'static str,
-) -> futures::stream::BoxStream<'static, Event<T>>
+pub fn watch_proto<T>(api: Api<Wire<T>>, kind: &'static str) -> BoxStream<'static, Event<T>>
 where
     Wire<T>: kube::Resource<DynamicType = ()> + FromProto + Send + 'static,
     T: Send + 'static,
@@ -219,36 +217,18 @@ where
 /// A watch of every `kind` object in protobuf, listed as
 /// [`initial::InitialList::from_env`] says and retried as [`WatchBackoff`]
 /// says; failures are logged and the watch goes on.
-fn watch_raw_proto<K>(
-    api: Api<K>,
-    kind: &'static str,
-) -> futures::stream::BoxStream<'static, Event<K>>
+fn watch_raw_proto<K>(api: Api<K>, kind: &'static str) -> BoxStream<'static, Event<K>>
 where
     K: kube::Resource<DynamicType = ()> + FromProto + Send + 'static,
 {
-    retried(
-        initial::proto_watcher(api.into_client(), initial::InitialList::from_env(), kind),
-        kind,
-    )
-}
-
-/// `events` retried as [`WatchBackoff`] says; failures are logged and the
-/// watch goes on.
-fn retried<K: Send + 'static>(
-    events: futures::stream::BoxStream<'static, Result<Event<K>, kube::runtime::watcher::Error>>,
-    kind: &'static str,
-) -> futures::stream::BoxStream<'static, Event<K>> {
     let backoff = WatchBackoff::default();
     let failures = backoff.observer();
-    events
+    initial::proto_watcher(api.into_client(), initial::InitialList::from_env(), kind)
         .inspect_err(move |err| failures.record(err))
         .backoff(backoff)
         .filter_map(move |event| async move {
-            let err = event
-                .as_ref()
-                .err()
-                .map(|e| crate::kube_client::error_chain(e));
-            if let Some(error) = err {
+            if let Err(err) = &event {
+                let error = crate::kube_client::error_chain(err);
                 tracing::warn!(%error, kind, "watch failed; retrying");
             }
             event.ok()

@@ -255,7 +255,7 @@ fn decode<K: FromProto>(raw: &[u8]) -> Result<K, watcher::Error> {
     K::from_proto(raw).map_err(|e| watcher::Error::WatchFailed(invalid(e)))
 }
 
-fn invalid(e: impl std::error::Error + Send + Sync + 'static) -> kube::Error {
+fn invalid(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> kube::Error {
     kube::Error::ReadEvents(io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
@@ -405,10 +405,7 @@ fn frame_at(bytes: &[u8]) -> Result<Option<usize>, kube::Error> {
     };
     let len = u32::from_be_bytes(*prefix) as usize;
     if len > MAX_FRAME {
-        return Err(invalid(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("a watch frame of {len} bytes"),
-        )));
+        return Err(invalid(format!("a watch frame of {len} bytes")));
     }
     Ok((bytes.len() >= 4 + len).then_some(len))
 }
@@ -436,10 +433,7 @@ fn parse_event(frame: &[u8]) -> Result<WatchItem, kube::Error> {
             Ok(WatchItem::Error(Box::new(status_of(status))))
         }
         "ADDED" | "MODIFIED" | "DELETED" => Ok(WatchItem::Object(kind, object)),
-        other => Err(invalid(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("a watch event of type {other:?}"),
-        ))),
+        other => Err(invalid(format!("a watch event of type {other:?}"))),
     }
 }
 

@@ -31,13 +31,10 @@ use super::wire::Wire;
 /// Why an object's protobuf could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ProtoError {
-    /// Not a Kubernetes protobuf object (no `k8s\0` magic).
     #[error("not a Kubernetes protobuf object (no \"k8s\\0\" magic)")]
     NoMagic,
-    /// The bytes are not the message.
     #[error("malformed protobuf: {0}")]
     Decode(#[from] prost::DecodeError),
-    /// A time outside what a timestamp can hold.
     #[error("time out of range: {0} s")]
     Time(i64),
 }
@@ -51,14 +48,47 @@ pub trait FromProto: Sized {
 impl FromProto for Wire<CachedPv> {
     fn from_proto(raw: &[u8]) -> Result<Self, ProtoError> {
         let pv = messages::PersistentVolume::decode(raw)?;
-        Ok(Wire::new(CachedPv::from(persistent_volume(pv)?)))
+        let status = pv.status.map(|s| {
+            Ok::<_, ProtoError>(core::PersistentVolumeStatus {
+                last_phase_transition_time: time(s.last_phase_transition_time)?,
+                message: text(s.message),
+                phase: text(s.phase),
+                reason: text(s.reason),
+            })
+        });
+        Ok(Wire::new(CachedPv::from(core::PersistentVolume {
+            metadata: object_meta(pv.metadata)?,
+            spec: pv.spec.map(pv_spec),
+            status: status.transpose()?,
+        })))
     }
 }
 
 impl FromProto for Wire<CachedVa> {
     fn from_proto(raw: &[u8]) -> Result<Self, ProtoError> {
         let va = messages::VolumeAttachment::decode(raw)?;
-        Ok(Wire::new(CachedVa::from(volume_attachment(va)?)))
+        let spec = va.spec.unwrap_or_default();
+        let source = spec.source.unwrap_or_default();
+        let status = va.status.map(|s| {
+            Ok::<_, ProtoError>(storage::VolumeAttachmentStatus {
+                attach_error: volume_error(s.attach_error)?,
+                attached: s.attached.unwrap_or_default(),
+                attachment_metadata: map(s.attachment_metadata),
+                detach_error: volume_error(s.detach_error)?,
+            })
+        });
+        Ok(Wire::new(CachedVa::from(storage::VolumeAttachment {
+            metadata: object_meta(va.metadata)?,
+            spec: storage::VolumeAttachmentSpec {
+                attacher: required(spec.attacher),
+                node_name: required(spec.node_name),
+                source: storage::VolumeAttachmentSource {
+                    inline_volume_spec: source.inline_volume_spec.map(pv_spec),
+                    persistent_volume_name: source.persistent_volume_name,
+                },
+            },
+            status: status.transpose()?,
+        })))
     }
 }
 
@@ -314,22 +344,6 @@ fn pv_spec(s: messages::PersistentVolumeSpec) -> core::PersistentVolumeSpec {
     }
 }
 
-fn persistent_volume(pv: messages::PersistentVolume) -> Result<core::PersistentVolume, ProtoError> {
-    let status = pv.status.map(|s| {
-        Ok::<_, ProtoError>(core::PersistentVolumeStatus {
-            last_phase_transition_time: time(s.last_phase_transition_time)?,
-            message: text(s.message),
-            phase: text(s.phase),
-            reason: text(s.reason),
-        })
-    });
-    Ok(core::PersistentVolume {
-        metadata: object_meta(pv.metadata)?,
-        spec: pv.spec.map(pv_spec),
-        status: status.transpose()?,
-    })
-}
-
 fn volume_error(
     e: Option<messages::VolumeError>,
 ) -> Result<Option<storage::VolumeError>, ProtoError> {
@@ -341,33 +355,6 @@ fn volume_error(
         })
     })
     .transpose()
-}
-
-fn volume_attachment(
-    va: messages::VolumeAttachment,
-) -> Result<storage::VolumeAttachment, ProtoError> {
-    let spec = va.spec.unwrap_or_default();
-    let source = spec.source.unwrap_or_default();
-    let status = va.status.map(|s| {
-        Ok::<_, ProtoError>(storage::VolumeAttachmentStatus {
-            attach_error: volume_error(s.attach_error)?,
-            attached: s.attached.unwrap_or_default(),
-            attachment_metadata: map(s.attachment_metadata),
-            detach_error: volume_error(s.detach_error)?,
-        })
-    });
-    Ok(storage::VolumeAttachment {
-        metadata: object_meta(va.metadata)?,
-        spec: storage::VolumeAttachmentSpec {
-            attacher: required(spec.attacher),
-            node_name: required(spec.node_name),
-            source: storage::VolumeAttachmentSource {
-                inline_volume_spec: source.inline_volume_spec.map(pv_spec),
-                persistent_volume_name: source.persistent_volume_name,
-            },
-        },
-        status: status.transpose()?,
-    })
 }
 
 /// The metadata of any object (a bookmark's resource version and
