@@ -1,11 +1,13 @@
 //! The views the caches hold: [`CachedVa`] and [`CachedPv`], the controller's
 //! domain model of a VolumeAttachment and a PersistentVolume.
 //!
-//! The watches decode straight into them ([`Deserialize`]), once per event;
-//! the stores hold them, and every flow, the informers, the reconciler, the
-//! patch builders and the Events read them through their accessors. No
-//! k8s-openapi `VolumeAttachment` or `PersistentVolume` is built on the way,
-//! and none is rebuilt from a view.
+//! The watches decode each event's protobuf into the few fields the views
+//! keep (`proto`), and compact those into a view through a short-lived
+//! k8s-openapi object that has only them set; JSON (`check`, the tests)
+//! decodes straight into the views ([`Deserialize`]). The stores hold the
+//! views, and every flow, the informers, the reconciler, the patch builders
+//! and the Events read them through their accessors; no k8s-openapi object is
+//! kept or rebuilt from a view.
 //!
 //! Why not the k8s-openapi structs: they keep every optional field inline. A
 //! `VolumeAttachment` is 3.6 KB and a `PersistentVolume` 3.5 KB before any of
@@ -18,8 +20,9 @@
 //! built and dropped.
 //!
 //! kube-runtime's store keys objects through [`Lookup`], which the views
-//! implement. Its watcher needs a `kube::Resource`; [`Wire`] is the one type
-//! that is, and only at the watch boundary.
+//! implement. kube's `Api` (the watches' requests, `check`'s lists) needs a
+//! `kube::Resource`; [`Wire`] is the one type that is, and only at that
+//! boundary.
 //!
 //! The files: `docs/architecture.md`, the module map.
 //!
