@@ -23,7 +23,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
-use tracing::{Event, Level, Subscriber};
+use tracing::{Event, Level, Metadata, Subscriber};
 use tracing_log::NormalizeEvent;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::{Context, SubscriberExt};
@@ -40,32 +40,13 @@ const OWN_TARGET: &str = "csi_attacher";
 /// klog's key for the error of an error entry; our events call that field `error`.
 const ERR_KEY: &str = "err";
 
-/// Output format, from `--logging-format`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
-    /// klog text.
-    Text,
-    /// component-base JSON.
-    Json,
-}
-
-impl Format {
-    /// `json` selects JSON; anything else (the flag parser only lets `text` through) is text.
-    pub fn from_flag(flag: &str) -> Self {
-        if flag == "json" {
-            Self::Json
-        } else {
-            Self::Text
-        }
-    }
-}
-
 /// Installs the process-wide subscriber on stderr: `RUST_LOG` when set, else
 /// the `--v` mapping of [`directives`].
 pub fn init(config: &Config) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(directives(config.v)));
-    let layer = KlogLayer::new(Format::from_flag(&config.logging_format), std::io::stderr);
+    // `json` selects JSON; anything else (refused right after this) is text.
+    let layer = KlogLayer::new(config.logging_format == "json", std::io::stderr);
     // Fails only when a subscriber is already installed; the first one keeps logging.
     let _ = tracing_subscriber::registry()
         .with(filter)
@@ -132,13 +113,8 @@ impl Collector {
     fn put(&mut self, field: &Field, value: Value) {
         let name = field.name();
         match name {
-            "message" => {
-                self.message = Some(match value {
-                    Value::Str(s) => s,
-                    other => text_of(&other),
-                })
-            }
-            "error" | ERR_KEY => self.err = Some(text_of(&value)),
+            "message" => self.message = Some(text_of(value)),
+            "error" | ERR_KEY => self.err = Some(text_of(value)),
             _ if self.skip_log_fields && name.starts_with("log.") => {}
             _ => self.fields.push((name, value)),
         }
@@ -146,9 +122,9 @@ impl Collector {
 }
 
 /// A value as a plain string (an error or message recorded as a number).
-fn text_of(value: &Value) -> String {
+fn text_of(value: Value) -> String {
     match value {
-        Value::Str(s) => s.clone(),
+        Value::Str(s) => s,
         Value::Int(i) => i.to_string(),
         Value::Float(f) => f.to_string(),
         Value::Bool(b) => b.to_string(),
@@ -179,9 +155,6 @@ impl Visit for Collector {
     fn record_str(&mut self, field: &Field, value: &str) {
         self.put(field, Value::Str(value.to_string()));
     }
-    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
-        self.put(field, Value::Str(value.to_string()));
-    }
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
         self.put(field, Value::Str(format!("{value:?}")));
     }
@@ -189,17 +162,18 @@ impl Visit for Collector {
 
 /// Writes every event as one klog-shaped line.
 pub struct KlogLayer<W> {
-    format: Format,
+    /// component-base JSON instead of klog text.
+    json: bool,
     make_writer: W,
     clock: fn() -> SystemTime,
     pid: u32,
 }
 
 impl<W> KlogLayer<W> {
-    /// Lines in `format` to `make_writer`, stamped with the wall clock and this process's id.
-    pub fn new(format: Format, make_writer: W) -> Self {
+    /// Lines (JSON if `json`) to `make_writer`, stamped with the wall clock and this process's id.
+    pub fn new(json: bool, make_writer: W) -> Self {
         Self {
-            format,
+            json,
             make_writer,
             clock: SystemTime::now,
             pid: std::process::id(),
@@ -219,10 +193,7 @@ impl<W> KlogLayer<W> {
 
 /// Everything a line needs, whatever the format.
 struct Entry<'a> {
-    level: Level,
-    target: &'a str,
-    file: Option<&'a str>,
-    line: Option<u32>,
+    meta: &'a Metadata<'a>,
     now: SystemTime,
     message: &'a str,
     err: Option<&'a str>,
@@ -264,18 +235,17 @@ where
         };
         event.record(&mut collector);
         let mut span_fields = Fields::new();
-        if let Some(scope) = ctx.event_scope(event) {
-            for span in scope.from_root() {
-                if let Some(SpanFields(fields)) = span.extensions().get::<SpanFields>() {
-                    span_fields.extend(fields.iter().cloned());
-                }
+        let spans = ctx
+            .event_scope(event)
+            .into_iter()
+            .flat_map(|s| s.from_root());
+        for span in spans {
+            if let Some(SpanFields(fields)) = span.extensions().get::<SpanFields>() {
+                span_fields.extend(fields.iter().cloned());
             }
         }
         let entry = Entry {
-            level: *meta.level(),
-            target: meta.target(),
-            file: meta.file(),
-            line: meta.line(),
+            meta,
             now: (self.clock)(),
             message: collector.message.as_deref().unwrap_or(""),
             err: collector.err.as_deref(),
@@ -293,9 +263,10 @@ where
                 Err(_) => &mut fresh,
             };
             line.clear();
-            match self.format {
-                Format::Text => write_text(line, &entry, self.pid),
-                Format::Json => write_json(line, &entry),
+            if self.json {
+                write_json(line, &entry);
+            } else {
+                write_text(line, &entry, self.pid);
             }
             // One write per line, so lines of concurrent writers do not interleave.
             let _ = self
@@ -327,7 +298,7 @@ fn since_epoch(now: SystemTime) -> (i64, u32) {
 /// buffer.FormatHeader). The time is UTC: klog uses local time, and the images
 /// both run in have no zone data, which makes Go's local time UTC.
 fn write_text(out: &mut String, e: &Entry<'_>, pid: u32) {
-    let severity = match e.level {
+    let severity = match *e.meta.level() {
         Level::ERROR => 'E',
         Level::WARN => 'W',
         _ => 'I',
@@ -337,8 +308,11 @@ fn write_text(out: &mut String, e: &Entry<'_>, pid: u32) {
         .map(|ts| jiff::tz::Offset::UTC.to_datetime(ts))
         .unwrap_or_default();
     // klog's "???:1" when the caller is unknown; only the file name, like runtime.Caller's trimmed path.
-    let (file, line) = match e.file {
-        Some(path) => (path.rsplit('/').next().unwrap_or(path), e.line.unwrap_or(0)),
+    let (file, line) = match e.meta.file() {
+        Some(path) => (
+            path.rsplit('/').next().unwrap_or(path),
+            e.meta.line().unwrap_or(0),
+        ),
         None => ("???", 1),
     };
     let _ = write!(
@@ -390,41 +364,29 @@ fn dedup_last_wins<'a>(
 /// `=value` as klog writes it: strings quoted (multi-line ones as an indented
 /// block), numbers and booleans as JSON.
 fn write_text_value(out: &mut String, value: &Value) {
+    out.push('=');
     match value {
         Value::Str(s) => write_klog_string(out, s),
-        Value::Float(f) => {
-            out.push('=');
-            out.push_str(&go_json_float(*f));
-        }
-        other => {
-            out.push('=');
-            out.push_str(&text_of(other));
-        }
+        Value::Float(f) => out.push_str(&go_json_float(*f)),
+        other => out.push_str(&text_of(other.clone())),
     }
 }
 
-/// klog's writeStringValue: one line → `="quoted"`; several →
-/// `=<` newline, each line tab-indented, then ` >`.
+/// klog's writeStringValue: one line → `"quoted"`; several → `<` newline,
+/// each line tab-indented and ended by a newline, then ` >`.
 fn write_klog_string(out: &mut String, s: &str) {
     if !s.contains('\n') {
-        out.push('=');
-        go_quote_into(out, s);
-        return;
+        return go_quote_into(out, s);
     }
-    out.push_str("=<\n");
-    let mut rest = s;
-    while let Some(i) = rest.find('\n') {
+    out.push_str("<\n");
+    for line in s.split_inclusive('\n') {
         out.push('\t');
-        out.push_str(&rest[..=i]);
-        rest = &rest[i + 1..];
+        out.push_str(line);
     }
-    if rest.is_empty() {
-        out.push_str(" >");
-    } else {
-        out.push('\t');
-        out.push_str(rest);
-        out.push_str("\n >");
+    if !s.ends_with('\n') {
+        out.push('\n');
     }
+    out.push_str(" >");
 }
 
 /// `{"ts":…,"caller":…,"msg":…,<span fields>,"v":…,<fields>,"err":…}` with
@@ -437,10 +399,10 @@ fn write_json(out: &mut String, e: &Entry<'_>) {
         .saturating_mul(1_000_000_000)
         .saturating_add(i64::from(nanos));
     let _ = write!(out, "{{\"ts\":{}", unix_nanos as f64 / 1e6);
-    if let Some(path) = e.file {
+    if let Some(path) = e.meta.file() {
         out.push_str(",\"caller\":\"");
         zap_escape_into(out, trimmed_path(path));
-        let _ = write!(out, ":{}\"", e.line.unwrap_or(0));
+        let _ = write!(out, ":{}\"", e.meta.line().unwrap_or(0));
     }
     out.push_str(",\"msg\":\"");
     zap_escape_into(out, e.message);
@@ -448,7 +410,7 @@ fn write_json(out: &mut String, e: &Entry<'_>) {
     for (key, value) in e.span_fields {
         write_json_pair(out, key, value);
     }
-    if let Some(v) = verbosity(&e.level, e.target) {
+    if let Some(v) = verbosity(e.meta.level(), e.meta.target()) {
         let _ = write!(out, ",\"v\":{v}");
     }
     for (key, value) in e.fields {
@@ -466,13 +428,9 @@ fn write_json(out: &mut String, e: &Entry<'_>) {
 
 /// zap's ShortCallerEncoder: everything after the second-to-last `/`.
 fn trimmed_path(path: &str) -> &str {
-    let Some(last) = path.rfind('/') else {
-        return path;
-    };
-    match path[..last].rfind('/') {
-        Some(before) => &path[before + 1..],
-        None => path,
-    }
+    path.rmatch_indices('/')
+        .nth(1)
+        .map_or(path, |(before, _)| &path[before + 1..])
 }
 
 fn write_json_pair(out: &mut String, key: &str, value: &Value) {
@@ -490,7 +448,7 @@ fn write_json_pair(out: &mut String, key: &str, value: &Value) {
         Value::Float(f) if f.is_infinite() => {
             out.push_str(if *f > 0.0 { "\"+Inf\"" } else { "\"-Inf\"" })
         }
-        other => out.push_str(&text_of(other)),
+        other => out.push_str(&text_of(other.clone())),
     }
 }
 
@@ -544,10 +502,10 @@ mod tests {
         UNIX_EPOCH + Duration::new(1_732_608_275, 778_303_123)
     }
 
-    /// What `log` writes in `format`, everything enabled unless `filter` says otherwise.
-    fn capture(format: Format, filter: Option<&str>, log: impl FnOnce()) -> String {
+    /// What `log` writes (JSON if `json`), everything enabled unless `filter` says otherwise.
+    fn capture(json: bool, filter: Option<&str>, log: impl FnOnce()) -> String {
         let out = Captured::default();
-        let layer = KlogLayer::new(format, out.clone()).with_clock_and_pid(fixed_clock, 2790);
+        let layer = KlogLayer::new(json, out.clone()).with_clock_and_pid(fixed_clock, 2790);
         let filter = EnvFilter::new(filter.unwrap_or("trace"));
         let subscriber = tracing_subscriber::registry().with(filter).with(layer);
         tracing::subscriber::with_default(subscriber, log);
@@ -556,11 +514,11 @@ mod tests {
     }
 
     fn text(log: impl FnOnce()) -> String {
-        capture(Format::Text, None, log)
+        capture(false, None, log)
     }
 
     fn json(log: impl FnOnce()) -> String {
-        capture(Format::Json, None, log)
+        capture(true, None, log)
     }
 
     const HEADER: &str = "1126 08:04:35.778303    2790 logging.rs";
@@ -797,13 +755,13 @@ mod tests {
             tracing::debug!(target: "kube_client::client", "GET /api");
             tracing::info!(target: "hyper_util::client", "client info");
         };
-        let at_2 = capture(Format::Text, Some(&directives(2)), log);
+        let at_2 = capture(false, Some(&directives(2)), log);
         assert!(
             at_2.contains("\"ours\"") && at_2.contains("\"client info\""),
             "{at_2}"
         );
         assert!(!at_2.contains("GET /api"), "{at_2}");
-        let at_6 = capture(Format::Text, Some(&directives(6)), log);
+        let at_6 = capture(false, Some(&directives(6)), log);
         assert!(at_6.contains("GET /api"), "{at_6}");
     }
 }
