@@ -208,23 +208,20 @@ fn handle(endpoint: &Endpoint, req: &Request<Incoming>) -> Response<Full<Bytes>>
         );
         return response;
     }
-    match path {
-        LEADER_HEALTH_PATH => match &endpoint.leader_health {
-            Some(health) => match health.check() {
-                Ok(()) => text(StatusCode::OK, "ok"),
-                Err(reason) => {
-                    tracing::warn!(%reason, "leader-election health check failed");
-                    text(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        &format!("internal server error: {reason}"),
-                    )
-                }
-            },
-            None => text(StatusCode::NOT_FOUND, "404 page not found"),
+    match (path, &endpoint.leader_health) {
+        (LEADER_HEALTH_PATH, Some(health)) => match health.check() {
+            Ok(()) => text(StatusCode::OK, "ok"),
+            Err(reason) => {
+                tracing::warn!(%reason, "leader-election health check failed");
+                text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    &format!("internal server error: {reason}"),
+                )
+            }
         },
-        "/healthz" => text(StatusCode::OK, "ok"),
-        "/readyz" if endpoint.readiness.is_ready() => text(StatusCode::OK, "ok"),
-        "/readyz" => text(
+        ("/healthz", _) => text(StatusCode::OK, "ok"),
+        ("/readyz", _) if endpoint.readiness.is_ready() => text(StatusCode::OK, "ok"),
+        ("/readyz", _) => text(
             StatusCode::SERVICE_UNAVAILABLE,
             "not ready: driver or caches not ready yet",
         ),
