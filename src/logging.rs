@@ -16,7 +16,6 @@
 //! Span fields (`va`, `lane`, ...) are written as key/value pairs like the
 //! values of a Go `logger.WithValues`; a field called `error` becomes klog's `err`.
 
-use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -235,13 +234,11 @@ where
         };
         event.record(&mut collector);
         let mut span_fields = Fields::new();
-        let spans = ctx
-            .event_scope(event)
-            .into_iter()
-            .flat_map(|s| s.from_root());
-        for span in spans {
-            if let Some(SpanFields(fields)) = span.extensions().get::<SpanFields>() {
-                span_fields.extend(fields.iter().cloned());
+        if let Some(scope) = ctx.event_scope(event) {
+            for span in scope.from_root() {
+                if let Some(SpanFields(fields)) = span.extensions().get::<SpanFields>() {
+                    span_fields.extend(fields.iter().cloned());
+                }
             }
         }
         let entry = Entry {
@@ -252,28 +249,17 @@ where
             span_fields: &span_fields,
             fields: &collector.fields,
         };
-        thread_local! {
-            static LINE: RefCell<String> = const { RefCell::new(String::new()) };
+        let mut line = String::new();
+        if self.json {
+            write_json(&mut line, &entry);
+        } else {
+            write_text(&mut line, &entry, self.pid);
         }
-        LINE.with(|cell| {
-            let mut fresh = String::new();
-            let mut reused = cell.try_borrow_mut();
-            let line = match &mut reused {
-                Ok(line) => &mut **line,
-                Err(_) => &mut fresh,
-            };
-            line.clear();
-            if self.json {
-                write_json(line, &entry);
-            } else {
-                write_text(line, &entry, self.pid);
-            }
-            // One write per line, so lines of concurrent writers do not interleave.
-            let _ = self
-                .make_writer
-                .make_writer_for(meta)
-                .write_all(line.as_bytes());
-        });
+        // One write per line, so lines of concurrent writers do not interleave.
+        let _ = self
+            .make_writer
+            .make_writer_for(meta)
+            .write_all(line.as_bytes());
     }
 }
 
