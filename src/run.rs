@@ -220,7 +220,7 @@ fn elector(
         labels: config.leader_election_labels.clone(),
     };
     let leases = KubeLeases::new(client, &settings.namespace, &settings.name);
-    let leader_metrics = leader::Metrics::register(metrics.registry())
+    let leader_metrics = leader::Metrics::register(&metrics.registry)
         .map_err(|e| tracing::error!(error = %e, "cannot register leader-election metrics"))
         .ok();
     Some(Elector::new(leases, settings, leader_metrics))

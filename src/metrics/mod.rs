@@ -27,7 +27,8 @@ pub use encode::encode_text;
 /// The application's metrics registry and families.
 #[derive(Clone)]
 pub struct Metrics {
-    registry: Registry,
+    /// The registry to serve.
+    pub registry: Registry,
     /// CSI call durations.
     pub csi: Arc<CsiCallMetrics>,
     /// Work queue families (upstream's, plus our per-lane ones).
@@ -56,11 +57,6 @@ impl Metrics {
             reconcile: ReconcileMetrics::new(&registry)?,
             registry,
         })
-    }
-
-    /// The registry to serve.
-    pub fn registry(&self) -> &Registry {
-        &self.registry
     }
 
     /// Everything in the registry, in Prometheus text format as Go's client_golang writes it.

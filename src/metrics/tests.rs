@@ -149,7 +149,7 @@ fn migration_drivers_get_the_migrated_label() {
 
 /// The one sample of family `name` (a counter or a gauge), as gathered now.
 fn process_sample(metrics: &Metrics, name: &str) -> Option<f64> {
-    let families = metrics.registry().gather();
+    let families = metrics.registry.gather();
     let family = families.iter().find(|f| f.name() == name)?;
     let metric = family.get_metric().first()?;
     Some(match family.get_field_type() {
