@@ -174,8 +174,7 @@ async fn serve_here(listener: TcpListener, endpoint: Endpoint, cap: usize) {
         let endpoint = Arc::clone(&endpoint);
         let task = tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {
-                let endpoint = Arc::clone(&endpoint);
-                async move { Ok::<_, Infallible>(handle(&endpoint, &req)) }
+                std::future::ready(Ok::<_, Infallible>(handle(&endpoint, &req)))
             });
             if let Err(err) = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
