@@ -57,7 +57,12 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
     let metrics = Metrics::new()?;
     let readiness = Readiness::default();
 
-    let (client, mut loss, info) = connect_driver(&config, &address, &metrics).await?;
+    let (client, mut loss) = connect_driver(&config, &address, &metrics).await?;
+    let identify = async {
+        client.probe_until_ready().await?;
+        client.plugin_info().await
+    };
+    let info = unless_lost(&mut loss, &log, identify).await?;
     metrics.csi.set_driver_name(&info.name);
 
     // This replica's name: Lease holder and Event reporter.
@@ -155,31 +160,25 @@ fn note_ignored_flags(config: &Config) {
     }
 }
 
-/// Driver connection, probe and identity (as upstream external-attacher v4.12).
+/// The driver connection (as upstream external-attacher v4.12).
 async fn connect_driver(
     config: &Config,
     address: &Path,
     metrics: &Metrics,
-) -> Result<
-    (
-        Client,
-        csi::ConnectionLoss,
-        csi::proto::GetPluginInfoResponse,
-    ),
-    RunError,
-> {
+) -> Result<(Client, csi::ConnectionLoss), RunError> {
     let (log, metrics) = (&config.termination_log_path, Arc::clone(&metrics.csi));
-    let (client, mut loss) = Client::connect(address, DIAL_TIMEOUT, config.timeout, metrics)
+    let (client, loss) = Client::connect(address, DIAL_TIMEOUT, config.timeout, metrics)
         .await
-        .map_err(|err| startup_failed(log, err))?;
+        .map_err(|err| {
+            // A socket we may not connect to needs the operator (image or securityContext),
+            // so its explanation also goes where `kubectl describe pod` shows it.
+            if matches!(err, csi::Error::SocketPermissionDenied { .. }) {
+                write_termination_log(log, &err.to_string());
+            }
+            RunError::Startup(err)
+        })?;
     let max_log = usize::try_from(config.max_grpc_log_length).ok();
-    let client = client.with_max_log_length(max_log.filter(|n| *n > 0));
-    let startup = async {
-        client.probe_until_ready().await?;
-        client.plugin_info().await
-    };
-    let info = unless_lost(&mut loss, log, startup).await?;
-    Ok((client, loss, info))
+    Ok((client.with_max_log_length(max_log.filter(|n| *n > 0)), loss))
 }
 
 /// `call`'s answer, unless the driver goes away first (a call failing because
@@ -347,15 +346,6 @@ fn connection_lost(termination_log: &Path) -> RunError {
     tracing::error!("{CONNECTION_LOST_MESSAGE}");
     write_termination_log(termination_log, CONNECTION_LOST_MESSAGE);
     RunError::ConnectionLost
-}
-
-/// A socket we may not connect to needs the operator (image or securityContext),
-/// so its explanation also goes where `kubectl describe pod` shows it.
-fn startup_failed(termination_log: &Path, err: csi::Error) -> RunError {
-    if matches!(err, csi::Error::SocketPermissionDenied { .. }) {
-        write_termination_log(termination_log, &err.to_string());
-    }
-    RunError::Startup(err)
 }
 
 fn write_termination_log(path: &Path, message: &str) {
