@@ -101,7 +101,7 @@ struct SpanFields(Fields);
 /// formats put them in fixed places.
 #[derive(Default)]
 struct Collector {
-    message: Option<String>,
+    message: String,
     err: Option<String>,
     fields: Fields,
     /// Events bridged from the `log` crate carry their metadata as `log.*` fields.
@@ -112,7 +112,7 @@ impl Collector {
     fn put(&mut self, field: &Field, value: Value) {
         let name = field.name();
         match name {
-            "message" => self.message = Some(text_of(value)),
+            "message" => self.message = text_of(value),
             "error" | ERR_KEY => self.err = Some(text_of(value)),
             _ if self.skip_log_fields && name.starts_with("log.") => {}
             _ => self.fields.push((name, value)),
@@ -194,10 +194,8 @@ impl<W> KlogLayer<W> {
 struct Entry<'a> {
     meta: &'a Metadata<'a>,
     now: SystemTime,
-    message: &'a str,
-    err: Option<&'a str>,
+    event: &'a Collector,
     span_fields: &'a [(&'static str, Value)],
-    fields: &'a [(&'static str, Value)],
 }
 
 impl<S, W> Layer<S> for KlogLayer<W>
@@ -244,10 +242,8 @@ where
         let entry = Entry {
             meta,
             now: (self.clock)(),
-            message: collector.message.as_deref().unwrap_or(""),
-            err: collector.err.as_deref(),
+            event: &collector,
             span_fields: &span_fields,
-            fields: &collector.fields,
         };
         let mut line = String::new();
         if self.json {
@@ -313,12 +309,12 @@ fn write_text(out: &mut String, e: &Entry<'_>, pid: u32) {
         // klog writes the low 7 digits, space padded.
         pid % 10_000_000,
     );
-    go_quote_into(out, e.message);
-    let err = e.err.map(|err| (ERR_KEY, Value::Str(err.to_string())));
+    go_quote_into(out, &e.event.message);
+    let err = e.event.err.clone().map(|err| (ERR_KEY, Value::Str(err)));
     let all = err
         .iter()
         .chain(e.span_fields)
-        .chain(e.fields)
+        .chain(&e.event.fields)
         .map(|(k, v)| (*k, v));
     for (key, value) in dedup_last_wins(all) {
         out.push(' ');
@@ -391,7 +387,7 @@ fn write_json(out: &mut String, e: &Entry<'_>) {
         let _ = write!(out, ":{}\"", e.meta.line().unwrap_or(0));
     }
     out.push_str(",\"msg\":\"");
-    zap_escape_into(out, e.message);
+    zap_escape_into(out, &e.event.message);
     out.push('"');
     for (key, value) in e.span_fields {
         write_json_pair(out, key, value);
@@ -399,15 +395,15 @@ fn write_json(out: &mut String, e: &Entry<'_>) {
     if let Some(v) = verbosity(e.meta.level(), e.meta.target()) {
         let _ = write!(out, ",\"v\":{v}");
     }
-    for (key, value) in e.fields {
+    for (key, value) in &e.event.fields {
         // zap would repeat a span's pair that the event logs again; an identical
         // repeat says nothing, and duplicate keys trip strict JSON readers.
         if !e.span_fields.iter().any(|(k, v)| k == key && v == value) {
             write_json_pair(out, key, value);
         }
     }
-    if let Some(err) = e.err {
-        write_json_pair(out, ERR_KEY, &Value::Str(err.to_string()));
+    if let Some(err) = &e.event.err {
+        write_json_pair(out, ERR_KEY, &Value::Str(err.clone()));
     }
     out.push_str("}\n");
 }
