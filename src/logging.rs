@@ -18,7 +18,7 @@
 
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -193,7 +193,8 @@ impl<W> KlogLayer<W> {
 /// Everything a line needs, whatever the format.
 struct Entry<'a> {
     meta: &'a Metadata<'a>,
-    now: SystemTime,
+    /// Since the epoch; klog never logs earlier times.
+    now: Duration,
     event: &'a Collector,
     span_fields: &'a [(&'static str, Value)],
 }
@@ -241,7 +242,9 @@ where
         }
         let entry = Entry {
             meta,
-            now: (self.clock)(),
+            now: (self.clock)()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default(),
             event: &collector,
             span_fields: &span_fields,
         };
@@ -267,15 +270,6 @@ fn span_fields(record: impl FnOnce(&mut Collector)) -> Fields {
     err.into_iter().chain(collector.fields).collect()
 }
 
-/// Seconds and nanoseconds since the epoch; klog never logs earlier times.
-fn since_epoch(now: SystemTime) -> (i64, u32) {
-    let d = now.duration_since(UNIX_EPOCH).unwrap_or_default();
-    (
-        i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        d.subsec_nanos(),
-    )
-}
-
 /// `Lmmdd hh:mm:ss.uuuuuu threadid file:line] "msg" k=v...` (klog's printS and
 /// buffer.FormatHeader). The time is UTC: klog uses local time, and the images
 /// both run in have no zone data, which makes Go's local time UTC.
@@ -285,7 +279,7 @@ fn write_text(out: &mut String, e: &Entry<'_>, pid: u32) {
         Level::WARN => 'W',
         _ => 'I',
     };
-    let (secs, nanos) = since_epoch(e.now);
+    let secs = i64::try_from(e.now.as_secs()).unwrap_or(i64::MAX);
     let civil = jiff::Timestamp::new(secs, 0)
         .map(|ts| jiff::tz::Offset::UTC.to_datetime(ts))
         .unwrap_or_default();
@@ -305,7 +299,7 @@ fn write_text(out: &mut String, e: &Entry<'_>, pid: u32) {
         civil.hour(),
         civil.minute(),
         civil.second(),
-        nanos / 1000,
+        e.now.subsec_micros(),
         // klog writes the low 7 digits, space padded.
         pid % 10_000_000,
     );
@@ -375,11 +369,8 @@ fn write_klog_string(out: &mut String, s: &str) {
 /// component-base's zap encoder: `ts` in milliseconds since the epoch, the
 /// caller as the last two path elements, no level (errors have no `v`).
 fn write_json(out: &mut String, e: &Entry<'_>) {
-    let (secs, nanos) = since_epoch(e.now);
     // Go computes float64(UnixNano()) / 1e6.
-    let unix_nanos = secs
-        .saturating_mul(1_000_000_000)
-        .saturating_add(i64::from(nanos));
+    let unix_nanos = i64::try_from(e.now.as_nanos()).unwrap_or(i64::MAX);
     let _ = write!(out, "{{\"ts\":{}", unix_nanos as f64 / 1e6);
     if let Some(path) = e.meta.file() {
         out.push_str(",\"caller\":\"");
