@@ -87,11 +87,7 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
     let (leading_tx, mut leading) = watch::channel(elector.is_none());
     let (stop, stop_rx) = watch::channel(false);
     let (elected, release) = (elector.is_some(), gates.release_leader_election_on_exit);
-    let mut lead = std::pin::pin!(async move {
-        if let Some(elector) = elector {
-            lead(elector, leading_tx, stop_rx, release).await;
-        }
-    });
+    let mut lead = std::pin::pin!(lead(elector, leading_tx, stop_rx, release));
 
     // The controller, until a signal; then drain and release.
     let settings = controller_settings(&config, &gates, info.name, capabilities, identity);
@@ -296,13 +292,15 @@ fn controller_settings(
 /// Acquires, then renews until lost or until `stop` (then releases if
 /// `release` and no driver call can still be running: [`Elector::release`]).
 ///
-/// Returning before `stop` means leadership was lost.
+/// Returning before `stop` means leadership was lost; without an elector
+/// (no `--leader-election`) it returns at once.
 async fn lead(
-    mut elector: Elector<KubeLeases>,
+    elector: Option<Elector<KubeLeases>>,
     leading: watch::Sender<bool>,
     mut stop: watch::Receiver<bool>,
     release: bool,
 ) {
+    let Some(mut elector) = elector else { return };
     let changes = Box::pin(elector.api().changes());
     tokio::select! {
         () = elector.acquire(changes) => {}
