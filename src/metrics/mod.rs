@@ -22,8 +22,6 @@ pub mod family;
 mod process;
 mod runtime;
 
-pub use encode::encode_text;
-
 /// The application's metrics registry and families.
 #[derive(Clone)]
 pub struct Metrics {
@@ -61,7 +59,7 @@ impl Metrics {
 
     /// Everything in the registry, in Prometheus text format as Go's client_golang writes it.
     pub fn render(&self) -> String {
-        encode_text(&self.registry.gather())
+        encode::encode_text(&self.registry.gather())
     }
 }
 

@@ -77,7 +77,7 @@ fn label_values_and_help_are_escaped_like_expfmt() {
     registry.register(Box::new(gauge.clone())).unwrap();
     gauge.with_label_values(&["a\"b\\c\nd"]).set(-1);
     assert_eq!(
-        encode_text(&registry.gather()),
+        encode::encode_text(&registry.gather()),
         "# HELP g help with \\\\ and\\nnewline\n# TYPE g gauge\ng{l=\"a\\\"b\\\\c\\nd\"} -1\n"
     );
 }
