@@ -19,7 +19,6 @@ use tokio::net::TcpListener;
 use crate::leader::Health;
 use crate::metrics::Metrics;
 
-/// Path of the leader-election health check.
 pub const LEADER_HEALTH_PATH: &str = "/healthz/leader-election";
 
 /// What `/readyz` reports.

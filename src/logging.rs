@@ -36,7 +36,6 @@ use crate::gofmt::{go_json_float, go_quote_into};
 /// Target prefix of this crate's events (library and binary).
 const OWN_TARGET: &str = "csi_attacher";
 
-/// klog's key for the error of an error entry; our events call that field `error`.
 const ERR_KEY: &str = "err";
 
 /// Installs the process-wide subscriber on stderr: `RUST_LOG` when set, else

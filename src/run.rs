@@ -109,7 +109,6 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
             lead.await; // releases the Lease if allowed
             Ok(())
         }
-        // Returning before `stop` means leadership was lost.
         () = &mut lead, if elected => Err(RunError::LostLeadership),
         () = loss.lost() => Err(connection_lost(&log)),
     }
@@ -249,7 +248,6 @@ fn serve_http(
     Ok(())
 }
 
-/// The controller's settings from the flags and the driver.
 fn controller_settings(
     config: &Config,
     gates: &FeatureGates,

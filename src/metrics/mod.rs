@@ -3,7 +3,7 @@
 //!
 //! Names, labels and buckets follow upstream external-attacher v4.12 so existing
 //! dashboards and alerts keep working. Each family is defined beside its owner
-//! (`csi::metrics`, `controller::queue::metrics`, `controller::flow_metrics`,
+//! (`csi::metrics`, `controller::queue::metrics`, `controller::flows::metrics`,
 //! `controller::reconcile::metrics`) on the helpers of [`family`]; this module
 //! only gathers them into one [`Metrics`] for the wiring.
 
@@ -25,15 +25,12 @@ mod runtime;
 /// The application's metrics registry and families.
 #[derive(Clone)]
 pub struct Metrics {
-    /// The registry to serve.
     pub registry: Registry,
-    /// CSI call durations.
     pub csi: Arc<CsiCallMetrics>,
     /// Work queue families (upstream's, plus our per-lane ones).
     pub queues: Arc<QueueFamilies>,
     /// End-to-end latencies of attach and detach.
     pub flows: Arc<FlowMetrics>,
-    /// ListVolumes reconciler.
     pub reconcile: ReconcileMetrics,
 }
 
