@@ -19,9 +19,9 @@ use crate::controller::model::store::{store_from, PvRefs, Stores};
 use crate::controller::model::{CachedPv, CachedVa, Wire};
 use crate::controller::reconcile;
 use crate::controller::reconcile::orphans::{self, PROBE_NODE};
+use crate::csi::metrics::CsiCallMetrics;
 use crate::csi::{self, Client, DIAL_TIMEOUT};
 use crate::kube_client;
-use crate::metrics::Metrics;
 
 /// Why the report could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -34,9 +34,6 @@ pub enum Error {
     Kube(#[from] kube_client::Error),
     #[error("listing {0}: {1}")]
     Api(&'static str, #[source] kube::Error),
-    /// A metric family the crate refused (a bug in its definition).
-    #[error("metrics: {0}")]
-    Metrics(#[from] prometheus::Error),
 }
 
 /// The report (`docs/operations.md#csi-attacher-check`).
@@ -199,12 +196,11 @@ pub async fn report(config: &Config) -> Result<Report, Error> {
         config.kube_api_qps,
         config.kube_api_burst,
     )?;
-    let metrics = Metrics::new()?;
-    let csi_metrics = Arc::clone(&metrics.csi);
+    // Nothing serves the calls' metrics: a registry of their own, never named or read.
+    let csi_metrics = Arc::new(CsiCallMetrics::new(prometheus::Registry::new()));
     let (client, _) = Client::connect(&address, DIAL_TIMEOUT, config.timeout, csi_metrics).await?;
     client.probe_until_ready().await?;
     let driver = client.plugin_info().await?.name;
-    metrics.csi.set_driver_name(&driver);
     let capabilities = client.capabilities().await?;
     let fin = finalizer(&driver);
 

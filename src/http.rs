@@ -19,7 +19,6 @@ use tokio::net::TcpListener;
 use crate::leader::Health;
 use crate::metrics::Metrics;
 
-/// Path of the leader-election health check.
 pub const LEADER_HEALTH_PATH: &str = "/healthz/leader-election";
 
 /// What `/readyz` reports.
@@ -174,8 +173,7 @@ async fn serve_here(listener: TcpListener, endpoint: Endpoint, cap: usize) {
         let endpoint = Arc::clone(&endpoint);
         let task = tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {
-                let endpoint = Arc::clone(&endpoint);
-                async move { Ok::<_, Infallible>(handle(&endpoint, &req)) }
+                std::future::ready(Ok::<_, Infallible>(handle(&endpoint, &req)))
             });
             if let Err(err) = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -208,23 +206,20 @@ fn handle(endpoint: &Endpoint, req: &Request<Incoming>) -> Response<Full<Bytes>>
         );
         return response;
     }
-    match path {
-        LEADER_HEALTH_PATH => match &endpoint.leader_health {
-            Some(health) => match health.check() {
-                Ok(()) => text(StatusCode::OK, "ok"),
-                Err(reason) => {
-                    tracing::warn!(%reason, "leader-election health check failed");
-                    text(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        &format!("internal server error: {reason}"),
-                    )
-                }
-            },
-            None => text(StatusCode::NOT_FOUND, "404 page not found"),
+    match (path, &endpoint.leader_health) {
+        (LEADER_HEALTH_PATH, Some(health)) => match health.check() {
+            Ok(()) => text(StatusCode::OK, "ok"),
+            Err(reason) => {
+                tracing::warn!(%reason, "leader-election health check failed");
+                text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    &format!("internal server error: {reason}"),
+                )
+            }
         },
-        "/healthz" => text(StatusCode::OK, "ok"),
-        "/readyz" if endpoint.readiness.is_ready() => text(StatusCode::OK, "ok"),
-        "/readyz" => text(
+        ("/healthz", _) => text(StatusCode::OK, "ok"),
+        ("/readyz", _) if endpoint.readiness.is_ready() => text(StatusCode::OK, "ok"),
+        ("/readyz", _) => text(
             StatusCode::SERVICE_UNAVAILABLE,
             "not ready: driver or caches not ready yet",
         ),

@@ -14,5 +14,3 @@ pub mod logging;
 pub mod metrics;
 pub mod migration;
 pub mod run;
-
-pub use run::run;

@@ -16,14 +16,13 @@
 //! Span fields (`va`, `lane`, ...) are written as key/value pairs like the
 //! values of a Go `logger.WithValues`; a field called `error` becomes klog's `err`.
 
-use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
-use tracing::{Event, Level, Subscriber};
+use tracing::{Event, Level, Metadata, Subscriber};
 use tracing_log::NormalizeEvent;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::{Context, SubscriberExt};
@@ -37,35 +36,15 @@ use crate::gofmt::{go_json_float, go_quote_into};
 /// Target prefix of this crate's events (library and binary).
 const OWN_TARGET: &str = "csi_attacher";
 
-/// klog's key for the error of an error entry; our events call that field `error`.
 const ERR_KEY: &str = "err";
-
-/// Output format, from `--logging-format`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
-    /// klog text.
-    Text,
-    /// component-base JSON.
-    Json,
-}
-
-impl Format {
-    /// `json` selects JSON; anything else (the flag parser only lets `text` through) is text.
-    pub fn from_flag(flag: &str) -> Self {
-        if flag == "json" {
-            Self::Json
-        } else {
-            Self::Text
-        }
-    }
-}
 
 /// Installs the process-wide subscriber on stderr: `RUST_LOG` when set, else
 /// the `--v` mapping of [`directives`].
 pub fn init(config: &Config) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(directives(config.v)));
-    let layer = KlogLayer::new(Format::from_flag(&config.logging_format), std::io::stderr);
+    // `json` selects JSON; anything else (refused right after this) is text.
+    let layer = KlogLayer::new(config.logging_format == "json", std::io::stderr);
     // Fails only when a subscriber is already installed; the first one keeps logging.
     let _ = tracing_subscriber::registry()
         .with(filter)
@@ -121,7 +100,7 @@ struct SpanFields(Fields);
 /// formats put them in fixed places.
 #[derive(Default)]
 struct Collector {
-    message: Option<String>,
+    message: String,
     err: Option<String>,
     fields: Fields,
     /// Events bridged from the `log` crate carry their metadata as `log.*` fields.
@@ -132,13 +111,8 @@ impl Collector {
     fn put(&mut self, field: &Field, value: Value) {
         let name = field.name();
         match name {
-            "message" => {
-                self.message = Some(match value {
-                    Value::Str(s) => s,
-                    other => text_of(&other),
-                })
-            }
-            "error" | ERR_KEY => self.err = Some(text_of(&value)),
+            "message" => self.message = text_of(value),
+            "error" | ERR_KEY => self.err = Some(text_of(value)),
             _ if self.skip_log_fields && name.starts_with("log.") => {}
             _ => self.fields.push((name, value)),
         }
@@ -146,9 +120,9 @@ impl Collector {
 }
 
 /// A value as a plain string (an error or message recorded as a number).
-fn text_of(value: &Value) -> String {
+fn text_of(value: Value) -> String {
     match value {
-        Value::Str(s) => s.clone(),
+        Value::Str(s) => s,
         Value::Int(i) => i.to_string(),
         Value::Float(f) => f.to_string(),
         Value::Bool(b) => b.to_string(),
@@ -179,9 +153,6 @@ impl Visit for Collector {
     fn record_str(&mut self, field: &Field, value: &str) {
         self.put(field, Value::Str(value.to_string()));
     }
-    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
-        self.put(field, Value::Str(value.to_string()));
-    }
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
         self.put(field, Value::Str(format!("{value:?}")));
     }
@@ -189,17 +160,18 @@ impl Visit for Collector {
 
 /// Writes every event as one klog-shaped line.
 pub struct KlogLayer<W> {
-    format: Format,
+    /// component-base JSON instead of klog text.
+    json: bool,
     make_writer: W,
     clock: fn() -> SystemTime,
     pid: u32,
 }
 
 impl<W> KlogLayer<W> {
-    /// Lines in `format` to `make_writer`, stamped with the wall clock and this process's id.
-    pub fn new(format: Format, make_writer: W) -> Self {
+    /// Lines (JSON if `json`) to `make_writer`, stamped with the wall clock and this process's id.
+    pub fn new(json: bool, make_writer: W) -> Self {
         Self {
-            format,
+            json,
             make_writer,
             clock: SystemTime::now,
             pid: std::process::id(),
@@ -219,15 +191,11 @@ impl<W> KlogLayer<W> {
 
 /// Everything a line needs, whatever the format.
 struct Entry<'a> {
-    level: Level,
-    target: &'a str,
-    file: Option<&'a str>,
-    line: Option<u32>,
-    now: SystemTime,
-    message: &'a str,
-    err: Option<&'a str>,
+    meta: &'a Metadata<'a>,
+    /// Since the epoch; klog never logs earlier times.
+    now: Duration,
+    event: &'a Collector,
     span_fields: &'a [(&'static str, Value)],
-    fields: &'a [(&'static str, Value)],
 }
 
 impl<S, W> Layer<S> for KlogLayer<W>
@@ -272,37 +240,24 @@ where
             }
         }
         let entry = Entry {
-            level: *meta.level(),
-            target: meta.target(),
-            file: meta.file(),
-            line: meta.line(),
-            now: (self.clock)(),
-            message: collector.message.as_deref().unwrap_or(""),
-            err: collector.err.as_deref(),
+            meta,
+            now: (self.clock)()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default(),
+            event: &collector,
             span_fields: &span_fields,
-            fields: &collector.fields,
         };
-        thread_local! {
-            static LINE: RefCell<String> = const { RefCell::new(String::new()) };
+        let mut line = String::new();
+        if self.json {
+            write_json(&mut line, &entry);
+        } else {
+            write_text(&mut line, &entry, self.pid);
         }
-        LINE.with(|cell| {
-            let mut fresh = String::new();
-            let mut reused = cell.try_borrow_mut();
-            let line = match &mut reused {
-                Ok(line) => &mut **line,
-                Err(_) => &mut fresh,
-            };
-            line.clear();
-            match self.format {
-                Format::Text => write_text(line, &entry, self.pid),
-                Format::Json => write_json(line, &entry),
-            }
-            // One write per line, so lines of concurrent writers do not interleave.
-            let _ = self
-                .make_writer
-                .make_writer_for(meta)
-                .write_all(line.as_bytes());
-        });
+        // One write per line, so lines of concurrent writers do not interleave.
+        let _ = self
+            .make_writer
+            .make_writer_for(meta)
+            .write_all(line.as_bytes());
     }
 }
 
@@ -314,31 +269,25 @@ fn span_fields(record: impl FnOnce(&mut Collector)) -> Fields {
     err.into_iter().chain(collector.fields).collect()
 }
 
-/// Seconds and nanoseconds since the epoch; klog never logs earlier times.
-fn since_epoch(now: SystemTime) -> (i64, u32) {
-    let d = now.duration_since(UNIX_EPOCH).unwrap_or_default();
-    (
-        i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        d.subsec_nanos(),
-    )
-}
-
 /// `Lmmdd hh:mm:ss.uuuuuu threadid file:line] "msg" k=v...` (klog's printS and
 /// buffer.FormatHeader). The time is UTC: klog uses local time, and the images
 /// both run in have no zone data, which makes Go's local time UTC.
 fn write_text(out: &mut String, e: &Entry<'_>, pid: u32) {
-    let severity = match e.level {
+    let severity = match *e.meta.level() {
         Level::ERROR => 'E',
         Level::WARN => 'W',
         _ => 'I',
     };
-    let (secs, nanos) = since_epoch(e.now);
+    let secs = i64::try_from(e.now.as_secs()).unwrap_or(i64::MAX);
     let civil = jiff::Timestamp::new(secs, 0)
         .map(|ts| jiff::tz::Offset::UTC.to_datetime(ts))
         .unwrap_or_default();
     // klog's "???:1" when the caller is unknown; only the file name, like runtime.Caller's trimmed path.
-    let (file, line) = match e.file {
-        Some(path) => (path.rsplit('/').next().unwrap_or(path), e.line.unwrap_or(0)),
+    let (file, line) = match e.meta.file() {
+        Some(path) => (
+            path.rsplit('/').next().unwrap_or(path),
+            e.meta.line().unwrap_or(0),
+        ),
         None => ("???", 1),
     };
     let _ = write!(
@@ -349,16 +298,16 @@ fn write_text(out: &mut String, e: &Entry<'_>, pid: u32) {
         civil.hour(),
         civil.minute(),
         civil.second(),
-        nanos / 1000,
+        e.now.subsec_micros(),
         // klog writes the low 7 digits, space padded.
         pid % 10_000_000,
     );
-    go_quote_into(out, e.message);
-    let err = e.err.map(|err| (ERR_KEY, Value::Str(err.to_string())));
+    go_quote_into(out, &e.event.message);
+    let err = e.event.err.clone().map(|err| (ERR_KEY, Value::Str(err)));
     let all = err
         .iter()
         .chain(e.span_fields)
-        .chain(e.fields)
+        .chain(&e.event.fields)
         .map(|(k, v)| (*k, v));
     for (key, value) in dedup_last_wins(all) {
         out.push(' ');
@@ -390,89 +339,70 @@ fn dedup_last_wins<'a>(
 /// `=value` as klog writes it: strings quoted (multi-line ones as an indented
 /// block), numbers and booleans as JSON.
 fn write_text_value(out: &mut String, value: &Value) {
+    out.push('=');
     match value {
         Value::Str(s) => write_klog_string(out, s),
-        Value::Float(f) => {
-            out.push('=');
-            out.push_str(&go_json_float(*f));
-        }
-        other => {
-            out.push('=');
-            out.push_str(&text_of(other));
-        }
+        Value::Float(f) => out.push_str(&go_json_float(*f)),
+        other => out.push_str(&text_of(other.clone())),
     }
 }
 
-/// klog's writeStringValue: one line → `="quoted"`; several →
-/// `=<` newline, each line tab-indented, then ` >`.
+/// klog's writeStringValue: one line → `"quoted"`; several → `<` newline,
+/// each line tab-indented and ended by a newline, then ` >`.
 fn write_klog_string(out: &mut String, s: &str) {
     if !s.contains('\n') {
-        out.push('=');
-        go_quote_into(out, s);
-        return;
+        return go_quote_into(out, s);
     }
-    out.push_str("=<\n");
-    let mut rest = s;
-    while let Some(i) = rest.find('\n') {
+    out.push_str("<\n");
+    for line in s.split_inclusive('\n') {
         out.push('\t');
-        out.push_str(&rest[..=i]);
-        rest = &rest[i + 1..];
+        out.push_str(line);
     }
-    if rest.is_empty() {
-        out.push_str(" >");
-    } else {
-        out.push('\t');
-        out.push_str(rest);
-        out.push_str("\n >");
+    if !s.ends_with('\n') {
+        out.push('\n');
     }
+    out.push_str(" >");
 }
 
 /// `{"ts":…,"caller":…,"msg":…,<span fields>,"v":…,<fields>,"err":…}` with
 /// component-base's zap encoder: `ts` in milliseconds since the epoch, the
 /// caller as the last two path elements, no level (errors have no `v`).
 fn write_json(out: &mut String, e: &Entry<'_>) {
-    let (secs, nanos) = since_epoch(e.now);
     // Go computes float64(UnixNano()) / 1e6.
-    let unix_nanos = secs
-        .saturating_mul(1_000_000_000)
-        .saturating_add(i64::from(nanos));
+    let unix_nanos = i64::try_from(e.now.as_nanos()).unwrap_or(i64::MAX);
     let _ = write!(out, "{{\"ts\":{}", unix_nanos as f64 / 1e6);
-    if let Some(path) = e.file {
+    if let Some(path) = e.meta.file() {
         out.push_str(",\"caller\":\"");
         zap_escape_into(out, trimmed_path(path));
-        let _ = write!(out, ":{}\"", e.line.unwrap_or(0));
+        let _ = write!(out, ":{}\"", e.meta.line().unwrap_or(0));
     }
     out.push_str(",\"msg\":\"");
-    zap_escape_into(out, e.message);
+    zap_escape_into(out, &e.event.message);
     out.push('"');
     for (key, value) in e.span_fields {
         write_json_pair(out, key, value);
     }
-    if let Some(v) = verbosity(&e.level, e.target) {
+    if let Some(v) = verbosity(e.meta.level(), e.meta.target()) {
         let _ = write!(out, ",\"v\":{v}");
     }
-    for (key, value) in e.fields {
+    for (key, value) in &e.event.fields {
         // zap would repeat a span's pair that the event logs again; an identical
         // repeat says nothing, and duplicate keys trip strict JSON readers.
         if !e.span_fields.iter().any(|(k, v)| k == key && v == value) {
             write_json_pair(out, key, value);
         }
     }
-    if let Some(err) = e.err {
-        write_json_pair(out, ERR_KEY, &Value::Str(err.to_string()));
+    if let Some(err) = &e.event.err {
+        write_json_pair(out, ERR_KEY, &Value::Str(err.clone()));
     }
     out.push_str("}\n");
 }
 
 /// zap's ShortCallerEncoder: everything after the second-to-last `/`.
 fn trimmed_path(path: &str) -> &str {
-    let Some(last) = path.rfind('/') else {
-        return path;
-    };
-    match path[..last].rfind('/') {
-        Some(before) => &path[before + 1..],
-        None => path,
-    }
+    path.rmatch_indices('/')
+        .nth(1)
+        .map_or(path, |(before, _)| &path[before + 1..])
 }
 
 fn write_json_pair(out: &mut String, key: &str, value: &Value) {
@@ -490,7 +420,7 @@ fn write_json_pair(out: &mut String, key: &str, value: &Value) {
         Value::Float(f) if f.is_infinite() => {
             out.push_str(if *f > 0.0 { "\"+Inf\"" } else { "\"-Inf\"" })
         }
-        other => out.push_str(&text_of(other)),
+        other => out.push_str(&text_of(other.clone())),
     }
 }
 
@@ -544,10 +474,10 @@ mod tests {
         UNIX_EPOCH + Duration::new(1_732_608_275, 778_303_123)
     }
 
-    /// What `log` writes in `format`, everything enabled unless `filter` says otherwise.
-    fn capture(format: Format, filter: Option<&str>, log: impl FnOnce()) -> String {
+    /// What `log` writes (JSON if `json`), everything enabled unless `filter` says otherwise.
+    fn capture(json: bool, filter: Option<&str>, log: impl FnOnce()) -> String {
         let out = Captured::default();
-        let layer = KlogLayer::new(format, out.clone()).with_clock_and_pid(fixed_clock, 2790);
+        let layer = KlogLayer::new(json, out.clone()).with_clock_and_pid(fixed_clock, 2790);
         let filter = EnvFilter::new(filter.unwrap_or("trace"));
         let subscriber = tracing_subscriber::registry().with(filter).with(layer);
         tracing::subscriber::with_default(subscriber, log);
@@ -556,11 +486,11 @@ mod tests {
     }
 
     fn text(log: impl FnOnce()) -> String {
-        capture(Format::Text, None, log)
+        capture(false, None, log)
     }
 
     fn json(log: impl FnOnce()) -> String {
-        capture(Format::Json, None, log)
+        capture(true, None, log)
     }
 
     const HEADER: &str = "1126 08:04:35.778303    2790 logging.rs";
@@ -797,13 +727,13 @@ mod tests {
             tracing::debug!(target: "kube_client::client", "GET /api");
             tracing::info!(target: "hyper_util::client", "client info");
         };
-        let at_2 = capture(Format::Text, Some(&directives(2)), log);
+        let at_2 = capture(false, Some(&directives(2)), log);
         assert!(
             at_2.contains("\"ours\"") && at_2.contains("\"client info\""),
             "{at_2}"
         );
         assert!(!at_2.contains("GET /api"), "{at_2}");
-        let at_6 = capture(Format::Text, Some(&directives(6)), log);
+        let at_6 = capture(false, Some(&directives(6)), log);
         assert!(at_6.contains("GET /api"), "{at_6}");
     }
 }

@@ -77,7 +77,7 @@ fn main() -> ExitCode {
     if check {
         return run_check(&runtime, &config);
     }
-    match runtime.block_on(csi_attacher::run(config, gates)) {
+    match runtime.block_on(csi_attacher::run::run(config, gates)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             tracing::error!(error = %err, "exiting");

@@ -57,7 +57,12 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
     let metrics = Metrics::new()?;
     let readiness = Readiness::default();
 
-    let (client, mut loss, info) = connect_driver(&config, &address, &metrics).await?;
+    let (client, mut loss) = connect_driver(&config, &address, &metrics).await?;
+    let identify = async {
+        client.probe_until_ready().await?;
+        client.plugin_info().await
+    };
+    let info = unless_lost(&mut loss, &log, identify).await?;
     metrics.csi.set_driver_name(&info.name);
 
     // This replica's name: Lease holder and Event reporter.
@@ -82,11 +87,7 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
     let (leading_tx, mut leading) = watch::channel(elector.is_none());
     let (stop, stop_rx) = watch::channel(false);
     let (elected, release) = (elector.is_some(), gates.release_leader_election_on_exit);
-    let mut lead = std::pin::pin!(async move {
-        if let Some(elector) = elector {
-            lead(elector, leading_tx, stop_rx, release).await;
-        }
-    });
+    let mut lead = std::pin::pin!(lead(elector, leading_tx, stop_rx, release));
 
     // The controller, until a signal; then drain and release.
     let settings = controller_settings(&config, &gates, info.name, capabilities, identity);
@@ -108,7 +109,6 @@ pub async fn run(config: Config, gates: FeatureGates) -> Result<(), RunError> {
             lead.await; // releases the Lease if allowed
             Ok(())
         }
-        // Returning before `stop` means leadership was lost.
         () = &mut lead, if elected => Err(RunError::LostLeadership),
         () = loss.lost() => Err(connection_lost(&log)),
     }
@@ -155,31 +155,25 @@ fn note_ignored_flags(config: &Config) {
     }
 }
 
-/// Driver connection, probe and identity (as upstream external-attacher v4.12).
+/// The driver connection (as upstream external-attacher v4.12).
 async fn connect_driver(
     config: &Config,
     address: &Path,
     metrics: &Metrics,
-) -> Result<
-    (
-        Client,
-        csi::ConnectionLoss,
-        csi::proto::GetPluginInfoResponse,
-    ),
-    RunError,
-> {
+) -> Result<(Client, csi::ConnectionLoss), RunError> {
     let (log, metrics) = (&config.termination_log_path, Arc::clone(&metrics.csi));
-    let (client, mut loss) = Client::connect(address, DIAL_TIMEOUT, config.timeout, metrics)
+    let (client, loss) = Client::connect(address, DIAL_TIMEOUT, config.timeout, metrics)
         .await
-        .map_err(|err| startup_failed(log, err))?;
+        .map_err(|err| {
+            // A socket we may not connect to needs the operator (image or securityContext),
+            // so its explanation also goes where `kubectl describe pod` shows it.
+            if matches!(err, csi::Error::SocketPermissionDenied { .. }) {
+                write_termination_log(log, &err.to_string());
+            }
+            RunError::Startup(err)
+        })?;
     let max_log = usize::try_from(config.max_grpc_log_length).ok();
-    let client = client.with_max_log_length(max_log.filter(|n| *n > 0));
-    let startup = async {
-        client.probe_until_ready().await?;
-        client.plugin_info().await
-    };
-    let info = unless_lost(&mut loss, log, startup).await?;
-    Ok((client, loss, info))
+    Ok((client.with_max_log_length(max_log.filter(|n| *n > 0)), loss))
 }
 
 /// `call`'s answer, unless the driver goes away first (a call failing because
@@ -220,7 +214,7 @@ fn elector(
         labels: config.leader_election_labels.clone(),
     };
     let leases = KubeLeases::new(client, &settings.namespace, &settings.name);
-    let leader_metrics = leader::Metrics::register(metrics.registry())
+    let leader_metrics = leader::Metrics::register(&metrics.registry)
         .map_err(|e| tracing::error!(error = %e, "cannot register leader-election metrics"))
         .ok();
     Some(Elector::new(leases, settings, leader_metrics))
@@ -254,7 +248,6 @@ fn serve_http(
     Ok(())
 }
 
-/// The controller's settings from the flags and the driver.
 fn controller_settings(
     config: &Config,
     gates: &FeatureGates,
@@ -297,13 +290,15 @@ fn controller_settings(
 /// Acquires, then renews until lost or until `stop` (then releases if
 /// `release` and no driver call can still be running: [`Elector::release`]).
 ///
-/// Returning before `stop` means leadership was lost.
+/// Returning before `stop` means leadership was lost; without an elector
+/// (no `--leader-election`) it returns at once.
 async fn lead(
-    mut elector: Elector<KubeLeases>,
+    elector: Option<Elector<KubeLeases>>,
     leading: watch::Sender<bool>,
     mut stop: watch::Receiver<bool>,
     release: bool,
 ) {
+    let Some(mut elector) = elector else { return };
     let changes = Box::pin(elector.api().changes());
     tokio::select! {
         () = elector.acquire(changes) => {}
@@ -347,15 +342,6 @@ fn connection_lost(termination_log: &Path) -> RunError {
     tracing::error!("{CONNECTION_LOST_MESSAGE}");
     write_termination_log(termination_log, CONNECTION_LOST_MESSAGE);
     RunError::ConnectionLost
-}
-
-/// A socket we may not connect to needs the operator (image or securityContext),
-/// so its explanation also goes where `kubectl describe pod` shows it.
-fn startup_failed(termination_log: &Path, err: csi::Error) -> RunError {
-    if matches!(err, csi::Error::SocketPermissionDenied { .. }) {
-        write_termination_log(termination_log, &err.to_string());
-    }
-    RunError::Startup(err)
 }
 
 fn write_termination_log(path: &Path, message: &str) {

@@ -29,40 +29,36 @@ pub fn encode_text(families: &[MetricFamily]) -> String {
         };
         let _ = writeln!(out, "# TYPE {name} {kind}");
         for m in family.get_metric() {
-            let sample =
-                |out: &mut String, suffix: &str, extra: Option<(&str, f64)>, value: f64| {
-                    write_sample(out, name, suffix, m, extra, value)
-                };
+            let mut sample = |suffix: &str, extra: Option<(&str, f64)>, value: f64| {
+                write_sample(&mut out, name, suffix, m, extra, value)
+            };
             match family.get_field_type() {
-                MetricType::COUNTER => sample(&mut out, "", None, m.get_counter().get_value()),
-                MetricType::GAUGE => sample(&mut out, "", None, m.get_gauge().get_value()),
+                MetricType::COUNTER => sample("", None, m.get_counter().get_value()),
+                MetricType::GAUGE => sample("", None, m.get_gauge().get_value()),
                 // No collector of this crate makes untyped metrics, and the
                 // prometheus crate has no stable accessor for their value.
                 MetricType::UNTYPED => {}
                 MetricType::HISTOGRAM => {
                     let h = m.get_histogram();
                     let count = h.get_sample_count() as f64;
-                    let mut buckets: Vec<(f64, f64)> = h
-                        .get_bucket()
-                        .iter()
-                        .map(|b| (b.upper_bound(), b.cumulative_count() as f64))
-                        .collect();
-                    if !buckets.iter().any(|(bound, _)| *bound == f64::INFINITY) {
-                        buckets.push((f64::INFINITY, count));
+                    let buckets = h.get_bucket();
+                    for b in buckets {
+                        let n = b.cumulative_count() as f64;
+                        sample("_bucket", Some(("le", b.upper_bound())), n);
                     }
-                    for (bound, n) in buckets {
-                        sample(&mut out, "_bucket", Some(("le", bound)), n);
+                    if !buckets.iter().any(|b| b.upper_bound() == f64::INFINITY) {
+                        sample("_bucket", Some(("le", f64::INFINITY)), count);
                     }
-                    sample(&mut out, "_sum", None, h.get_sample_sum());
-                    sample(&mut out, "_count", None, count);
+                    sample("_sum", None, h.get_sample_sum());
+                    sample("_count", None, count);
                 }
                 MetricType::SUMMARY => {
                     let s = m.get_summary();
                     for q in s.get_quantile() {
-                        sample(&mut out, "", Some(("quantile", q.quantile())), q.value());
+                        sample("", Some(("quantile", q.quantile())), q.value());
                     }
-                    sample(&mut out, "_sum", None, s.sample_sum());
-                    sample(&mut out, "_count", None, s.sample_count() as f64);
+                    sample("_sum", None, s.sample_sum());
+                    sample("_count", None, s.sample_count() as f64);
                 }
             }
         }

@@ -3,7 +3,7 @@
 //!
 //! Names, labels and buckets follow upstream external-attacher v4.12 so existing
 //! dashboards and alerts keep working. Each family is defined beside its owner
-//! (`csi::metrics`, `controller::queue::metrics`, `controller::flow_metrics`,
+//! (`csi::metrics`, `controller::queue::metrics`, `controller::flows::metrics`,
 //! `controller::reconcile::metrics`) on the helpers of [`family`]; this module
 //! only gathers them into one [`Metrics`] for the wiring.
 
@@ -22,19 +22,15 @@ pub mod family;
 mod process;
 mod runtime;
 
-pub use encode::encode_text;
-
 /// The application's metrics registry and families.
 #[derive(Clone)]
 pub struct Metrics {
-    registry: Registry,
-    /// CSI call durations.
+    pub registry: Registry,
     pub csi: Arc<CsiCallMetrics>,
     /// Work queue families (upstream's, plus our per-lane ones).
     pub queues: Arc<QueueFamilies>,
     /// End-to-end latencies of attach and detach.
     pub flows: Arc<FlowMetrics>,
-    /// ListVolumes reconciler.
     pub reconcile: ReconcileMetrics,
 }
 
@@ -58,14 +54,9 @@ impl Metrics {
         })
     }
 
-    /// The registry to serve.
-    pub fn registry(&self) -> &Registry {
-        &self.registry
-    }
-
     /// Everything in the registry, in Prometheus text format as Go's client_golang writes it.
     pub fn render(&self) -> String {
-        encode_text(&self.registry.gather())
+        encode::encode_text(&self.registry.gather())
     }
 }
 

@@ -114,17 +114,14 @@ impl ProcessCollector {
     /// descriptor reading it, as procfs's does).
     fn open_fds(&self) -> Option<u64> {
         let dir = self.proc.join("self/fd");
-        if let Ok(meta) = std::fs::metadata(&dir) {
-            if meta.len() > 0 {
-                return Some(meta.len());
-            }
+        let size = std::fs::metadata(&dir).map_or(0, |meta| meta.len());
+        if size > 0 {
+            return Some(size);
         }
-        let mut count = 0;
-        for entry in std::fs::read_dir(&dir).ok()? {
-            entry.ok()?;
-            count += 1;
-        }
-        Some(count)
+        let mut entries = std::fs::read_dir(&dir).ok()?;
+        entries
+            .try_fold(0, |count, entry| entry.map(|_| count + 1))
+            .ok()
     }
 }
 

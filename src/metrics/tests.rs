@@ -77,7 +77,7 @@ fn label_values_and_help_are_escaped_like_expfmt() {
     registry.register(Box::new(gauge.clone())).unwrap();
     gauge.with_label_values(&["a\"b\\c\nd"]).set(-1);
     assert_eq!(
-        encode_text(&registry.gather()),
+        encode::encode_text(&registry.gather()),
         "# HELP g help with \\\\ and\\nnewline\n# TYPE g gauge\ng{l=\"a\\\"b\\\\c\\nd\"} -1\n"
     );
 }
@@ -149,7 +149,7 @@ fn migration_drivers_get_the_migrated_label() {
 
 /// The one sample of family `name` (a counter or a gauge), as gathered now.
 fn process_sample(metrics: &Metrics, name: &str) -> Option<f64> {
-    let families = metrics.registry().gather();
+    let families = metrics.registry.gather();
     let family = families.iter().find(|f| f.name() == name)?;
     let metric = family.get_metric().first()?;
     Some(match family.get_field_type() {
