@@ -38,7 +38,7 @@ impl Metrics {
     /// A fresh registry with Go's process families, CSI call, work queue and flow metrics.
     ///
     /// Registration errors only mean a name clash, impossible with the fixed
-    /// names here: logged, a missing family is better than a sidecar that does
+    /// names here: ignored, a missing family is better than a sidecar that does
     /// not start. A definition the crate refuses is an error.
     pub fn new() -> prometheus::Result<Self> {
         let registry = Registry::new();
