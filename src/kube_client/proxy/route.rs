@@ -151,17 +151,11 @@ pub fn route(
                 return Err(Error::Cgi);
             }
             let host = uri_host(cluster_url);
-            let port = cluster_url.port().map_or_else(
-                || {
-                    if origin == Origin::HttpsProxy {
-                        "443"
-                    } else {
-                        "80"
-                    }
-                    .to_string()
-                },
-                |p| p.as_str().to_string(),
-            );
+            let port = match cluster_url.port() {
+                Some(port) => port.as_str().to_string(),
+                None if origin == Origin::HttpsProxy => "443".to_string(),
+                None => "80".to_string(),
+            };
             if !NoProxy::parse(&env.no_proxy).use_proxy(host, &port) {
                 return Ok(Route::Direct);
             }
