@@ -138,16 +138,11 @@ impl Service<Uri> for Connector {
             });
         };
         Box::pin(async move {
-            let default_port = if dst.scheme_str() == Some("http") {
-                80
-            } else {
-                443
-            };
-            let port = dst.port_u16().unwrap_or(default_port);
+            let plain = dst.scheme_str() == Some("http");
+            let port = dst.port_u16().unwrap_or(if plain { 80 } else { 443 });
             let target = host_port(uri_host(&dst), port);
             // Through SOCKS5 always a tunnel, as Go's transport.
-            let forwarded = dst.scheme_str() == Some("http")
-                && matches!(via.proxy.scheme, Scheme::Http | Scheme::Https);
+            let forwarded = plain && matches!(via.proxy.scheme, Scheme::Http | Scheme::Https);
             let connecting = connect_via(&mut http, &via, (uri_host(&dst), port), !forwarded);
             let io = match via.timeout {
                 Some(timeout) => {
