@@ -28,7 +28,7 @@
 //!   delayed ACK, and new connections are opened under load and after an
 //!   outage. So [`transport`] builds kube's stack (base URI, authentication,
 //!   headers, tracing, rustls) on its own connector, without kube's
-//!   per-connection read/write timeouts (the [`DeadlineLayer`] bounds every
+//!   per-connection read/write timeouts (the [`Deadline`] bounds every
 //!   request, kube-runtime's watcher every idle watch).
 //! - Proxies as client-go picks them ([`proxy`]), not kube's: kube reads
 //!   `HTTPS_PROXY` only from kubeconfigs, applies `NO_PROXY` to the proxy's
@@ -40,7 +40,7 @@
 //! failed call fails the attempt and the work queue's backoff retries it, as
 //! client-go. Every request has [`ApiConfig::request_timeout`] (`--timeout`
 //! held between 5 s and 60 s, [`request_timeout_for`]) for its headers, and a
-//! non-watch request the same span for its body ([`DeadlineLayer`]); a watch
+//! non-watch request the same span for its body ([`Deadline`]); a watch
 //! is given up after [`WATCH_SILENCE`] without a byte (the server ends it at
 //! `timeoutSeconds=290`). kube's connect timeout (30 s, TLS included) stays.
 //!
@@ -68,8 +68,8 @@ mod rate_limit;
 mod transport;
 
 pub use self::deadline::{
-    request_timeout_for, Deadline, DeadlineError, DeadlineLayer, MAX_REQUEST_TIMEOUT,
-    MIN_REQUEST_TIMEOUT, WATCH_SILENCE,
+    request_timeout_for, Deadline, DeadlineError, MAX_REQUEST_TIMEOUT, MIN_REQUEST_TIMEOUT,
+    WATCH_SILENCE,
 };
 pub use self::error::{error_chain, Error};
 pub use self::rate_limit::{RateLimit, RateLimitLayer, DEFAULT_BURST, DEFAULT_QPS};
@@ -212,7 +212,7 @@ fn build_over(
     // The deadline sits below the throttle: time spent waiting for a token is
     // the client's own pacing, not the server's silence.
     let client = transport::transport(config, version)?
-        .with_layer(&DeadlineLayer::new(request_timeout))
+        .with_layer(&Deadline::layer(request_timeout))
         .with_layer(&limit)
         .build();
     Ok(client)
