@@ -73,6 +73,7 @@ pub use self::deadline::{
 };
 pub use self::error::{error_chain, Error};
 pub use self::rate_limit::{RateLimit, RateLimitLayer, DEFAULT_BURST, DEFAULT_QPS};
+use self::transport::Http;
 
 /// Stands for an unset `proxy-url` while kube converts a kubeconfig, so that
 /// kube does not read `HTTPS_PROXY` itself (its reading is not client-go's,
@@ -157,7 +158,7 @@ impl From<kube::Config> for ApiConfig {
 
 /// A client throttled as client-go throttles `--kube-api-qps`/`--kube-api-burst`.
 pub fn build(config: impl Into<ApiConfig>, qps: f64, burst: i64) -> Result<kube::Client, Error> {
-    build_with(config.into(), RateLimitLayer::new(qps, burst))
+    build_over(config.into(), RateLimitLayer::new(qps, burst), Http::One)
 }
 
 /// The controller's clients: one throttle (`--kube-api-qps`/`--kube-api-burst`)
@@ -183,26 +184,22 @@ pub fn build_prioritized(
     let config = config.into();
     let limit = RateLimitLayer::new(qps, burst);
     Ok(Clients {
-        urgent: build_with(config.clone(), limit.urgent())?,
-        watch: build_over(config.clone(), limit.clone(), transport::Http::Two)?,
-        normal: build_with(config, limit)?,
+        urgent: build_over(config.clone(), limit.urgent(), Http::One)?,
+        watch: build_over(config.clone(), limit.clone(), Http::Two)?,
+        normal: build_over(config, limit, Http::One)?,
     })
 }
 
 /// A client without a client-side throttle (the leader-election client, so a busy
 /// attacher cannot starve its Lease renewals).
 pub fn build_unthrottled(config: impl Into<ApiConfig>) -> Result<kube::Client, Error> {
-    build_with(config.into(), RateLimitLayer::unlimited())
-}
-
-fn build_with(config: ApiConfig, limit: RateLimitLayer) -> Result<kube::Client, Error> {
-    build_over(config, limit, transport::Http::One)
+    build_over(config.into(), RateLimitLayer::unlimited(), Http::One)
 }
 
 fn build_over(
     config: ApiConfig,
     limit: RateLimitLayer,
-    version: transport::Http,
+    version: Http,
 ) -> Result<kube::Client, Error> {
     let ApiConfig {
         mut config,
