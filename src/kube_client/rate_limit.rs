@@ -46,13 +46,6 @@ struct Priority {
 /// One urgent request, from before its token to its answer (or its drop).
 struct UrgentTicket(Arc<Priority>);
 
-impl UrgentTicket {
-    fn new(priority: Arc<Priority>) -> Self {
-        priority.urgent_pending.fetch_add(1, Ordering::SeqCst);
-        Self(priority)
-    }
-}
-
 impl Drop for UrgentTicket {
     fn drop(&mut self) {
         if self.0.urgent_pending.fetch_sub(1, Ordering::SeqCst) == 1 {
@@ -67,7 +60,8 @@ async fn urgent_token(
     limiter: Arc<DefaultDirectRateLimiter>,
     priority: Arc<Priority>,
 ) -> Option<UrgentTicket> {
-    let ticket = UrgentTicket::new(priority);
+    priority.urgent_pending.fetch_add(1, Ordering::SeqCst);
+    let ticket = UrgentTicket(priority);
     limiter.until_ready().await;
     Some(ticket)
 }
