@@ -132,19 +132,15 @@ impl<A: LeaseApi> Elector<A> {
         loop {
             if self.try_acquire_or_renew().await {
                 let now = self.now();
-                match self.opens_at.filter(|opens| *opens > now) {
-                    // Created, not taken over: hold it, renewing, until a leader
-                    // that missed the deletion has surely left its window.
-                    Some(opens) => {
-                        let next = opens.min(now + self.settings.retry_period);
-                        self.sleep_until(next).await;
-                        continue;
-                    }
-                    None => {
-                        tracing::info!(lease = %self.settings.name, "Successfully acquired lease");
-                        return;
-                    }
-                }
+                let Some(opens) = self.opens_at.filter(|opens| *opens > now) else {
+                    tracing::info!(lease = %self.settings.name, "Successfully acquired lease");
+                    return;
+                };
+                // Created, not taken over: hold it, renewing, until a leader
+                // that missed the deletion has surely left its window.
+                let next = opens.min(now + self.settings.retry_period);
+                self.sleep_until(next).await;
+                continue;
             }
             let mut next = self.now() + jittered(self.settings.retry_period);
             if let Some(expiry) = self.observed_expiry() {
