@@ -282,18 +282,16 @@ impl<A: LeaseApi> Elector<A> {
         // 4. Take it (or keep it, on the slow path). A Lease that already
         //    names us is not proof we led without a break: the CREATE whose
         //    answer we lost wrote it too.
-        let (since, (acquired, transitions)) = if self.is_leader() {
+        let (mut acquired, mut transitions) = acquired_and_transitions(&current);
+        let since = if self.is_leader() {
             if let Some(m) = &self.metrics {
                 m.slowpath.with_label_values(&[METRIC_NAME_LABEL]).inc();
             }
-            (Since::Unknown, acquired_and_transitions(&current))
+            Since::Unknown
         } else {
-            let (_, transitions) = acquired_and_transitions(&current);
-            let taken = (
-                Some(MicroTime(Timestamp::now())),
-                Some(transitions.unwrap_or(0) + 1),
-            );
-            (Since::ObservedExpiry, taken)
+            acquired = Some(MicroTime(Timestamp::now()));
+            transitions = Some(transitions.unwrap_or(0) + 1);
+            Since::ObservedExpiry
         };
         match self
             .api
