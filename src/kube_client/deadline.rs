@@ -31,10 +31,8 @@ pub enum DeadlineError {
     /// No response headers in time.
     #[error("the API server did not answer within {0:?}")]
     Response(Duration),
-    /// The response body did not arrive in time.
     #[error("the API server's response body did not arrive within {0:?}")]
     Body(Duration),
-    /// A watch sent nothing, not even a bookmark, for this long.
     #[error("the watch sent no event and no bookmark for {0:?}; reconnecting")]
     WatchSilent(Duration),
 }

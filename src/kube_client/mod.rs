@@ -135,7 +135,6 @@ fn current_cluster(file: &mut Kubeconfig) -> Option<(String, &mut kube::config::
 /// A client configuration and the bound of each of its requests.
 #[derive(Clone)]
 pub struct ApiConfig {
-    /// kube's configuration.
     pub config: kube::Config,
     /// How long one request may take (watch bodies excepted).
     pub request_timeout: Duration,

@@ -108,7 +108,6 @@ impl<A: LeaseApi> Elector<A> {
         }
     }
 
-    /// The Lease API this elector uses.
     pub fn api(&self) -> &A {
         &self.api
     }

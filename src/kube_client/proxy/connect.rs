@@ -26,10 +26,8 @@ use super::url::{host_port, uri_host, ProxyUrl, Scheme};
 /// asked for.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
-    /// The proxy could not be reached.
     #[error("proxyconnect: cannot reach the proxy {proxy}: {source}")]
     Reach { proxy: ProxyUrl, source: BoxError },
-    /// TLS to an `https` proxy failed.
     #[error("proxyconnect: TLS with the proxy {proxy} failed: {source}")]
     Tls { proxy: ProxyUrl, source: io::Error },
     /// The proxy answered CONNECT with another status than 200 (HTTP: its

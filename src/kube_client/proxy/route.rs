@@ -17,11 +17,8 @@ pub enum Error {
         "invalid configuration: invalid 'proxy-url' {url:?} for cluster {cluster:?}: {reason}"
     )]
     KubeconfigProxyUrl {
-        /// The value.
         url: String,
-        /// The cluster's name.
         cluster: String,
-        /// What is wrong with it.
         reason: String,
     },
     /// A kubeconfig `proxy-url` that [`check_kubeconfig_proxy_url`] let through
@@ -117,9 +114,7 @@ pub fn check_kubeconfig_proxy_url(url: &str, cluster: &str) -> Result<(), Error>
 /// How a client reaches the API server.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Route {
-    /// Straight to it.
     Direct,
-    /// Through this proxy.
     Proxy(ProxyUrl, Origin),
 }
 

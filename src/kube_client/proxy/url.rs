@@ -5,7 +5,6 @@ use std::fmt;
 
 use http::Uri;
 
-/// A proxy's scheme.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scheme {
     /// Plain HTTP to the proxy.
@@ -18,10 +17,8 @@ pub enum Scheme {
     Socks5h,
 }
 
-/// A parsed proxy URL.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ProxyUrl {
-    /// Its scheme.
     pub scheme: Scheme,
     /// Host name or IP (no brackets).
     pub host: String,
