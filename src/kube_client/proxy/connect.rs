@@ -16,6 +16,7 @@ use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_util::either::Either;
 use tower::{BoxError, Service};
 
@@ -68,10 +69,7 @@ pub struct Connector {
 
 struct Via {
     proxy: ProxyUrl,
-    tls: Option<(
-        tokio_rustls::TlsConnector,
-        tokio_rustls::rustls::pki_types::ServerName<'static>,
-    )>,
+    tls: Option<(tokio_rustls::TlsConnector, ServerName<'static>)>,
     timeout: Option<Duration>,
 }
 
@@ -94,12 +92,9 @@ impl Connector {
             // HTTP/1.1 to the proxy: CONNECT, never h2.
             config.alpn_protocols.clear();
             let name = tls_server_name.unwrap_or(&proxy.host).to_string();
-            let name =
-                tokio_rustls::rustls::pki_types::ServerName::try_from(name).map_err(|e| {
-                    kube::Error::Service(
-                        format!("proxy {proxy}: invalid TLS server name: {e}").into(),
-                    )
-                })?;
+            let name = ServerName::try_from(name).map_err(|e| {
+                kube::Error::Service(format!("proxy {proxy}: invalid TLS server name: {e}").into())
+            })?;
             tls_to_proxy = Some((tokio_rustls::TlsConnector::from(Arc::new(config)), name));
         }
         let via = Via {
