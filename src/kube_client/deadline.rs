@@ -1,4 +1,4 @@
-//! The per-request deadline: [`DeadlineLayer`] bounds each request's response
+//! The per-request deadline: [`Deadline`] bounds each request's response
 //! headers, and a non-watch request's body, by the request timeout that
 //! [`request_timeout_for`] derives from `--timeout` (see the
 //! [`kube_client`](super) module docs, "Deadlines").
@@ -31,10 +31,8 @@ pub enum DeadlineError {
     /// No response headers in time.
     #[error("the API server did not answer within {0:?}")]
     Response(Duration),
-    /// The response body did not arrive in time.
     #[error("the API server's response body did not arrive within {0:?}")]
     Body(Duration),
-    /// A watch sent nothing, not even a bookmark, for this long.
     #[error("the watch sent no event and no bookmark for {0:?}; reconnecting")]
     WatchSilent(Duration),
 }
@@ -50,34 +48,17 @@ pub const WATCH_SILENCE: Duration = Duration::from_secs(90);
 /// Bounds each request: response headers within the timeout, and for
 /// non-watch requests the whole body too (see the [`kube_client`](super)
 /// module docs, "Deadlines").
-#[derive(Clone, Copy, Debug)]
-pub struct DeadlineLayer {
-    timeout: Duration,
-}
-
-impl DeadlineLayer {
-    /// Requests bounded by `timeout`.
-    pub fn new(timeout: Duration) -> Self {
-        Self { timeout }
-    }
-}
-
-impl<S> Layer<S> for DeadlineLayer {
-    type Service = Deadline<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        Deadline {
-            inner,
-            timeout: self.timeout,
-        }
-    }
-}
-
-/// The service made by [`DeadlineLayer`].
 #[derive(Clone)]
 pub struct Deadline<S> {
     inner: S,
     timeout: Duration,
+}
+
+impl<S> Deadline<S> {
+    /// The layer that bounds every request of a client by `timeout`.
+    pub fn layer(timeout: Duration) -> impl Layer<S, Service = Self> {
+        tower::layer::layer_fn(move |inner| Self { inner, timeout })
+    }
 }
 
 /// Whether `uri` asks for a watch (`watch=true` or `watch=1` in the query, as
@@ -226,7 +207,7 @@ mod tests {
         let silent = tower::service_fn(|_req: http::Request<()>| {
             std::future::pending::<Result<http::Response<http_body_util::Empty<Bytes>>, BoxError>>()
         });
-        let service = DeadlineLayer::new(Duration::from_secs(5)).layer(silent);
+        let service = Deadline::layer(Duration::from_secs(5)).layer(silent);
         let started = tokio::time::Instant::now();
         let err = service
             .oneshot(http::Request::new(()))
@@ -244,7 +225,7 @@ mod tests {
     async fn a_stalled_body_fails_at_the_deadline_and_a_silent_watch_at_its_own_bound() {
         use http_body_util::BodyExt;
         use tower::ServiceExt;
-        let layer = DeadlineLayer::new(Duration::from_secs(5));
+        let layer = Deadline::layer(Duration::from_secs(5));
         let response = layer
             .layer(stalled_body())
             .oneshot(http::Request::new(()))
@@ -303,7 +284,7 @@ mod tests {
         let watch = http::Request::get("/api/v1/pods?watch=true")
             .body(())
             .expect("request");
-        let response = DeadlineLayer::new(Duration::from_secs(5))
+        let response = Deadline::layer(Duration::from_secs(5))
             .layer(minutely)
             .oneshot(watch)
             .await

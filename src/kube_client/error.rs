@@ -6,22 +6,17 @@ use super::proxy;
 /// Why no API client could be built.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The kubeconfig file could not be read or used.
     #[error("cannot use kubeconfig {path:?}: {source}")]
     Kubeconfig {
         /// The `--kubeconfig` path.
         path: String,
-        /// What failed.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    /// In-cluster configuration is not available.
     #[error("cannot load in-cluster configuration (set --kubeconfig outside a cluster): {0}")]
     InCluster(#[source] kube::config::InClusterError),
-    /// The client could not be assembled.
     #[error("cannot build the Kubernetes client: {0}")]
     Build(#[source] kube::Error),
-    /// The proxy settings cannot be followed.
     #[error("cannot use the proxy settings: {0}")]
     Proxy(#[from] proxy::Error),
 }

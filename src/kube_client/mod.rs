@@ -28,7 +28,7 @@
 //!   delayed ACK, and new connections are opened under load and after an
 //!   outage. So [`transport`] builds kube's stack (base URI, authentication,
 //!   headers, tracing, rustls) on its own connector, without kube's
-//!   per-connection read/write timeouts (the [`DeadlineLayer`] bounds every
+//!   per-connection read/write timeouts (the [`Deadline`] bounds every
 //!   request, kube-runtime's watcher every idle watch).
 //! - Proxies as client-go picks them ([`proxy`]), not kube's: kube reads
 //!   `HTTPS_PROXY` only from kubeconfigs, applies `NO_PROXY` to the proxy's
@@ -40,7 +40,7 @@
 //! failed call fails the attempt and the work queue's backoff retries it, as
 //! client-go. Every request has [`ApiConfig::request_timeout`] (`--timeout`
 //! held between 5 s and 60 s, [`request_timeout_for`]) for its headers, and a
-//! non-watch request the same span for its body ([`DeadlineLayer`]); a watch
+//! non-watch request the same span for its body ([`Deadline`]); a watch
 //! is given up after [`WATCH_SILENCE`] without a byte (the server ends it at
 //! `timeoutSeconds=290`). kube's connect timeout (30 s, TLS included) stays.
 //!
@@ -68,11 +68,12 @@ mod rate_limit;
 mod transport;
 
 pub use self::deadline::{
-    request_timeout_for, Deadline, DeadlineError, DeadlineLayer, MAX_REQUEST_TIMEOUT,
-    MIN_REQUEST_TIMEOUT, WATCH_SILENCE,
+    request_timeout_for, Deadline, DeadlineError, MAX_REQUEST_TIMEOUT, MIN_REQUEST_TIMEOUT,
+    WATCH_SILENCE,
 };
 pub use self::error::{error_chain, Error};
 pub use self::rate_limit::{RateLimit, RateLimitLayer, DEFAULT_BURST, DEFAULT_QPS};
+use self::transport::Http;
 
 /// Stands for an unset `proxy-url` while kube converts a kubeconfig, so that
 /// kube does not read `HTTPS_PROXY` itself (its reading is not client-go's,
@@ -134,7 +135,6 @@ fn current_cluster(file: &mut Kubeconfig) -> Option<(String, &mut kube::config::
 /// A client configuration and the bound of each of its requests.
 #[derive(Clone)]
 pub struct ApiConfig {
-    /// kube's configuration.
     pub config: kube::Config,
     /// How long one request may take (watch bodies excepted).
     pub request_timeout: Duration,
@@ -157,7 +157,7 @@ impl From<kube::Config> for ApiConfig {
 
 /// A client throttled as client-go throttles `--kube-api-qps`/`--kube-api-burst`.
 pub fn build(config: impl Into<ApiConfig>, qps: f64, burst: i64) -> Result<kube::Client, Error> {
-    build_with(config.into(), RateLimitLayer::new(qps, burst))
+    build_over(config.into(), RateLimitLayer::new(qps, burst), Http::One)
 }
 
 /// The controller's clients: one throttle (`--kube-api-qps`/`--kube-api-burst`)
@@ -183,26 +183,22 @@ pub fn build_prioritized(
     let config = config.into();
     let limit = RateLimitLayer::new(qps, burst);
     Ok(Clients {
-        urgent: build_with(config.clone(), limit.urgent())?,
-        watch: build_over(config.clone(), limit.clone(), transport::Http::Two)?,
-        normal: build_with(config, limit)?,
+        urgent: build_over(config.clone(), limit.urgent(), Http::One)?,
+        watch: build_over(config.clone(), limit.clone(), Http::Two)?,
+        normal: build_over(config, limit, Http::One)?,
     })
 }
 
 /// A client without a client-side throttle (the leader-election client, so a busy
 /// attacher cannot starve its Lease renewals).
 pub fn build_unthrottled(config: impl Into<ApiConfig>) -> Result<kube::Client, Error> {
-    build_with(config.into(), RateLimitLayer::unlimited())
-}
-
-fn build_with(config: ApiConfig, limit: RateLimitLayer) -> Result<kube::Client, Error> {
-    build_over(config, limit, transport::Http::One)
+    build_over(config.into(), RateLimitLayer::unlimited(), Http::One)
 }
 
 fn build_over(
     config: ApiConfig,
     limit: RateLimitLayer,
-    version: transport::Http,
+    version: Http,
 ) -> Result<kube::Client, Error> {
     let ApiConfig {
         mut config,
@@ -212,7 +208,7 @@ fn build_over(
     // The deadline sits below the throttle: time spent waiting for a token is
     // the client's own pacing, not the server's silence.
     let client = transport::transport(config, version)?
-        .with_layer(&DeadlineLayer::new(request_timeout))
+        .with_layer(&Deadline::layer(request_timeout))
         .with_layer(&limit)
         .build();
     Ok(client)

@@ -46,13 +46,6 @@ struct Priority {
 /// One urgent request, from before its token to its answer (or its drop).
 struct UrgentTicket(Arc<Priority>);
 
-impl UrgentTicket {
-    fn new(priority: Arc<Priority>) -> Self {
-        priority.urgent_pending.fetch_add(1, Ordering::SeqCst);
-        Self(priority)
-    }
-}
-
 impl Drop for UrgentTicket {
     fn drop(&mut self) {
         if self.0.urgent_pending.fetch_sub(1, Ordering::SeqCst) == 1 {
@@ -67,7 +60,8 @@ async fn urgent_token(
     limiter: Arc<DefaultDirectRateLimiter>,
     priority: Arc<Priority>,
 ) -> Option<UrgentTicket> {
-    let ticket = UrgentTicket::new(priority);
+    priority.urgent_pending.fetch_add(1, Ordering::SeqCst);
+    let ticket = UrgentTicket(priority);
     limiter.until_ready().await;
     Some(ticket)
 }
@@ -166,9 +160,7 @@ impl<S> Layer<S> for RateLimitLayer {
     fn layer(&self, inner: S) -> Self::Service {
         RateLimit {
             inner,
-            limiter: self.limiter.clone(),
-            priority: Arc::clone(&self.priority),
-            urgent: self.urgent,
+            layer: self.clone(),
             waiting: None,
             permitted: false,
             ticket: None,
@@ -182,9 +174,7 @@ impl<S> Layer<S> for RateLimitLayer {
 /// throttle in order (kube's client puts a buffer in front of its stack).
 pub struct RateLimit<S> {
     inner: S,
-    limiter: Option<Arc<DefaultDirectRateLimiter>>,
-    priority: Arc<Priority>,
-    urgent: bool,
+    layer: RateLimitLayer,
     waiting: Option<Pin<Box<dyn Future<Output = Option<UrgentTicket>> + Send>>>,
     permitted: bool,
     /// An urgent request's, from its token to its answer.
@@ -205,10 +195,10 @@ where
     >;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        if let (Some(limiter), false) = (&self.limiter, self.permitted) {
+        if let (Some(limiter), false) = (&self.layer.limiter, self.permitted) {
             let waiting = self.waiting.get_or_insert_with(|| {
-                let (limiter, priority) = (Arc::clone(limiter), Arc::clone(&self.priority));
-                if self.urgent {
+                let (limiter, priority) = (Arc::clone(limiter), Arc::clone(&self.layer.priority));
+                if self.layer.urgent {
                     Box::pin(urgent_token(limiter, priority))
                 } else {
                     Box::pin(normal_token(limiter, priority))

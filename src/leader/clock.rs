@@ -35,7 +35,6 @@ impl Add<Duration> for Stamp {
 
 /// Where the leadership window reads the time.
 pub trait Clock: Send + Sync + fmt::Debug {
-    /// Now, on this clock.
     fn now(&self) -> Stamp;
 
     /// How long a tokio timer sleeps to let `wait` pass on this clock (a

@@ -108,7 +108,6 @@ impl<A: LeaseApi> Elector<A> {
         }
     }
 
-    /// The Lease API this elector uses.
     pub fn api(&self) -> &A {
         &self.api
     }
@@ -132,19 +131,15 @@ impl<A: LeaseApi> Elector<A> {
         loop {
             if self.try_acquire_or_renew().await {
                 let now = self.now();
-                match self.opens_at.filter(|opens| *opens > now) {
-                    // Created, not taken over: hold it, renewing, until a leader
-                    // that missed the deletion has surely left its window.
-                    Some(opens) => {
-                        let next = opens.min(now + self.settings.retry_period);
-                        self.sleep_until(next).await;
-                        continue;
-                    }
-                    None => {
-                        tracing::info!(lease = %self.settings.name, "Successfully acquired lease");
-                        return;
-                    }
-                }
+                let Some(opens) = self.opens_at.filter(|opens| *opens > now) else {
+                    tracing::info!(lease = %self.settings.name, "Successfully acquired lease");
+                    return;
+                };
+                // Created, not taken over: hold it, renewing, until a leader
+                // that missed the deletion has surely left its window.
+                let next = opens.min(now + self.settings.retry_period);
+                self.sleep_until(next).await;
+                continue;
             }
             let mut next = self.now() + jittered(self.settings.retry_period);
             if let Some(expiry) = self.observed_expiry() {
@@ -286,18 +281,16 @@ impl<A: LeaseApi> Elector<A> {
         // 4. Take it (or keep it, on the slow path). A Lease that already
         //    names us is not proof we led without a break: the CREATE whose
         //    answer we lost wrote it too.
-        let (since, (acquired, transitions)) = if self.is_leader() {
+        let (mut acquired, mut transitions) = acquired_and_transitions(&current);
+        let since = if self.is_leader() {
             if let Some(m) = &self.metrics {
                 m.slowpath.with_label_values(&[METRIC_NAME_LABEL]).inc();
             }
-            (Since::Unknown, acquired_and_transitions(&current))
+            Since::Unknown
         } else {
-            let (_, transitions) = acquired_and_transitions(&current);
-            let taken = (
-                Some(MicroTime(Timestamp::now())),
-                Some(transitions.unwrap_or(0) + 1),
-            );
-            (Since::ObservedExpiry, taken)
+            acquired = Some(MicroTime(Timestamp::now()));
+            transitions = Some(transitions.unwrap_or(0) + 1);
+            Since::ObservedExpiry
         };
         match self
             .api

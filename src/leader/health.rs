@@ -39,9 +39,7 @@ impl Health {
     pub(super) fn set(&self, leading: bool, renewed: Option<Instant>) {
         let mut state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         state.leading = leading;
-        if renewed.is_some() {
-            state.last_renew = renewed;
-        }
+        state.last_renew = renewed.or(state.last_renew);
     }
 }
 

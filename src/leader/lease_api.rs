@@ -12,7 +12,6 @@ use kube::runtime::{watcher, WatchStreamExt};
 pub trait LeaseApi: Send + Sync {
     /// GET the lease (`None` if it does not exist).
     fn get(&self) -> impl Future<Output = Result<Option<Lease>, kube::Error>> + Send;
-    /// CREATE the lease.
     fn create(&self, lease: &Lease) -> impl Future<Output = Result<Lease, kube::Error>> + Send;
     /// REPLACE the lease (with its resourceVersion: 409 when stale).
     fn replace(&self, lease: &Lease) -> impl Future<Output = Result<Lease, kube::Error>> + Send;

@@ -6,7 +6,6 @@ use std::time::Duration;
 /// Lease parameters (flags `--leader-election-*`).
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// Lease namespace.
     pub namespace: String,
     /// Lease name: `external-attacher-leader-<sanitised driver>`.
     pub name: String,

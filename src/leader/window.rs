@@ -112,7 +112,6 @@ impl Leadership {
         }
     }
 
-    /// The window now.
     pub fn window(&self) -> Window {
         *self.window.borrow()
     }
@@ -122,7 +121,6 @@ impl Leadership {
         self.window().is_open(self.clock.now())
     }
 
-    /// Driver calls running now.
     pub fn in_flight(&self) -> usize {
         self.calls.in_flight.load(Ordering::SeqCst)
     }

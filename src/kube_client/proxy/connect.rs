@@ -16,6 +16,7 @@ use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_util::either::Either;
 use tower::{BoxError, Service};
 
@@ -26,10 +27,8 @@ use super::url::{host_port, uri_host, ProxyUrl, Scheme};
 /// asked for.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
-    /// The proxy could not be reached.
     #[error("proxyconnect: cannot reach the proxy {proxy}: {source}")]
     Reach { proxy: ProxyUrl, source: BoxError },
-    /// TLS to an `https` proxy failed.
     #[error("proxyconnect: TLS with the proxy {proxy} failed: {source}")]
     Tls { proxy: ProxyUrl, source: io::Error },
     /// The proxy answered CONNECT with another status than 200 (HTTP: its
@@ -70,10 +69,7 @@ pub struct Connector {
 
 struct Via {
     proxy: ProxyUrl,
-    tls: Option<(
-        tokio_rustls::TlsConnector,
-        tokio_rustls::rustls::pki_types::ServerName<'static>,
-    )>,
+    tls: Option<(tokio_rustls::TlsConnector, ServerName<'static>)>,
     timeout: Option<Duration>,
 }
 
@@ -96,12 +92,9 @@ impl Connector {
             // HTTP/1.1 to the proxy: CONNECT, never h2.
             config.alpn_protocols.clear();
             let name = tls_server_name.unwrap_or(&proxy.host).to_string();
-            let name =
-                tokio_rustls::rustls::pki_types::ServerName::try_from(name).map_err(|e| {
-                    kube::Error::Service(
-                        format!("proxy {proxy}: invalid TLS server name: {e}").into(),
-                    )
-                })?;
+            let name = ServerName::try_from(name).map_err(|e| {
+                kube::Error::Service(format!("proxy {proxy}: invalid TLS server name: {e}").into())
+            })?;
             tls_to_proxy = Some((tokio_rustls::TlsConnector::from(Arc::new(config)), name));
         }
         let via = Via {
@@ -138,16 +131,11 @@ impl Service<Uri> for Connector {
             });
         };
         Box::pin(async move {
-            let default_port = if dst.scheme_str() == Some("http") {
-                80
-            } else {
-                443
-            };
-            let port = dst.port_u16().unwrap_or(default_port);
+            let plain = dst.scheme_str() == Some("http");
+            let port = dst.port_u16().unwrap_or(if plain { 80 } else { 443 });
             let target = host_port(uri_host(&dst), port);
             // Through SOCKS5 always a tunnel, as Go's transport.
-            let forwarded = dst.scheme_str() == Some("http")
-                && matches!(via.proxy.scheme, Scheme::Http | Scheme::Https);
+            let forwarded = plain && matches!(via.proxy.scheme, Scheme::Http | Scheme::Https);
             let connecting = connect_via(&mut http, &via, (uri_host(&dst), port), !forwarded);
             let io = match via.timeout {
                 Some(timeout) => {

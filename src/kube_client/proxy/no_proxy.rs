@@ -48,19 +48,8 @@ impl NoProxy {
                 rules.ips.push(IpRule::Cidr(ip, bits));
                 continue;
             }
-            let (host, port) = match split_host_port(&entry) {
-                Some((host, port)) => {
-                    if host.is_empty() {
-                        continue;
-                    }
-                    let host = host
-                        .strip_prefix('[')
-                        .and_then(|h| h.strip_suffix(']'))
-                        .unwrap_or(host);
-                    (host, port)
-                }
-                None => (entry.as_str(), ""),
-            };
+            // Brackets already gone; an empty host is skipped below (Go checks twice).
+            let (host, port) = split_host_port(&entry).unwrap_or((entry.as_str(), ""));
             if let Some(ip) = parse_ip(host) {
                 rules.ips.push(IpRule::Addr(ip, port.to_string()));
                 continue;
@@ -88,32 +77,24 @@ impl NoProxy {
     /// Whether a request to `host` (no brackets) and `port` goes through the
     /// proxy (`httpproxy`'s `useProxy`).
     pub fn use_proxy(&self, host: &str, port: &str) -> bool {
-        if host == "localhost" {
-            return false;
-        }
         let ip = parse_ip(host);
-        if ip.is_some_and(|ip| ip.is_loopback()) {
+        if host == "localhost" || ip.is_some_and(|ip| ip.is_loopback()) || self.all {
             return false;
         }
-        if self.all {
-            return false;
-        }
-        let host = host.trim().to_lowercase();
-        if let Some(ip) = ip {
-            let hit = self.ips.iter().any(|rule| match rule {
+        let ip_hit = ip.is_some_and(|ip| {
+            self.ips.iter().any(|rule| match rule {
                 IpRule::Cidr(net, bits) => in_network(ip, *net, *bits),
                 IpRule::Addr(addr, rule_port) => {
                     *addr == ip && (rule_port.is_empty() || rule_port == port)
                 }
-            });
-            if hit {
-                return false;
-            }
-        }
-        !self.domains.iter().any(|rule| {
-            (host.ends_with(&rule.suffix) || (rule.match_host && host == rule.suffix[1..]))
-                && (rule.port.is_empty() || rule.port == port)
-        })
+            })
+        });
+        let host = host.trim().to_lowercase();
+        !ip_hit
+            && !self.domains.iter().any(|rule| {
+                (host.ends_with(&rule.suffix) || (rule.match_host && host == rule.suffix[1..]))
+                    && (rule.port.is_empty() || rule.port == port)
+            })
     }
 }
 
@@ -131,12 +112,11 @@ fn parse_cidr(text: &str) -> Option<(IpAddr, u8)> {
         return None;
     }
     let ip: IpAddr = addr.parse().ok()?;
-    let bits: u32 = bits.parse().ok()?;
+    let bits: u8 = bits.parse().ok()?;
     let max = if ip.is_ipv4() { 32 } else { 128 };
     if bits > max {
         return None;
     }
-    let bits = u8::try_from(bits).ok()?;
     let (ip, bits) = match ip {
         IpAddr::V6(v6) if bits >= 96 => match v6.to_ipv4_mapped() {
             Some(v4) => (IpAddr::V4(v4), bits - 96),

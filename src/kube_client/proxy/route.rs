@@ -17,11 +17,8 @@ pub enum Error {
         "invalid configuration: invalid 'proxy-url' {url:?} for cluster {cluster:?}: {reason}"
     )]
     KubeconfigProxyUrl {
-        /// The value.
         url: String,
-        /// The cluster's name.
         cluster: String,
-        /// What is wrong with it.
         reason: String,
     },
     /// A kubeconfig `proxy-url` that [`check_kubeconfig_proxy_url`] let through
@@ -117,9 +114,7 @@ pub fn check_kubeconfig_proxy_url(url: &str, cluster: &str) -> Result<(), Error>
 /// How a client reaches the API server.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Route {
-    /// Straight to it.
     Direct,
-    /// Through this proxy.
     Proxy(ProxyUrl, Origin),
 }
 
@@ -131,43 +126,32 @@ pub fn route(
     kubeconfig_proxy: Option<&Uri>,
     env: &Environment,
 ) -> Result<Route, Error> {
-    let (proxy, origin) = match kubeconfig_proxy {
-        Some(uri) => {
-            let text = uri.to_string();
-            let proxy =
-                ProxyUrl::parse(&text).ok_or_else(|| Error::Unparseable { url: redact(&text) })?;
-            (proxy, Origin::Kubeconfig)
-        }
-        None => {
-            let (value, origin) = match cluster_url.scheme_str() {
-                Some("https") => (&env.https_proxy, Origin::HttpsProxy),
-                Some("http") => (&env.http_proxy, Origin::HttpProxy),
-                _ => return Ok(Route::Direct),
-            };
-            let Some(proxy) = ProxyUrl::from_env_value(value) else {
-                return Ok(Route::Direct);
-            };
-            if origin == Origin::HttpProxy && env.cgi {
-                return Err(Error::Cgi);
-            }
-            let host = uri_host(cluster_url);
-            let port = cluster_url.port().map_or_else(
-                || {
-                    if origin == Origin::HttpsProxy {
-                        "443"
-                    } else {
-                        "80"
-                    }
-                    .to_string()
-                },
-                |p| p.as_str().to_string(),
-            );
-            if !NoProxy::parse(&env.no_proxy).use_proxy(host, &port) {
-                return Ok(Route::Direct);
-            }
-            (proxy, origin)
-        }
+    if let Some(uri) = kubeconfig_proxy {
+        let text = uri.to_string();
+        let proxy =
+            ProxyUrl::parse(&text).ok_or_else(|| Error::Unparseable { url: redact(&text) })?;
+        return Ok(Route::Proxy(proxy, Origin::Kubeconfig));
+    }
+    let (value, origin) = match cluster_url.scheme_str() {
+        Some("https") => (&env.https_proxy, Origin::HttpsProxy),
+        Some("http") => (&env.http_proxy, Origin::HttpProxy),
+        _ => return Ok(Route::Direct),
     };
+    let Some(proxy) = ProxyUrl::from_env_value(value) else {
+        return Ok(Route::Direct);
+    };
+    if origin == Origin::HttpProxy && env.cgi {
+        return Err(Error::Cgi);
+    }
+    let host = uri_host(cluster_url);
+    let port = match cluster_url.port() {
+        Some(port) => port.as_str().to_string(),
+        None if origin == Origin::HttpsProxy => "443".to_string(),
+        None => "80".to_string(),
+    };
+    if !NoProxy::parse(&env.no_proxy).use_proxy(host, &port) {
+        return Ok(Route::Direct);
+    }
     Ok(Route::Proxy(proxy, origin))
 }
 

@@ -5,7 +5,6 @@ use std::fmt;
 
 use http::Uri;
 
-/// A proxy's scheme.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scheme {
     /// Plain HTTP to the proxy.
@@ -18,10 +17,8 @@ pub enum Scheme {
     Socks5h,
 }
 
-/// A parsed proxy URL.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ProxyUrl {
-    /// Its scheme.
     pub scheme: Scheme,
     /// Host name or IP (no brackets).
     pub host: String,
@@ -64,11 +61,7 @@ impl ProxyUrl {
             _ => return None,
         };
         let authority = uri.authority()?;
-        let host = authority.host();
-        let host = host
-            .strip_prefix('[')
-            .and_then(|h| h.strip_suffix(']'))
-            .unwrap_or(host);
+        let host = uri_host(&uri);
         if host.is_empty() {
             return None;
         }
@@ -100,17 +93,8 @@ impl ProxyUrl {
     /// with an `http`, `https`, `socks5` or `socks5h` scheme, else
     /// `http://<value>`; `None` for an empty or unparseable value.
     pub fn from_env_value(value: &str) -> Option<Self> {
-        if value.is_empty() {
-            return None;
-        }
-        let known = go_scheme(value).is_some_and(|s| {
-            matches!(
-                s.to_ascii_lowercase().as_str(),
-                "http" | "https" | "socks5" | "socks5h"
-            )
-        });
-        let parsed = if known { Self::parse(value) } else { None };
-        parsed.or_else(|| Self::parse(&format!("http://{value}")))
+        // `parse` takes only those schemes: whatever it refuses gets `http://`.
+        Self::parse(value).or_else(|| Self::parse(&format!("http://{value}")))
     }
 
     /// `Proxy-Authorization` for the userinfo, as Go sends it.
