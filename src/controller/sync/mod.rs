@@ -308,18 +308,12 @@ impl ErrorPolicy {
         lane: Lane,
         err: &FlowError,
     ) {
+        let (message, now) = (err.status_message(), Timestamp::now());
         let (field, patch) = match lane {
-            Lane::Detach => (
-                "detachError",
-                patches::detach_error(&err.status_message(), Timestamp::now()),
-            ),
+            Lane::Detach => ("detachError", patches::detach_error(&message, now)),
             Lane::Attach => {
                 let code = err.grpc_code().filter(|_| self.error_codes);
-                let message = err.status_message();
-                (
-                    "attachError",
-                    patches::attach_error(&message, code, Timestamp::now()),
-                )
+                ("attachError", patches::attach_error(&message, code, now))
             }
         };
         match api.patch_va_status(va, &patch).await {
