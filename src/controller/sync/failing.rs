@@ -76,18 +76,13 @@ impl FailingVas {
     /// Keeps only the VAs for which `present` holds (after a re-list: VAs
     /// deleted while the watch was down got no delete event).
     pub fn retain(&self, present: impl Fn(&str) -> bool) {
-        let mut state = self.lock();
-        let gone: Vec<String> = state
-            .failing
-            .keys()
-            .filter(|key| !present(key))
-            .cloned()
-            .collect();
-        for key in gone {
-            if let Some(lane) = state.failing.remove(&key) {
+        self.lock().failing.retain(|key, lane| {
+            let keep = present(key);
+            if !keep {
                 self.gauges[lane.index()].dec();
             }
-        }
+            keep
+        });
     }
 
     /// Leadership is lost: the gauges go to 0 and nothing counts any more.
