@@ -499,9 +499,7 @@ pub enum Trigger {
 /// A key handed to a worker, with why it was queued.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Work {
-    /// The object's key.
     pub key: String,
-    /// Why it was queued.
     pub trigger: Trigger,
 }
 

@@ -48,17 +48,10 @@ pub enum ReconcileError {
     /// A ListVolumes page failed.
     #[error("failed to list volumes: {0}")]
     List(#[source] RpcStatus),
-    /// The driver returned a token it had returned before.
     #[error("failed to list volumes: the driver repeated next_token {0:?}")]
     RepeatedToken(String),
-    /// The listing did not end within the pass limit.
     #[error("failed to list volumes: the listing did not end within {limit:?} ({pages} pages read; the driver keeps returning a next_token)")]
-    PassTimeout {
-        /// The pass limit.
-        limit: Duration,
-        /// Pages read before it.
-        pages: usize,
-    },
+    PassTimeout { limit: Duration, pages: usize },
     /// The leadership window closed before or during the pass: nothing forced.
     #[error(transparent)]
     NotLeading(#[from] crate::leader::NotLeading),
