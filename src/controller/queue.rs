@@ -127,7 +127,6 @@ pub struct Gather {
 /// One lane's backlog, as [`WorkQueue::observe`] reports it.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct LaneBacklog {
-    /// Keys waiting.
     pub depth: usize,
     /// Age of the oldest waiting key.
     pub oldest: Duration,
@@ -183,9 +182,7 @@ impl<L: QueueLane> WorkQueue<L> {
     /// out up to `gather.max` (see the module docs; a zero window: no
     /// gather). Needs a placer to mean anything.
     pub fn with_gather(mut self, lane: L, gather: Gather) -> Self {
-        if let Some(g) = self.gathers.get_mut(lane.index()) {
-            *g = gather;
-        }
+        self.gathers[lane.index()] = gather;
         self
     }
 
@@ -424,10 +421,8 @@ impl<L: QueueLane> WorkQueue<L> {
                 }
             }
         }
-        if let Some(lane) = state.dirty.remove(key) {
-            if !state.shutting_down {
-                self.enqueue_locked(&mut state, key, lane, false);
-            }
+        if let Some(lane) = state.dirty.remove(key).filter(|_| !state.shutting_down) {
+            self.enqueue_locked(&mut state, key, lane, false);
         }
     }
 
