@@ -187,7 +187,6 @@ pub async fn pass(
 /// A VA whose `attached` status disagrees with the driver's published nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mismatch {
-    /// VA name.
     pub name: String,
     /// The lane to re-sync it in.
     pub lane: Lane,

@@ -30,7 +30,6 @@ pub type Group = Arc<str>;
 /// Where a key waits in its lane (default: no group, not urgent).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Placement {
-    /// The key's group.
     pub group: Group,
     /// Served before every group (still within the group's limits).
     pub urgent: bool,
