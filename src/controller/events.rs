@@ -65,7 +65,7 @@ impl FailureEvents {
     /// Called after each failed sync of `va` (of PV `pv`) in `lane`;
     /// `failures` counts consecutive failures. Never waits: the Events are
     /// queued, or dropped when the queue is full.
-    pub async fn failed(
+    pub fn failed(
         &self,
         va: &CachedVa,
         pv: Option<&CachedPv>,
@@ -171,18 +171,13 @@ async fn post(client: kube::Client, recorder: Recorder, mut pending: mpsc::Recei
     tracing::info!("Events on PersistentVolumeClaims and Pods: {said}");
     let mut limiter = claims::Limiter::default();
     let mut forbidden_logged = false;
-    while let Some(Pending {
-        event,
-        reference,
-        node,
-    }) = pending.recv().await
-    {
-        if let Some(node) = node {
+    while let Some(p) = pending.recv().await {
+        if let Some(node) = p.node {
             let allowed = (reach, &mut limiter);
-            claims::post(&recorder, &client, allowed, &event, &reference, &node).await;
+            claims::post(&recorder, &client, allowed, &p.event, &p.reference, &node).await;
             continue;
         }
-        match recorder.publish(&event, &reference).await {
+        match recorder.publish(&p.event, &p.reference).await {
             Ok(()) => {}
             Err(kube::Error::Api(status)) if status.code == 403 => {
                 if !std::mem::replace(&mut forbidden_logged, true) {
@@ -235,12 +230,10 @@ mod tests {
         .expect("pv");
         let err = FlowError::PvNotFound("pv".into());
         let before = FAILURES_BEFORE_EVENT - 1;
-        events
-            .failed(&va, Some(&pv), Lane::Attach, before, &err)
-            .await;
+        events.failed(&va, Some(&pv), Lane::Attach, before, &err);
         let at = FAILURES_BEFORE_EVENT;
-        events.failed(&va, Some(&pv), Lane::Attach, at, &err).await;
-        events.failed(&va, None, Lane::Detach, at, &err).await;
+        events.failed(&va, Some(&pv), Lane::Attach, at, &err);
+        events.failed(&va, None, Lane::Detach, at, &err);
         // A note longer than the Events API takes is cut on a character.
         events.warn(reference(&va), "R", "A", "é".repeat(NOTE_LIMIT));
         drop(events);
@@ -285,9 +278,7 @@ mod tests {
         let started = std::time::Instant::now();
         // The poster takes one and hangs on it; the queue holds QUEUE_CAPACITY more.
         for _ in 0..QUEUE_CAPACITY + 50 {
-            events
-                .failed(&va, None, Lane::Attach, FAILURES_BEFORE_EVENT, &err)
-                .await;
+            events.failed(&va, None, Lane::Attach, FAILURES_BEFORE_EVENT, &err);
         }
         assert!(started.elapsed() < std::time::Duration::from_secs(1));
         assert!(events.dropped() >= 49, "dropped {}", events.dropped());

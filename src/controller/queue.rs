@@ -50,7 +50,7 @@
 //! will not do; the new leader queues everything from its caches instead.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::{BinaryHeap, HashMap};
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -83,11 +83,10 @@ struct State {
     dirty: HashMap<String, usize>,
     /// Keys waiting or dirty that were queued for more than an event.
     triggers: HashMap<String, Trigger>,
-    processing: HashSet<String>,
     failures: HashMap<String, u32>,
     /// When each waiting key became ready.
     ready_since: HashMap<String, Instant>,
-    /// When each key in flight was taken, from which lane, for which group.
+    /// Keys in flight (being processed): when taken, from which lane, for which group.
     started: HashMap<String, (Instant, usize, Group)>,
     /// Keys in flight per lane.
     in_flight: Vec<usize>,
@@ -128,7 +127,6 @@ pub struct Gather {
 /// One lane's backlog, as [`WorkQueue::observe`] reports it.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct LaneBacklog {
-    /// Keys waiting.
     pub depth: usize,
     /// Age of the oldest waiting key.
     pub oldest: Duration,
@@ -184,9 +182,7 @@ impl<L: QueueLane> WorkQueue<L> {
     /// out up to `gather.max` (see the module docs; a zero window: no
     /// gather). Needs a placer to mean anything.
     pub fn with_gather(mut self, lane: L, gather: Gather) -> Self {
-        if let Some(g) = self.gathers.get_mut(lane.index()) {
-            *g = gather;
-        }
+        self.gathers[lane.index()] = gather;
         self
     }
 
@@ -220,7 +216,7 @@ impl<L: QueueLane> WorkQueue<L> {
             let kept = state.triggers.entry(key.to_string()).or_default();
             *kept = (*kept).max(trigger);
         }
-        if state.processing.contains(key) {
+        if state.started.contains_key(key) {
             // client-go counts the add (and the depth) when the key first
             // becomes dirty, not when `done` puts it back.
             if state.dirty.insert(key.to_string(), lane).is_none() {
@@ -250,6 +246,7 @@ impl<L: QueueLane> WorkQueue<L> {
         state
             .queued
             .insert(key.to_string(), (lane, Arc::clone(&placement.group)));
+        state.waiting[lane] += 1;
         match old {
             Some(old) => {
                 if let Some(m) = &self.metrics {
@@ -257,13 +254,11 @@ impl<L: QueueLane> WorkQueue<L> {
                     m.lane_depth[lane].inc();
                 }
                 state.waiting[old] = state.waiting[old].saturating_sub(1);
-                state.waiting[lane] += 1;
                 if state.waiting[old] == 0 {
                     self.drained(state, old);
                 }
             }
             None => {
-                state.waiting[lane] += 1;
                 // A dirty key keeps the time it became dirty.
                 state
                     .ready_since
@@ -292,22 +287,18 @@ impl<L: QueueLane> WorkQueue<L> {
             return;
         }
         let now = Instant::now();
-        let State {
-            lanes,
-            queued,
-            groups,
-            ..
-        } = state;
         let group = &placement.group;
-        if groups.gathering(lane, group, now) {
+        if state.groups.gathering(lane, group, now) {
             // A later end: the timer wakes at the earlier one and reads on.
-            groups.draw_out(lane, group, now + gather.window);
+            state.groups.draw_out(lane, group, now + gather.window);
             return;
         }
-        let quiet = groups.in_lane(lane, group) == 0
-            && !lanes[lane].waits(group, |k| queued.get(k).is_some_and(|(l, _)| *l == lane));
+        let live = |k: &str| state.queued.get(k).is_some_and(|(l, _)| *l == lane);
+        let quiet = state.groups.in_lane(lane, group) == 0 && !state.lanes[lane].waits(group, live);
         if quiet {
-            groups.gather(lane, group, now + gather.window, now + gather.max);
+            state
+                .groups
+                .gather(lane, group, now + gather.window, now + gather.max);
             self.timers_changed.notify_one();
         }
     }
@@ -342,7 +333,7 @@ impl<L: QueueLane> WorkQueue<L> {
         let state = self.lock();
         state.queued.contains_key(key)
             || state.delayed.contains_key(key)
-            || state.processing.contains(key)
+            || state.started.contains_key(key)
     }
 
     /// `lane` has no key waiting any more: the slots of its reserve it stops
@@ -381,15 +372,10 @@ impl<L: QueueLane> WorkQueue<L> {
                     .is_none_or(|c| c.admits(lane, &state.in_flight, &state.waiting));
                 let now = Instant::now();
                 let taken = if admitted {
-                    let State {
-                        lanes,
-                        queued,
-                        groups,
-                        ..
-                    } = &mut *state;
-                    lanes[lane].pop(
-                        |key| queued.get(key).is_some_and(|(l, _)| *l == lane),
-                        |group| groups.open_with_load(lane, group, now),
+                    let state = &mut *state;
+                    state.lanes[lane].pop(
+                        |key| state.queued.get(key).is_some_and(|(l, _)| *l == lane),
+                        |group| state.groups.open_with_load(lane, group, now),
                     )
                 } else {
                     None
@@ -405,7 +391,6 @@ impl<L: QueueLane> WorkQueue<L> {
                     if state.waiting[lane] == 0 {
                         self.drained(&state, lane);
                     }
-                    state.processing.insert(key.clone());
                     if let Some(m) = &self.metrics {
                         m.depth.dec();
                         m.lane_depth[lane].dec();
@@ -422,7 +407,6 @@ impl<L: QueueLane> WorkQueue<L> {
     /// Marks `key` as processed; re-queues it if it was added meanwhile.
     pub fn done(&self, key: &str) {
         let mut state = self.lock();
-        state.processing.remove(key);
         if let Some((started, lane, group)) = state.started.remove(key) {
             state.in_flight[lane] = state.in_flight[lane].saturating_sub(1);
             state.groups.finished(lane, &group);
@@ -437,10 +421,8 @@ impl<L: QueueLane> WorkQueue<L> {
                 }
             }
         }
-        if let Some(lane) = state.dirty.remove(key) {
-            if !state.shutting_down {
-                self.enqueue_locked(&mut state, key, lane, false);
-            }
+        if let Some(lane) = state.dirty.remove(key).filter(|_| !state.shutting_down) {
+            self.enqueue_locked(&mut state, key, lane, false);
         }
     }
 
@@ -512,9 +494,7 @@ pub enum Trigger {
 /// A key handed to a worker, with why it was queued.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Work {
-    /// The object's key.
     pub key: String,
-    /// Why it was queued.
     pub trigger: Trigger,
 }
 

@@ -27,6 +27,7 @@ use tokio::time::Instant;
 use tonic::Code;
 
 use crate::controller::context::Ctx;
+use crate::controller::error::FlowError;
 use crate::controller::flows::node_id::NodeIds;
 use crate::controller::flows::source;
 use crate::controller::model::store::Stores;
@@ -47,17 +48,10 @@ pub enum ReconcileError {
     /// A ListVolumes page failed.
     #[error("failed to list volumes: {0}")]
     List(#[source] RpcStatus),
-    /// The driver returned a token it had returned before.
     #[error("failed to list volumes: the driver repeated next_token {0:?}")]
     RepeatedToken(String),
-    /// The listing did not end within the pass limit.
     #[error("failed to list volumes: the listing did not end within {limit:?} ({pages} pages read; the driver keeps returning a next_token)")]
-    PassTimeout {
-        /// The pass limit.
-        limit: Duration,
-        /// Pages read before it.
-        pages: usize,
-    },
+    PassTimeout { limit: Duration, pages: usize },
     /// The leadership window closed before or during the pass: nothing forced.
     #[error(transparent)]
     NotLeading(#[from] crate::leader::NotLeading),
@@ -193,7 +187,6 @@ pub async fn pass(
 /// A VA whose `attached` status disagrees with the driver's published nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mismatch {
-    /// VA name.
     pub name: String,
     /// The lane to re-sync it in.
     pub lane: Lane,
@@ -261,33 +254,22 @@ pub fn unclaimed(
 /// when it has none.
 fn compared_handle(va: &CachedVa, stores: &Stores, node_id: &str) -> Option<String> {
     let name = va.name();
-    let source = match source::resolve(va, stores) {
-        Ok(source) => source,
-        Err(err) => {
-            tracing::debug!(va = %name, error = %err, "Reconciler skips a VA without volume handle");
-            return None;
-        }
+    let skip = |err: &FlowError| {
+        tracing::debug!(va = %name, error = %err, "Reconciler skips a VA without volume handle");
     };
-    let volume = match source.csi_volume() {
-        Ok(volume) => volume,
-        Err(err) => {
-            tracing::debug!(va = %name, error = %err, "Reconciler skips a VA without volume handle");
-            return None;
-        }
-    };
+    let source = source::resolve(va, stores).inspect_err(skip).ok()?;
+    let volume = source.csi_volume().inspect_err(skip).ok()?;
     let handle = &volume.csi.volume_handle;
     if !volume.migratable {
         return Some(handle.clone());
     }
     // A migrated volume's handle may lack what only the node knows (GCE PD's
     // project and zone): fill it in as upstream does.
-    match migration::repair_volume_handle(&volume.csi.driver, handle, node_id) {
-        Ok(repaired) => Some(repaired),
-        Err(err) => {
+    migration::repair_volume_handle(&volume.csi.driver, handle, node_id)
+        .inspect_err(|err| {
             tracing::debug!(va = %name, handle, error = %err, "Reconciler skips a VA whose volume handle cannot be repaired");
-            None
-        }
-    }
+        })
+        .ok()
 }
 
 /// All pages of ListVolumes: volume ID → node IDs, and the number of pages;

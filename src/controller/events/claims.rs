@@ -32,9 +32,7 @@ pub const RBAC_FILE: &str = "deploy/kubernetes/rbac-pvc-events.yaml";
 /// What RBAC lets the attacher post beyond the VA's Events.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Reach {
-    /// Events on claims.
     pub claims: bool,
-    /// Events on the pods using them.
     pub pods: bool,
 }
 

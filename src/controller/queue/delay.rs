@@ -93,11 +93,9 @@ impl<L: QueueLane> WorkQueue<L> {
                         break;
                     };
                     // Skip timers superseded by an earlier due time for the same key.
-                    if let Some(&(current, lane)) = state.delayed.get(&key) {
-                        if current == due {
-                            state.delayed.remove(&key);
-                            self.add_locked(&mut state, &key, lane, Trigger::Event);
-                        }
+                    if let Some(&(_, lane)) = state.delayed.get(&key).filter(|(at, _)| *at == due) {
+                        state.delayed.remove(&key);
+                        self.add_locked(&mut state, &key, lane, Trigger::Event);
                     }
                 }
                 if state.groups.holds_ended(now) {

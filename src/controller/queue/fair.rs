@@ -30,7 +30,6 @@ pub type Group = Arc<str>;
 /// Where a key waits in its lane (default: no group, not urgent).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Placement {
-    /// The key's group.
     pub group: Group,
     /// Served before every group (still within the group's limits).
     pub urgent: bool,
@@ -78,15 +77,12 @@ impl FairFifo {
             self.urgent.push_back((key, placement.group));
             return;
         }
-        match placement.limit {
-            Some(limit) if !placement.group.is_empty() => {
-                self.limits
-                    .insert(Arc::clone(&placement.group), limit.max(1));
-            }
-            _ => {
-                self.limits.remove(&placement.group);
-            }
-        }
+        match placement.limit.filter(|_| !placement.group.is_empty()) {
+            Some(limit) => self
+                .limits
+                .insert(Arc::clone(&placement.group), limit.max(1)),
+            None => self.limits.remove(&placement.group),
+        };
         match self.groups.get_mut(&placement.group) {
             Some(keys) => keys.push_back(key),
             None => {
@@ -213,27 +209,14 @@ impl Groups {
         if group.is_empty() {
             return true;
         }
-        if self
+        let at_cap = self
             .cap
-            .is_some_and(|cap| self.total.get(group).copied().unwrap_or(0) >= cap)
-        {
-            return false;
-        }
-        if self.gathering(lane, group, now) {
-            return false;
-        }
-        match self.holds.get(&(lane, Arc::clone(group))) {
-            Some(until) => {
-                now >= *until
-                    && self
-                        .in_flight
-                        .get(&(lane, Arc::clone(group)))
-                        .copied()
-                        .unwrap_or(0)
-                        == 0
-            }
-            None => true,
-        }
+            .is_some_and(|cap| self.total.get(group).copied().unwrap_or(0) >= cap);
+        let held = self
+            .holds
+            .get(&(lane, Arc::clone(group)))
+            .is_some_and(|until| now < *until || self.in_lane(lane, group) > 0);
+        !at_cap && !self.gathering(lane, group, now) && !held
     }
 
     /// A key of `group` started in `lane`.
@@ -250,19 +233,8 @@ impl Groups {
         if group.is_empty() {
             return;
         }
-        let key = (lane, Arc::clone(group));
-        if let Some(n) = self.in_flight.get_mut(&key) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                self.in_flight.remove(&key);
-            }
-        }
-        if let Some(n) = self.total.get_mut(group) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                self.total.remove(group);
-            }
-        }
+        decrement(&mut self.in_flight, (lane, Arc::clone(group)));
+        decrement(&mut self.total, Arc::clone(group));
     }
 
     /// What [`FairFifo::pop`] asks of a group: its keys in flight in `lane`
@@ -342,6 +314,16 @@ impl Groups {
     /// The next hold or gather end still to come.
     pub fn next_hold_end(&self) -> Option<Instant> {
         self.hold_ends.peek().map(|Reverse(t)| *t)
+    }
+}
+
+/// Takes one from `key`'s count, dropping the entry at 0.
+fn decrement<K: Eq + std::hash::Hash>(counts: &mut HashMap<K, usize>, key: K) {
+    if let Some(n) = counts.get_mut(&key) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            counts.remove(&key);
+        }
     }
 }
 

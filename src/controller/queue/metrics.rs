@@ -82,19 +82,12 @@ impl QueueFamilies {
 /// Metric handles of one queue.
 #[derive(Clone)]
 pub struct QueueMetrics {
-    /// `workqueue_depth`
     pub depth: IntGauge,
-    /// `workqueue_adds_total`
     pub adds: IntCounter,
-    /// `workqueue_queue_duration_seconds`
     pub queue_duration: Histogram,
-    /// `workqueue_work_duration_seconds`
     pub work_duration: Histogram,
-    /// `workqueue_unfinished_work_seconds`
     pub unfinished: Gauge,
-    /// `workqueue_longest_running_processor_seconds`
     pub longest: Gauge,
-    /// `workqueue_retries_total`
     pub retries: IntCounter,
     /// `csi_attacher_lane_depth`, by lane index.
     pub lane_depth: Vec<IntGauge>,

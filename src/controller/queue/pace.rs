@@ -127,10 +127,8 @@ impl Listener for Pacer {
         );
         match code {
             None => {
-                let began = match state.uncertain.remove(va) {
-                    Some(doubt) => doubt.first.min(started),
-                    None => started,
-                };
+                let doubt = state.uncertain.remove(va);
+                let began = doubt.map_or(started, |doubt| doubt.first.min(started));
                 push_bounded(&mut state.samples[i], now - began, SAMPLES);
                 // Only a call started since the node was found full shows
                 // room: one already running then was part of what the
@@ -210,14 +208,12 @@ impl Pacer {
     /// driver said it still runs.
     pub fn retry_delay(&self, va: &str, backoff: Duration) -> Duration {
         let state = self.lock();
-        let Some(&doubt) = state.uncertain.get(va) else {
-            return backoff;
-        };
-        if doubt.running && state.poll {
-            let poll = (doubt.first.elapsed() / POLL_SHARE).max(self.backoff.start);
-            return backoff.min(poll);
+        match state.uncertain.get(va) {
+            Some(doubt) if doubt.running && state.poll => {
+                backoff.min((doubt.first.elapsed() / POLL_SHARE).max(self.backoff.start))
+            }
+            _ => backoff,
         }
-        backoff
     }
 
     /// VA `va` is gone: forgets its operation in doubt.

@@ -11,13 +11,9 @@ pub struct ReconcileMetrics {
     pub pass_seconds: Histogram,
     /// Pages per successful pass.
     pub pages: Histogram,
-    /// Mismatches found, by kind.
     pub mismatches: IntCounterVec,
-    /// Passes that failed.
     pub failures: IntCounter,
-    /// Orphan publications now (`reconcile::orphans`).
     pub orphans: IntGauge,
-    /// Orphans unpublished (`--unpublish-orphans`), by result.
     pub orphan_unpublishes: IntCounterVec,
 }
 

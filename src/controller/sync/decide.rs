@@ -24,22 +24,18 @@ pub enum Step {
     Republish,
     /// Run the detach flow.
     Detach,
-    /// Fail with this error (saved on the VA for `lane`'s flow).
-    Fail(Lane, FlowError),
+    /// Fail with this error (saved on the VA for its lane's flow).
+    Fail(FlowError),
 }
 
-/// The step for `va` (`None`: not in the cache).
+/// The step for `va`, a VA in the cache.
 pub fn decide(
-    va: Option<&CachedVa>,
+    va: &CachedVa,
     finalizer: &str,
     capabilities: &Capabilities,
     trigger: Trigger,
 ) -> Step {
     let forced = trigger == Trigger::Reconciler;
-    let Some(va) = va else {
-        // Gone from the cache: deleted (the cache holds our driver's VAs only).
-        return Step::Nothing;
-    };
     let attached = va.attached();
     let ours = va.has_finalizer(finalizer);
     let lane = Lane::of_va(va);
@@ -63,7 +59,7 @@ pub fn decide(
         (true, Lane::Detach, _) if !ours && !forced => Step::Nothing,
         // The source names both or neither kind of volume: the flow would
         // fail there before any other request; say so on the VA.
-        (true, lane, Some(err)) => Step::Fail(lane, err),
+        (true, _, Some(err)) => Step::Fail(err),
         (true, Lane::Detach, None) => Step::Detach,
         (true, Lane::Attach, None) => Step::Attach,
     }
@@ -100,7 +96,7 @@ mod tests {
         .expect("va")
     }
 
-    fn step(va: Option<&CachedVa>, attach: bool, trigger: Trigger) -> String {
+    fn step(va: &CachedVa, attach: bool, trigger: Trigger) -> String {
         format!("{:?}", decide(va, FIN, &caps(attach), trigger))
     }
 
@@ -131,20 +127,19 @@ mod tests {
             ((true, false, true, "pv"), true, Event, "Nothing"),
             ((true, false, true, "pv"), true, Reconciler, "Republish"),
             ((false, false, true, "pv"), true, Reconciler, "Attach"),
-            ((false, false, false, "both"), true, Event, "Fail(Attach, BothSources)"),
+            ((false, false, false, "both"), true, Event, "Fail(BothSources)"),
             // Deleted VAs.
             ((true, true, true, "pv"), true, Event, "Detach"),
             ((false, true, false, "pv"), true, Event, "Nothing"),
             ((false, true, false, "pv"), true, Reconciler, "Detach"),
-            ((false, true, true, "none"), true, Event, "Fail(Detach, NoSource)"),
+            ((false, true, true, "none"), true, Event, "Fail(NoSource)"),
             ((false, true, false, "none"), true, Event, "Nothing"),
         ];
         for (i, ((attached, deleting, ours, kind), attach, trigger, want)) in
             cases.iter().enumerate()
         {
             let va = va(*attached, *deleting, *ours, source(kind));
-            assert_eq!(step(Some(&va), *attach, *trigger), *want, "case {i}");
+            assert_eq!(step(&va, *attach, *trigger), *want, "case {i}");
         }
-        assert_eq!(step(None, true, Event), "Nothing", "not in the cache");
     }
 }

@@ -24,7 +24,7 @@ use crate::controller::queue::QueueLane;
 /// The failing VAs and their gauges.
 pub struct FailingVas {
     state: Mutex<State>,
-    /// By [`slot`]: attach, detach.
+    /// By lane index: attach, detach.
     gauges: [IntGauge; 2],
 }
 
@@ -34,11 +34,6 @@ struct State {
     failing: HashMap<String, Lane>,
     /// Leadership lost: nothing counts any more.
     stopped: bool,
-}
-
-/// The gauge index of a VA lane.
-fn slot(lane: Lane) -> usize {
-    lane.index()
 }
 
 impl FailingVas {
@@ -56,7 +51,6 @@ impl FailingVas {
     /// deletion seen meanwhile ([`FailingVas::gone`] after the cache dropped
     /// it) is never undone by a failure that raced with it.
     pub fn failed(&self, key: &str, lane: Lane, present: impl FnOnce() -> bool) {
-        let slot = slot(lane);
         let mut state = self.lock();
         if state.stopped || !present() {
             return;
@@ -64,10 +58,10 @@ impl FailingVas {
         match state.failing.insert(key.to_string(), lane) {
             Some(old) if old == lane => {}
             Some(old) => {
-                self.gauges[self::slot(old)].dec();
-                self.gauges[slot].inc();
+                self.gauges[old.index()].dec();
+                self.gauges[lane.index()].inc();
             }
-            None => self.gauges[slot].inc(),
+            None => self.gauges[lane.index()].inc(),
         }
     }
 
@@ -75,25 +69,20 @@ impl FailingVas {
     pub fn cleared(&self, key: &str) {
         let mut state = self.lock();
         if let Some(lane) = state.failing.remove(key) {
-            self.gauges[slot(lane)].dec();
+            self.gauges[lane.index()].dec();
         }
     }
 
     /// Keeps only the VAs for which `present` holds (after a re-list: VAs
     /// deleted while the watch was down got no delete event).
     pub fn retain(&self, present: impl Fn(&str) -> bool) {
-        let mut state = self.lock();
-        let gone: Vec<String> = state
-            .failing
-            .keys()
-            .filter(|key| !present(key))
-            .cloned()
-            .collect();
-        for key in gone {
-            if let Some(lane) = state.failing.remove(&key) {
-                self.gauges[slot(lane)].dec();
+        self.lock().failing.retain(|key, lane| {
+            let keep = present(key);
+            if !keep {
+                self.gauges[lane.index()].dec();
             }
-        }
+            keep
+        });
     }
 
     /// Leadership is lost: the gauges go to 0 and nothing counts any more.

@@ -13,7 +13,6 @@ pub mod failing;
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -65,7 +64,7 @@ pub async fn va_worker(
                 let delay = queue.add_rate_limited(&key, lane);
                 span.in_scope(|| tracing::info!(retry_in = ?delay, "Not leading: driver call not started or abandoned"));
             }
-            Err(err) => va_failed(&ctx, &policy, &queue, &key, lane, err, &span).await,
+            Err(err) => va_failed(&ctx, &policy, &queue, &key, lane, err, &span),
         }
         queue.done(&key);
     }
@@ -73,7 +72,7 @@ pub async fn va_worker(
 
 /// A VA sync failed with `err` (saved on the VA already, where the rule
 /// says so): count it failing, re-queue it with backoff, log, post an Event.
-async fn va_failed(
+fn va_failed(
     ctx: &Ctx,
     policy: &ErrorPolicy,
     queue: &WorkQueue<Lane>,
@@ -89,16 +88,17 @@ async fn va_failed(
         .failed(key, lane, || ctx.stores.va(key).is_some());
     // An operation that ended at its deadline and that the driver says
     // still runs: the pacer polls it sooner than the backoff.
-    let delay = queue.add_rate_limited_with(key, lane, |backoff| policy.retry_delay(key, backoff));
+    let delay = queue.add_rate_limited_with(key, lane, |backoff| match &policy.pacer {
+        Some(pacer) => pacer.retry_delay(key, backoff),
+        None => backoff,
+    });
     span.in_scope(
         || tracing::warn!(error = %err, retry_in = ?delay, "VolumeAttachment sync failed"),
     );
     if let (Some(events), Some(va)) = (&policy.events, va) {
         let pv = va.pv_name().and_then(|name| ctx.stores.pv(name));
         let failures = queue.failures(key);
-        events
-            .failed(&va, pv.as_deref(), lane, failures, &err)
-            .await;
+        events.failed(&va, pv.as_deref(), lane, failures, &err);
     }
 }
 
@@ -150,24 +150,23 @@ pub async fn sync_va(
         return Ok(());
     };
     let lane = Lane::of_va(&va);
+    let step = decide(&va, &ctx.finalizer, &ctx.capabilities, trigger);
     // Upstream's trivial handler (no ControllerPublish) saves no error of its own.
-    let trivial_step = AtomicBool::new(false);
+    let trivial_step = matches!(step, Step::MarkAttached);
     let run = async {
-        let step = decide(Some(&va), &ctx.finalizer, &ctx.capabilities, trigger);
-        trivial_step.store(matches!(step, Step::MarkAttached), Ordering::Relaxed);
         match step {
             Step::Nothing => Ok(()),
             Step::MarkAttached => trivial::mark_attached(ctx, &va).await,
             Step::Attach => attach::attach(ctx, &va).await,
             Step::Republish => attach::republish(ctx, &va).await,
             Step::Detach => detach::detach(ctx, &va).await,
-            Step::Fail(_, err) => Err(err),
+            Step::Fail(err) => Err(err),
         }
     };
     let panics = ctx.flow_metrics.panics.with_label_values(&[lane.name()]);
     let result = supervised(run, &panics).await;
     if let Err(err) = &result {
-        let own = !trivial_step.load(Ordering::Relaxed) || matches!(err, FlowError::Panicked(_));
+        let own = !trivial_step || matches!(err, FlowError::Panicked(_));
         if own && err.saved_on_va() {
             policy.record_error(ctx.api.as_ref(), &va, lane, err).await;
         }
@@ -245,8 +244,7 @@ pub async fn report_backlog(va_queue: Arc<WorkQueue<Lane>>, pv_queue: Arc<WorkQu
             .filter(|(_, b)| b.oldest > BACKLOG_STUCK)
             .map(|(lane, b)| {
                 format!(
-                    "{}: {} waiting, oldest {}s",
-                    lane,
+                    "{lane}: {} waiting, oldest {}s",
                     b.depth,
                     b.oldest.as_secs()
                 )
@@ -310,18 +308,12 @@ impl ErrorPolicy {
         lane: Lane,
         err: &FlowError,
     ) {
+        let (message, now) = (err.status_message(), Timestamp::now());
         let (field, patch) = match lane {
-            Lane::Detach => (
-                "detachError",
-                patches::detach_error(&err.status_message(), Timestamp::now()),
-            ),
+            Lane::Detach => ("detachError", patches::detach_error(&message, now)),
             Lane::Attach => {
                 let code = err.grpc_code().filter(|_| self.error_codes);
-                let message = err.status_message();
-                (
-                    "attachError",
-                    patches::attach_error(&message, code, Timestamp::now()),
-                )
+                ("attachError", patches::attach_error(&message, code, now))
             }
         };
         match api.patch_va_status(va, &patch).await {
@@ -334,14 +326,6 @@ impl ErrorPolicy {
                 tracing::warn!(va = %va.name(), error = %save, "could not save {field}")
             }
         }
-    }
-
-    /// How long the retry of `key` waits: the queue's `backoff`, or longer
-    /// while an operation that ended at its deadline may still run.
-    pub fn retry_delay(&self, key: &str, backoff: Duration) -> Duration {
-        self.pacer
-            .as_ref()
-            .map_or(backoff, |pacer| pacer.retry_delay(key, backoff))
     }
 }
 
