@@ -19,6 +19,8 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use crate::gofmt::go_quote;
+
 /// CSI drivers that replace one of the seven migrated in-tree plugins.
 pub const MIGRATION_DRIVERS: [&str; 7] = [
     gce::DRIVER,
@@ -169,10 +171,6 @@ pub fn repair_volume_handle(
         Err(TranslateError::UnknownDriver(driver.to_owned()))
     }
 }
-
-/// Go's `%q` (`strconv.Quote`), for error texts that must read like the
-/// translation library's.
-pub(crate) use crate::gofmt::go_quote;
 
 /// The spec to rewrite (a PV without one gets an empty spec).
 fn spec_mut(pv: &mut PersistentVolume) -> &mut PersistentVolumeSpec {
