@@ -78,9 +78,9 @@ fn url_path(raw: &str) -> Result<String, String> {
     if let Some(userinfo) = userinfo {
         check_userinfo(userinfo).map_err(|e| parse_error(before_fragment, e))?;
     }
-    let path = unescape(path).map_err(|e| parse_error(before_fragment, e))?;
-    unescape(fragment).map_err(|e| parse_error(raw, e))?;
-    Ok(path)
+    check_escapes(path, Part::Other).map_err(|e| parse_error(before_fragment, e))?;
+    check_escapes(fragment, Part::Other).map_err(|e| parse_error(raw, e))?;
+    Ok(unescape_checked(path))
 }
 
 /// Which part of a URL `check_escapes` reads (Go's `encoding` modes).
@@ -134,11 +134,6 @@ fn check_escapes(s: &str, part: Part) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-fn unescape(s: &str) -> Result<String, String> {
-    check_escapes(s, Part::Other)?;
-    Ok(unescape_checked(s))
 }
 
 /// `s` with its (already checked) escapes decoded.
