@@ -23,10 +23,9 @@ pub enum NumError {
 /// `strconv.ParseInt(s, 0, 64)`, as Go's `flag.Int` calls it.
 pub fn parse_int(s: &str) -> Result<i64, NumError> {
     let (negative, digits) = match s.as_bytes().first() {
-        None => return Err(NumError::Syntax),
         Some(b'+') => (false, &s[1..]),
         Some(b'-') => (true, &s[1..]),
-        Some(_) => (false, s),
+        _ => (false, s), // empty: a syntax error below
     };
     // A syntax error wins over a range error; a range error is decided by the sign below.
     let magnitude = match parse_uint_base(digits, 0, 64) {
