@@ -315,12 +315,9 @@ fn hex_float(form: &FloatForm) -> f64 {
     // is 0 or infinite anyway.
     let exponent = exponent.clamp(-3000, 3000) as i32;
     let first = exponent.clamp(-1000, 1000);
-    let magnitude = mantissa as f64 * 2f64.powi(first) * 2f64.powi(exponent - first);
-    if form.negative {
-        -magnitude
-    } else {
-        magnitude
-    }
+    // Rounding is symmetric about zero, so the sign may come first (-0 stays -0).
+    let sign = if form.negative { -1.0 } else { 1.0 };
+    sign * mantissa as f64 * 2f64.powi(first) * 2f64.powi(exponent - first)
 }
 
 /// `strconv.ParseBool`.
@@ -339,12 +336,8 @@ pub fn parse_bool(s: &str) -> Option<bool> {
 /// needs a unit.
 pub fn parse_duration(s: &str) -> Result<i64, String> {
     let invalid = || format!("time: invalid duration {}", time_quote(s));
-    let mut rest = s.as_bytes();
-    let mut negative = false;
-    if let [sign @ (b'-' | b'+'), tail @ ..] = rest {
-        negative = *sign == b'-';
-        rest = tail;
-    }
+    let negative = s.starts_with('-');
+    let mut rest = s.strip_prefix(['-', '+']).unwrap_or(s).as_bytes();
     if rest == b"0" {
         return Ok(0);
     }
