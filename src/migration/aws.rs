@@ -70,10 +70,9 @@ fn url_path(raw: &str) -> Result<String, String> {
     };
     let rest = rest.strip_prefix("//").unwrap_or(rest);
     let (authority, path) = rest.find('/').map_or((rest, ""), |i| rest.split_at(i));
-    let (userinfo, host) = match authority.rsplit_once('@') {
-        Some((user, host)) => (Some(user), host),
-        None => (None, authority),
-    };
+    let (userinfo, host) = authority
+        .rsplit_once('@')
+        .map_or((None, authority), |(user, host)| (Some(user), host));
     check_host(host).map_err(|e| parse_error(before_fragment, e))?;
     if let Some(userinfo) = userinfo {
         check_userinfo(userinfo).map_err(|e| parse_error(before_fragment, e))?;
