@@ -208,10 +208,9 @@ fn normalize_args(
         if body.is_empty() || body.starts_with(['-', '=']) {
             return (out, stop(format!("bad flag syntax: {text}")));
         }
-        let (name, value) = match body.split_once('=') {
-            Some((name, value)) => (name, Some(value)),
-            None => (body, None),
-        };
+        let (name, value) = body
+            .split_once('=')
+            .map_or((body, None), |(n, v)| (n, Some(v)));
         let flag = command
             .get_arguments()
             .find(|a| a.get_long() == Some(name) && !is_help(a));
@@ -269,16 +268,11 @@ fn usage_error(command: &clap::Command, err: &clap::Error, usage: &str) -> Parse
             let is_bool = command
                 .get_arguments()
                 .any(|a| a.get_long() == Some(name.as_str()) && a.is_require_equals_set());
+            let value = go::quote(&value);
             if is_bool {
-                format!(
-                    "invalid boolean value {} for -{name}: {why}",
-                    go::quote(&value)
-                )
+                format!("invalid boolean value {value} for -{name}: {why}")
             } else {
-                format!(
-                    "invalid value {} for flag -{name}: {why}",
-                    go::quote(&value)
-                )
+                format!("invalid value {value} for flag -{name}: {why}")
             }
         }
         _ => err.to_string().trim_end().to_string(),

@@ -8,13 +8,10 @@ use super::Config;
 /// A flag value replaced by a sane bound.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Adjustment {
-    /// The flag's name.
     pub flag: &'static str,
     /// The value as parsed (Go's spelling for durations).
     pub given: String,
-    /// The value used.
     pub used: String,
-    /// Why.
     pub reason: &'static str,
 }
 

@@ -52,11 +52,8 @@ pub const KNOWN: &[(Stage, bool, bool, &str)] = &[
     (Deprecated, true, true, "AggregatedDiscoveryRemoveBetaType"),
 ];
 
-/// Release the Lease on SIGTERM/SIGINT.
 const RELEASE_LEADER_ELECTION_ON_EXIT: &str = "ReleaseLeaderElectionOnExit";
-/// Put `errorCode` on attach errors.
 const MUTABLE_CSI_NODE_ALLOCATABLE_COUNT: &str = "MutableCSINodeAllocatableCount";
-/// Sets every alpha gate not set by name.
 const ALL_ALPHA: &str = "AllAlpha";
 
 /// Every gate in [`KNOWN`]: its exact, case-sensitive name, stage, default, lock.
@@ -104,15 +101,6 @@ pub struct FeatureGates {
     pub mutable_csi_node_allocatable_count: bool,
 }
 
-impl Default for FeatureGates {
-    fn default() -> Self {
-        Self {
-            release_leader_election_on_exit: true,
-            mutable_csi_node_allocatable_count: true,
-        }
-    }
-}
-
 impl FeatureGates {
     /// Applies the merged `--feature-gates` map as upstream's `SetFromMap` does.
     ///
@@ -139,14 +127,14 @@ impl FeatureGates {
             [one] => return Err(one.clone()),
             many => return Err(format!("[{}]", many.join(", "))),
         }
-        let (defaults, get) = (Self::default(), |name| set.get(name).copied());
+        let get = |name| set.get(name).copied();
         Ok(Self {
             // Named beats AllAlpha, which beats our default (on where upstream's is off).
             release_leader_election_on_exit: get(RELEASE_LEADER_ELECTION_ON_EXIT)
                 .or(get(ALL_ALPHA))
-                .unwrap_or(defaults.release_leader_election_on_exit),
+                .unwrap_or(true),
             mutable_csi_node_allocatable_count: get(MUTABLE_CSI_NODE_ALLOCATABLE_COUNT)
-                .unwrap_or(defaults.mutable_csi_node_allocatable_count),
+                .unwrap_or(true),
         })
     }
 }

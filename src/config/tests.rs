@@ -70,7 +70,11 @@ fn defaults_match_upstream() {
         Duration::from_secs(20)
     );
     assert!(c.validate_logging().is_ok());
-    assert_eq!(c.feature_gates().ok(), Some(FeatureGates::default()));
+    let defaults = FeatureGates {
+        release_leader_election_on_exit: true,
+        mutable_csi_node_allocatable_count: true,
+    };
+    assert_eq!(c.feature_gates().ok(), Some(defaults));
     assert!(c.validate().is_ok());
 }
 

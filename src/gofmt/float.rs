@@ -52,13 +52,7 @@ fn shortest_digits(f: f64) -> (String, i32) {
 pub fn go_json_float(f: f64) -> String {
     if !f.is_finite() {
         // encoding/json refuses these; klog prints its internal error instead.
-        let shown = if f.is_nan() {
-            "NaN".to_string()
-        } else if f > 0.0 {
-            "+Inf".to_string()
-        } else {
-            "-Inf".to_string()
-        };
+        let shown = non_finite(f);
         return format!("\"<internal error: json: unsupported value: {shown}>\"");
     }
     let abs = f.abs();

@@ -23,10 +23,9 @@ pub enum NumError {
 /// `strconv.ParseInt(s, 0, 64)`, as Go's `flag.Int` calls it.
 pub fn parse_int(s: &str) -> Result<i64, NumError> {
     let (negative, digits) = match s.as_bytes().first() {
-        None => return Err(NumError::Syntax),
         Some(b'+') => (false, &s[1..]),
         Some(b'-') => (true, &s[1..]),
-        Some(_) => (false, s),
+        _ => (false, s), // empty: a syntax error below
     };
     // A syntax error wins over a range error; a range error is decided by the sign below.
     let magnitude = match parse_uint_base(digits, 0, 64) {
@@ -80,11 +79,7 @@ fn parse_uint_base(s: &str, base: u32, bits: u32) -> Result<u64, NumError> {
     } else {
         (base, bytes)
     };
-    let max = if bits >= 64 {
-        u64::MAX
-    } else {
-        (1u64 << bits) - 1
-    };
+    let max = u64::MAX >> (64 - bits);
     let cutoff = u64::MAX / u64::from(base) + 1;
     let mut underscores = false;
     let mut n: u64 = 0;
@@ -172,15 +167,13 @@ pub fn parse_float(s: &str) -> Result<f64, NumError> {
 
 /// Go's `special`: `[+-]inf`, `[+-]infinity`, `nan` (no sign), any case, and nothing else.
 fn parse_special_float(s: &str) -> Option<f64> {
+    if s.eq_ignore_ascii_case("nan") {
+        return Some(f64::NAN);
+    }
     let (sign, rest) = match s.as_bytes().first() {
         Some(b'+') => (1.0, &s[1..]),
         Some(b'-') => (-1.0, &s[1..]),
-        _ => {
-            if s.eq_ignore_ascii_case("nan") {
-                return Some(f64::NAN);
-            }
-            (1.0, s)
-        }
+        _ => (1.0, s),
     };
     (rest.eq_ignore_ascii_case("inf") || rest.eq_ignore_ascii_case("infinity"))
         .then_some(sign * f64::INFINITY)
@@ -291,14 +284,9 @@ fn read_float(s: &str) -> Option<FloatForm> {
 /// The signed exponent starting at `b[i]` (after the `e`/`p`) and the index
 /// after it; `None` without digits. Magnitudes are capped at 10000, as Go's.
 fn read_exponent(b: &[u8], mut i: usize, underscores: &mut bool) -> Option<(i64, usize)> {
-    let mut sign = 1;
-    match b.get(i) {
-        Some(b'+') => i += 1,
-        Some(b'-') => {
-            sign = -1;
-            i += 1
-        }
-        _ => {}
+    let sign = if b.get(i) == Some(&b'-') { -1 } else { 1 };
+    if matches!(b.get(i), Some(b'+' | b'-')) {
+        i += 1;
     }
     if !b.get(i).is_some_and(u8::is_ascii_digit) {
         return None;
@@ -327,12 +315,9 @@ fn hex_float(form: &FloatForm) -> f64 {
     // is 0 or infinite anyway.
     let exponent = exponent.clamp(-3000, 3000) as i32;
     let first = exponent.clamp(-1000, 1000);
-    let magnitude = mantissa as f64 * 2f64.powi(first) * 2f64.powi(exponent - first);
-    if form.negative {
-        -magnitude
-    } else {
-        magnitude
-    }
+    // Rounding is symmetric about zero, so the sign may come first (-0 stays -0).
+    let sign = if form.negative { -1.0 } else { 1.0 };
+    sign * mantissa as f64 * 2f64.powi(first) * 2f64.powi(exponent - first)
 }
 
 /// `strconv.ParseBool`.
@@ -351,12 +336,8 @@ pub fn parse_bool(s: &str) -> Option<bool> {
 /// needs a unit.
 pub fn parse_duration(s: &str) -> Result<i64, String> {
     let invalid = || format!("time: invalid duration {}", time_quote(s));
-    let mut rest = s.as_bytes();
-    let mut negative = false;
-    if let [sign @ (b'-' | b'+'), tail @ ..] = rest {
-        negative = *sign == b'-';
-        rest = tail;
-    }
+    let negative = s.starts_with('-');
+    let mut rest = s.strip_prefix(['-', '+']).unwrap_or(s).as_bytes();
     if rest == b"0" {
         return Ok(0);
     }
@@ -414,44 +395,38 @@ const DURATION_LIMIT: u64 = 1 << 63;
 /// Go's `leadingInt`: the digits at the start of `s` and what follows them;
 /// `None` when the number passes 2^63.
 fn leading_int(s: &[u8]) -> Option<(u64, &[u8])> {
+    let digits = s.iter().take_while(|c| c.is_ascii_digit()).count();
     let mut whole: u64 = 0;
-    let mut i = 0;
-    while i < s.len() && s[i].is_ascii_digit() {
+    for &c in &s[..digits] {
         if whole > DURATION_LIMIT / 10 {
             return None;
         }
-        whole = whole * 10 + u64::from(s[i] - b'0');
+        whole = whole * 10 + u64::from(c - b'0');
         if whole > DURATION_LIMIT {
             return None;
         }
-        i += 1;
     }
-    Some((whole, &s[i..]))
+    Some((whole, &s[digits..]))
 }
 
 /// Go's `leadingFraction`: the digits after a dot as (value, 10^digits kept,
 /// any digit seen, rest). Digits past what fits are ignored, not an error.
 fn leading_fraction(s: &[u8]) -> (u64, f64, bool, &[u8]) {
+    let digits = s.iter().take_while(|c| c.is_ascii_digit()).count();
     let (mut fraction, mut scale) = (0u64, 1f64);
-    let mut overflow = false;
-    let mut i = 0;
-    while i < s.len() && s[i].is_ascii_digit() {
-        if !overflow {
-            if fraction > (DURATION_LIMIT - 1) / 10 {
-                overflow = true;
-            } else {
-                let next = fraction * 10 + u64::from(s[i] - b'0');
-                if next > DURATION_LIMIT {
-                    overflow = true;
-                } else {
-                    fraction = next;
-                    scale *= 10.0;
-                }
-            }
+    for &c in &s[..digits] {
+        // Go sets its overflow flag here and skips the remaining digits.
+        if fraction > (DURATION_LIMIT - 1) / 10 {
+            break;
         }
-        i += 1;
+        let next = fraction * 10 + u64::from(c - b'0');
+        if next > DURATION_LIMIT {
+            break;
+        }
+        fraction = next;
+        scale *= 10.0;
     }
-    (fraction, scale, i > 0, &s[i..])
+    (fraction, scale, digits > 0, &s[digits..])
 }
 
 /// Nanoseconds per `unit`; `input` (the whole duration) names the error.
@@ -499,9 +474,7 @@ fn time_quote(s: &str) -> String {
 }
 
 /// Go's `strconv.Quote`.
-pub fn quote(s: &str) -> String {
-    super::go_quote(s)
-}
+pub use super::go_quote as quote;
 
 pub use super::quantity::{quantity_is_zero, QUANTITY_FORMAT, QUANTITY_NUMERIC, QUANTITY_SUFFIX};
 

@@ -29,10 +29,11 @@ fn quantity_suffix(suffix: &str) -> Result<(bool, i32), &'static str> {
         "P" => (false, 15),
         "E" => (false, 18),
         _ if suffix.len() > 1 && matches!(suffix.as_bytes()[0], b'e' | b'E') => {
-            match parse_decimal_i64(&suffix[1..]) {
-                // Go keeps the exponent as an int32.
-                Some(e) => (false, e as i32),
-                None => return Err(QUANTITY_SUFFIX),
+            // Go's `strconv.ParseInt(s, 10, 64)`, which Rust's parser matches; Go keeps
+            // the exponent as an int32.
+            match suffix[1..].parse::<i64>() {
+                Ok(e) => (false, e as i32),
+                Err(_) => return Err(QUANTITY_SUFFIX),
             }
         }
         _ => return Err(QUANTITY_SUFFIX),
@@ -98,13 +99,4 @@ pub fn quantity_is_zero(s: &str) -> Result<bool, &'static str> {
         return Err(QUANTITY_NUMERIC);
     }
     Ok(zero)
-}
-
-/// `strconv.ParseInt(s, 10, 64)` succeeding.
-fn parse_decimal_i64(s: &str) -> Option<i64> {
-    let digits = s.strip_prefix(['+', '-']).unwrap_or(s);
-    if digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
-        return None;
-    }
-    s.parse().ok()
 }

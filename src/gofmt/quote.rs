@@ -69,25 +69,15 @@ fn quote_chars(out: &mut String, s: &str) {
 /// assigned since is unassigned, so escaped, for Go.
 fn is_go_printable(c: char) -> bool {
     let cp = c as u32;
-    let newer = NEWER_THAN_GO_UNICODE
-        .binary_search_by(|&(lo, hi)| {
-            if hi < cp {
-                std::cmp::Ordering::Less
-            } else if lo > cp {
-                std::cmp::Ordering::Greater
-            } else {
-                std::cmp::Ordering::Equal
-            }
-        })
-        .is_ok();
-    if newer {
+    let i = NEWER_THAN_GO_UNICODE.partition_point(|&(_, hi)| hi < cp);
+    if NEWER_THAN_GO_UNICODE
+        .get(i)
+        .is_some_and(|&(lo, _)| lo <= cp)
+    {
         return false;
     }
-    let mut buf = [0u8; 5];
-    buf[0] = b'a';
-    let len = 1 + c.encode_utf8(&mut buf[1..]).len();
-    let probe = std::str::from_utf8(&buf[..len]).unwrap_or("");
-    probe.escape_debug().count() == probe.chars().count()
+    let probe = format!("a{c}");
+    probe.escape_debug().count() == 2
 }
 
 /// Printable code points (inclusive ranges, sorted) that Rust's Unicode 17.0

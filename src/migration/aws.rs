@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{CSIPersistentVolumeSource, PersistentVolume};
 
-use super::{go_quote, spec_mut, topology, TranslateError};
-use crate::gofmt::go_quote_bytes;
+use super::{spec_mut, topology, TranslateError};
+use crate::gofmt::{go_quote, go_quote_bytes};
 
 pub const DRIVER: &str = "ebs.csi.aws.com";
 const TOPOLOGY_KEY: &str = "topology.ebs.csi.aws.com/zone";
@@ -70,17 +70,16 @@ fn url_path(raw: &str) -> Result<String, String> {
     };
     let rest = rest.strip_prefix("//").unwrap_or(rest);
     let (authority, path) = rest.find('/').map_or((rest, ""), |i| rest.split_at(i));
-    let (userinfo, host) = match authority.rsplit_once('@') {
-        Some((user, host)) => (Some(user), host),
-        None => (None, authority),
-    };
+    let (userinfo, host) = authority
+        .rsplit_once('@')
+        .map_or((None, authority), |(user, host)| (Some(user), host));
     check_host(host).map_err(|e| parse_error(before_fragment, e))?;
     if let Some(userinfo) = userinfo {
         check_userinfo(userinfo).map_err(|e| parse_error(before_fragment, e))?;
     }
-    let path = unescape(path).map_err(|e| parse_error(before_fragment, e))?;
-    unescape(fragment).map_err(|e| parse_error(raw, e))?;
-    Ok(path)
+    check_escapes(path, Part::Other).map_err(|e| parse_error(before_fragment, e))?;
+    check_escapes(fragment, Part::Other).map_err(|e| parse_error(raw, e))?;
+    Ok(unescape_checked(path))
 }
 
 /// Which part of a URL `check_escapes` reads (Go's `encoding` modes).
@@ -109,7 +108,7 @@ fn check_escapes(s: &str, part: Part) -> Result<(), String> {
             }
             // A valid escape is ASCII, so these 3 bytes are characters.
             let escape = &b[i..i + 3];
-            let value = hex_byte(b[i + 1]) << 4 | hex_byte(b[i + 2]);
+            let value = u8::from_str_radix(&s[i + 1..i + 3], 16).unwrap_or_default();
             let refused = match part {
                 Part::Other => false,
                 Part::Host => b[i + 1] < b'8' && escape != b"%25",
@@ -136,34 +135,9 @@ fn check_escapes(s: &str, part: Part) -> Result<(), String> {
     Ok(())
 }
 
-fn hex_byte(c: u8) -> u8 {
-    match c {
-        b'0'..=b'9' => c - b'0',
-        b'a'..=b'f' => c - b'a' + 10,
-        b'A'..=b'F' => c - b'A' + 10,
-        _ => 0,
-    }
-}
-
-fn unescape(s: &str) -> Result<String, String> {
-    check_escapes(s, Part::Other)?;
-    Ok(unescape_checked(s))
-}
-
 /// `s` with its (already checked) escapes decoded.
 fn unescape_checked(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            out.push(hex_byte(b[i + 1]) << 4 | hex_byte(b[i + 2]));
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
+    let out: Vec<u8> = percent_encoding::percent_decode_str(s).collect();
     // Go keeps the bytes; what it hands on (JSON) shows each byte that is not
     // UTF-8 as one U+FFFD. Rust's lossy decoding would merge a broken
     // sequence into one.
@@ -213,10 +187,7 @@ fn check_host(host: &str) -> Result<(), String> {
             let zone = literal.find("%25").unwrap_or(literal.len());
             check_escapes(&literal[..zone], Part::Host)?;
             check_escapes(&literal[zone..], Part::Zone)?;
-            match parse_addr(&unescape_checked(literal))? {
-                IpKind::V4 => Err("invalid IP-literal".to_owned()),
-                IpKind::V6 => Ok(()),
-            }
+            check_ipv6(&unescape_checked(literal))
         }
         None => {
             if let Some(colon) = host.rfind(':') {
@@ -227,32 +198,24 @@ fn check_host(host: &str) -> Result<(), String> {
     }
 }
 
-enum IpKind {
-    V4,
-    V6,
-}
-
-/// What Go's `netip.ParseAddr` makes of an IP literal: its first `.`, `:` or
-/// `%` decides the family.
-fn parse_addr(s: &str) -> Result<IpKind, String> {
+/// What Go's `netip.ParseAddr` makes of an IP literal (its first `.`, `:` or
+/// `%` decides the family), then Go's refusal of an IPv4 one in brackets.
+fn check_ipv6(s: &str) -> Result<(), String> {
     let error = |msg: &str| format!("invalid host: ParseAddr({}): {msg}", go_quote(s));
     match s.bytes().find(|b| matches!(b, b'.' | b':' | b'%')) {
-        Some(b'.') => match s.parse::<std::net::Ipv4Addr>() {
-            Ok(_) => Ok(IpKind::V4),
-            Err(_) => Err(error("unable to parse IP")),
-        },
+        Some(b'.') if s.parse::<std::net::Ipv4Addr>().is_ok() => {
+            Err("invalid IP-literal".to_owned())
+        }
         Some(b':') => {
             let (address, zone) = s.split_once('%').map_or((s, None), |(a, z)| (a, Some(z)));
             if zone == Some("") {
                 return Err(error("zone must be a non-empty string"));
             }
-            match address.parse::<std::net::Ipv6Addr>() {
-                Ok(_) => Ok(IpKind::V6),
-                Err(_) => Err(error("unable to parse IP")),
-            }
+            let ip = address.parse::<std::net::Ipv6Addr>();
+            ip.map(drop).map_err(|_| error("unable to parse IP"))
         }
-        Some(_) => Err(error("missing IPv6 address")),
-        None => Err(error("unable to parse IP")),
+        Some(b'%') => Err(error("missing IPv6 address")),
+        _ => Err(error("unable to parse IP")),
     }
 }
 

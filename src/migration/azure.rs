@@ -58,14 +58,12 @@ pub fn translate_file(pv: &mut PersistentVolume) -> Result<(), TranslateError> {
         return Ok(());
     };
     let account = storage_account(&source.secret_name).unwrap_or(&source.secret_name);
-    let namespace = match &source.secret_namespace {
-        Some(ns) => ns.clone(),
-        None => spec
-            .claim_ref
-            .as_ref()
-            .and_then(|c| c.namespace.clone())
-            .unwrap_or_default(),
-    };
+    let claim_namespace = || spec.claim_ref.as_ref().and_then(|c| c.namespace.clone());
+    let namespace = source
+        .secret_namespace
+        .clone()
+        .or_else(claim_namespace)
+        .unwrap_or_default();
     if namespace.is_empty() {
         return Err(TranslateError::AzureFileNamespace);
     }

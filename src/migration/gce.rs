@@ -53,7 +53,7 @@ fn region_of(zones: &[&str]) -> Result<String, String> {
 }
 
 /// A Go `sets.String` printed with `%v`: `map[a:{} b:{}]`.
-pub(super) fn go_set(items: &BTreeSet<String>) -> String {
+fn go_set(items: &BTreeSet<String>) -> String {
     let inner: Vec<String> = items.iter().map(|i| format!("{i}:{{}}")).collect();
     format!("map[{}]", inner.join(" "))
 }
@@ -131,24 +131,18 @@ pub fn repair_volume_handle(handle: &str, node_id: &str) -> Result<String, Trans
         return Err(wrong("node handle", node.len()));
     }
     let (project, node_zone, disk) = (node[PROJECT], node[ZONE], tok[DISK_NAME]);
+    // The handle's zone or region, when the translation knew it (else the node's).
+    let given = Some(tok[ZONE]).filter(|z| *z != UNSPECIFIED);
     match tok[REGIONALITY] {
-        "zones" => {
-            let zone = if tok[ZONE] == UNSPECIFIED {
-                node_zone
-            } else {
-                tok[ZONE]
-            };
-            Ok(zonal(project, zone, disk))
-        }
+        "zones" => Ok(zonal(project, given.unwrap_or(node_zone), disk)),
         "regions" => {
-            let region = if tok[ZONE] == UNSPECIFIED {
-                region_of(&[node_zone]).map_err(|e| {
+            let region = match given {
+                Some(region) => region.to_owned(),
+                None => region_of(&[node_zone]).map_err(|e| {
                     TranslateError::Handle(format!(
                         "failed to get region from zone {node_zone}: {e}"
                     ))
-                })?
-            } else {
-                tok[ZONE].to_owned()
+                })?,
             };
             Ok(regional(project, &region, disk))
         }

@@ -19,6 +19,8 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use crate::gofmt::go_quote;
+
 /// CSI drivers that replace one of the seven migrated in-tree plugins.
 pub const MIGRATION_DRIVERS: [&str; 7] = [
     gce::DRIVER,
@@ -64,23 +66,17 @@ pub fn is_migration_driver(driver_name: &str) -> bool {
 
 /// The CSI driver that took over the in-tree plugin of `spec`, if it has one.
 pub fn in_tree_driver(spec: &PersistentVolumeSpec) -> Option<&'static str> {
-    if spec.gce_persistent_disk.is_some() {
-        Some(gce::DRIVER)
-    } else if spec.aws_elastic_block_store.is_some() {
-        Some(aws::DRIVER)
-    } else if spec.cinder.is_some() {
-        Some(others::CINDER_DRIVER)
-    } else if spec.azure_disk.is_some() {
-        Some(azure::DISK_DRIVER)
-    } else if spec.azure_file.is_some() {
-        Some(azure::FILE_DRIVER)
-    } else if spec.vsphere_volume.is_some() {
-        Some(others::VSPHERE_DRIVER)
-    } else if spec.portworx_volume.is_some() {
-        Some(others::PORTWORX_DRIVER)
-    } else {
-        None
-    }
+    [
+        (spec.gce_persistent_disk.is_some(), gce::DRIVER),
+        (spec.aws_elastic_block_store.is_some(), aws::DRIVER),
+        (spec.cinder.is_some(), others::CINDER_DRIVER),
+        (spec.azure_disk.is_some(), azure::DISK_DRIVER),
+        (spec.azure_file.is_some(), azure::FILE_DRIVER),
+        (spec.vsphere_volume.is_some(), others::VSPHERE_DRIVER),
+        (spec.portworx_volume.is_some(), others::PORTWORX_DRIVER),
+    ]
+    .into_iter()
+    .find_map(|(has_source, driver)| has_source.then_some(driver))
 }
 
 #[cfg(test)]
@@ -169,10 +165,6 @@ pub fn repair_volume_handle(
         Err(TranslateError::UnknownDriver(driver.to_owned()))
     }
 }
-
-/// Go's `%q` (`strconv.Quote`), for error texts that must read like the
-/// translation library's.
-pub(crate) use crate::gofmt::go_quote;
 
 /// The spec to rewrite (a PV without one gets an empty spec).
 fn spec_mut(pv: &mut PersistentVolume) -> &mut PersistentVolumeSpec {

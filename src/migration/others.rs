@@ -56,16 +56,13 @@ pub fn translate_vsphere(pv: &mut PersistentVolume) {
 /// secret annotations, when both are present, become every secret reference.
 pub fn translate_portworx(pv: &mut PersistentVolume) {
     let annotations = pv.metadata.annotations.clone().unwrap_or_default();
-    let secret = match (
-        annotations.get(PORTWORX_SECRET_NAME),
-        annotations.get(PORTWORX_SECRET_NAMESPACE),
-    ) {
-        (Some(name), Some(namespace)) => Some(SecretReference {
+    let name = annotations.get(PORTWORX_SECRET_NAME);
+    let secret = name
+        .zip(annotations.get(PORTWORX_SECRET_NAMESPACE))
+        .map(|(name, namespace)| SecretReference {
             name: Some(name.clone()),
             namespace: Some(namespace.clone()),
-        }),
-        _ => None,
-    };
+        });
     let spec = spec_mut(pv);
     let Some(source) = spec.portworx_volume.take() else {
         return;

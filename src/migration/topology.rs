@@ -45,11 +45,7 @@ fn key_in_affinity(pv: &PersistentVolume, key: &str) -> bool {
 }
 
 fn label<'a>(pv: &'a PersistentVolume, key: &str) -> Option<&'a str> {
-    pv.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(key))
-        .map(String::as_str)
+    pv.metadata.labels.as_ref()?.get(key).map(String::as_str)
 }
 
 /// The zone and region label keys this PV uses: affinity first, then labels,
@@ -110,17 +106,16 @@ fn add_requirement(pv: &mut PersistentVolume, key: &str, zones: &[&str]) {
         .node_affinity
         .get_or_insert_with(VolumeNodeAffinity::default);
     let required = affinity.required.get_or_insert_with(NodeSelector::default);
-    if required.node_selector_terms.is_empty() {
-        required
-            .node_selector_terms
-            .push(NodeSelectorTerm::default());
+    let terms = &mut required.node_selector_terms;
+    if terms.is_empty() {
+        terms.push(NodeSelectorTerm::default());
     }
     let requirement = NodeSelectorRequirement {
         key: key.to_owned(),
         operator: "In".to_owned(),
         values: Some(zones.into_iter().map(str::to_owned).collect()),
     };
-    for term in &mut required.node_selector_terms {
+    for term in terms {
         term.match_expressions
             .get_or_insert_with(Vec::new)
             .push(requirement.clone());
