@@ -268,13 +268,19 @@ mod tests {
     #[tokio::test]
     async fn an_urgent_request_takes_the_next_token_before_waiting_normal_ones() {
         use tower::ServiceExt;
-        let layer = RateLimitLayer::new(20.0, 1);
+        // A token every 200 ms: the urgent request must be spawned before the
+        // next one is due, which a loaded machine's scheduler could delay by
+        // tens of milliseconds (a 50 ms spacing lost that race in loaded runs).
+        let layer = RateLimitLayer::new(5.0, 1);
         let stamp = || tower::service_fn(|()| async { Ok::<_, ()>(Instant::now()) });
         let request = |layer: &RateLimitLayer| layer.layer(stamp()).oneshot(());
         request(&layer).await.expect("the burst");
         let normal: Vec<_> = (0..3).map(|_| tokio::spawn(request(&layer))).collect();
-        // The normal ones are waiting for the next token (due in 50 ms).
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        // The normal ones run (one thread: each until it waits for the next
+        // token) before the urgent one is spawned.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
         let urgent = tokio::spawn(request(&layer.urgent()));
         let urgent = urgent.await.expect("joined").expect("urgent");
         for normal in normal {
