@@ -18,7 +18,7 @@
 #             that each fit a session (the whole is ~4 h): one per profile, or per
 #             profile and flag set (chart, defaults), azure-disk's defaults also
 #             per cases; each `hack/bench.sh --only p8-<profile> [--p8-flags F]
-#             [--p8-cases C] --rounds 5` into target/evidence/<commit>/<part>/.
+#             [--p8-cases C] --rounds 5` into bench/p8-parts/<part>/ (committed).
 #             A part draws the seeds a whole run's rounds draw (round, flag set
 #             and case, not the profile, pick a seed); it runs alone, not beside
 #             the other profiles' lanes. `--list` gives each one's estimate
@@ -34,13 +34,15 @@
 #             busy processes beside it (`nice -n 5 sha256sum /dev/zero`)  bench/ci-runs.json
 # then `hack/figures.py --write` regenerates every quoted table. Commit the results.
 #
-# State: target/evidence/<commit>/<part>.{log,done}. A part that fails leaves no
-# .done and is run again next time; the script goes on with the other parts
-# and exits 1 at the end. <commit> is the code's (`hack/figures.py
-# --code-commit`: the last commit outside docs/, bench/ and Markdown), so the
-# results of finished parts may be committed between sessions without
-# redoing them; the work tree must not differ from it outside those: a figure
-# describes a commit.
+# State: bench/evidence/<commit>/<part>.done, committed with the results, so a
+# session on a fresh machine finds the parts done in the sessions before it
+# (the logs, target/evidence/<commit>/<part>.log, stay with the machine). A part
+# that fails leaves no .done and is run again next time; the script goes on
+# with the other parts and exits 1 at the end. <commit> is the code's
+# (`hack/figures.py --code-commit`: the last commit outside docs/, bench/ and
+# Markdown), so committing the results of finished parts between sessions
+# redoes none of them; the work tree must not differ from it outside those: a
+# figure describes a commit.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -97,11 +99,12 @@ done
 # and Markdown): committing the results of finished parts keeps them done.
 commit=$(python3 hack/figures.py --code-commit)
 state=target/evidence/$commit
-mkdir -p "$state"
+done_dir=bench/evidence/$commit
+mkdir -p "$state" "$done_dir"
 if $list; then
   for p in "${all[@]}"; do
-    if [ -e "$state/$p.done" ]; then
-      echo "$p: done at $commit ($(cat "$state/$p.done"))"
+    if [ -e "$done_dir/$p.done" ]; then
+      echo "$p: done at $commit ($(cat "$done_dir/$p.done"))"
     elif [[ $p == p8-* ]]; then
       echo "$p: to do (~$(p8_minutes "$p") min and the release build: hack/bench.sh $(p8_args "$p") --rounds 5)"
     elif [[ $p == p8 ]]; then
@@ -195,8 +198,8 @@ EOF
 p8_merge() {
   local sub missing=() dirs=()
   for sub in "${p8_parts[@]}"; do
-    [ -e "$state/$sub.done" ] || missing+=("$sub")
-    dirs+=("$state/$sub")
+    [ -e "$done_dir/$sub.done" ] || missing+=("$sub")
+    dirs+=("bench/p8-parts/$sub")
   done
   if ((${#missing[@]})); then
     echo "p8: merges its parts once each is done at $commit; not yet: ${missing[*]}" >&2
@@ -226,9 +229,9 @@ run_part() {
     bench) hack/bench.sh --only limit,p1,p2,p3,p4,p5,p6,p1-workers,p4-load,p7,growth,floor,cost --out bench ;;
     lean) lean ;;
     p8-*)
-      rm -rf "${state:?}/$part"
+      rm -rf "bench/p8-parts/${part:?}"
       # shellcheck disable=SC2046 # p8_args's words are flags
-      hack/bench.sh $(p8_args "$part") --rounds 5 --out "$state/$part"
+      hack/bench.sh $(p8_args "$part") --rounds 5 --out "bench/p8-parts/$part"
       ;;
     p8) p8_merge ;;
     chaos-1) CHAOS_REPORT=$root/docs/chaos-results.md hack/chaos.sh --full --seed "$seed" ;;
@@ -241,14 +244,14 @@ run_part() {
 
 failed=()
 for part in "${parts[@]}"; do
-  if [ -e "$state/$part.done" ]; then
+  if [ -e "$done_dir/$part.done" ]; then
     echo "evidence: $part done at $commit, skipped"
     continue
   fi
   echo "evidence: $part (log: $state/$part.log)"
   started=$(date +%s)
   if run_part "$part" >"$state/$part.log" 2>&1; then
-    echo "$(date -u +%FT%TZ), $(( $(date +%s) - started )) s" >"$state/$part.done"
+    echo "$(date -u +%FT%TZ), $(( $(date +%s) - started )) s" >"$done_dir/$part.done"
     echo "evidence: $part done in $(( $(date +%s) - started )) s"
   else
     echo "evidence: $part FAILED (see $state/$part.log)" >&2
