@@ -445,11 +445,14 @@ impl World {
     }
 
     /// The first `attachError` the VA gets: (message, errorCode).
+    /// Waits until VA `name` shows an `attachError` other than upstream's PV
+    /// cache miss ([`pv_cache_miss`]), and returns it.
     async fn wait_attach_error(&self, name: &str, with: (&GceDriver, &Attacher)) -> VaError {
         let failed = self
             .wait_va(name, "failed", with, |va| {
                 va.and_then(|v| v.status.as_ref())
-                    .is_some_and(|s| s.attach_error.is_some())
+                    .and_then(|s| s.attach_error.as_ref())
+                    .is_some_and(|e| !pv_cache_miss(e.message.as_deref().unwrap_or_default()))
             })
             .await
             .expect("VA exists");
@@ -467,6 +470,15 @@ impl World {
 
 /// A VA's `attachError`: (message, errorCode).
 type VaError = (String, Option<i32>);
+
+/// Upstream saves a PV its informer has not seen yet as an error and retries
+/// (ours asks the API server): a cache's lag on a loaded machine, not the
+/// driver's answer under test. A clean-clone CI run saw it first on upstream's
+/// VA; a loaded one (evidence ci at 90ef2d0) saw the test wait for it as the
+/// driver's error and delete the VA before upstream's retry reached the driver.
+fn pv_cache_miss(message: &str) -> bool {
+    message.starts_with("persistentvolume \"") && message.ends_with("\" not found")
+}
 
 /// Every `attachError` (message, errorCode) VA `name` shows, in order (a
 /// repeat of the last one is not recorded again; upstream's PV-cache miss is
@@ -501,11 +513,7 @@ impl ErrorRecorder {
                     continue;
                 };
                 let entry = (error.message.unwrap_or_default(), error.error_code);
-                // Upstream saves a PV its informer has not seen yet as an
-                // error and retries (ours asks the API server): a cache's lag
-                // on a loaded machine, not the driver's answer under test
-                // (a clean-clone CI run saw it first on upstream's VA).
-                if entry.0.starts_with("persistentvolume \"") && entry.0.ends_with("\" not found") {
+                if pv_cache_miss(&entry.0) {
                     continue;
                 }
                 let mut seen = sink.lock().unwrap_or_else(PoisonError::into_inner);
