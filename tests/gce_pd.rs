@@ -444,9 +444,8 @@ impl World {
         .expect("attached VA exists")
     }
 
-    /// The first `attachError` the VA gets: (message, errorCode).
     /// Waits until VA `name` shows an `attachError` other than upstream's PV
-    /// cache miss ([`pv_cache_miss`]), and returns it.
+    /// cache miss ([`pv_cache_miss`]), and returns it: (message, errorCode).
     async fn wait_attach_error(&self, name: &str, with: (&GceDriver, &Attacher)) -> VaError {
         let failed = self
             .wait_va(name, "failed", with, |va| {

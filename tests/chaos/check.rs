@@ -294,8 +294,10 @@ fn apiserver_killed(h: &History, from: i128, to: i128) -> bool {
     })
 }
 
-/// A successful delete of this VA answered with an object without a
-/// deletionTimestamp: removed at once, not marked for deletion.
+/// A successful delete of this VA answered with our finalizer on and no
+/// deletionTimestamp: the API server removed it at once in spite of our
+/// finalizer, not marked for deletion (a delete without our finalizer in
+/// its answer removed a VA someone had stripped).
 fn deleted_at_once(h: &History, inst: &Instance) -> bool {
     h.audit.iter().any(|e| {
         e["verb"] == "delete"
@@ -303,6 +305,7 @@ fn deleted_at_once(h: &History, inst: &Instance) -> bool {
             && e["objectRef"]["name"] == inst.name.as_str()
             && ok(e)
             && e["responseObject"]["metadata"]["uid"] == inst.uid.as_str()
+            && has_ours(&e["responseObject"])
             && !e["responseObject"]["metadata"]["deletionTimestamp"].is_string()
     })
 }
@@ -472,20 +475,43 @@ pub fn i1(h: &History, f: &mut Findings) {
             })
             .map(|e| received(e))
             .min();
+        // The Publish's caller wrote `attached` to this very VA after the
+        // Publish began, and the API server took it.
+        let recorded = va_writes
+            .get(inst.name.as_str())
+            .into_iter()
+            .flatten()
+            .any(|e| {
+                e["objectRef"]["subresource"] == "status"
+                    && ok(e)
+                    && e["responseObject"]["metadata"]["uid"] == inst.uid.as_str()
+                    && e["responseObject"]["status"]["attached"] == true
+                    && received(e) >= last.start
+            });
         match (unpublish, removal) {
             // The API server removed the VA at once, finalizer and all, and
-            // the process that called the Publish gave it up (killed or
-            // stopped while the driver held it): no VA and no book of that
-            // Publish is left to ask for an Unpublish. An orphan publication,
-            // I13's if the driver still lists it (the CI run at 287fd5f: the
-            // delete raced the finalizer's addition, SIGTERM during a hung
-            // Publish). A Publish whose caller got its answer is still I1's:
-            // the undo must unpublish a Publish whose VA is gone.
-            (None, _) if deleted_at_once(h, inst) && last.abandoned.is_some() => f.skipped.push((
+            // nothing told the Publish's caller its VA was gone: it gave the
+            // Publish up (killed or stopped while the driver held it: no VA
+            // and no book of it is left to ask for an Unpublish; the CI run
+            // at 287fd5f, SIGTERM during a hung Publish), or it wrote
+            // `attached` to the VA and the API server took the write (the
+            // second full run at 5b59371: the delete's answer carried our
+            // finalizer, the status write 14 ms later was answered 200, then
+            // the VA was gone). An orphan publication: I13 must see it said,
+            // I3 unpublished. A Publish whose caller got its answer and
+            // recorded nothing is still I1's: the undo must unpublish a
+            // Publish whose VA is gone.
+            (None, _) if deleted_at_once(h, inst) && (last.abandoned.is_some() || recorded) => f.skipped.push((
                 "I1".into(),
                 format!(
-                    "VA {} (uid {}): deleted at once by the API server with our finalizer on while its Publish was in flight, and the Publish's caller gave it up: an orphan (I13's)",
-                    inst.name, inst.uid
+                    "VA {} (uid {}): deleted at once by the API server with our finalizer on, and the Publish's caller {}: an orphan (I13's, I3's)",
+                    inst.name,
+                    inst.uid,
+                    if last.abandoned.is_some() {
+                        "gave it up"
+                    } else {
+                        "recorded it attached before the VA was gone"
+                    }
                 ),
             )),
             (None, _) => {
@@ -1321,12 +1347,15 @@ pub fn parse_stripped(fault: usize, w: &Window) -> Option<Stripped> {
     })
 }
 
-/// Every VA the suite stripped of our finalizer (faults injected).
+/// Every VA the suite stripped of our finalizer: a fault whose strip took,
+/// counted as injected or not (a VA the strip removed while the workload's
+/// delete came first: the fault's own delete found nothing; one whose delete
+/// was refused, then deleted by the workload: gone without a detach all the
+/// same). A strip that did not take says "could not strip VA".
 pub fn stripped(h: &History) -> Vec<Stripped> {
     h.windows
         .iter()
         .enumerate()
-        .filter(|(_, w)| !w.skipped)
         .filter_map(|(i, w)| parse_stripped(i, w))
         .collect()
 }

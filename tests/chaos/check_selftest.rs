@@ -261,30 +261,43 @@ fn i1_reports_a_missing_or_early_unpublish_and_missing_evidence() {
     );
     // Deleted at once while a Publish ran, with no Unpublish after it (the
     // CI run at 287fd5f): skipped when the Publish's caller gave it up (its
-    // books died with it: an orphan), a violation when the caller got the
-    // answer (its undo must unpublish).
-    let at_once_publish_only = |abandoned: Option<f64>| {
+    // books died with it: an orphan), or wrote `attached` to that VA after
+    // it (the second full run at 5b59371: the delete's answer carried our
+    // finalizer, the status write after the Publish was answered 200, then
+    // the VA was gone: nothing told the caller to undo); a violation when
+    // the caller got the answer and no write of it took (its undo must
+    // unpublish).
+    let at_once_publish_only = |abandoned: Option<f64>, recorded: Option<f64>| {
         let mut h = clean();
         h.audit
             .retain(|e| e["objectRef"]["resource"] != "volumeattachments");
         h.audit.push(json!({"verb": "delete", "objectRef": {"resource": "volumeattachments", "name": "va-a"},
             "user": {"username": "chaos-admin"}, "requestReceivedTimestamp": ts(8.0), "responseStatus": {"code": 200},
             "responseObject": {"metadata": {"name": "va-a", "uid": "u-a", "finalizers": [crate::world::FINALIZER]}}}));
+        if let Some(at) = recorded {
+            h.audit
+                .push(status_write("chaos-replica-0", "va-a", "u-a", at));
+        }
         h.calls = vec![Call {
             abandoned: abandoned.map(t),
             ..call(PUB, 0, "vol-a", "node-1-id", 8.1, 10.0)
         }];
         check(&h)
     };
-    let f = at_once_publish_only(Some(9.5));
-    assert!(f.of("I1").is_empty(), "{f:#?}");
-    assert!(
-        f.skipped
-            .iter()
-            .any(|(c, why)| c == "I1" && why.contains("gave it up")),
-        "{f:#?}"
-    );
-    only(&at_once_publish_only(None), "I1");
+    for (abandoned, recorded, why) in [
+        (Some(9.5), None, "gave it up"),
+        (None, Some(10.01), "recorded it attached"),
+    ] {
+        let f = at_once_publish_only(abandoned, recorded);
+        assert!(f.of("I1").is_empty(), "{f:#?}");
+        assert!(
+            f.skipped.iter().any(|(c, w)| c == "I1" && w.contains(why)),
+            "{f:#?}"
+        );
+    }
+    only(&at_once_publish_only(None, None), "I1");
+    // A status write before this Publish (an earlier attach) does not count.
+    only(&at_once_publish_only(None, Some(8.05)), "I1");
     // An Unpublish that started before a late (abandoned) Publish ended.
     let mut h = clean();
     h.calls.push(Call {
@@ -853,6 +866,27 @@ fn the_suites_orphans_are_exempt_from_i1_and_i3_by_name_only() {
         .retain(|c| !(c.method == UNPUB && c.volume == "vol-o"));
     h.published = json!({"vol-o": ["node-2-id"]});
     only(&check(&h), "I3");
+    // A fault counted as not injected whose strip took (the second full run
+    // at 5b59371: the workload's delete came first, so the fault's own
+    // delete found nothing) still made the orphan: exempt all the same.
+    let mut h = orphaned(true);
+    h.windows[0].skipped = true;
+    let f = check(&h);
+    assert!(f.of("I1").is_empty() && f.of("I3").is_empty(), "{f:#?}");
+    assert!(
+        f.exempt
+            .iter()
+            .any(|(inv, what)| inv == "I1" && what.contains("va-o")),
+        "{f:#?}"
+    );
+    // A strip that did not take names no orphan.
+    let mut h = orphaned(true);
+    h.windows[0].skipped = true;
+    h.windows[0].note = h.windows[0]
+        .note
+        .replace("stripped VA", "could not strip VA");
+    let f = check(&h);
+    only(&f, "I1");
     // Another pair on the same volume is not exempt.
     let mut h = orphaned(true);
     h.published = json!({"vol-o": ["node-2-id", "node-4-id"]});

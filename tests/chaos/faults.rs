@@ -856,10 +856,13 @@ impl Injector {
         };
         // Removed at once: answered with the object not marked for
         // deletion (or with a Status); marked: a finalizer was back on it.
+        // Not found after the strip took: someone's delete came first (the
+        // workload deletes young VAs too) and the strip removed it.
         let removed = match vas.delete(&inst.name, &params).await {
             Ok(answer) => answer
                 .left()
                 .is_none_or(|va| va.metadata.deletion_timestamp.is_none()),
+            Err(kube::Error::Api(e)) => stripped && e.code == 404,
             Err(_) => false,
         };
         self.work.deleted_by_fault(&inst.name, &inst.uid, at);
@@ -884,7 +887,12 @@ impl Injector {
         let yes = |b: bool| if b { "yes" } else { "no" };
         (
             format!(
-                "stripped VA {} uid={} volume={} node={} in-use={} removed-at-once={}{}; {}",
+                "{} VA {} uid={} volume={} node={} in-use={} removed-at-once={}{}; {}",
+                if stripped {
+                    "stripped"
+                } else {
+                    "could not strip"
+                },
                 inst.name,
                 inst.uid,
                 inst.handle,

@@ -64,6 +64,17 @@ pub fn qps_args(qps: u32) -> Vec<String> {
     ]
 }
 
+/// A create's answer: AlreadyExists is done too (the run's names are its
+/// own; [`crate::k8s::client`] may have sent the create again after a
+/// connection closed under an answer).
+fn created<K>(answer: kube::Result<K>) -> Result<()> {
+    match answer {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 impl Harness {
     /// Starts (or joins) the control plane and the mock driver, and creates
     /// the CSINodes of `sizes.nodes` nodes. `ours`: another binary to run as
@@ -86,7 +97,7 @@ impl Harness {
             );
         }
         let cp = controlplane::shared();
-        let client = cp.client().await;
+        let client = crate::k8s::client(cp).await?;
         let mock = MockDriver::start(&[&format!("--name={DRIVER}")])?;
         let logs = tempfile::Builder::new()
             .prefix("csi-attacher-bench-")
@@ -311,10 +322,8 @@ impl Harness {
     pub async fn create_pvs(&self, run: &str, count: usize) -> Result<Vec<String>> {
         let names: Vec<String> = (0..count).map(|i| format!("{run}-pv-{i}")).collect();
         for_all(names.clone(), |name| async move {
-            self.pvs
-                .create(&PostParams::default(), &pv_object(&name, DRIVER, run)?)
-                .await?;
-            Ok(())
+            let pv = pv_object(&name, DRIVER, run)?;
+            created(self.pvs.create(&PostParams::default(), &pv).await)
         })
         .await?;
         Ok(names)
@@ -329,12 +338,8 @@ impl Harness {
             async move {
                 let name = format!("{pv}-va");
                 let node = format!("node-{}", i % self.sizes.nodes);
-                self.vas
-                    .create(
-                        &PostParams::default(),
-                        &va_object(&name, DRIVER, &node, &pv, run)?,
-                    )
-                    .await?;
+                let va = va_object(&name, DRIVER, &node, &pv, run)?;
+                self::created(self.vas.create(&PostParams::default(), &va).await)?;
                 created
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
